@@ -1,0 +1,139 @@
+// Command gcsfuse-csi-node is the privileged CSI node plugin (a DaemonSet): it mounts pod
+// volumes with a FUSE descriptor handed to the pod's sidecar, and watches the pods of its
+// node to tell legacy sidecars when the workload is done.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+)
+
+var version = "dev"
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	endpoint := flag.String("endpoint", "unix:///csi/csi.sock", "CSI endpoint")
+	nodeID := flag.String("node-id", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
+	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
+	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
+	verbose := flag.Bool("v", false, "debug logging")
+	flag.Parse()
+
+	lvl := slog.LevelInfo
+	if *verbose {
+		lvl = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	slog.SetDefault(log)
+	if *nodeID == "" {
+		log.Error("--node-id (or $NODE_NAME) is required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	var events csidriver.EventSink
+	var watcher *podwatch.Watcher
+	if *watchPods {
+		cfg, err := restConfig(*kubeconfig)
+		if err != nil {
+			log.Error("no Kubernetes API access; run with --watch-pods=false to serve CSI only", "err", err)
+			return 1
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			log.Error("kubernetes client", "err", err)
+			return 1
+		}
+		rec, stopRec := podwatch.NewEventRecorder(client, *nodeID)
+		defer stopRec()
+		events = nodeplugin.Events{Recorder: rec}
+		metrics, err := podwatch.NewMetrics(reg)
+		if err != nil {
+			log.Error("metrics", "err", err)
+			return 1
+		}
+		watcher = podwatch.New(client, *nodeID, &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log},
+			podwatch.WithLogger(log), podwatch.WithMetrics(metrics))
+	}
+
+	ns := csidriver.NewNodeServer(csidriver.Config{
+		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
+		GCSEndpoint: *gcsEndpoint,
+	}, events, log)
+	ln, err := csidriver.Listen(*endpoint)
+	if err != nil {
+		log.Error("listen", "endpoint", *endpoint, "err", err)
+		return 1
+	}
+	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Version: version}, ns, log)
+
+	errs := make(chan error, 3)
+	go func() { errs <- srv.Serve(ln) }()
+	if watcher != nil {
+		go func() { errs <- watcher.Run(ctx) }()
+	}
+	var msrv *http.Server
+	if *metricsAddr != "" {
+		msrv = &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := msrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		}()
+	}
+	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods, "gcsEndpoint", *gcsEndpoint)
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err := <-errs:
+		log.Error("node plugin component ended", "err", err)
+		code = 1
+	}
+	// Mounts stay: pods keep their volumes while the node plugin restarts.
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		srv.Stop()
+	}
+	if msrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = msrv.Shutdown(sctx)
+		cancel()
+	}
+	return code
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

@@ -1,0 +1,94 @@
+// Command gcsfuse-sidecar runs in each pod that mounts a bucket, as uid 65534 with no
+// capabilities: it receives FUSE descriptors from the node plugin and runs gcsfuse on them.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sidecar"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	tmpDir := flag.String("tmp-dir", contract.TmpMountPath, "mount path of the "+contract.TmpVolumeName+" emptyDir")
+	cacheDir := flag.String("cache-dir", "", "mount path of the "+contract.CacheVolumeName+" emptyDir (empty: no file cache dir)")
+	gcsfuse := flag.String("gcsfuse", "/gcsfuse", "path of the gcsfuse binary")
+	mode := flag.String("mode", envOr(contract.EnvSidecarMode, contract.ModeLegacy), "native or legacy (default from $"+contract.EnvSidecarMode+")")
+	grace := flag.Int("grace-seconds", envInt(contract.EnvGraceSeconds, contract.DefaultGraceSeconds), "pod terminationGracePeriodSeconds (default from $"+contract.EnvGraceSeconds+")")
+	termLog := flag.String("termination-log", "/dev/termination-log", "file for the reason of a failed exit")
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
+	verbose := flag.Bool("v", false, "debug logging")
+	flag.Parse()
+
+	lvl := slog.LevelInfo
+	if *verbose {
+		lvl = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if *mode != contract.ModeNative && *mode != contract.ModeLegacy {
+		log.Error("invalid mode", "mode", *mode, "want", contract.ModeNative+" or "+contract.ModeLegacy)
+		return 2
+	}
+	if *grace < 0 {
+		log.Error("invalid grace period", "seconds", *grace)
+		return 2
+	}
+	if os.Geteuid() == 0 {
+		log.Warn("running as root: the sidecar is meant to run as uid 65534 with no capabilities")
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := sidecar.NewMetrics(reg)
+	if err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
+	if *metricsAddr != "" {
+		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { // lives as long as the process; the process ends right after Run
+			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	s := sidecar.New(sidecar.Config{
+		TmpDir: *tmpDir, CacheDir: *cacheDir, GcsfusePath: *gcsfuse, Mode: *mode,
+		Grace: time.Duration(*grace) * time.Second, TerminationLog: *termLog, Log: log, Metrics: metrics,
+	})
+	return s.Run(context.Background(), sigs)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(k string, def int) int {
+	v := os.Getenv(k)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gcsfuse-sidecar: $%s=%q is not an integer; using %d\n", k, v, def)
+		return def
+	}
+	return n
+}

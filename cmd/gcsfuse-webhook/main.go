@@ -1,0 +1,221 @@
+// Command gcsfuse-webhook is the mutating admission webhook that injects the gcsfuse sidecar
+// into the pods that opt in with the gcsfuse.csi.storage/volumes annotation. See package
+// pkg/webhook for what it injects and why.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
+)
+
+// discoveryTimeout bounds the API server version lookup, which runs on the admission path
+// when the cached version expires; it must stay well under the webhook's own timeout.
+const discoveryTimeout = 5 * time.Second
+
+type options struct {
+	listen          string
+	certFile        string
+	keyFile         string
+	kubeconfig      string
+	versionRefresh  time.Duration
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+	config          webhook.Config
+}
+
+// resourceFlag names the request and limit flags of one resource.
+type resourceFlag struct {
+	name       corev1.ResourceName
+	flag       string
+	defRequest string
+}
+
+var resourceFlags = []resourceFlag{
+	{corev1.ResourceCPU, "cpu", "250m"},
+	{corev1.ResourceMemory, "memory", "256Mi"},
+	{corev1.ResourceEphemeralStorage, "ephemeral-storage", "5Gi"},
+}
+
+// parseFlags parses the command line into options; every value is checked here so that a
+// misconfigured deployment fails at startup, not at the first admission.
+func parseFlags(args []string, output io.Writer) (options, error) {
+	fs := flag.NewFlagSet("gcsfuse-webhook", flag.ContinueOnError)
+	fs.SetOutput(output)
+	var o options
+	fs.StringVar(&o.listen, "listen", ":9443", "HTTPS listen address")
+	fs.StringVar(&o.certFile, "tls-cert-file", "", "PEM serving certificate (required)")
+	fs.StringVar(&o.keyFile, "tls-key-file", "", "PEM serving key (required)")
+	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	requests := map[corev1.ResourceName]*string{}
+	limits := map[corev1.ResourceName]*string{}
+	for _, rf := range resourceFlags {
+		requests[rf.name] = fs.String("sidecar-"+rf.flag+"-request", rf.defRequest,
+			fmt.Sprintf("default %s request of the sidecar; empty or 0 for none", rf.name))
+		limits[rf.name] = fs.String("sidecar-"+rf.flag+"-limit", "",
+			fmt.Sprintf("default %s limit of the sidecar; empty or 0 for none", rf.name))
+	}
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var missing []string
+	for name, v := range map[string]string{"--tls-cert-file": o.certFile, "--tls-key-file": o.keyFile, "--sidecar-image": o.config.SidecarImage} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return options{}, fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
+	}
+	if o.versionRefresh <= 0 || o.shutdownTimeout <= 0 {
+		return options{}, errors.New("--version-refresh-interval and --shutdown-timeout must be positive")
+	}
+	var err error
+	if o.config.Resources.Requests, err = quantities(requests, "request"); err != nil {
+		return options{}, err
+	}
+	if o.config.Resources.Limits, err = quantities(limits, "limit"); err != nil {
+		return options{}, err
+	}
+	if err := o.config.Resources.Validate(); err != nil {
+		return options{}, fmt.Errorf("sidecar resource flags: %w", err)
+	}
+	return o, nil
+}
+
+// quantities parses the flag values; empty and zero values mean "not set".
+func quantities(values map[corev1.ResourceName]*string, kind string) (corev1.ResourceList, error) {
+	list := corev1.ResourceList{}
+	for _, rf := range resourceFlags {
+		v := *values[rf.name]
+		if v == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("--sidecar-%s-%s=%q: %w", rf.flag, kind, v, err)
+		}
+		if q.Sign() < 0 {
+			return nil, fmt.Errorf("--sidecar-%s-%s=%q: must not be negative", rf.flag, kind, v)
+		}
+		if !q.IsZero() {
+			list[rf.name] = q
+		}
+	}
+	return list, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// run wires the webhook and serves until SIGTERM or SIGINT. The node informer is stopped
+// and waited for before run returns, so nothing outlives it.
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg = rest.AddUserAgent(cfg, "gcsfuse-webhook")
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	// A separate client with a timeout: the node watch of client must not have one.
+	discoCfg := rest.CopyConfig(cfg)
+	discoCfg.Timeout = discoveryTimeout
+	disco, err := discovery.NewDiscoveryClientForConfig(discoCfg)
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+
+	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
+	mutator, err := webhook.NewMutator(o.config, versions, log)
+	if err != nil {
+		return err
+	}
+	server, err := webhook.NewServer(webhook.ServerConfig{
+		Addr:            o.listen,
+		CertFile:        o.certFile,
+		KeyFile:         o.keyFile,
+		ShutdownTimeout: o.shutdownTimeout,
+	}, webhook.NewMux(mutator, versions.Ready), log)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { versions.Run(ctx) })
+	err = server.ListenAndServe(ctx)
+	cancel() // stop the informer too when the server failed on its own
+	wg.Wait()
+	return err
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gcsfuse-webhook: %v\n", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	slog.SetDefault(log)
+	klog.SetSlogLogger(log) // client-go logs through klog; keep one JSON stream
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log.Info("starting", "listen", o.listen, "sidecarImage", o.config.SidecarImage)
+	if err := run(ctx, o, log); err != nil {
+		log.Error("exiting", "error", err)
+		stop()
+		os.Exit(1)
+	}
+	log.Info("stopped")
+}

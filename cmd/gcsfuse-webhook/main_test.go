@@ -1,0 +1,100 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func TestParseFlags(t *testing.T) {
+	required := []string{"--tls-cert-file=c", "--tls-key-file=k", "--sidecar-image=gcr.io/p/sidecar:v1"}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(t *testing.T, o options)
+	}{
+		{
+			name: "defaults",
+			args: required,
+			check: func(t *testing.T, o options) {
+				if o.listen != ":9443" || o.kubeconfig != "" || o.versionRefresh != 10*time.Minute {
+					t.Errorf("options = %+v", o)
+				}
+				want := corev1.ResourceList{
+					corev1.ResourceCPU:              resource.MustParse("250m"),
+					corev1.ResourceMemory:           resource.MustParse("256Mi"),
+					corev1.ResourceEphemeralStorage: resource.MustParse("5Gi"),
+				}
+				if !equal(o.config.Resources.Requests, want) {
+					t.Errorf("requests = %v, want %v", o.config.Resources.Requests, want)
+				}
+				if len(o.config.Resources.Limits) != 0 {
+					t.Errorf("limits = %v, want none", o.config.Resources.Limits)
+				}
+			},
+		},
+		{
+			name: "limits and zero request",
+			args: append([]string{"--sidecar-memory-limit=1Gi", "--sidecar-cpu-request=0", "--listen=127.0.0.1:8443"}, required...),
+			check: func(t *testing.T, o options) {
+				if _, ok := o.config.Resources.Requests[corev1.ResourceCPU]; ok {
+					t.Error("cpu request 0 is set")
+				}
+				if q := o.config.Resources.Limits[corev1.ResourceMemory]; q.String() != "1Gi" {
+					t.Errorf("memory limit = %s", q.String())
+				}
+				if o.listen != "127.0.0.1:8443" {
+					t.Errorf("listen = %s", o.listen)
+				}
+			},
+		},
+		{name: "missing required", args: nil, wantErr: "--sidecar-image, --tls-cert-file, --tls-key-file"},
+		{name: "bad quantity", args: append([]string{"--sidecar-cpu-limit=lots"}, required...), wantErr: "--sidecar-cpu-limit"},
+		{name: "negative quantity", args: append([]string{"--sidecar-memory-request=-1"}, required...), wantErr: "negative"},
+		{name: "request above limit", args: append([]string{"--sidecar-memory-limit=128Mi"}, required...), wantErr: "greater than"},
+		{name: "bad log level", args: append([]string{"--log-level=loud"}, required...), wantErr: "--log-level"},
+		{name: "stray argument", args: append(required, "extra"), wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
+func equal(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRestConfigOutsideCluster(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := restConfig(""); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Errorf("err = %v, want a hint about --kubeconfig", err)
+	}
+	if _, err := restConfig("/does/not/exist"); err == nil {
+		t.Error("a missing kubeconfig was accepted")
+	}
+}

@@ -1,0 +1,387 @@
+// Package testenv builds the real environment that integration tests, benchmarks and the
+// demo run in: the GCS emulator, a kubelet-shaped directory tree, the node plugin serving
+// CSI on a unix socket, and the real sidecar binary running gcsfuse as uid 65534.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+)
+
+// Prereqs reports what is missing to run real mounts here ("" when nothing is).
+func Prereqs() string {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = append(missing, "/dev/fuse")
+	}
+	if GcsfusePath() == "" {
+		missing = append(missing, "gcsfuse (run hack/install-deps.sh)")
+	}
+	return strings.Join(missing, ", ")
+}
+
+// GcsfusePath finds the gcsfuse binary: $GCSFUSE_BIN, the project cache, then $PATH.
+func GcsfusePath() string {
+	for _, p := range []string{os.Getenv("GCSFUSE_BIN"), CacheDir() + "/bin/gcsfuse"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	p, _ := exec.LookPath("gcsfuse")
+	return p
+}
+
+// CacheDir is where hack/install-deps.sh puts tools ($GCSFUSE_CSI_CACHE).
+func CacheDir() string {
+	if d := os.Getenv("GCSFUSE_CSI_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/gcsfuse-csi"
+}
+
+// Env is one environment. Close it to unmount, stop and remove everything.
+type Env struct {
+	Root        string // kubelet root
+	Emulator    *emulator.Server
+	Node        csi.NodeClient
+	Log         *slog.Logger
+	SidecarBin  string
+	GcsfuseBin  string
+	nodeSrv     *grpc.Server
+	conn        *grpc.ClientConn
+	mu          sync.Mutex
+	sidecars    []*Sidecar
+	targets     []string
+	emulatorOwn bool
+}
+
+// Options for New.
+type Options struct {
+	Buckets []string
+	// Emulator, if set, is shared instead of starting a new one.
+	Emulator *emulator.Server
+	// SidecarBin is a prebuilt sidecar; empty builds one.
+	SidecarBin string
+	Log        *slog.Logger
+}
+
+// New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
+func New(o Options) (*Env, error) {
+	if miss := Prereqs(); miss != "" {
+		return nil, fmt.Errorf("integration environment needs: %s", miss)
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	root, err := os.MkdirTemp("", "gcsfuse-csi-kubelet-")
+	if err != nil {
+		return nil, err
+	}
+	// The sidecar runs as uid 65534 and must reach its emptyDir below this root.
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, err
+	}
+	e := &Env{Root: root, Log: o.Log, GcsfuseBin: GcsfusePath(), SidecarBin: o.SidecarBin}
+	fail := func(err error) (*Env, error) { e.Close(); return nil, err }
+	if e.SidecarBin == "" {
+		e.SidecarBin = filepath.Join(root, "gcsfuse-sidecar")
+		if err := BuildSidecar(e.SidecarBin); err != nil {
+			return fail(err)
+		}
+	}
+	if o.Emulator != nil {
+		e.Emulator = o.Emulator
+	} else {
+		if e.Emulator, err = emulator.Start("127.0.0.1", 0, o.Buckets...); err != nil {
+			return fail(err)
+		}
+		e.emulatorOwn = true
+	}
+	sock := filepath.Join(root, "csi.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fail(err)
+	}
+	ns := csidriver.NewNodeServer(csidriver.Config{
+		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
+		GCSEndpoint: e.Emulator.Endpoint,
+	}, nil, o.Log)
+	e.nodeSrv = csidriver.NewGRPCServer(&csidriver.IdentityServer{}, ns, o.Log)
+	go func() { _ = e.nodeSrv.Serve(ln) }() // stopped by Close
+	e.conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fail(err)
+	}
+	e.Node = csi.NewNodeClient(e.conn)
+	return e, nil
+}
+
+// BuildSidecar builds cmd/gcsfuse-sidecar into out.
+func BuildSidecar(out string) error {
+	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/gcsfuse-sidecar")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build sidecar: %v\n%s", err, b)
+	}
+	return os.Chmod(out, 0o755)
+}
+
+// Pod is a pod's directory tree under the kubelet root.
+type Pod struct {
+	UID    string
+	TmpDir string // its gcsfuse-tmp emptyDir
+	env    *Env
+}
+
+// NewPod creates a pod directory with the gcsfuse-tmp emptyDir (mode 0777, as the kubelet
+// makes it).
+func (e *Env) NewPod() (*Pod, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	uid := fmt.Sprintf("%x-%x", b[:4], b[4:])
+	p := &Pod{UID: uid, env: e, TmpDir: filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)}
+	if err := os.MkdirAll(p.TmpDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~csi"), 0o750); err != nil {
+		return nil, err
+	}
+	for d := p.TmpDir; d != e.Root; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return p, os.Chmod(p.TmpDir, 0o777)
+}
+
+// Target is the kubelet's target path for a volume of the pod.
+func (p *Pod) Target(volume string) string {
+	return filepath.Join(p.env.Root, "pods", p.UID, "volumes", "kubernetes.io~csi", volume, "mount")
+}
+
+// PublishRequest is an inline-volume NodePublishVolume request for the pod.
+func (p *Pod) PublishRequest(volume, bucket, mountOptions string, readOnly bool) *csi.NodePublishVolumeRequest {
+	attrs := map[string]string{
+		contract.AttrBucketName: bucket, contract.CtxPodUID: p.UID, contract.CtxPodName: "pod-" + p.UID[:4],
+		contract.CtxPodNamespace: "default", contract.CtxEphemeral: "true",
+	}
+	if mountOptions != "" {
+		attrs[contract.AttrMountOptions] = mountOptions
+	}
+	return &csi.NodePublishVolumeRequest{
+		VolumeId:   "csi-" + p.UID + "-" + volume,
+		TargetPath: p.Target(volume),
+		Readonly:   readOnly,
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		},
+		VolumeContext: attrs,
+	}
+}
+
+// Publish calls NodePublishVolume and remembers the target for Close.
+func (p *Pod) Publish(ctx context.Context, volume, bucket, mountOptions string, readOnly bool) error {
+	req := p.PublishRequest(volume, bucket, mountOptions, readOnly)
+	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
+		return err
+	}
+	_, err := p.env.Node.NodePublishVolume(ctx, req)
+	if err == nil {
+		p.env.mu.Lock()
+		p.env.targets = append(p.env.targets, req.TargetPath)
+		p.env.mu.Unlock()
+	}
+	return err
+}
+
+// Unpublish calls NodeUnpublishVolume.
+func (p *Pod) Unpublish(ctx context.Context, volume string) error {
+	_, err := p.env.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "csi-" + p.UID + "-" + volume, TargetPath: p.Target(volume)})
+	return err
+}
+
+// Sidecar is a running sidecar process.
+type Sidecar struct {
+	Cmd    *exec.Cmd
+	out    *lockedBuffer
+	done   chan struct{}
+	err    error
+	Exited time.Time
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+	w  io.Writer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.w != nil {
+		_, _ = l.w.Write(p)
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// StartSidecar runs the real sidecar binary for the pod as uid/gid 65534 with no
+// capabilities. mode is contract.ModeNative or ModeLegacy. Output is also copied to echo
+// when it is not nil.
+func (p *Pod) StartSidecar(mode string, graceSeconds int, echo io.Writer) (*Sidecar, error) {
+	cmd := exec.Command(p.env.SidecarBin, "--tmp-dir="+p.TmpDir, "--gcsfuse="+p.env.GcsfuseBin,
+		"--termination-log="+filepath.Join(p.TmpDir, "termination-log"))
+	cmd.Env = []string{contract.EnvSidecarMode + "=" + mode, contract.EnvGraceSeconds + "=" + strconv.Itoa(graceSeconds)}
+	out := &lockedBuffer{w: echo}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID},
+		Setpgid:    true, // so Close can kill gcsfuse children too if a test fails midway
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start sidecar: %w", err)
+	}
+	s := &Sidecar{Cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { // owned by s: reaps the process
+		s.err = cmd.Wait()
+		s.Exited = time.Now()
+		close(s.done)
+	}()
+	p.env.mu.Lock()
+	p.env.sidecars = append(p.env.sidecars, s)
+	p.env.mu.Unlock()
+	return s, nil
+}
+
+// Output is everything the sidecar printed so far.
+func (s *Sidecar) Output() string { return s.out.String() }
+
+// Wait waits for the sidecar to exit, at most d, and returns its exit code.
+func (s *Sidecar) Wait(d time.Duration) (int, error) {
+	select {
+	case <-s.done:
+	case <-time.After(d):
+		return -1, fmt.Errorf("sidecar still running after %s", d)
+	}
+	var ee *exec.ExitError
+	if errors.As(s.err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, s.err
+}
+
+// Done is closed when the sidecar has exited.
+func (s *Sidecar) Done() <-chan struct{} { return s.done }
+
+// Signal sends sig to the sidecar process.
+func (s *Sidecar) Signal(sig os.Signal) error { return s.Cmd.Process.Signal(sig) }
+
+// GcsfusePIDs lists running gcsfuse processes whose command line names the pod's dir.
+func (p *Pod) GcsfusePIDs() []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		cl := string(b)
+		if strings.Contains(cl, "gcsfuse") && strings.Contains(cl, p.TmpDir) && strings.Contains(cl, "/dev/fd/3") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// WaitReady waits until a stat through the target succeeds, at most d.
+func WaitReady(target string, d time.Duration) (time.Duration, error) {
+	start := time.Now()
+	ch := make(chan error, 1)
+	go func() { // a stat of a mount whose server has not started blocks in the kernel
+		_, err := os.Stat(target + "/.")
+		ch <- err
+	}()
+	select {
+	case err := <-ch:
+		return time.Since(start), err
+	case <-time.After(d):
+		return 0, fmt.Errorf("stat %s still blocked after %s", target, d)
+	}
+}
+
+// Close stops sidecars, unmounts every target, stops the node plugin and the emulator,
+// and removes the kubelet root. Every step is bounded.
+func (e *Env) Close() {
+	e.mu.Lock()
+	sidecars, targets := e.sidecars, e.targets
+	e.mu.Unlock()
+	for _, s := range sidecars {
+		_ = syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, t := range targets {
+		_ = fusemount.Unmount(ctx, t, 100*time.Millisecond)
+	}
+	if e.conn != nil {
+		e.conn.Close()
+	}
+	if e.nodeSrv != nil {
+		e.nodeSrv.Stop()
+	}
+	if e.Emulator != nil && e.emulatorOwn {
+		e.Emulator.Stop()
+	}
+	// Never RemoveAll through a mount: it would delete the bucket's objects.
+	if left, err := fusemount.MountsUnder(e.Root); err == nil && len(left) == 0 {
+		_ = os.RemoveAll(e.Root)
+	} else {
+		e.Log.Error("mounts left behind; not removing the kubelet root", "root", e.Root, "mounts", left, "err", err)
+	}
+}

@@ -1,0 +1,99 @@
+// Package contract holds the names that the webhook, the node plugin and the sidecar must agree
+// on: annotations, container and volume names, environment variables and the layout of the
+// hand-off directory. They live in one place so a rename cannot leave one component behind.
+package contract
+
+// DriverName is the CSI driver name registered with the kubelet and used in CSIDriver objects.
+const DriverName = "gcsfuse.csi.storage"
+
+// AnnotationPrefix is the one prefix for every annotation this project reads.
+const AnnotationPrefix = "gcsfuse.csi.storage/"
+
+// Pod annotations.
+const (
+	// AnnotationInject opts a pod in to sidecar injection ("true" or "false").
+	AnnotationInject = AnnotationPrefix + "volumes"
+	// AnnotationSidecarMode forces "legacy" (regular container) or "native" injection.
+	AnnotationSidecarMode = AnnotationPrefix + "sidecar-mode"
+	// AnnotationIgnoreContainers lists, comma separated, containers that are not workload
+	// (for example a legacy istio-proxy): the sidecar does not wait for them.
+	AnnotationIgnoreContainers = AnnotationPrefix + "ignore-containers"
+	// Resource annotations for the sidecar; "0" means unlimited.
+	AnnotationCPURequest              = AnnotationPrefix + "cpu-request"
+	AnnotationCPULimit                = AnnotationPrefix + "cpu-limit"
+	AnnotationMemoryRequest           = AnnotationPrefix + "memory-request"
+	AnnotationMemoryLimit             = AnnotationPrefix + "memory-limit"
+	AnnotationEphemeralStorageRequest = AnnotationPrefix + "ephemeral-storage-request"
+	AnnotationEphemeralStorageLimit   = AnnotationPrefix + "ephemeral-storage-limit"
+	// AnnotationInjected is set by the webhook on the pods it injected, to ModeNative or
+	// ModeLegacy. It makes re-invocation a no-op and lets the ValidatingAdmissionPolicy find
+	// the native pods whose sidecar another webhook may have altered.
+	AnnotationInjected = AnnotationPrefix + "injected"
+)
+
+// Sidecar modes, the values of AnnotationSidecarMode and EnvSidecarMode.
+const (
+	ModeNative = "native"
+	ModeLegacy = "legacy"
+)
+
+// SidecarContainerName is the name of the injected sidecar container.
+const SidecarContainerName = "gcsfuse-sidecar"
+
+// SidecarUID and SidecarGID are the unprivileged identity the sidecar runs as.
+const (
+	SidecarUID = 65534
+	SidecarGID = 65534
+)
+
+// Volumes the webhook injects and the paths where the sidecar mounts them.
+const (
+	// TmpVolumeName is the emptyDir shared by the node plugin and the sidecar: it holds the
+	// hand-off sockets, the exit file and gcsfuse's temp dirs.
+	TmpVolumeName    = "gcsfuse-tmp"
+	TmpMountPath     = "/gcsfuse-tmp"
+	BufferVolumeName = "gcsfuse-buffer"
+	BufferMountPath  = "/gcsfuse-buffer"
+	CacheVolumeName  = "gcsfuse-cache"
+	CacheMountPath   = "/gcsfuse-cache"
+)
+
+// Environment variables the webhook sets on the sidecar.
+const (
+	// EnvGraceSeconds is the pod's terminationGracePeriodSeconds.
+	EnvGraceSeconds = "GCSFUSE_GRACE_SECONDS"
+	// EnvSidecarMode is ModeNative or ModeLegacy.
+	EnvSidecarMode = "GCSFUSE_SIDECAR_MODE"
+)
+
+// DefaultGraceSeconds is Kubernetes' default terminationGracePeriodSeconds.
+const DefaultGraceSeconds = 30
+
+// Layout inside the TmpVolumeName emptyDir.
+const (
+	// HandoffDir holds one listening socket per volume, "<volume>.sock", created by the node
+	// plugin and connected to by the sidecar.
+	HandoffDir = "handoff"
+	// HandoffSocketSuffix ends every hand-off socket name.
+	HandoffSocketSuffix = ".sock"
+	// ExitFile, written by the node plugin, tells a sidecar that the workload is done.
+	ExitFile = "exit"
+	// VolumesDir holds the sidecar's per-volume temp dirs.
+	VolumesDir = "volumes"
+)
+
+// Volume attributes and CSI context keys.
+const (
+	AttrBucketName   = "bucketName"
+	AttrMountOptions = "mountOptions"
+	// AttrFileCacheCapacity sizes gcsfuse's file cache ("10Gi", "-1" = unlimited); its presence makes the webhook
+	// inject the CacheVolumeName emptyDir.
+	AttrFileCacheCapacity = "fileCacheCapacity"
+	// Keys the kubelet adds when the CSIDriver has podInfoOnMount: true.
+	CtxPodName      = "csi.storage.k8s.io/pod.name"
+	CtxPodNamespace = "csi.storage.k8s.io/pod.namespace"
+	CtxPodUID       = "csi.storage.k8s.io/pod.uid"
+	CtxSAName       = "csi.storage.k8s.io/serviceAccount.name"
+	CtxEphemeral    = "csi.storage.k8s.io/ephemeral"
+	CtxSATokens     = "csi.storage.k8s.io/serviceAccount.tokens"
+)

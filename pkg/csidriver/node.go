@@ -1,0 +1,329 @@
+package csidriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+// Config is the node plugin's driver-level configuration.
+type Config struct {
+	NodeID string
+	// KubeletRoot is the kubelet's root directory (/var/lib/kubelet).
+	KubeletRoot string
+	// SidecarUID and SidecarGID own hand-off sockets and the FUSE connection.
+	SidecarUID, SidecarGID int
+	// GCSEndpoint is a driver-level storage endpoint (an emulator); empty means real GCS.
+	GCSEndpoint string
+	// UnmountBusyWait is how long a busy mount is retried before a lazy unmount.
+	UnmountBusyWait time.Duration
+}
+
+// PodRef names the pod a volume belongs to, for Events.
+type PodRef struct{ Namespace, Name, UID string }
+
+// EventSink records Events on pods. Implementations must not block.
+type EventSink interface {
+	PodEvent(pod PodRef, warning bool, reason, message string)
+}
+
+// NodeServer is the CSI Node service: it mounts a target with a FUSE descriptor and offers
+// the descriptor to the pod's sidecar.
+type NodeServer struct {
+	csi.UnimplementedNodeServer
+	cfg    Config
+	events EventSink
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	inflight  map[string]bool
+	published map[string]*publication
+}
+
+// publication is what we remember about a published target, to answer repeated calls.
+type publication struct {
+	volumeID string
+	volume   handoff.Volume
+	offer    *handoff.Offer
+}
+
+// NewNodeServer returns a Node service. events may be nil.
+func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) *NodeServer {
+	if cfg.UnmountBusyWait <= 0 {
+		cfg.UnmountBusyWait = 2 * time.Second
+	}
+	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{}}
+}
+
+// lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
+// retries it, which is what CSI asks for.
+func (s *NodeServer) lock(target string) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight[target] {
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is already in progress", target)
+	}
+	s.inflight[target] = true
+	return func() {
+		s.mu.Lock()
+		delete(s.inflight, target)
+		s.mu.Unlock()
+	}, nil
+}
+
+// NodeGetInfo returns the node ID.
+func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.cfg.NodeID}, nil
+}
+
+// NodeGetCapabilities returns no optional capabilities: there is no staging step, since a
+// FUSE mount is per pod.
+func (s *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
+}
+
+func readOnlyAccess(m csi.VolumeCapability_AccessMode_Mode) (ro bool, ok bool) {
+	switch m {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return true, true
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return false, true
+	}
+	return false, false
+}
+
+// request is a validated NodePublishVolumeRequest.
+type request struct {
+	target podpath.Target
+	pod    PodRef
+	volume handoff.Volume
+	opts   *mountopts.Volume
+}
+
+func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*request, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	vc := req.GetVolumeCapability()
+	if vc == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if vc.GetBlock() != nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability: block access is not supported, use a filesystem volume")
+	}
+	mnt := vc.GetMount()
+	if mnt == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability: mount access type is required")
+	}
+	if fs := mnt.GetFsType(); fs != "" && fs != "fuse" && fs != "gcsfuse" {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_capability.mount.fs_type %q is not supported (leave it empty)", fs)
+	}
+	roAccess, ok := readOnlyAccess(vc.GetAccessMode().GetMode())
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_capability.access_mode %v is not supported", vc.GetAccessMode().GetMode())
+	}
+	target, err := podpath.ParseTarget(s.cfg.KubeletRoot, req.GetTargetPath())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path: %v", err)
+	}
+	if !handoff.ValidVolumeName(target.VolumeName) {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path: volume name %q is not a DNS-1123 label", target.VolumeName)
+	}
+	attrs := req.GetVolumeContext()
+	if uid := attrs[contract.CtxPodUID]; uid != "" && uid != target.PodUID {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_context %s %q does not match target_path pod %q", contract.CtxPodUID, uid, target.PodUID)
+	}
+	fallback := req.GetVolumeId()
+	if attrs[contract.CtxEphemeral] == "true" {
+		fallback = "" // an inline volume's ID is generated by the kubelet, never a bucket
+	}
+	opts, err := mountopts.FromAttributes(attrs, mnt.GetMountFlags(), fallback)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", target.VolumeName, err)
+	}
+	return &request{
+		target: target,
+		pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
+		opts:   opts,
+		volume: handoff.Volume{
+			Version:    handoff.Version,
+			VolumeName: target.VolumeName,
+			Bucket:     opts.Bucket,
+			ReadOnly:   req.GetReadonly() || roAccess || opts.ReadOnly,
+			Flags:      opts.Flags,
+			Endpoint:   s.cfg.GCSEndpoint,
+		},
+	}, nil
+}
+
+// NodePublishVolume mounts the target with a fresh FUSE connection and offers it to the
+// pod's sidecar on a socket in the pod's gcsfuse-tmp emptyDir. It returns as soon as the
+// mount exists: the sidecar may not be running yet (a native sidecar starts after volumes
+// are set up), and the kernel holds file system calls until gcsfuse answers.
+func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	r, err := s.validatePublish(req)
+	if err != nil {
+		return nil, err
+	}
+	target := req.GetTargetPath()
+	unlock, err := s.lock(target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	log := s.log.With("pod", r.pod.Namespace+"/"+r.pod.Name, "podUID", r.pod.UID, "volume", r.target.VolumeName, "bucket", r.volume.Bucket)
+
+	existing, err := fusemount.Lookup(target)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "check mount at %s: %v", target, err)
+	}
+	if existing != nil {
+		return s.republish(req, r, existing, log)
+	}
+
+	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", r.target.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"pod %s has no %q emptyDir volume: is the sidecar injected? annotate the pod with %s: \"true\"",
+				r.pod.UID, contract.TmpVolumeName, contract.AnnotationInject)
+		}
+		return nil, status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
+	}
+	handoffDir, err := podpath.MkdirOpen(emptyDir, contract.HandoffDir, 0o755)
+	emptyDir.Close()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "prepare hand-off directory: %v", err)
+	}
+	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		handoffDir.Close()
+		return nil, status.Errorf(codes.Internal, "create target %s: %v", target, err)
+	}
+	fuse, err := fusemount.Mount(target, fusemount.Options{
+		Source: r.volume.Bucket, ReadOnly: r.volume.ReadOnly, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime,
+		UserID: s.cfg.SidecarUID, GroupID: s.cfg.SidecarGID,
+	})
+	if err != nil {
+		handoffDir.Close()
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", r.target.VolumeName, err)
+	}
+	vol := r.volume
+	offer, err := handoff.NewOffer(handoff.OfferConfig{
+		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
+		OnStatus: func(st *handoff.Status) { s.onStatus(r.pod, vol.VolumeName, st, log) },
+		Log:      log,
+	})
+	if err != nil {
+		fuse.Close()
+		handoffDir.Close()
+		uerr := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait)
+		return nil, status.Errorf(codes.Internal, "volume %s: offer descriptor to sidecar: %v", r.target.VolumeName, errors.Join(err, uerr))
+	}
+	s.mu.Lock()
+	s.published[target] = &publication{volumeID: req.GetVolumeId(), volume: vol, offer: offer}
+	s.mu.Unlock()
+	log.Info("volume mounted; descriptor offered to sidecar", "readOnly", vol.ReadOnly, "flags", vol.Flags)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// republish answers a publish of a target that is already mounted: the same volume is a
+// success (CSI idempotency), anything else is AlreadyExists.
+func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	s.mu.Lock()
+	pub := s.published[target]
+	s.mu.Unlock()
+	if pub != nil {
+		if pub.volumeID != req.GetVolumeId() || !reflect.DeepEqual(pub.volume, r.volume) {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	// Published before this process started: all we can compare is what mountinfo shows.
+	if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly {
+		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
+	}
+	log.Info("volume already mounted (published before this node plugin started)")
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *NodeServer) onStatus(pod PodRef, volume string, st *handoff.Status, log *slog.Logger) {
+	log = log.With("state", st.State, "ms", st.ElapsedMillis)
+	switch st.State {
+	case handoff.StateStarted:
+		log.Info("gcsfuse serving")
+		s.event(pod, false, "GcsfuseStarted", fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
+	case handoff.StateFailed:
+		log.Error("gcsfuse failed to start", "message", st.Message)
+		s.event(pod, true, "GcsfuseFailed", fmt.Sprintf("volume %s: gcsfuse failed to start: %s", volume, st.Message))
+	case handoff.StateExited:
+		log.Warn("gcsfuse exited", "message", st.Message)
+		s.event(pod, true, "GcsfuseExited", fmt.Sprintf("volume %s: %s", volume, st.Message))
+	}
+}
+
+func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {
+	if s.events != nil && pod.Name != "" {
+		s.events.PodEvent(pod, warning, reason, msg)
+	}
+}
+
+// NodeUnpublishVolume stops the offer, unmounts (lazily if still busy after a bounded
+// wait) and removes the target. A target that is absent or not mounted is a success.
+func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	target := req.GetTargetPath()
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	unlock, err := s.lock(target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	s.mu.Lock()
+	pub := s.published[target]
+	s.mu.Unlock()
+	if pub != nil {
+		stopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := pub.offer.Stop(stopCtx); err != nil {
+			s.log.Warn("hand-off did not stop in time", "target", target, "err", err)
+		}
+		cancel()
+	}
+	start := time.Now()
+	if err := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait); err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "remove target %s: %v", target, err)
+	}
+	s.mu.Lock()
+	delete(s.published, target)
+	s.mu.Unlock()
+	s.log.Info("volume unpublished", "target", target, "ms", time.Since(start).Milliseconds())
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}

@@ -1,0 +1,146 @@
+// Package fusemount performs the privileged half of a FUSE mount: it opens /dev/fuse and
+// mounts a target directory with that descriptor, so the unprivileged sidecar can serve the
+// file system without CAP_SYS_ADMIN. It also unmounts, bounded in time, including when the
+// server has died (a plain stat of such a mount fails with ENOTCONN, so checks here read
+// /proc/self/mountinfo instead of stat'ing the path).
+package fusemount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// FSType is the file system type our mounts carry in mountinfo ("fuse.gcsfuse").
+const FSType = "fuse.gcsfuse"
+
+// Options are the kernel-level options of one mount.
+type Options struct {
+	// Source is shown as the mount source (the bucket name).
+	Source   string
+	ReadOnly bool
+	NoExec   bool
+	NoAtime  bool
+	// UserID and GroupID own the connection; allow_other lets every pod user in and
+	// default_permissions makes the kernel check the modes gcsfuse reports.
+	UserID, GroupID int
+}
+
+// Mount opens /dev/fuse and mounts target with it. The returned file is the FUSE connection:
+// whoever reads it serves the mount. Target is opened with O_NOFOLLOW and mounted through
+// /proc/self/fd, so a symlink swapped in at the last element is refused.
+func Mount(target string, o Options) (*os.File, error) {
+	tfd, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open mount target %s: %w", target, err)
+	}
+	defer unix.Close(tfd)
+
+	fuse, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/fuse: %w", err)
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if o.ReadOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if o.NoExec {
+		flags |= unix.MS_NOEXEC
+	}
+	if o.NoAtime {
+		flags |= unix.MS_NOATIME
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other,default_permissions",
+		fuse.Fd(), o.UserID, o.GroupID)
+	src := o.Source
+	if src == "" {
+		src = "gcsfuse"
+	}
+	if err := unix.Mount(src, "/proc/self/fd/"+strconv.Itoa(tfd), FSType, flags, data); err != nil {
+		fuse.Close()
+		return nil, fmt.Errorf("mount %s (%s): %w", target, data, err)
+	}
+	return fuse, nil
+}
+
+// Info describes an existing mount at a path.
+type Info struct {
+	FSType   string
+	Source   string
+	ReadOnly bool
+}
+
+// Lookup returns the mount whose mount point is exactly path, or nil if there is none.
+func Lookup(path string) (*Info, error) {
+	path = filepath.Clean(path)
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo for %s: %w", path, err)
+	}
+	if len(mounts) == 0 {
+		return nil, nil
+	}
+	m := mounts[len(mounts)-1] // the top of a stack of mounts is what callers see
+	ro := false
+	for _, opt := range strings.Split(m.Options, ",") {
+		ro = ro || opt == "ro"
+	}
+	return &Info{FSType: m.FSType, Source: m.Source, ReadOnly: ro}, nil
+}
+
+// Unmount removes the mount at target, and any mounts stacked on it. A busy mount is
+// retried until the deadline and then detached lazily, which keeps open files working
+// until they are closed and never blocks. A path that is not mounted is not an error.
+func Unmount(ctx context.Context, target string, busyWait time.Duration) error {
+	deadline := time.Now().Add(busyWait)
+	backoff := 10 * time.Millisecond
+	for {
+		m, err := Lookup(target)
+		if err != nil {
+			return err
+		}
+		if m == nil {
+			return nil
+		}
+		err = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			continue // look again: mounts may be stacked
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) && ctx.Err() == nil:
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			backoff = min(2*backoff, 200*time.Millisecond)
+		case errors.Is(err, unix.EBUSY):
+			if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("lazy unmount of busy %s: %w", target, err)
+			}
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+}
+
+// MountsUnder lists mount points at or below dir.
+func MountsUnder(dir string) ([]string, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(filepath.Clean(dir)))
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo under %s: %w", dir, err)
+	}
+	out := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, m.Mountpoint)
+	}
+	return out, nil
+}

@@ -1,0 +1,198 @@
+// Package handoff is the protocol between the privileged node plugin and the unprivileged
+// sidecar. The node plugin listens on a unix socket inside the pod's emptyDir; the sidecar
+// connects, receives one Volume frame carrying the opened /dev/fuse descriptor (SCM_RIGHTS),
+// and answers with Status frames (started, failed, exited).
+//
+// A frame is a fixed header (4-byte magic, 4-byte big-endian length) followed by a JSON
+// payload of at most MaxPayload bytes. The header makes truncation and garbage detectable
+// before any JSON is parsed, and the bound keeps a hostile peer from making us allocate.
+package handoff
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this build speaks. A frame with any other version is
+// refused so that a skewed node plugin and sidecar fail loudly instead of misreading.
+const Version = 1
+
+// MaxPayload bounds a frame's JSON payload.
+const MaxPayload = 64 << 10
+
+// HeaderSize is the size of the fixed frame header.
+const HeaderSize = 8
+
+var magic = [4]byte{'G', 'C', 'S', 'F'}
+
+// Volume is what the node plugin tells the sidecar about one mounted volume.
+type Volume struct {
+	Version int `json:"version"`
+	// VolumeName is the pod's volume name; it names the socket, the temp dir and log lines.
+	VolumeName string `json:"volumeName"`
+	// Bucket is the GCS bucket to serve.
+	Bucket string `json:"bucket"`
+	// ReadOnly records that the kernel mount is read-only.
+	ReadOnly bool `json:"readOnly,omitempty"`
+	// Flags are gcsfuse flags that already went through the mount option allowlist.
+	Flags []string `json:"flags,omitempty"`
+	// Endpoint is the driver-level GCS endpoint (an emulator); empty means real GCS.
+	Endpoint string `json:"endpoint,omitempty"`
+}
+
+// States a Status frame can carry.
+const (
+	StateStarted = "started" // gcsfuse answered the kernel: the mount serves
+	StateFailed  = "failed"  // gcsfuse could not start; Message says why
+	StateExited  = "exited"  // gcsfuse ended after having started; Message says why
+)
+
+// Status is what the sidecar reports back about one volume.
+type Status struct {
+	Version int    `json:"version"`
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
+	// ElapsedMillis is the time from receiving the descriptor to this state.
+	ElapsedMillis int64 `json:"elapsedMillis,omitempty"`
+}
+
+// Validate checks a Volume received from the wire. The sidecar re-checks the flags against
+// the allowlist itself; this covers the envelope.
+func (v *Volume) Validate() error {
+	if v.Version != Version {
+		return fmt.Errorf("unsupported hand-off version %d (this sidecar speaks %d)", v.Version, Version)
+	}
+	if !ValidVolumeName(v.VolumeName) {
+		return fmt.Errorf("invalid volume name %q", v.VolumeName)
+	}
+	if v.Bucket == "" {
+		return errors.New("empty bucket name")
+	}
+	return nil
+}
+
+// Validate checks a Status received from the wire.
+func (s *Status) Validate() error {
+	if s.Version != Version {
+		return fmt.Errorf("unsupported status version %d (this node plugin speaks %d)", s.Version, Version)
+	}
+	switch s.State {
+	case StateStarted, StateFailed, StateExited:
+		return nil
+	}
+	return fmt.Errorf("unknown status state %q", s.State)
+}
+
+// ValidVolumeName reports whether name is a Kubernetes volume name (a DNS-1123 label), which
+// is also what makes it safe as a single path element.
+func ValidVolumeName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(name)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Encode returns the frame for a payload value.
+func Encode(v any) ([]byte, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode hand-off payload: %w", err)
+	}
+	if len(payload) > MaxPayload {
+		return nil, fmt.Errorf("hand-off payload is %d bytes, limit %d", len(payload), MaxPayload)
+	}
+	frame := make([]byte, HeaderSize+len(payload))
+	copy(frame, magic[:])
+	binary.BigEndian.PutUint32(frame[4:], uint32(len(payload)))
+	copy(frame[HeaderSize:], payload)
+	return frame, nil
+}
+
+// ParseHeader checks a frame header and returns the payload length it announces.
+func ParseHeader(h []byte) (int, error) {
+	if len(h) < HeaderSize {
+		return 0, fmt.Errorf("truncated hand-off header: %d of %d bytes", len(h), HeaderSize)
+	}
+	if !bytes.Equal(h[:4], magic[:]) {
+		return 0, fmt.Errorf("not a hand-off frame (magic %q)", h[:4])
+	}
+	n := binary.BigEndian.Uint32(h[4:HeaderSize])
+	if n == 0 || n > MaxPayload {
+		return 0, fmt.Errorf("hand-off payload length %d outside 1..%d", n, MaxPayload)
+	}
+	return int(n), nil
+}
+
+// DecodePayload parses a payload strictly: unknown fields and trailing data are errors.
+func DecodePayload(payload []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode hand-off payload: %w", err)
+	}
+	if dec.More() {
+		return errors.New("decode hand-off payload: trailing data")
+	}
+	return nil
+}
+
+// ReadFrame reads one frame from r (the header already consumed bytes in prefix, if any)
+// and decodes its payload into v.
+func ReadFrame(r io.Reader, prefix []byte, v any) error {
+	buf := make([]byte, HeaderSize)
+	n := copy(buf, prefix)
+	if n < HeaderSize {
+		if _, err := io.ReadFull(r, buf[n:]); err != nil {
+			return fmt.Errorf("read hand-off header: %w", err)
+		}
+	}
+	size, err := ParseHeader(buf)
+	if err != nil {
+		return err
+	}
+	payload := make([]byte, size)
+	m := copy(payload, prefix[min(len(prefix), HeaderSize):])
+	if m < size {
+		if _, err := io.ReadFull(r, payload[m:]); err != nil {
+			return fmt.Errorf("read hand-off payload (%d of %d bytes): %w", m, size, err)
+		}
+	}
+	return DecodePayload(payload, v)
+}
+
+// DecodeVolume decodes and validates one complete Volume frame.
+func DecodeVolume(frame []byte) (*Volume, error) {
+	var v Volume
+	if err := ReadFrame(bytes.NewReader(frame), nil, &v); err != nil {
+		return nil, err
+	}
+	if err := v.Validate(); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// DecodeStatus decodes and validates one complete Status frame.
+func DecodeStatus(frame []byte) (*Status, error) {
+	var s Status
+	if err := ReadFrame(bytes.NewReader(frame), nil, &s); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

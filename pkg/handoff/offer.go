@@ -1,0 +1,164 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+// Offer holds one volume's FUSE descriptor on a listening socket until the sidecar takes
+// it, then relays the sidecar's Status frames to a callback. The node plugin owns one Offer
+// per published target and stops it on unpublish.
+type Offer struct {
+	ln     *net.UnixListener
+	dir    *os.File // the pinned hand-off directory; the socket's name lives in it
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OfferConfig says what to offer and where.
+type OfferConfig struct {
+	// Dir is the pinned hand-off directory inside the pod's emptyDir; Offer takes ownership.
+	Dir *os.File
+	// Volume is sent to the sidecar with the descriptor.
+	Volume *Volume
+	// Fuse is the FUSE connection; Offer takes ownership and closes its copy after hand-off.
+	Fuse *os.File
+	// UID and GID own the socket file, so only the sidecar's user can connect.
+	UID, GID int
+	// OnStatus receives each Status the sidecar sends (called from the Offer's goroutine).
+	OnStatus func(*Status)
+	Log      *slog.Logger
+}
+
+// SocketName is the socket's file name for a volume.
+func SocketName(volume string) string { return volume + ".sock" }
+
+// NewOffer binds the volume's socket inside cfg.Dir and starts serving it.
+func NewOffer(cfg OfferConfig) (*Offer, error) {
+	name := SocketName(cfg.Volume.VolumeName)
+	if err := podpath.Remove(cfg.Dir, name); err != nil { // a stale socket from an earlier publish
+		return nil, err
+	}
+	addr := &net.UnixAddr{Name: podpath.ProcPath(cfg.Dir, name), Net: "unix"}
+	ln, err := net.ListenUnix("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on hand-off socket %s/%s: %w", cfg.Dir.Name(), name, err)
+	}
+	ln.SetUnlinkOnClose(false) // the path goes through /proc/self/fd; we unlink by dir fd
+	if err := podpath.Chown(cfg.Dir, name, cfg.UID, cfg.GID); err != nil {
+		ln.Close()
+		_ = podpath.Remove(cfg.Dir, name)
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &Offer{ln: ln, dir: cfg.Dir, name: name, cancel: cancel, done: make(chan struct{})}
+	go o.serve(ctx, cfg)
+	return o, nil
+}
+
+// Stop closes the listener and any open connection, waits for the goroutine (bounded by
+// ctx), removes the socket and closes the directory. Safe to call more than once.
+func (o *Offer) Stop(ctx context.Context) error {
+	o.cancel()
+	o.ln.Close()
+	var err error
+	select {
+	case <-o.done:
+	case <-ctx.Done():
+		err = fmt.Errorf("hand-off for %s did not stop: %w", o.name, ctx.Err())
+	}
+	return err
+}
+
+// Done is closed when the offer's goroutine has ended.
+func (o *Offer) Done() <-chan struct{} { return o.done }
+
+func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
+	log := cfg.Log.With("volume", cfg.Volume.VolumeName)
+	fuse := cfg.Fuse
+	defer func() {
+		if fuse != nil {
+			fuse.Close()
+		}
+		o.ln.Close()
+		_ = podpath.Remove(o.dir, o.name)
+		o.dir.Close()
+		close(o.done)
+	}()
+	for {
+		conn, err := o.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				log.Error("hand-off accept failed", "err", err)
+			}
+			return
+		}
+		peer := peerCred(conn)
+		if err := o.send(ctx, conn, cfg.Volume, fuse); err != nil {
+			log.Warn("hand-off to sidecar failed; waiting for another connection", "peer", peer, "err", err)
+			conn.Close()
+			continue
+		}
+		// The sidecar has its own copy now; ours would keep a dead mount alive.
+		fuse.Close()
+		fuse = nil
+		log.Info("handed FUSE descriptor to sidecar", "peer", peer)
+		o.ln.Close()
+		_ = podpath.Remove(o.dir, o.name)
+		o.relay(ctx, conn, cfg.OnStatus, log)
+		return
+	}
+}
+
+func (o *Offer) send(ctx context.Context, conn *net.UnixConn, v *Volume, fuse *os.File) error {
+	if err := conn.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	return SendVolume(conn, v, int(fuse.Fd()))
+}
+
+// relay forwards Status frames until the sidecar closes the connection or Stop is called.
+func (o *Offer) relay(ctx context.Context, conn *net.UnixConn, onStatus func(*Status), log *slog.Logger) {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+	for {
+		s, err := RecvStatus(conn)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				log.Debug("sidecar status stream ended", "err", err)
+			}
+			return
+		}
+		if onStatus != nil {
+			onStatus(s)
+		}
+	}
+}
+
+func peerCred(conn *net.UnixConn) string {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return "unknown"
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cred == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("pid=%d uid=%d", cred.Pid, cred.Uid)
+}

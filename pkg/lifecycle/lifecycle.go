@@ -1,0 +1,298 @@
+// Package lifecycle decides, from a pod object alone, whether the workload of a pod that
+// mounts GCS buckets through the gcsfuse sidecar is finished, so that the node plugin can tell
+// the sidecar to exit. Ending the sidecar too early loses data still being written through the
+// mount; ending it too late keeps a Job's pod Running forever. The rules live here, free of
+// I/O, so they can be tested exhaustively and reused by every caller that sees a pod.
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// Rule names the rule that produced a Decision. The values are stable: they are used as
+// metric labels, in logs and in Events, so they must never be renamed.
+type Rule string
+
+// Rules that leave the sidecar running (Decision.Done == false).
+const (
+	// RuleNoSidecar: the pod has no gcsfuse sidecar (or has one that is neither a native
+	// sidecar nor a regular container), so there is nothing to end.
+	RuleNoSidecar Rule = "no-sidecar"
+	// RuleNativeKubeletHandles: the sidecar is a native sidecar (init container with
+	// restartPolicy Always). The kubelet SIGTERMs it once the regular containers have exited
+	// and the sidecar flushes and exits on SIGTERM, so the node plugin must not interfere.
+	RuleNativeKubeletHandles Rule = "native-kubelet-handles"
+	// RuleNoWorkload: every regular container is the sidecar or ignored. With no workload
+	// there is no moment at which "the workload is done", so the sidecar is left alone.
+	RuleNoWorkload Rule = "no-workload-containers"
+	// RuleRestartAlways: restartPolicy Always restarts every container that exits, so the
+	// workload is never done while the pod is not being deleted.
+	RuleRestartAlways Rule = "restart-always"
+	// RuleWorkloadRunning: at least one workload container has not terminated yet
+	// (running, waiting to start, or without any status).
+	RuleWorkloadRunning Rule = "workload-running"
+	// RuleOnFailureWillRestart: restartPolicy OnFailure and a workload container exited
+	// non-zero or is waiting to be restarted after a failure; the kubelet will run it again.
+	RuleOnFailureWillRestart Rule = "onfailure-will-restart"
+	// RuleDeletingWorkloadRunning: the pod is being deleted but a workload container is still
+	// running; the sidecar must keep serving it until it stops.
+	RuleDeletingWorkloadRunning Rule = "deleting-workload-running"
+)
+
+// Rules that end the sidecar (Decision.Done == true).
+const (
+	// RulePodPhaseTerminal: the pod phase is Succeeded or Failed.
+	RulePodPhaseTerminal Rule = "pod-phase-terminal"
+	// RuleNeverAllTerminated: restartPolicy Never and every workload container terminated,
+	// whatever its exit code (nothing will run again).
+	RuleNeverAllTerminated Rule = "never-all-terminated"
+	// RuleOnFailureAllSucceeded: restartPolicy OnFailure and every workload container
+	// terminated with exit code 0 (nothing will be restarted).
+	RuleOnFailureAllSucceeded Rule = "onfailure-all-succeeded"
+	// RuleDeletingAllTerminated: the pod is being deleted and every workload container has
+	// stopped; nothing can use the mount any more, whatever the restart policy.
+	RuleDeletingAllTerminated Rule = "deleting-all-terminated"
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	// Done reports that the workload is finished and the sidecar must exit now.
+	Done bool
+	// Mode is contract.ModeNative, contract.ModeLegacy, or "" when the pod has no sidecar.
+	Mode string
+	// Rule is the machine-readable name of the rule that decided.
+	Rule Rule
+	// Reason is a human explanation, suitable for logs and Events.
+	Reason string
+	// WorkloadFinishedAt is the latest finishedAt among the workload containers, set when
+	// Done and at least one of them reports one. It is the start of the
+	// "workload done -> sidecar exit" latency.
+	WorkloadFinishedAt time.Time
+}
+
+// Decide reports whether the workload of pod is done, so that a legacy (regular container)
+// sidecar must be told to exit. It never mutates pod. It only reads the container and init
+// container names, the sidecar init container's restartPolicy, the pod's restartPolicy,
+// annotations, deletionTimestamp, phase and container statuses.
+func Decide(pod *corev1.Pod) Decision {
+	mode := SidecarMode(pod)
+	switch mode {
+	case "":
+		return Decision{Rule: RuleNoSidecar, Reason: "pod has no " + contract.SidecarContainerName + " container"}
+	case contract.ModeNative:
+		return Decision{Mode: mode, Rule: RuleNativeKubeletHandles,
+			Reason: "native sidecar: the kubelet stops it after the regular containers exit"}
+	}
+
+	d := Decision{Mode: mode}
+	workload := WorkloadContainers(pod)
+	if len(workload) == 0 {
+		d.Rule, d.Reason = RuleNoWorkload, "pod has no workload container besides the sidecar and ignored containers"
+		return d
+	}
+
+	statuses := make(map[string]*corev1.ContainerStatus, len(pod.Status.ContainerStatuses))
+	for i := range pod.Status.ContainerStatuses {
+		statuses[pod.Status.ContainerStatuses[i].Name] = &pod.Status.ContainerStatuses[i]
+	}
+
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// The kubelet has given up on every container; finishedAt is best effort.
+		d.Done, d.Rule = true, RulePodPhaseTerminal
+		d.Reason = fmt.Sprintf("pod phase is %s", pod.Status.Phase)
+		for _, name := range workload {
+			if t := terminatedState(statuses[name], true); t != nil {
+				d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
+			}
+		}
+		return d
+	}
+
+	if pod.DeletionTimestamp != nil {
+		// Deletion: the containers will not be restarted any more, so a container that has
+		// exited, or is waiting in a back-off after having run, is finished for good.
+		for _, name := range workload {
+			t := terminatedState(statuses[name], true)
+			if t == nil {
+				d.Rule = RuleDeletingWorkloadRunning
+				d.Reason = fmt.Sprintf("pod is being deleted; workload container %q has not terminated", name)
+				d.WorkloadFinishedAt = time.Time{}
+				return d
+			}
+			d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
+		}
+		d.Done, d.Rule = true, RuleDeletingAllTerminated
+		d.Reason = fmt.Sprintf("pod is being deleted and all %d workload containers have terminated", len(workload))
+		return d
+	}
+
+	policy := pod.Spec.RestartPolicy
+	switch policy {
+	case corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure:
+	default:
+		// Always, or unset (the API server defaults it to Always).
+		d.Rule, d.Reason = RuleRestartAlways, "restartPolicy Always: workload containers are restarted when they exit"
+		return d
+	}
+
+	for _, name := range workload {
+		st := statuses[name]
+		t := terminatedState(st, false)
+		if t == nil {
+			if policy == corev1.RestartPolicyOnFailure && terminatedState(st, true) != nil {
+				// Waiting in a back-off after a failed run: the kubelet will start it again.
+				d.Rule = RuleOnFailureWillRestart
+				d.Reason = fmt.Sprintf("restartPolicy OnFailure: workload container %q is waiting to be restarted", name)
+			} else {
+				d.Rule = RuleWorkloadRunning
+				d.Reason = fmt.Sprintf("workload container %q has not terminated", name)
+			}
+			d.WorkloadFinishedAt = time.Time{}
+			return d
+		}
+		if policy == corev1.RestartPolicyOnFailure && t.ExitCode != 0 {
+			d.Rule = RuleOnFailureWillRestart
+			d.Reason = fmt.Sprintf("restartPolicy OnFailure: workload container %q exited with code %d and will be restarted", name, t.ExitCode)
+			d.WorkloadFinishedAt = time.Time{}
+			return d
+		}
+		d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
+	}
+
+	d.Done = true
+	if policy == corev1.RestartPolicyNever {
+		d.Rule = RuleNeverAllTerminated
+		d.Reason = fmt.Sprintf("restartPolicy Never: all %d workload containers have terminated", len(workload))
+	} else {
+		d.Rule = RuleOnFailureAllSucceeded
+		d.Reason = fmt.Sprintf("restartPolicy OnFailure: all %d workload containers exited with code 0", len(workload))
+	}
+	return d
+}
+
+// SidecarMode reports how the sidecar was injected: contract.ModeNative when it is an init
+// container with restartPolicy Always, contract.ModeLegacy when it is a regular container, and
+// "" when the pod has no usable sidecar. A plain (run-to-completion) init container with the
+// sidecar's name is not a sidecar: it would block the pod, and no rule here can fix that.
+func SidecarMode(pod *corev1.Pod) string {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == contract.SidecarContainerName &&
+			c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return contract.ModeNative
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == contract.SidecarContainerName {
+			return contract.ModeLegacy
+		}
+	}
+	return ""
+}
+
+// WorkloadContainers returns, in spec order, the names of the regular containers whose end
+// means the end of the workload: every entry of pod.Spec.Containers except the sidecar and
+// the containers named in the contract.AnnotationIgnoreContainers annotation (for example a
+// legacy istio-proxy that itself waits for the other containers). Init containers are never
+// workload: they finish before the workload starts or, as native sidecars, serve it.
+func WorkloadContainers(pod *corev1.Pod) []string {
+	ignored := IgnoredContainers(pod)
+	var names []string
+	for i := range pod.Spec.Containers {
+		name := pod.Spec.Containers[i].Name
+		if name == contract.SidecarContainerName {
+			continue
+		}
+		if _, skip := ignored[name]; skip {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// IgnoredContainers parses the contract.AnnotationIgnoreContainers annotation: a comma
+// separated list of container names, whitespace around names ignored, empty entries skipped.
+func IgnoredContainers(pod *corev1.Pod) map[string]struct{} {
+	raw := pod.Annotations[contract.AnnotationIgnoreContainers]
+	if strings.TrimSpace(raw) == "" {
+		return nil
+	}
+	set := make(map[string]struct{})
+	for _, part := range strings.Split(raw, ",") {
+		if name := strings.TrimSpace(part); name != "" {
+			set[name] = struct{}{}
+		}
+	}
+	return set
+}
+
+// SidecarFailure reports that the sidecar container terminated with a non-zero exit code, so
+// the node plugin can emit an Event explaining why the pod's mounts broke. It looks at the
+// current state and, because a restarted sidecar (native sidecars always are) may never be
+// observed in its terminated state, also at the last termination state. message is the
+// sidecar's termination message, which carries the failure reason; when the sidecar wrote
+// none it falls back to the kubelet's reason (for example "OOMKilled" or "Error").
+func SidecarFailure(pod *corev1.Pod) (failed bool, exitCode int32, message string) {
+	var st *corev1.ContainerStatus
+	switch SidecarMode(pod) {
+	case contract.ModeNative:
+		st = findStatus(pod.Status.InitContainerStatuses, contract.SidecarContainerName)
+	case contract.ModeLegacy:
+		st = findStatus(pod.Status.ContainerStatuses, contract.SidecarContainerName)
+	}
+	if st == nil {
+		return false, 0, ""
+	}
+	t := st.State.Terminated
+	if t == nil || t.ExitCode == 0 {
+		t = st.LastTerminationState.Terminated
+	}
+	if t == nil || t.ExitCode == 0 {
+		return false, 0, ""
+	}
+	message = strings.TrimSpace(t.Message)
+	if message == "" {
+		message = t.Reason
+	}
+	return true, t.ExitCode, message
+}
+
+// terminatedState returns the state in which a container last terminated, or nil if it has
+// not terminated. With afterRun, a container waiting after having run (for example in
+// CrashLoopBackOff) counts as terminated through its last termination state: that is true
+// during deletion and in a terminal phase, where the kubelet will not start it again.
+func terminatedState(st *corev1.ContainerStatus, afterRun bool) *corev1.ContainerStateTerminated {
+	if st == nil {
+		return nil
+	}
+	if st.State.Terminated != nil {
+		return st.State.Terminated
+	}
+	if afterRun && st.State.Waiting != nil && st.LastTerminationState.Terminated != nil {
+		return st.LastTerminationState.Terminated
+	}
+	return nil
+}
+
+func findStatus(statuses []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i]
+		}
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

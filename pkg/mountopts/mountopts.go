@@ -1,0 +1,355 @@
+// Package mountopts turns user-supplied mount options and volume attributes into gcsfuse
+// flags through an explicit allowlist. Anything not on the list is rejected with an error
+// that names the option: silently dropping a flag (as the incumbent does) leaves users
+// debugging a mount that ignores what they asked for, and passing unknown flags through
+// would let a pod author take over flags the driver owns (endpoints, credentials, paths).
+package mountopts
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// Error names the offending option and says why it was refused.
+type Error struct {
+	Option string
+	Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("mount option %q: %s", e.Option, e.Reason) }
+
+// Result is the translation of a set of options.
+type Result struct {
+	// Flags are gcsfuse command-line flags, "--name" or "--name=value", in input order.
+	Flags []string
+	// ReadOnly is set by the "ro" option.
+	ReadOnly bool
+	// NoExec and NoAtime are kernel mount flags the node plugin applies.
+	NoExec  bool
+	NoAtime bool
+}
+
+type kind int
+
+const (
+	kBool kind = iota
+	kInt
+	kFloat
+	kOctal
+	kDuration
+	kEnum
+	kPattern
+)
+
+type spec struct {
+	kind     kind
+	min, max float64
+	enum     []string
+	pattern  *regexp.Regexp
+}
+
+var (
+	pathPattern    = regexp.MustCompile(`^[A-Za-z0-9._~@+/-]+$`)
+	projectPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+	regexPattern   = regexp.MustCompile(`^[^\s,]+$`)
+)
+
+func intRange(min, max float64) spec   { return spec{kind: kInt, min: min, max: max} }
+func floatRange(min, max float64) spec { return spec{kind: kFloat, min: min, max: max} }
+func enum(v ...string) spec            { return spec{kind: kEnum, enum: v} }
+
+const maxMiB = 1 << 30
+
+// allowed is the allowlist: gcsfuse v3.13 flags a pod author may set, with their value types.
+var allowed = map[string]spec{
+	"implicit-dirs":                          {kind: kBool},
+	"enable-streaming-writes":                {kind: kBool},
+	"enable-buffered-read":                   {kind: kBool},
+	"enable-nonexistent-type-cache":          {kind: kBool},
+	"enable-metadata-prefetch":               {kind: kBool},
+	"strong-consistency-on-open":             {kind: kBool},
+	"file-cache-cache-file-for-range-read":   {kind: kBool},
+	"file-cache-enable-parallel-downloads":   {kind: kBool},
+	"uid":                                    intRange(0, math.MaxInt32),
+	"gid":                                    intRange(0, math.MaxInt32),
+	"file-mode":                              {kind: kOctal},
+	"dir-mode":                               {kind: kOctal},
+	"only-dir":                               {kind: kPattern, pattern: pathPattern},
+	"billing-project":                        {kind: kPattern, pattern: projectPattern},
+	"file-cache-include-regex":               {kind: kPattern, pattern: regexPattern},
+	"file-cache-exclude-regex":               {kind: kPattern, pattern: regexPattern},
+	"rename-dir-limit":                       intRange(0, 10_000_000),
+	"stat-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"type-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"metadata-cache-ttl-secs":                intRange(-1, math.MaxInt32),
+	"metadata-cache-negative-ttl-secs":       intRange(-1, math.MaxInt32),
+	"kernel-list-cache-ttl-secs":             intRange(-1, math.MaxInt32),
+	"max-conns-per-host":                     intRange(0, 100_000),
+	"max-idle-conns-per-host":                intRange(0, 100_000),
+	"sequential-read-size-mb":                intRange(1, 1024),
+	"file-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"file-cache-parallel-downloads-per-file": intRange(1, 1000),
+	"file-cache-max-parallel-downloads":      intRange(-1, 100_000),
+	"file-cache-download-chunk-size-mb":      intRange(1, 1024),
+	"write-global-max-blocks":                intRange(-1, maxMiB),
+	"read-global-max-blocks":                 intRange(-1, maxMiB),
+	"max-retry-attempts":                     intRange(0, 1000),
+	"limit-bytes-per-sec":                    floatRange(-1, 1e13),
+	"limit-ops-per-sec":                      floatRange(-1, 1e9),
+	"retry-multiplier":                       floatRange(1, 100),
+	"max-retry-sleep":                        {kind: kDuration, max: float64(time.Hour)},
+	"http-client-timeout":                    {kind: kDuration, max: float64(time.Hour)},
+	"log-severity":                           enum("trace", "debug", "info", "warning", "error", "off"),
+	"log-format":                             enum("text", "json"),
+	"client-protocol":                        enum("http1", "http2", "grpc"),
+	"profile":                                enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
+}
+
+// owned are flags the driver sets itself; naming them gets a specific refusal.
+var owned = map[string]bool{
+	"temp-dir": true, "cache-dir": true, "log-file": true, "config-file": true, "key-file": true,
+	"token-url": true, "reuse-token-from-url": true, "custom-endpoint": true,
+	"anonymous-access": true, "foreground": true, "prometheus-port": true, "o": true,
+	"app-name": true, "ignore-interrupts": true, "s2a-address": true, "s2a-spiffe-id": true,
+	"log-rotate-max-file-size-mb": true, "log-rotate-backup-file-count": true,
+	"log-rotate-compress": true, "debug_invariants": true, "debug_mutex": true,
+	"help": true, "version": true, "cloud-metrics-export-interval-secs": true,
+}
+
+// Split splits a comma-separated option list (the "mountOptions" volume attribute, or one
+// entry of a PersistentVolume's mountOptions), dropping empty elements.
+func Split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Parse translates options, each "name", "name=value", or the config-file style
+// "section:key:value" (meaning --section-key=value).
+func Parse(options []string) (*Result, error) {
+	res := &Result{}
+	seen := map[string]bool{}
+	for _, opt := range options {
+		name, value, hasValue, err := splitOption(opt)
+		if err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, &Error{opt, "given more than once"}
+		}
+		seen[name] = true
+		switch name {
+		case "ro", "rw":
+			if hasValue {
+				return nil, &Error{opt, "takes no value"}
+			}
+			res.ReadOnly = name == "ro"
+			if seen["ro"] && seen["rw"] {
+				return nil, &Error{opt, "ro and rw are both given"}
+			}
+			continue
+		case "noexec", "noatime", "nodev", "nosuid":
+			if hasValue {
+				return nil, &Error{opt, "takes no value"}
+			}
+			res.NoExec = res.NoExec || name == "noexec"
+			res.NoAtime = res.NoAtime || name == "noatime"
+			continue // nodev and nosuid are always applied
+		}
+		if owned[name] {
+			return nil, &Error{opt, "is set by the driver and cannot be changed by a volume"}
+		}
+		sp, ok := allowed[name]
+		if !ok {
+			return nil, &Error{opt, "is not a supported gcsfuse option"}
+		}
+		flag, err := sp.flag(name, value, hasValue)
+		if err != nil {
+			return nil, &Error{opt, err.Error()}
+		}
+		res.Flags = append(res.Flags, flag)
+	}
+	return res, nil
+}
+
+func splitOption(opt string) (name, value string, hasValue bool, err error) {
+	if opt == "" {
+		return "", "", false, &Error{opt, "empty option"}
+	}
+	for _, r := range opt {
+		if r <= ' ' || r == 0x7f || r > 0x7e {
+			return "", "", false, &Error{opt, "contains whitespace, control or non-ASCII characters"}
+		}
+	}
+	if strings.HasPrefix(opt, "-") {
+		return "", "", false, &Error{opt, "write options without leading dashes"}
+	}
+	name, value, hasValue = strings.Cut(opt, "=")
+	if !hasValue {
+		// Config-file style: "file-cache:max-size-mb:-1" means --file-cache-max-size-mb=-1.
+		if parts := strings.SplitN(opt, ":", 3); len(parts) == 3 && parts[0] != "" && parts[1] != "" {
+			name, value, hasValue = parts[0]+"-"+parts[1], parts[2], true
+		} else if strings.Contains(opt, ":") {
+			return "", "", false, &Error{opt, `config-file style options are "section:key:value"`}
+		}
+	}
+	if name == "" {
+		return "", "", false, &Error{opt, "missing option name"}
+	}
+	return name, value, hasValue, nil
+}
+
+func (s spec) flag(name, value string, hasValue bool) (string, error) {
+	if s.kind == kBool {
+		if !hasValue {
+			return "--" + name, nil
+		}
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return "", fmt.Errorf("value %q is not true or false", value)
+		}
+		return "--" + name + "=" + strconv.FormatBool(b), nil
+	}
+	if !hasValue || value == "" {
+		return "", fmt.Errorf("needs a value (%s=...)", name)
+	}
+	switch s.kind {
+	case kInt:
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || float64(n) < s.min || float64(n) > s.max {
+			return "", fmt.Errorf("value %q is not an integer in [%d, %d]", value, int64(s.min), int64(s.max))
+		}
+		value = strconv.FormatInt(n, 10)
+	case kFloat:
+		f, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(f) || f < s.min || f > s.max {
+			return "", fmt.Errorf("value %q is not a number in [%g, %g]", value, s.min, s.max)
+		}
+	case kOctal:
+		n, err := strconv.ParseUint(value, 8, 32)
+		if err != nil || len(value) < 3 || len(value) > 4 || n > 0o777 {
+			return "", fmt.Errorf("value %q is not an octal permission such as 0644", value)
+		}
+	case kDuration:
+		d, err := time.ParseDuration(value)
+		if err != nil || d < 0 || float64(d) > s.max {
+			return "", fmt.Errorf("value %q is not a duration between 0s and %s", value, time.Duration(s.max))
+		}
+	case kEnum:
+		ok := false
+		for _, e := range s.enum {
+			ok = ok || e == value
+		}
+		if !ok {
+			return "", fmt.Errorf("value %q is not one of %s", value, strings.Join(s.enum, ", "))
+		}
+	case kPattern:
+		if len(value) > 1024 || !s.pattern.MatchString(value) || strings.HasPrefix(value, "-") || hasDotDot(value) {
+			return "", fmt.Errorf("value %q is not allowed", value)
+		}
+	}
+	return "--" + name + "=" + value, nil
+}
+
+func hasDotDot(p string) bool {
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// Volume is the validated description of a volume, from NodePublishVolume's inputs.
+type Volume struct {
+	Bucket string
+	Result
+}
+
+// FromAttributes validates a volume's attributes (volume_context) and mount flags.
+// bucketFallback is the volume handle, used for PersistentVolumes that carry no bucketName.
+// Keys the kubelet adds (csi.storage.k8s.io/...) are accepted; any other unknown key is an
+// error, so a misspelt attribute is not silently ignored.
+func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback string) (*Volume, error) {
+	var opts []string
+	for _, f := range mountFlags {
+		opts = append(opts, Split(f)...)
+	}
+	bucket := bucketFallback
+	for k, v := range attrs {
+		switch {
+		case k == contract.AttrBucketName:
+			bucket = v
+		case k == contract.AttrMountOptions:
+			opts = append(opts, Split(v)...)
+		case k == contract.AttrFileCacheCapacity:
+			mib, err := capacityMiB(v)
+			if err != nil {
+				return nil, fmt.Errorf("volume attribute %s: %w", k, err)
+			}
+			opts = append(opts, "file-cache-max-size-mb="+strconv.FormatInt(mib, 10))
+		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
+		default:
+			return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s)", k,
+				contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity)
+		}
+	}
+	if err := ValidateBucket(bucket); err != nil {
+		return nil, err
+	}
+	res, err := Parse(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Volume{Bucket: bucket, Result: *res}, nil
+}
+
+func capacityMiB(v string) (int64, error) {
+	if v == "-1" {
+		return -1, nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Sign() < 0 {
+		return 0, fmt.Errorf("value %q is not a size such as 10Gi, or -1 for unlimited", v)
+	}
+	return (q.Value() + (1<<20 - 1)) >> 20, nil
+}
+
+// ValidateBucket checks a GCS bucket name (3-63 characters, or up to 222 with dots, of
+// lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit).
+// "_" (gcsfuse's all-buckets mode) is refused: a volume is one bucket.
+func ValidateBucket(b string) error {
+	if b == "" {
+		return fmt.Errorf("bucket name is empty: set volumeAttributes.%s or the volume handle", contract.AttrBucketName)
+	}
+	limit := 63
+	if strings.Contains(b, ".") {
+		limit = 222
+	}
+	if len(b) < 3 || len(b) > limit {
+		return fmt.Errorf("bucket name %q must be 3-%d characters", b, limit)
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !alnum(c) && c != '-' && c != '_' && c != '.' {
+			return fmt.Errorf("bucket name %q has invalid character %q", b, c)
+		}
+	}
+	if !alnum(b[0]) || !alnum(b[len(b)-1]) {
+		return fmt.Errorf("bucket name %q must start and end with a letter or digit", b)
+	}
+	return nil
+}

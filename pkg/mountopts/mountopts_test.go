@@ -1,0 +1,150 @@
+package mountopts
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       []string
+		want     []string
+		readOnly bool
+		wantErr  string // substring; the error must also name the option
+	}{
+		{name: "bool flag", in: []string{"implicit-dirs"}, want: []string{"--implicit-dirs"}},
+		{name: "bool with value", in: []string{"enable-streaming-writes=false"}, want: []string{"--enable-streaming-writes=false"}},
+		{name: "ints and modes", in: []string{"uid=1000", "gid=2000", "file-mode=0640", "dir-mode=755"},
+			want: []string{"--uid=1000", "--gid=2000", "--file-mode=0640", "--dir-mode=755"}},
+		{name: "config-file style", in: []string{"file-cache:max-size-mb:-1", "metadata-cache:ttl-secs:60"},
+			want: []string{"--file-cache-max-size-mb=-1", "--metadata-cache-ttl-secs=60"}},
+		{name: "ro", in: []string{"ro", "implicit-dirs"}, want: []string{"--implicit-dirs"}, readOnly: true},
+		{name: "only-dir", in: []string{"only-dir=data/2024"}, want: []string{"--only-dir=data/2024"}},
+		{name: "duration", in: []string{"max-retry-sleep=30s"}, want: []string{"--max-retry-sleep=30s"}},
+		{name: "enum", in: []string{"log-severity=debug"}, want: []string{"--log-severity=debug"}},
+		{name: "driver owned endpoint", in: []string{"custom-endpoint=http://evil/"}, wantErr: "set by the driver"},
+		{name: "driver owned key file", in: []string{"key-file=/etc/passwd"}, wantErr: "set by the driver"},
+		{name: "driver owned temp dir", in: []string{"temp-dir=/"}, wantErr: "set by the driver"},
+		{name: "driver owned o", in: []string{"o=allow_other"}, wantErr: "set by the driver"},
+		{name: "unknown", in: []string{"implicit-dir"}, wantErr: "not a supported"},
+		{name: "leading dashes", in: []string{"--implicit-dirs"}, wantErr: "leading dashes"},
+		{name: "whitespace injection", in: []string{"uid=1 --key-file=/x"}, wantErr: "whitespace"},
+		{name: "newline", in: []string{"uid=1\n"}, wantErr: "whitespace"},
+		{name: "int out of range", in: []string{"uid=-5"}, wantErr: "integer"},
+		{name: "int garbage", in: []string{"uid=abc"}, wantErr: "integer"},
+		{name: "missing value", in: []string{"uid"}, wantErr: "needs a value"},
+		{name: "bad bool", in: []string{"implicit-dirs=yes-please"}, wantErr: "true or false"},
+		{name: "bad octal", in: []string{"file-mode=999"}, wantErr: "octal"},
+		{name: "octal too big", in: []string{"file-mode=7777"}, wantErr: "octal"},
+		{name: "bad enum", in: []string{"log-severity=loud"}, wantErr: "not one of"},
+		{name: "only-dir escape", in: []string{"only-dir=../other"}, wantErr: "not allowed"},
+		{name: "only-dir dash", in: []string{"only-dir=-x"}, wantErr: "not allowed"},
+		{name: "duplicate", in: []string{"uid=1", "uid=2"}, wantErr: "more than once"},
+		{name: "ro and rw", in: []string{"ro", "rw"}, wantErr: "both"},
+		{name: "ro with value", in: []string{"ro=1"}, wantErr: "no value"},
+		{name: "bad config style", in: []string{"file-cache:"}, wantErr: "section:key:value"},
+		{name: "negative duration", in: []string{"max-retry-sleep=-1s"}, wantErr: "duration"},
+		{name: "NaN float", in: []string{"limit-ops-per-sec=NaN"}, wantErr: "number"},
+		{name: "non-ascii", in: []string{"only-dir=é"}, wantErr: "non-ASCII"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Parse(tt.in)
+			if tt.wantErr != "" {
+				var oe *Error
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &oe) {
+					t.Fatalf("Parse(%q) error = %v, want *Error containing %q", tt.in, err, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), strings.TrimSpace(strings.SplitN(oe.Option, "=", 2)[0])) {
+					t.Fatalf("error %q does not name the option", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tt.in, err)
+			}
+			if !reflect.DeepEqual(res.Flags, tt.want) || res.ReadOnly != tt.readOnly {
+				t.Fatalf("Parse(%q) = %q ro=%v, want %q ro=%v", tt.in, res.Flags, res.ReadOnly, tt.want, tt.readOnly)
+			}
+		})
+	}
+}
+
+func TestFromAttributes(t *testing.T) {
+	tests := []struct {
+		name       string
+		attrs      map[string]string
+		flags      []string
+		handle     string
+		wantBucket string
+		wantFlags  []string
+		wantErr    string
+	}{
+		{name: "inline", attrs: map[string]string{"bucketName": "my-bucket", "mountOptions": "implicit-dirs,uid=1001",
+			"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/ephemeral": "true"}, handle: "csi-123",
+			wantBucket: "my-bucket", wantFlags: []string{"--implicit-dirs", "--uid=1001"}},
+		{name: "pv handle and mount flags", handle: "pv-bucket", flags: []string{"implicit-dirs", "gid=3,file-mode=0600"},
+			wantBucket: "pv-bucket", wantFlags: []string{"--implicit-dirs", "--gid=3", "--file-mode=0600"}},
+		{name: "file cache capacity", attrs: map[string]string{"bucketName": "bkt", "fileCacheCapacity": "1Gi"},
+			wantBucket: "bkt", wantFlags: []string{"--file-cache-max-size-mb=1024"}},
+		{name: "unknown attribute", attrs: map[string]string{"bucketName": "bkt", "bucketname": "x"}, wantErr: `unknown volume attribute "bucketname"`},
+		{name: "bad capacity", attrs: map[string]string{"bucketName": "bkt", "fileCacheCapacity": "lots"}, wantErr: "fileCacheCapacity"},
+		{name: "no bucket", attrs: map[string]string{}, wantErr: "bucket name is empty"},
+		{name: "bad option in attribute", attrs: map[string]string{"bucketName": "bkt", "mountOptions": "token-url=x"}, wantErr: "token-url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := FromAttributes(tt.attrs, tt.flags, tt.handle)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Bucket != tt.wantBucket || !reflect.DeepEqual(v.Flags, tt.wantFlags) {
+				t.Fatalf("got bucket %q flags %q", v.Bucket, v.Flags)
+			}
+		})
+	}
+}
+
+func TestValidateBucket(t *testing.T) {
+	for b, ok := range map[string]bool{
+		"my-bucket": true, "a_b": true, "abc": true, "my.bucket.example.com": true,
+		"": false, "ab": false, "_": false, "-abc": false, "abc-": false, "ABC": false,
+		"a/b": false, strings.Repeat("a", 64): false, "a b": false,
+	} {
+		if err := ValidateBucket(b); (err == nil) != ok {
+			t.Errorf("ValidateBucket(%q) = %v, want ok=%v", b, err, ok)
+		}
+	}
+}
+
+// FuzzParse checks that whatever a pod author writes, Parse either refuses it or returns only
+// flags that are on the allowlist, each one argument with no whitespace.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"implicit-dirs,uid=1000", "file-cache:max-size-mb:-1", "ro,key-file=/x", "uid=1 --x", "only-dir=../a", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		res, err := Parse(Split(s))
+		if err != nil {
+			return
+		}
+		for _, fl := range res.Flags {
+			name, _, _ := strings.Cut(strings.TrimPrefix(fl, "--"), "=")
+			if _, ok := allowed[name]; !ok || !strings.HasPrefix(fl, "--") {
+				t.Fatalf("Parse(%q) produced non-allowlisted flag %q", s, fl)
+			}
+			if strings.ContainsAny(fl, " \t\n\r\x00") {
+				t.Fatalf("Parse(%q) produced flag with whitespace %q", s, fl)
+			}
+		}
+	})
+}

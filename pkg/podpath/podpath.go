@@ -1,0 +1,166 @@
+// Package podpath does file operations inside a pod's volume directories without following
+// symlinks. Those directories are writable by the pod's containers, which may be hostile: a
+// path resolved by name could be swapped for a symlink to a host path between our check and
+// our use. So every operation starts from a directory descriptor opened element by element
+// with O_NOFOLLOW, and names inside it are single path elements.
+package podpath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Target is what a kubelet CSI target path says about the pod and its volume.
+type Target struct {
+	PodUID     string
+	VolumeName string
+}
+
+// ParseTarget checks that target is "<kubeletRoot>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount"
+// and returns its parts. The kubelet always publishes there; anything else is a caller error.
+func ParseTarget(kubeletRoot, target string) (Target, error) {
+	rel, err := filepath.Rel(filepath.Clean(kubeletRoot), filepath.Clean(target))
+	if err != nil || filepath.Clean(target) != target {
+		return Target{}, fmt.Errorf("target path %q is not a clean absolute path under %s", target, kubeletRoot)
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 6 || parts[0] != "pods" || parts[2] != "volumes" || parts[3] != "kubernetes.io~csi" || parts[5] != "mount" {
+		return Target{}, fmt.Errorf("target path %q is not a kubelet CSI volume path (%s/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount)", target, kubeletRoot)
+	}
+	if !validElement(parts[1]) || !validElement(parts[4]) {
+		return Target{}, fmt.Errorf("target path %q has an invalid pod UID or volume name", target)
+	}
+	return Target{PodUID: parts[1], VolumeName: parts[4]}, nil
+}
+
+func validElement(s string) bool {
+	return s != "" && s != "." && s != ".." && len(s) <= 255 && !strings.ContainsAny(s, "/\x00")
+}
+
+// OpenDir opens root (a trusted, administrator-given path) and then each element below it
+// with O_NOFOLLOW, so no element can be a symlink.
+func OpenDir(root string, elems ...string) (*os.File, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	path := root
+	for _, el := range elems {
+		if !validElement(el) {
+			unix.Close(fd)
+			return nil, fmt.Errorf("invalid path element %q under %s", el, path)
+		}
+		next, err := unix.Openat(fd, el, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		path = filepath.Join(path, el)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				return nil, fmt.Errorf("%s is not a directory (a symlink?): %w", path, err)
+			}
+			return nil, &os.PathError{Op: "openat", Path: path, Err: err}
+		}
+		fd = next
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// MkdirOpen creates name inside dir if missing and opens it without following symlinks.
+func MkdirOpen(dir *os.File, name string, mode uint32) (*os.File, error) {
+	if !validElement(name) {
+		return nil, fmt.Errorf("invalid directory name %q", name)
+	}
+	if err := unix.Mkdirat(int(dir.Fd()), name, mode); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, &os.PathError{Op: "mkdirat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s without following symlinks: %w", filepath.Join(dir.Name(), name), err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+}
+
+// ProcPath returns a path that reaches name inside dir through /proc/self/fd. It lets calls
+// that only take a path (bind(2) of a unix socket, mount(2)) act on the pinned directory, and
+// it stays short: a kubelet pod path can exceed the 108-byte unix socket path limit.
+func ProcPath(dir *os.File, name string) string {
+	p := "/proc/self/fd/" + strconv.Itoa(int(dir.Fd()))
+	if name != "" {
+		p += "/" + name
+	}
+	return p
+}
+
+// Remove unlinks name inside dir; a missing name is not an error.
+func Remove(dir *os.File, name string) error {
+	if !validElement(name) {
+		return fmt.Errorf("invalid file name %q", name)
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "unlinkat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// Chown changes the owner of name inside dir without following a symlink.
+func Chown(dir *os.File, name string, uid, gid int) error {
+	if err := unix.Fchownat(int(dir.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "fchownat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to name inside dir through a temp file and a rename, so a
+// reader that wakes on the name never sees a partial file. It never follows a symlink: the
+// temp file is created with O_EXCL|O_NOFOLLOW and the rename replaces the name itself.
+func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error {
+	if !validElement(name) {
+		return fmt.Errorf("invalid file name %q", name)
+	}
+	tmp := "." + name + ".tmp" + strconv.Itoa(os.Getpid())
+	_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
+	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: filepath.Join(dir.Name(), tmp), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
+		return fmt.Errorf("write %s: %w", filepath.Join(dir.Name(), name), err)
+	}
+	if err := unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), name); err != nil {
+		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
+		return &os.PathError{Op: "renameat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// ReadFile reads name inside dir without following a symlink, at most limit bytes.
+func ReadFile(dir *os.File, name string, limit int64) ([]byte, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", filepath.Join(dir.Name(), name))
+	}
+	buf := make([]byte, limit)
+	n, err := f.Read(buf)
+	if err != nil && n == 0 && st.Size() > 0 {
+		return nil, err
+	}
+	return buf[:n], nil
+}

@@ -1,0 +1,112 @@
+package podpath
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseTarget(t *testing.T) {
+	root := "/var/lib/kubelet"
+	tests := []struct {
+		target  string
+		want    Target
+		wantErr bool
+	}{
+		{target: root + "/pods/123-abc/volumes/kubernetes.io~csi/data/mount", want: Target{"123-abc", "data"}},
+		{target: root + "/pods/123/volumes/kubernetes.io~csi/data", wantErr: true},
+		{target: root + "/pods/123/volumes/kubernetes.io~empty-dir/data/mount", wantErr: true},
+		{target: root + "/pods/123/volumes/kubernetes.io~csi/../mount", wantErr: true},
+		{target: root + "/pods/../volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: "/tmp/pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: root + "//pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: "relative/path", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseTarget(root, tt.target)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseTarget(%q) = %+v, %v; want %+v, err=%v", tt.target, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestOpenDirRefusesSymlinks(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "pods", "uid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A pod replaces its emptyDir by a symlink to a host directory.
+	if err := os.Symlink(outside, filepath.Join(root, "pods", "uid", "evil")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenDir(root, "pods", "uid", "evil"); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("OpenDir followed a symlink: err = %v", err)
+	}
+	d, err := OpenDir(root, "pods", "uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := MkdirOpen(d, "evil", 0o755); err == nil {
+		t.Fatal("MkdirOpen opened a symlink")
+	}
+	if _, err := OpenDir(root, "pods", ".."); err == nil {
+		t.Fatal("OpenDir accepted ..")
+	}
+}
+
+func TestWriteFileAtomicDoesNotFollowSymlink(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "exit")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := WriteFileAtomic(d, "exit", []byte("done"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("write went through the symlink: victim = %q", b)
+	}
+	got, err := ReadFile(d, "exit", 100)
+	if err != nil || string(got) != "done" {
+		t.Fatalf("ReadFile = %q, %v", got, err)
+	}
+	// ReadFile refuses a symlink too.
+	if err := os.Symlink(victim, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(d, "link", 100); err == nil {
+		t.Fatal("ReadFile followed a symlink")
+	}
+	if err := Remove(d, "exit"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(d, "exit"); err != nil {
+		t.Fatalf("removing a missing file: %v", err)
+	}
+}
+
+func TestProcPathReachesPinnedDir(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := os.WriteFile(ProcPath(d, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "f")); err != nil {
+		t.Fatalf("file not created in the pinned dir: %v", err)
+	}
+}

@@ -1,0 +1,33 @@
+package podwatch
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// EventComponent is the source component of the Events the node plugin emits.
+const EventComponent = "gcsfuse-csi-node"
+
+// Event reasons the node plugin uses on pods, so users can filter with
+// kubectl get events --field-selector reason=...
+const (
+	// ReasonSidecarFailed: the gcsfuse sidecar exited with a non-zero code.
+	ReasonSidecarFailed = "GCSFuseSidecarFailed"
+	// ReasonSidecarExitRequested: the workload is done and the sidecar was told to exit.
+	ReasonSidecarExitRequested = "GCSFuseSidecarExitRequested"
+)
+
+// NewEventRecorder returns a recorder that writes Events, such as a sidecar failure, on the
+// pods they concern, where `kubectl describe pod` shows them to the user. Events are sent
+// asynchronously by client-go's broadcaster (which also aggregates repeats and rate-limits);
+// call stop when the node plugin shuts down to end its goroutines. Events not yet sent by then
+// are lost, which is acceptable for diagnostics.
+func NewEventRecorder(client kubernetes.Interface, nodeName string) (recorder record.EventRecorder, stop func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: nodeName})
+	return recorder, b.Shutdown
+}

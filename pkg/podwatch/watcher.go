@@ -1,0 +1,422 @@
+// Package podwatch watches the pods of one node for the node plugin and reports, once per pod,
+// the moment the workload of a pod using the gcsfuse sidecar is done (so the sidecar can be
+// told to exit) and the moment its sidecar failed (so the user gets an Event explaining why the
+// mount broke). It is event driven: decisions are taken on the informer's add and update
+// notifications, never by polling, so the sidecar is ended as soon as the API server reports
+// the last workload container's exit.
+package podwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+)
+
+// Handler receives the watcher's findings. Its methods are called from one goroutine owned by
+// Watcher.Run, one call at a time, never from the informer, so a slow call delays later
+// callbacks but never the watch itself. Each method is called at most once per pod UID and
+// Watcher. The memory of what was reported is not persisted: a restarted node plugin reports
+// again the pods that are already done (including completed pods still on the node), so the
+// handler must be idempotent, as writing an exit file is.
+//
+// The pod passed in is a private, trimmed copy (see Watcher): it carries the name, namespace,
+// UID, annotations with the contract.AnnotationPrefix prefix, the container names, the
+// volumes and the container statuses, but no images, env, labels or managedFields. The
+// handler may keep or modify it.
+type Handler interface {
+	// WorkloadDone is called the first time lifecycle.Decide reports the pod's workload as
+	// done: the sidecar must be told to exit now.
+	WorkloadDone(pod *corev1.Pod, decision lifecycle.Decision)
+	// SidecarFailed is called the first time lifecycle.SidecarFailure reports that the pod's
+	// sidecar exited with a non-zero code; message is its termination message.
+	SidecarFailed(pod *corev1.Pod, exitCode int32, message string)
+}
+
+// Default timeouts; see WithSyncTimeout and WithShutdownTimeout.
+const (
+	DefaultSyncTimeout     = 30 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Option configures a Watcher.
+type Option func(*Watcher)
+
+// WithLogger sets the logger; the default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(w *Watcher) {
+		if l != nil {
+			w.log = l
+		}
+	}
+}
+
+// WithMetrics makes the watcher count its callbacks in m. Without it nothing is counted.
+func WithMetrics(m *Metrics) Option {
+	return func(w *Watcher) { w.metrics = m }
+}
+
+// WithSyncTimeout bounds how long Run waits for the initial list of pods. A node plugin that
+// cannot list its pods cannot end any sidecar, so it had better fail loudly and be restarted.
+func WithSyncTimeout(d time.Duration) Option {
+	return func(w *Watcher) {
+		if d > 0 {
+			w.syncTimeout = d
+		}
+	}
+}
+
+// WithShutdownTimeout bounds how long Run, once its context is done, waits for a handler call
+// in progress and for the informer to stop.
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(w *Watcher) {
+		if d > 0 {
+			w.shutdownTimeout = d
+		}
+	}
+}
+
+// Watcher watches the pods bound to one node. Build it with New and start it with Run.
+//
+// It owns a private informer: the API server filters pods with the field selector
+// spec.nodeName=<node>, so a node plugin holds only its own node's pods, and a transform trims
+// every pod before it is cached, down to what lifecycle.Decide and the handler need (pods that
+// do not use this driver are cut down to their metadata). Because the cached objects are
+// trimmed, the informer must never be shared with code that needs whole pods.
+type Watcher struct {
+	client          kubernetes.Interface
+	nodeName        string
+	handler         Handler
+	log             *slog.Logger
+	metrics         *Metrics
+	syncTimeout     time.Duration
+	shutdownTimeout time.Duration
+	started         atomic.Bool
+
+	// seen is what has been reported per pod key, owned by the worker goroutine alone.
+	seen map[string]*podState
+}
+
+// podState records which callbacks already fired for one pod UID.
+type podState struct {
+	uid      types.UID
+	doneSent bool
+	failSent bool
+}
+
+// New returns a Watcher for the pods of nodeName that reports to handler.
+func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...Option) *Watcher {
+	w := &Watcher{
+		client:          client,
+		nodeName:        nodeName,
+		handler:         handler,
+		log:             slog.Default(),
+		syncTimeout:     DefaultSyncTimeout,
+		shutdownTimeout: DefaultShutdownTimeout,
+		seen:            make(map[string]*podState),
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	w.log = w.log.With("component", "podwatch", "node", nodeName)
+	return w
+}
+
+// Run watches pods until ctx is done. It returns an error if the pod cache does not sync
+// within the sync timeout (or ctx ends first), or if the handler or the informer have not
+// stopped within the shutdown timeout after ctx ended; it returns nil after a clean stop.
+// Evaluations already queued when ctx ends are still carried out, within that timeout, so a
+// pod found done just before shutdown is not silently dropped.
+// Run may be called only once per Watcher.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("podwatch: Run called twice")
+	}
+	if w.nodeName == "" {
+		return errors.New("podwatch: empty node name")
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	selector := fields.OneTermEqualSelector("spec.nodeName", w.nodeName).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, // no resync: event driven
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
+		informers.WithTransform(trimPod),
+	)
+	informer := factory.Core().V1().Pods().Informer()
+	queue := workqueue.NewTyped[string]()
+
+	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.enqueue(queue, obj) },
+		UpdateFunc: func(_, obj any) { w.enqueue(queue, obj) },
+		DeleteFunc: func(obj any) {
+			// Enqueued so that the worker, which owns the state, forgets the pod.
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				queue.Add(key)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("podwatch: add event handler: %w", err)
+	}
+
+	factory.Start(runCtx.Done())
+
+	workerDone := make(chan struct{})
+	workerStarted := false
+	// stop ends the informer and the worker and waits for both, within the shutdown timeout.
+	stop := func() error {
+		cancel()
+		queue.ShutDown() // the worker drains what is queued, then returns
+		stopped := make(chan struct{})
+		go func() {
+			if workerStarted {
+				<-workerDone
+			}
+			factory.Shutdown()
+			close(stopped)
+		}()
+		timer := time.NewTimer(w.shutdownTimeout)
+		defer timer.Stop()
+		select {
+		case <-stopped:
+			return nil
+		case <-timer.C:
+			return fmt.Errorf("podwatch: handler or informer still running %s after stop", w.shutdownTimeout)
+		}
+	}
+
+	syncCtx, syncCancel := context.WithTimeout(runCtx, w.syncTimeout)
+	synced := cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced, reg.HasSynced)
+	syncCancel()
+	if !synced {
+		cause := fmt.Errorf("not synced within %s", w.syncTimeout)
+		if ctx.Err() != nil {
+			cause = ctx.Err()
+		}
+		return errors.Join(fmt.Errorf("podwatch: pod cache of node %q: %w", w.nodeName, cause), stop())
+	}
+	w.log.Info("watching pods", "selector", selector)
+
+	workerStarted = true
+	go func() {
+		defer close(workerDone)
+		w.work(queue, informer.GetIndexer())
+	}()
+
+	<-ctx.Done()
+	w.log.Info("stopping pod watch")
+	return stop()
+}
+
+// enqueue queues the key of a pod of this node that uses the driver. The node check repeats
+// the server-side field selector: the API server honours it, but fake clients and caches in
+// tests do not, and a node plugin acting on another node's pod would end the wrong sidecar.
+func (w *Watcher) enqueue(queue workqueue.TypedInterface[string], obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod) {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		queue.Add(key)
+	}
+}
+
+// work processes queued pod keys until the queue is shut down and drained.
+func (w *Watcher) work(queue workqueue.TypedInterface[string], indexer cache.Indexer) {
+	for {
+		key, shutdown := queue.Get()
+		if shutdown {
+			return
+		}
+		w.process(key, indexer)
+		queue.Done(key)
+	}
+}
+
+// process evaluates the current cached state of one pod. It reads the cache rather than the
+// notified object so that a burst of updates collapses into one evaluation of the newest state.
+func (w *Watcher) process(key string, indexer cache.Indexer) {
+	obj, exists, err := indexer.GetByKey(key)
+	if err != nil || !exists {
+		delete(w.seen, key)
+		return
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod) {
+		delete(w.seen, key)
+		return
+	}
+	st := w.seen[key]
+	if st == nil || st.uid != pod.UID {
+		// New pod, or a new pod reusing a deleted pod's name.
+		st = &podState{uid: pod.UID}
+		w.seen[key] = st
+	}
+	log := w.log.With("pod", key, "uid", pod.UID)
+
+	if !st.doneSent {
+		if d := lifecycle.Decide(pod); d.Done {
+			st.doneSent = true
+			log.Info("workload done, sidecar must exit", "rule", d.Rule, "mode", d.Mode, "reason", d.Reason,
+				"workloadFinishedAt", d.WorkloadFinishedAt)
+			w.metrics.podDone(d.Rule)
+			w.handler.WorkloadDone(pod.DeepCopy(), d)
+		} else {
+			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
+		}
+	}
+	if !st.failSent {
+		if failed, code, msg := lifecycle.SidecarFailure(pod); failed {
+			st.failSent = true
+			log.Warn("sidecar failed", "exitCode", code, "message", msg)
+			w.metrics.sidecarFailed()
+			w.handler.SidecarFailed(pod.DeepCopy(), code, msg)
+		}
+	}
+}
+
+// UsesDriver reports whether pod uses this CSI driver: through an inline CSI volume of
+// contract.DriverName, or through an injected sidecar (which also covers buckets mounted from
+// persistent volumes, invisible in the pod spec).
+func UsesDriver(pod *corev1.Pod) bool {
+	for i := range pod.Spec.Volumes {
+		if csi := pod.Spec.Volumes[i].CSI; csi != nil && csi.Driver == contract.DriverName {
+			return true
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == contract.SidecarContainerName {
+			return true
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == contract.SidecarContainerName {
+			return true
+		}
+	}
+	return false
+}
+
+// trimPod is the informer's transform: it keeps, of each pod, only what lifecycle.Decide, the
+// handler and an Event reference need, so that a node with many large pods costs little
+// memory. It builds a new object rather than editing its input, and is idempotent, as
+// client-go requires. Pods that do not use the driver keep only their identity and node, so
+// the cache still knows them (and their deletion) at almost no cost.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // e.g. a cache.DeletedFinalStateUnknown tombstone
+	}
+	out := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:                       pod.Name,
+			Namespace:                  pod.Namespace,
+			UID:                        pod.UID,
+			ResourceVersion:            pod.ResourceVersion,
+			CreationTimestamp:          pod.CreationTimestamp,
+			DeletionTimestamp:          pod.DeletionTimestamp,
+			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
+		},
+		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
+	}
+	if !UsesDriver(pod) {
+		return out, nil
+	}
+
+	for k, v := range pod.Annotations {
+		if strings.HasPrefix(k, contract.AnnotationPrefix) {
+			if out.Annotations == nil {
+				out.Annotations = make(map[string]string)
+			}
+			out.Annotations[k] = v
+		}
+	}
+
+	out.Spec.RestartPolicy = pod.Spec.RestartPolicy
+	out.Spec.TerminationGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
+	for _, c := range pod.Spec.InitContainers {
+		out.Spec.InitContainers = append(out.Spec.InitContainers,
+			corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy})
+	}
+	for _, c := range pod.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name})
+	}
+	for _, v := range pod.Spec.Volumes {
+		tv := corev1.Volume{Name: v.Name}
+		switch {
+		case v.CSI != nil:
+			tv.CSI = &corev1.CSIVolumeSource{Driver: v.CSI.Driver}
+		case v.EmptyDir != nil:
+			tv.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: v.EmptyDir.Medium}
+		case v.PersistentVolumeClaim != nil:
+			tv.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.PersistentVolumeClaim.ClaimName}
+		}
+		out.Spec.Volumes = append(out.Spec.Volumes, tv)
+	}
+
+	out.Status.Phase = pod.Status.Phase
+	out.Status.InitContainerStatuses = trimStatuses(pod.Status.InitContainerStatuses)
+	out.Status.ContainerStatuses = trimStatuses(pod.Status.ContainerStatuses)
+	return out, nil
+}
+
+// trimStatuses keeps the states Decide and SidecarFailure read. Termination messages (up to
+// 4 KiB each) are kept only for the sidecar, the one whose message is reported.
+func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, 0, len(in))
+	for _, s := range in {
+		keepMessage := s.Name == contract.SidecarContainerName
+		out = append(out, corev1.ContainerStatus{
+			Name:                 s.Name,
+			Ready:                s.Ready,
+			RestartCount:         s.RestartCount,
+			State:                trimState(s.State, keepMessage),
+			LastTerminationState: trimState(s.LastTerminationState, keepMessage),
+		})
+	}
+	return out
+}
+
+func trimState(in corev1.ContainerState, keepMessage bool) corev1.ContainerState {
+	var out corev1.ContainerState
+	if in.Waiting != nil {
+		out.Waiting = &corev1.ContainerStateWaiting{Reason: in.Waiting.Reason}
+	}
+	if in.Running != nil {
+		out.Running = &corev1.ContainerStateRunning{StartedAt: in.Running.StartedAt}
+	}
+	if t := in.Terminated; t != nil {
+		out.Terminated = &corev1.ContainerStateTerminated{
+			ExitCode:   t.ExitCode,
+			Signal:     t.Signal,
+			Reason:     t.Reason,
+			StartedAt:  t.StartedAt,
+			FinishedAt: t.FinishedAt,
+		}
+		if keepMessage {
+			out.Terminated.Message = t.Message
+		}
+	}
+	return out
+}

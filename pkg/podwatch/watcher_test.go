@@ -1,0 +1,634 @@
+package podwatch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+)
+
+const (
+	node      = "node-a"
+	otherNode = "node-b"
+	ns        = "default"
+	// deadline bounds every wait in these tests; generous because -race on 2 shared cores is slow.
+	deadline = 15 * time.Second
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// call is one handler invocation.
+type call struct {
+	kind     string // "done" or "failed"
+	pod      *corev1.Pod
+	decision lifecycle.Decision
+	code     int32
+	msg      string
+}
+
+// recordingHandler records calls and signals each one, so a test can wait for a call.
+type recordingHandler struct {
+	mu     sync.Mutex
+	calls  []call
+	notify chan struct{}
+}
+
+func newRecordingHandler() *recordingHandler {
+	return &recordingHandler{notify: make(chan struct{}, 1)}
+}
+
+func (h *recordingHandler) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
+	h.add(call{kind: "done", pod: pod, decision: d})
+}
+
+func (h *recordingHandler) SidecarFailed(pod *corev1.Pod, code int32, msg string) {
+	h.add(call{kind: "failed", pod: pod, code: code, msg: msg})
+}
+
+func (h *recordingHandler) add(c call) {
+	h.mu.Lock()
+	h.calls = append(h.calls, c)
+	h.mu.Unlock()
+	select {
+	case h.notify <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+func (h *recordingHandler) all() []call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]call(nil), h.calls...)
+}
+
+// waitFor returns the first call of kind for pod name (and uid, if not empty), failing the
+// test if none comes within the deadline.
+func (h *recordingHandler) waitFor(t *testing.T, kind, name string, uid types.UID) call {
+	t.Helper()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	for {
+		for _, c := range h.all() {
+			if c.kind == kind && c.pod.Name == name && (uid == "" || c.pod.UID == uid) {
+				return c
+			}
+		}
+		select {
+		case <-h.notify:
+		case <-timer.C:
+			t.Fatalf("no %s callback for pod %s (uid %q) within %s; calls so far: %s", kind, name, uid, deadline, describe(h.all()))
+			return call{}
+		}
+	}
+}
+
+func describe(calls []call) string {
+	var b strings.Builder
+	for _, c := range calls {
+		b.WriteString(c.kind + ":" + c.pod.Name + "/" + string(c.pod.UID) + " ")
+	}
+	return b.String()
+}
+
+// newClient returns a fake clientset and a channel closed once the pod watch is established.
+// The fake does not replay objects created between the informer's list and its watch, so a
+// test must wait for the watch before creating pods it expects to be seen through it.
+func newClient(objs ...runtime.Object) (*fake.Clientset, <-chan struct{}) {
+	client := fake.NewClientset(objs...)
+	watching := make(chan struct{})
+	var once sync.Once
+	client.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		once.Do(func() { close(watching) })
+		return true, w, nil
+	})
+	return client, watching
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(deadline):
+		t.Fatalf("%s did not happen within %s", what, deadline)
+	}
+}
+
+// startWatcher runs w in the background; the returned function cancels it and returns Run's
+// result, failing the test if Run does not return in time.
+func startWatcher(t *testing.T, w *Watcher) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errCh := make(chan error, 1)
+	go func() { errCh <- w.Run(ctx) }()
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-errCh:
+			case <-time.After(deadline):
+				t.Fatalf("Run did not return within %s of cancel", deadline)
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+var t1 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// jobPod is a legacy-sidecar pod with restartPolicy Never on nodeName, carrying the kind of
+// bulk (managedFields, labels, images, env, foreign annotations) the transform must drop.
+func jobPod(name string, uid types.UID, nodeName string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: ns, UID: uid,
+			Labels: map[string]string{"app": "job"},
+			Annotations: map[string]string{
+				contract.AnnotationInject:                          "true",
+				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1000),
+			},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:      nodeName,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{
+				{Name: "main", Image: "busybox", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}},
+				{Name: contract.SidecarContainerName, Image: "gcsfuse"},
+			},
+			Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+					Driver: contract.DriverName, VolumeAttributes: map[string]string{contract.AttrBucketName: "b"}}}},
+				{Name: contract.TmpVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "main", Image: "busybox", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+				{Name: contract.SidecarContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+			},
+		},
+	}
+}
+
+func setState(p *corev1.Pod, container string, st corev1.ContainerState) *corev1.Pod {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == container {
+			p.Status.ContainerStatuses[i].State = st
+		}
+	}
+	return p
+}
+
+func exited(code int32, msg string) corev1.ContainerState {
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: code, Message: msg, FinishedAt: metav1.Time{Time: t1}}}
+}
+
+func TestWatcherCallsHandlerOncePerPodUID(t *testing.T) {
+	ctx := context.Background()
+	// Already finished before the node plugin starts: found through the initial list.
+	preDone := setState(jobPod("pre-done", "uid-pre", node), "main", exited(0, ""))
+	client, watching := newClient(preDone)
+	h := newRecordingHandler()
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startWatcher(t, New(client, node, h, WithLogger(quiet), WithMetrics(metrics)))
+	waitClosed(t, watching, "pod watch")
+	h.waitFor(t, "done", "pre-done", "uid-pre")
+
+	pods := client.CoreV1().Pods(ns)
+	mustCreate := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustUpdate := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	job := jobPod("job", "uid-job-1", node)
+	mustCreate(job)
+	// Same pod on another node: the fake ignores the field selector, the watcher must not.
+	mustCreate(setState(jobPod("elsewhere", "uid-elsewhere", otherNode), "main", exited(0, "")))
+	// A finished pod on this node that does not use the driver.
+	plain := setState(jobPod("plain", "uid-plain", node), "main", exited(0, ""))
+	plain.Spec.Containers = plain.Spec.Containers[:1]
+	plain.Spec.Volumes = nil
+	mustCreate(plain)
+	// A long-running pod whose sidecar failed.
+	failing := setState(jobPod("failing", "uid-failing", node), contract.SidecarContainerName, exited(1, "bucket \"b\" does not exist"))
+	failing.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	mustCreate(failing)
+
+	// The workload finishes: the sidecar must be told to exit.
+	job = setState(job, "main", exited(0, ""))
+	mustUpdate(job)
+	c := h.waitFor(t, "done", "job", "uid-job-1")
+	if c.decision.Rule != lifecycle.RuleNeverAllTerminated || !c.decision.WorkloadFinishedAt.Equal(t1) {
+		t.Errorf("decision = %+v, want rule %q finished at %v", c.decision, lifecycle.RuleNeverAllTerminated, t1)
+	}
+	// What the handler gets was trimmed by the transform.
+	if c.pod.ManagedFields != nil || c.pod.Labels != nil || c.pod.Spec.Containers[0].Image != "" ||
+		c.pod.Spec.Containers[0].Env != nil || len(c.pod.Annotations) != 1 || c.pod.Annotations[contract.AnnotationInject] != "true" {
+		t.Errorf("handler got an untrimmed pod: %+v", c.pod)
+	}
+
+	f := h.waitFor(t, "failed", "failing", "uid-failing")
+	if f.code != 1 || f.msg != `bucket "b" does not exist` {
+		t.Errorf("SidecarFailed(code=%d, msg=%q), want (1, %q)", f.code, f.msg, `bucket "b" does not exist`)
+	}
+
+	// Later updates of handled pods must not call the handler again.
+	job = setState(job, contract.SidecarContainerName, exited(0, ""))
+	mustUpdate(job)
+	failing.Status.ContainerStatuses[0].State = exited(0, "")
+	mustUpdate(failing)
+	mustUpdate(setState(jobPod("elsewhere", "uid-elsewhere", otherNode), "main", exited(2, "")))
+
+	// A new pod reusing the name of a deleted one is a new UID: it gets its own callback.
+	if err := pods.Delete(ctx, "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(setState(jobPod("job", "uid-job-2", node), "main", exited(3, "")))
+	h.waitFor(t, "done", "job", "uid-job-2")
+
+	// Barrier: every event before the sentinel's has reached the queue, and Run drains the
+	// queue before it returns, so the counts below are final.
+	mustCreate(setState(jobPod("sentinel", "uid-sentinel", node), "main", exited(0, "")))
+	h.waitFor(t, "done", "sentinel", "uid-sentinel")
+	if err := stop(); err != nil {
+		t.Fatalf("Run() = %v, want nil after cancel", err)
+	}
+
+	counts := map[string]int{}
+	for _, c := range h.all() {
+		counts[c.kind+":"+string(c.pod.UID)]++
+	}
+	want := map[string]int{
+		"done:uid-pre": 1, "done:uid-job-1": 1, "done:uid-job-2": 1, "done:uid-sentinel": 1,
+		"failed:uid-failing": 1,
+	}
+	if !reflect.DeepEqual(counts, want) {
+		t.Errorf("callbacks per UID = %v, want %v", counts, want)
+	}
+
+	if got := counterValue(t, reg, MetricPodsDone, map[string]string{"rule": string(lifecycle.RuleNeverAllTerminated)}); got != 4 {
+		t.Errorf("%s{rule=%q} = %v, want 4", MetricPodsDone, lifecycle.RuleNeverAllTerminated, got)
+	}
+	if got := counterValue(t, reg, MetricSidecarFailures, nil); got != 1 {
+		t.Errorf("%s = %v, want 1", MetricSidecarFailures, got)
+	}
+
+	// The API server, unlike the fake, filters by node: check that we asked it to.
+	var selectors []string
+	for _, a := range client.Actions() {
+		if l, ok := a.(k8stesting.ListActionImpl); ok && a.GetResource().Resource == "pods" {
+			selectors = append(selectors, l.GetListRestrictions().Fields.String())
+		}
+	}
+	if len(selectors) == 0 || selectors[0] != "spec.nodeName="+node {
+		t.Errorf("pod list field selectors = %q, want [spec.nodeName=%s]", selectors, node)
+	}
+}
+
+func TestRunFailsWhenCacheDoesNotSync(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	w := New(client, node, newRecordingHandler(), WithLogger(quiet), WithSyncTimeout(300*time.Millisecond))
+	start := time.Now()
+	errCh := make(chan error, 1)
+	go func() { errCh <- w.Run(context.Background()) }()
+	select {
+	case err := <-errCh:
+		if err == nil || !strings.Contains(err.Error(), "not synced") {
+			t.Fatalf("Run() = %v, want a not-synced error", err)
+		}
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Errorf("Run gave up after %s, before the 300ms sync timeout", el)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("Run did not give up within %s", deadline)
+	}
+}
+
+func TestRunReturnsWhenCancelledDuringSync(t *testing.T) {
+	client := fake.NewClientset()
+	listed := make(chan struct{})
+	var once sync.Once
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(listed) })
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	w := New(client, node, newRecordingHandler(), WithLogger(quiet))
+	ctx, cancel := context.WithCancel(context.Background())
+	errCh := make(chan error, 1)
+	go func() { errCh <- w.Run(ctx) }()
+	waitClosed(t, listed, "first pod list")
+	cancel()
+	select {
+	case err := <-errCh:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run() = %v, want context.Canceled", err)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("Run did not return within %s of cancel", deadline)
+	}
+}
+
+// blockingHandler blocks in WorkloadDone until release is closed.
+type blockingHandler struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *blockingHandler) WorkloadDone(*corev1.Pod, lifecycle.Decision) {
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+}
+
+func (h *blockingHandler) SidecarFailed(*corev1.Pod, int32, string) {}
+
+func TestRunDoesNotHangOnAStuckHandler(t *testing.T) {
+	client, _ := newClient(setState(jobPod("job", "uid-1", node), "main", exited(0, "")))
+	h := &blockingHandler{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(h.release) // lets the worker goroutine finish
+	w := New(client, node, h, WithLogger(quiet), WithShutdownTimeout(200*time.Millisecond))
+	stop := startWatcher(t, w)
+	waitClosed(t, h.entered, "handler call")
+	start := time.Now()
+	err := stop()
+	if err == nil || !strings.Contains(err.Error(), "still running") {
+		t.Errorf("Run() = %v, want a shutdown-timeout error", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Run took %s to return with a stuck handler, want about the 200ms shutdown timeout", el)
+	}
+}
+
+func TestRunTwiceFails(t *testing.T) {
+	client, _ := newClient(setState(jobPod("job", "uid-1", node), "main", exited(0, "")))
+	h := newRecordingHandler()
+	w := New(client, node, h, WithLogger(quiet))
+	stop := startWatcher(t, w)
+	h.waitFor(t, "done", "job", "uid-1") // the cache has synced: callbacks start only then
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("second Run() = nil, want an error")
+	}
+	if err := stop(); err != nil {
+		t.Errorf("Run() = %v after cancel, want nil", err)
+	}
+}
+
+func TestTrimPod(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	grace := int64(77)
+	now := metav1.NewTime(t1)
+	full := jobPod("p", "uid", node)
+	full.DeletionTimestamp = &now
+	full.OwnerReferences = []metav1.OwnerReference{{Name: "job"}}
+	full.Annotations[contract.AnnotationIgnoreContainers] = "istio-proxy"
+	full.Spec.TerminationGracePeriodSeconds = &grace
+	full.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "envoy", RestartPolicy: &always}}
+	full.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
+	full.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.1"}}
+	setState(full, "main", exited(0, strings.Repeat("m", 4096)))
+	setState(full, contract.SidecarContainerName, exited(1, "auth failed"))
+	before := full.DeepCopy()
+
+	obj, err := trimPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*corev1.Pod)
+	if !reflect.DeepEqual(full, before) {
+		t.Error("trimPod modified its input")
+	}
+
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: ns, UID: "uid", DeletionTimestamp: &now,
+			Annotations: map[string]string{
+				contract.AnnotationInject:           "true",
+				contract.AnnotationIgnoreContainers: "istio-proxy",
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			InitContainers:                []corev1.Container{{Name: "proxy", RestartPolicy: &always}},
+			Containers:                    []corev1.Container{{Name: "main"}, {Name: contract.SidecarContainerName}},
+			Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}},
+				{Name: contract.TmpVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "main", State: exited(0, "")},
+				{Name: contract.SidecarContainerName, State: exited(1, "auth failed")},
+			},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("trimPod() =\n%v\nwant\n%v", got, want)
+	}
+
+	again, _ := trimPod(got)
+	if !reflect.DeepEqual(again, got) {
+		t.Error("trimPod is not idempotent")
+	}
+
+	// The trimmed pod must lead to the same decisions as the full one.
+	if a, b := lifecycle.Decide(full), lifecycle.Decide(got); !reflect.DeepEqual(a, b) {
+		t.Errorf("Decide(full) = %+v, Decide(trimmed) = %+v", a, b)
+	}
+	f1, c1, m1 := lifecycle.SidecarFailure(full)
+	f2, c2, m2 := lifecycle.SidecarFailure(got)
+	if f1 != f2 || c1 != c2 || m1 != m2 || !f2 {
+		t.Errorf("SidecarFailure full = (%v,%d,%q), trimmed = (%v,%d,%q)", f1, c1, m1, f2, c2, m2)
+	}
+}
+
+func TestTrimPodKeepsOnlyIdentityOfPodsNotUsingTheDriver(t *testing.T) {
+	p := jobPod("p", "uid", node)
+	p.Spec.Containers = p.Spec.Containers[:1]
+	p.Spec.Volumes = p.Spec.Volumes[1:]
+	obj, _ := trimPod(p)
+	got := obj.(*corev1.Pod)
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, UID: "uid"},
+		Spec:       corev1.PodSpec{NodeName: node},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("trimPod() = %v, want %v", got, want)
+	}
+
+	// An inline CSI volume alone makes the pod ours, sidecar or not.
+	p = jobPod("p", "uid", node)
+	p.Spec.Containers = p.Spec.Containers[:1]
+	obj, _ = trimPod(p)
+	if got := obj.(*corev1.Pod); len(got.Spec.Containers) != 1 || len(got.Status.ContainerStatuses) != 2 {
+		t.Errorf("pod with a %s volume was trimmed to %v", contract.DriverName, got)
+	}
+
+	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: p}
+	if obj, err := trimPod(tomb); err != nil || !reflect.DeepEqual(obj, tomb) {
+		t.Errorf("trimPod(tombstone) = %v, %v; want it unchanged", obj, err)
+	}
+}
+
+func TestUsesDriver(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	tests := []struct {
+		name string
+		spec corev1.PodSpec
+		want bool
+	}{
+		{"inline CSI volume", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}}}, true},
+		{"other CSI driver", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			CSI: &corev1.CSIVolumeSource{Driver: "other.csi"}}}}}, false},
+		{"legacy sidecar", corev1.PodSpec{Containers: []corev1.Container{{Name: contract.SidecarContainerName}}}, true},
+		{"native sidecar", corev1.PodSpec{InitContainers: []corev1.Container{{Name: contract.SidecarContainerName, RestartPolicy: &always}}}, true},
+		{"neither", corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}, false},
+	}
+	for _, tc := range tests {
+		if got := UsesDriver(&corev1.Pod{Spec: tc.spec}); got != tc.want {
+			t.Errorf("%s: UsesDriver() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering the metrics twice on one registry succeeded, want an error")
+	}
+	m.ObserveExitLatency(contract.ModeLegacy, 300*time.Millisecond)
+	m.ObserveExitLatency(contract.ModeLegacy, -time.Second)
+
+	h := findMetric(t, reg, MetricExitLatency, map[string]string{"mode": contract.ModeLegacy}).GetHistogram()
+	if h.GetSampleCount() != 2 || h.GetSampleSum() != 0.3 {
+		t.Errorf("histogram count=%d sum=%v, want 2 and 0.3", h.GetSampleCount(), h.GetSampleSum())
+	}
+	b := h.GetBucket()
+	if len(b) == 0 || b[0].GetUpperBound() != 0.01 || b[len(b)-1].GetUpperBound() != 60 {
+		t.Errorf("buckets %v, want 0.01 .. 60", b)
+	}
+	for _, bk := range b {
+		if bk.GetUpperBound() == 0.25 && bk.GetCumulativeCount() != 1 {
+			t.Errorf("le=0.25 bucket = %d, want 1 (the clamped negative observation)", bk.GetCumulativeCount())
+		}
+	}
+
+	var nilMetrics *Metrics
+	nilMetrics.ObserveExitLatency(contract.ModeNative, time.Second) // must not panic
+	nilMetrics.podDone(lifecycle.RuleNeverAllTerminated)
+	nilMetrics.sidecarFailed()
+}
+
+func TestNewEventRecorder(t *testing.T) {
+	client := fake.NewClientset()
+	events, err := client.CoreV1().Events(ns).Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Stop()
+	rec, stop := NewEventRecorder(client, node)
+	defer stop()
+
+	pod := jobPod("p", "uid-ev", node)
+	rec.Event(pod, corev1.EventTypeWarning, ReasonSidecarFailed, "gcsfuse exited with code 1: auth failed")
+
+	select {
+	case e := <-events.ResultChan():
+		ev, ok := e.Object.(*corev1.Event)
+		if !ok {
+			t.Fatalf("watch delivered %T", e.Object)
+		}
+		if ev.Source.Component != EventComponent || ev.Source.Host != node || ev.Reason != ReasonSidecarFailed ||
+			ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != "uid-ev" || ev.InvolvedObject.Kind != "Pod" ||
+			ev.InvolvedObject.Name != "p" || ev.Namespace != ns {
+			t.Errorf("event = %+v", ev)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("no Event written within %s", deadline)
+	}
+}
+
+func findMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m
+		}
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return nil
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	return findMetric(t, reg, name, labels).GetCounter().GetValue()
+}

@@ -1,0 +1,427 @@
+// Package webhook is the mutating admission webhook that adds the gcsfuse sidecar to the pods
+// that opt in with the contract.AnnotationInject annotation.
+//
+// The sidecar is injected as a native sidecar (an init container with restartPolicy: Always)
+// when the API server and every kubelet the pod can land on support it, so that it starts
+// before and stops after the workload; otherwise as a regular container (the legacy mode).
+// Every bad value in one of our annotations is a denial with a message naming it, so a typo
+// never silently turns into a default.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// istioProxyName is the container name of Istio's proxy. In legacy mode the sidecar goes
+// right after it: gcsfuse needs the network from its first request, and with Istio the
+// network works only once the proxy has started.
+const istioProxyName = "istio-proxy"
+
+// Config is the operator's configuration of the injected sidecar.
+type Config struct {
+	// SidecarImage is the image of the sidecar, unless the pod lends its own through a
+	// container named contract.SidecarContainerName.
+	SidecarImage string
+	// Resources are the defaults for resources that the pod's annotations do not set.
+	Resources ResourceDefaults
+}
+
+// Mutator computes the JSON patch that injects the sidecar into a pod.
+type Mutator struct {
+	cfg      Config
+	versions ClusterVersions
+	log      *slog.Logger
+}
+
+// NewMutator checks cfg and returns a Mutator. versions decides between native and legacy
+// sidecars; log may be nil for slog.Default().
+func NewMutator(cfg Config, versions ClusterVersions, log *slog.Logger) (*Mutator, error) {
+	if err := validateImageReference(cfg.SidecarImage); err != nil {
+		return nil, fmt.Errorf("sidecar image %q: %w", cfg.SidecarImage, err)
+	}
+	if err := cfg.Resources.Validate(); err != nil {
+		return nil, fmt.Errorf("sidecar resource defaults: %w", err)
+	}
+	if versions == nil {
+		return nil, errors.New("no ClusterVersions given")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Mutator{cfg: cfg, versions: versions, log: log}, nil
+}
+
+// Mutate answers one admission request. Anything that is not the creation of a pod, and any
+// pod that did not opt in, is allowed unchanged. The response always carries req.UID.
+func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req == nil {
+		return denied("", 400, "the AdmissionReview has no request")
+	}
+	if !isPodCreate(req) {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	}
+	// Case-sensitive, like the API server: encoding/json would read "Metadata" as
+	// "metadata", and the patch computed from that pod would not apply to the real object.
+	pod := &corev1.Pod{}
+	if err := utiljson.Unmarshal(req.Object.Raw, pod); err != nil {
+		return denied(req.UID, 400, fmt.Sprintf("decoding the pod: %v", err))
+	}
+	name := pod.Name
+	if name == "" {
+		name = pod.GenerateName + "*"
+	}
+	log := m.log.With("namespace", req.Namespace, "pod", name, "uid", string(req.UID))
+
+	ops, warnings, mode, err := m.inject(pod)
+	if err != nil {
+		var bad *badRequestError
+		if errors.As(err, &bad) {
+			log.InfoContext(ctx, "denied pod", "reason", bad.msg)
+			return denied(req.UID, 400, bad.msg)
+		}
+		log.ErrorContext(ctx, "cannot compute the sidecar patch", "error", err)
+		return denied(req.UID, 500, fmt.Sprintf("gcsfuse webhook: %v", err))
+	}
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: warnings}
+	if len(ops) == 0 {
+		return resp
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		log.ErrorContext(ctx, "cannot encode the sidecar patch", "error", err)
+		return denied(req.UID, 500, fmt.Sprintf("gcsfuse webhook: encoding the patch: %v", err))
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	log.InfoContext(ctx, "injected the gcsfuse sidecar", "mode", mode)
+	return resp
+}
+
+func isPodCreate(req *admissionv1.AdmissionRequest) bool {
+	return req.Operation == admissionv1.Create && req.Kind.Group == "" && req.Kind.Kind == "Pod" && req.SubResource == ""
+}
+
+// inject returns the patch for pod (nil when there is nothing to do), warnings for the user
+// and the chosen mode. A *badRequestError is the user's mistake.
+func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
+	opted, err := optedIn(pod.Annotations)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !opted {
+		return nil, ignoredAnnotationWarnings(pod.Annotations), "", nil
+	}
+	if len(pod.Spec.Containers) == 0 {
+		// The API server rejects such a pod anyway; saying so here also guarantees that
+		// "/spec" exists in the object, which the patch paths below rely on.
+		return nil, nil, "", badRequest("the pod has no containers")
+	}
+	warnings := unknownAnnotationWarnings(pod.Annotations)
+	opts, err := parseOptions(pod.Annotations, m.cfg.Resources)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	// Re-invocation (reinvocationPolicy: IfNeeded) or a pod copied from an injected one:
+	// both our marks are there, so the sidecar is ours and is left as it is.
+	if opts.injected != "" && hasInjectedSidecar(pod) {
+		return nil, warnings, "", nil
+	}
+
+	lent, err := findLentSidecar(pod)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	image := m.cfg.SidecarImage
+	if lent.found {
+		if err := validateImageReference(lent.image); err != nil {
+			return nil, nil, "", badRequest("container %s: image %q: %v", contract.SidecarContainerName, lent.image, err)
+		}
+		image = lent.image
+	}
+
+	mode, modeWarnings := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
+	warnings = append(warnings, modeWarnings...)
+
+	newVolumes, mountCache := sidecarVolumes(pod)
+	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, mountCache)
+
+	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
+	// Removals first, at the original indices; the insertion index below is computed on
+	// the lists as they are after the removal.
+	initAfter, regularAfter := pod.Spec.InitContainers, pod.Spec.Containers
+	if lent.initIndex >= 0 {
+		ops = append(ops, removeOp(fmt.Sprintf("/spec/initContainers/%d", lent.initIndex)))
+		initAfter = without(initAfter, lent.initIndex)
+	}
+	if lent.regularIndex >= 0 {
+		ops = append(ops, removeOp(fmt.Sprintf("/spec/containers/%d", lent.regularIndex)))
+		regularAfter = without(regularAfter, lent.regularIndex)
+	}
+	if mode == contract.ModeNative {
+		at := nativeIndex(initAfter, pod.Spec.Volumes)
+		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
+	} else {
+		at := legacyIndex(regularAfter)
+		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
+		warnings = append(warnings, legacyInitWarnings(initAfter, pod.Spec.Volumes)...)
+	}
+	if len(newVolumes) > 0 {
+		if len(pod.Spec.Volumes) == 0 {
+			ops = append(ops, addOp("/spec/volumes", newVolumes))
+		} else {
+			for _, v := range newVolumes {
+				ops = append(ops, addOp("/spec/volumes/-", v))
+			}
+		}
+	}
+	return ops, warnings, mode, nil
+}
+
+// annotationOp sets one annotation, creating the map when the pod has none.
+func annotationOp(annotations map[string]string, key, value string) patchOp {
+	if len(annotations) == 0 {
+		return addOp("/metadata/annotations", map[string]string{key: value})
+	}
+	return addOp("/metadata/annotations/"+escapePointer(key), value)
+}
+
+// insertOp inserts c at index at of the list at path. An empty list may be absent from the
+// JSON, where an indexed add would fail, so it is set whole instead.
+func insertOp(path string, wasEmpty bool, at int, c corev1.Container) patchOp {
+	if wasEmpty {
+		return addOp(path, []corev1.Container{c})
+	}
+	return addOp(fmt.Sprintf("%s/%d", path, at), c)
+}
+
+func without(list []corev1.Container, i int) []corev1.Container {
+	out := make([]corev1.Container, 0, len(list)-1)
+	out = append(out, list[:i]...)
+	return append(out, list[i+1:]...)
+}
+
+// hasInjectedSidecar reports whether the pod has a sidecar carrying our env marker.
+func hasInjectedSidecar(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name != contract.SidecarContainerName {
+				continue
+			}
+			for _, e := range c.Env {
+				if e.Name == contract.EnvSidecarMode {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// lentSidecar is a container the user named contract.SidecarContainerName to choose the
+// sidecar image. Only its image is kept: the rest of our spec replaces it, at our position.
+type lentSidecar struct {
+	found        bool
+	image        string
+	initIndex    int // -1 when not among the init containers
+	regularIndex int // -1 when not among the containers
+}
+
+func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
+	l := lentSidecar{initIndex: -1, regularIndex: -1}
+	n := 0
+	for i, c := range pod.Spec.InitContainers {
+		if c.Name == contract.SidecarContainerName {
+			l.found, l.image, l.initIndex = true, c.Image, i
+			n++
+		}
+	}
+	for i, c := range pod.Spec.Containers {
+		if c.Name == contract.SidecarContainerName {
+			l.found, l.image, l.regularIndex = true, c.Image, i
+			n++
+		}
+	}
+	if n > 1 {
+		return lentSidecar{}, badRequest("the pod has %d containers named %s; container names must be unique", n, contract.SidecarContainerName)
+	}
+	return l, nil
+}
+
+// csiVolumeNames are the pod volumes served by our CSI driver (inline ephemeral volumes;
+// a PVC-backed volume cannot be recognised from the pod alone).
+func csiVolumeNames(volumes []corev1.Volume) map[string]bool {
+	names := map[string]bool{}
+	for _, v := range volumes {
+		if v.CSI != nil && v.CSI.Driver == contract.DriverName {
+			names[v.Name] = true
+		}
+	}
+	return names
+}
+
+func mountsAny(c corev1.Container, names map[string]bool) bool {
+	for _, m := range c.VolumeMounts {
+		if names[m.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+// nativeIndex is where the native sidecar goes among the init containers: at the front, or
+// right after a native istio-proxy (gcsfuse needs its network) when that proxy comes before
+// the first init container mounting one of our volumes. That container needs the sidecar
+// already running, so the sidecar never goes after it; if istio-proxy only starts later,
+// the sidecar stays at the front and does without the mesh.
+func nativeIndex(init []corev1.Container, volumes []corev1.Volume) int {
+	ours := csiVolumeNames(volumes)
+	firstUser := len(init)
+	for i, c := range init {
+		if mountsAny(c, ours) {
+			firstUser = i
+			break
+		}
+	}
+	for i, c := range init {
+		if c.Name == istioProxyName && i < firstUser {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// legacyIndex is where the legacy sidecar goes among the containers: first, so that the
+// kubelet starts it before the workload, or right after istio-proxy.
+func legacyIndex(containers []corev1.Container) int {
+	for i, c := range containers {
+		if c.Name == istioProxyName {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// legacyInitWarnings warns about init containers that mount our volumes while the sidecar
+// is a regular container: it only starts after them, so they cannot read the bucket.
+func legacyInitWarnings(init []corev1.Container, volumes []corev1.Volume) []string {
+	ours := csiVolumeNames(volumes)
+	var warnings []string
+	for _, c := range init {
+		if mountsAny(c, ours) {
+			warnings = append(warnings, fmt.Sprintf(
+				"init container %s mounts a gcsfuse volume, but the sidecar is a regular (legacy) container that starts after the init containers", c.Name))
+		}
+	}
+	return warnings
+}
+
+// fileCacheMountOptions are the substrings of the mountOptions attribute that turn on
+// gcsfuse's file cache ("file-cache:max-size-mb:..." or the flag form
+// "file-cache-max-size-mb=..."). The detection is deliberately a plain substring match: a
+// false positive costs one unused emptyDir, a false negative a cache in the tmp volume.
+var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
+
+// wantsFileCache reports whether any volume of our driver asks for a file cache.
+func wantsFileCache(volumes []corev1.Volume) bool {
+	for _, v := range volumes {
+		if v.CSI == nil || v.CSI.Driver != contract.DriverName {
+			continue
+		}
+		if _, ok := v.CSI.VolumeAttributes[contract.AttrFileCacheCapacity]; ok {
+			return true
+		}
+		opts := v.CSI.VolumeAttributes[contract.AttrMountOptions]
+		for _, s := range fileCacheMountOptions {
+			if strings.Contains(opts, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sidecarVolumes returns the emptyDirs to add and whether the sidecar mounts a cache. A
+// volume the user already defined under one of our names is used as it is: that is how a
+// user puts the buffer or the cache on a PVC or a RAM disk.
+func sidecarVolumes(pod *corev1.Pod) ([]corev1.Volume, bool) {
+	have := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		have[v.Name] = true
+	}
+	var add []corev1.Volume
+	for _, name := range []string{contract.TmpVolumeName, contract.BufferVolumeName} {
+		if !have[name] {
+			add = append(add, emptyDir(name))
+		}
+	}
+	if have[contract.CacheVolumeName] {
+		return add, true
+	}
+	if wantsFileCache(pod.Spec.Volumes) {
+		return append(add, emptyDir(contract.CacheVolumeName)), true
+	}
+	return add, false
+}
+
+func emptyDir(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+}
+
+func graceSeconds(pod *corev1.Pod) int64 {
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return contract.DefaultGraceSeconds
+}
+
+// buildSidecar is the full spec of the injected container. Its security context satisfies
+// the "restricted" Pod Security Standard so that opting in never makes a pod inadmissible
+// in a restricted namespace.
+func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequirements, mountCache bool) corev1.Container {
+	mounts := []corev1.VolumeMount{
+		{Name: contract.TmpVolumeName, MountPath: contract.TmpMountPath},
+		{Name: contract.BufferVolumeName, MountPath: contract.BufferMountPath},
+	}
+	if mountCache {
+		mounts = append(mounts, corev1.VolumeMount{Name: contract.CacheVolumeName, MountPath: contract.CacheMountPath})
+	}
+	uid, gid := int64(contract.SidecarUID), int64(contract.SidecarGID)
+	yes, no := true, false
+	c := corev1.Container{
+		Name:  contract.SidecarContainerName,
+		Image: image,
+		Env: []corev1.EnvVar{
+			{Name: contract.EnvGraceSeconds, Value: strconv.FormatInt(grace, 10)},
+			{Name: contract.EnvSidecarMode, Value: mode},
+		},
+		Resources:                res,
+		VolumeMounts:             mounts,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             &yes,
+			RunAsUser:                &uid,
+			RunAsGroup:               &gid,
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+	if mode == contract.ModeNative {
+		always := corev1.ContainerRestartPolicyAlways
+		c.RestartPolicy = &always
+	}
+	return c
+}

@@ -1,0 +1,121 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Paths served by the webhook.
+const (
+	PathInject  = "/inject"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+)
+
+// NewMux routes PathInject to inject and serves the probes. /healthz answers 200 while the
+// process serves; /readyz answers 200 only once ready returns true (for example once the
+// node cache has synced), so no admission is answered with half-known cluster versions.
+func NewMux(inject http.Handler, ready func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle(PathInject, inject)
+	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil && !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// ServerConfig configures the HTTPS server.
+type ServerConfig struct {
+	// Addr is the listen address, for example ":9443".
+	Addr string
+	// CertFile and KeyFile are the PEM serving certificate and key.
+	CertFile, KeyFile string
+	// ShutdownTimeout bounds the graceful shutdown; in-flight requests are cut after it.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the webhook's HTTPS server.
+type Server struct {
+	cfg ServerConfig
+	srv *http.Server
+	log *slog.Logger
+}
+
+// NewServer loads the certificate now, so a missing or bad key pair fails at startup rather
+// than at the first TLS handshake.
+func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS key pair %s, %s: %w", cfg.CertFile, cfg.KeyFile, err)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	srv := &http.Server{
+		Addr:    cfg.Addr,
+		Handler: handler,
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+		},
+		// The API server's webhook timeout is at most 30s; nothing legitimate is slower.
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return &Server{cfg: cfg, srv: srv, log: log}, nil
+}
+
+// ListenAndServe listens on the configured address and serves until ctx is done.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves HTTPS on ln until ctx is done, then shuts down gracefully: it stops
+// accepting, lets in-flight admissions finish for up to ShutdownTimeout, and returns once
+// the serving goroutine has exited. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.log.Info("serving", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shutdownErr := s.srv.Shutdown(sctx)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+	}
+	if shutdownErr != nil {
+		_ = s.srv.Close()
+		return fmt.Errorf("graceful shutdown: %w", shutdownErr)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// selfSigned writes a self-signed serving certificate for 127.0.0.1 and returns the paths
+// of the cert and key files and a pool that trusts it.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "gcsfuse-webhook.test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+func TestServerTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	var ready atomic.Bool
+	m := newMutator(t, modern)
+	srv, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second},
+		NewMux(m, ready.Load), discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after cancel")
+		}
+	}()
+
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	defer client.CloseIdleConnections()
+	base := "https://" + ln.Addr().String()
+
+	get := func(path string) int {
+		t.Helper()
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	if code := get(PathHealthz); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code := get(PathReadyz); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before ready = %d, want 503", code)
+	}
+	ready.Store(true)
+	if code := get(PathReadyz); code != http.StatusOK {
+		t.Errorf("/readyz when ready = %d", code)
+	}
+
+	raw := mustJSON(t, newPod())
+	resp, err := client.Post(base+PathInject, "application/json", bytes.NewReader(reviewBody(t, createRequest(t, raw))))
+	if err != nil {
+		t.Fatalf("POST %s: %v", PathInject, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: HTTP %d", PathInject, resp.StatusCode)
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(resp.Body).Decode(review); err != nil {
+		t.Fatal(err)
+	}
+	if review.Response == nil || review.Response.UID != "uid-1" || !review.Response.Allowed {
+		t.Fatalf("response = %+v", review.Response)
+	}
+	patched, err := applyPatch(raw, review.Response.Patch)
+	if err != nil {
+		t.Fatalf("patch: %v", err)
+	}
+	_, pod := admitRaw(t, m, patched) // and the patched pod is left alone
+	assertMode(t, pod, true)
+
+	// A client that does not trust the certificate cannot talk to the server.
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + PathHealthz); err == nil {
+		t.Error("a client without the CA got through")
+	}
+}
+
+func TestNewServerBadKeyPair(t *testing.T) {
+	certFile, _, _ := selfSigned(t)
+	if _, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: filepath.Join(t.TempDir(), "missing")}, http.NewServeMux(), nil); err == nil {
+		t.Error("a missing key was accepted")
+	}
+}
+
+func TestServeReturnsListenerErrors(t *testing.T) {
+	certFile, keyFile, _ := selfSigned(t)
+	srv, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile}, http.NewServeMux(), discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close()
+	if err := srv.Serve(context.Background(), ln); err == nil {
+		t.Error("Serve on a closed listener returned nil")
+	}
+}

@@ -1,0 +1,218 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// stubDiscovery is a discovery.ServerVersionInterface whose answer the test changes.
+type stubDiscovery struct {
+	mu    sync.Mutex
+	info  apiversion.Info
+	err   error
+	calls int
+}
+
+func (s *stubDiscovery) ServerVersion() (*apiversion.Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.err != nil {
+		return nil, s.err
+	}
+	info := s.info
+	return &info, nil
+}
+
+func (s *stubDiscovery) set(info apiversion.Info, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info, s.err = info, err
+}
+
+func node(name, kubelet string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}},
+		Status: corev1.NodeStatus{
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet, OSImage: "cos"},
+			Images:   []corev1.ContainerImage{{Names: []string{"big"}}},
+		},
+	}
+}
+
+// startVersions runs a KubeClusterVersions until the test ends.
+func startVersions(t *testing.T, client *fake.Clientset, disco *stubDiscovery) *KubeClusterVersions {
+	t.Helper()
+	kv := NewKubeClusterVersions(client, disco, time.Minute, discardLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { kv.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	waitFor(t, kv.Ready)
+	return kv
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestKubeClusterVersionsKubelets(t *testing.T) {
+	client := fake.NewClientset(node("new", "v1.30.2"), node("old", "v1.28.5-gke.1217000"))
+	kv := startVersions(t, client, &stubDiscovery{info: apiversion.Info{GitVersion: "v1.30.0"}})
+
+	tests := []struct{ node, want string }{
+		{"", "1.28.5"},
+		{"new", "1.30.2"},
+		{"old", "1.28.5"},
+		{"not-registered-yet", "1.28.5"},
+	}
+	for _, tt := range tests {
+		v, err := kv.MinKubeletVersion(tt.node)
+		if err != nil {
+			t.Fatalf("MinKubeletVersion(%q): %v", tt.node, err)
+		}
+		if v.String() != tt.want {
+			t.Errorf("MinKubeletVersion(%q) = %s, want %s", tt.node, v, tt.want)
+		}
+	}
+
+	// The cache follows the cluster: once the old node is gone, the minimum moves up.
+	if err := client.CoreV1().Nodes().Delete(context.Background(), "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		v, err := kv.MinKubeletVersion("")
+		return err == nil && v.String() == "1.30.2"
+	})
+
+	// Only the kubelet version is kept in the cache.
+	n, err := kv.nodes.Get("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Labels) > 0 || len(n.Status.Images) > 0 || n.Status.NodeInfo.OSImage != "" {
+		t.Errorf("cached node not trimmed: %+v", n)
+	}
+}
+
+func TestKubeClusterVersionsKubeletErrors(t *testing.T) {
+	t.Run("no nodes", func(t *testing.T) {
+		kv := startVersions(t, fake.NewClientset(), &stubDiscovery{})
+		if _, err := kv.MinKubeletVersion(""); !errors.Is(err, errNoNodes) {
+			t.Errorf("err = %v, want errNoNodes", err)
+		}
+	})
+	t.Run("unparseable kubelet version", func(t *testing.T) {
+		kv := startVersions(t, fake.NewClientset(node("a", "v1.30.0"), node("weird", "")), &stubDiscovery{})
+		if _, err := kv.MinKubeletVersion(""); err == nil {
+			t.Error("a node with no kubelet version did not make the answer unknown")
+		}
+	})
+	t.Run("not synced", func(t *testing.T) {
+		kv := NewKubeClusterVersions(fake.NewClientset(node("a", "v1.30.0")), &stubDiscovery{}, time.Minute, nil)
+		if kv.Ready() {
+			t.Error("ready before Run")
+		}
+		if _, err := kv.MinKubeletVersion(""); err == nil {
+			t.Error("answered before the cache synced")
+		}
+	})
+}
+
+func TestKubeClusterVersionsServer(t *testing.T) {
+	disco := &stubDiscovery{info: apiversion.Info{Major: "1", Minor: "29", GitVersion: "v1.29.1"}}
+	kv := NewKubeClusterVersions(fake.NewClientset(), disco, time.Minute, discardLogger())
+	now := time.Unix(1000, 0)
+	kv.now = func() time.Time { return now }
+
+	get := func() string {
+		t.Helper()
+		v, err := kv.ServerVersion()
+		if err != nil {
+			t.Fatalf("ServerVersion: %v", err)
+		}
+		return v.String()
+	}
+	if got := get(); got != "1.29.1" {
+		t.Fatalf("server = %s", got)
+	}
+	disco.set(apiversion.Info{Major: "1", Minor: "30", GitVersion: "v1.30.0"}, nil)
+	now = now.Add(30 * time.Second)
+	if got := get(); got != "1.29.1" {
+		t.Errorf("within the refresh interval: %s, want the cached 1.29.1", got)
+	}
+	if disco.calls != 1 {
+		t.Errorf("discovery called %d times, want 1 (cached)", disco.calls)
+	}
+	now = now.Add(time.Minute)
+	if got := get(); got != "1.30.0" {
+		t.Errorf("after the refresh interval: %s, want 1.30.0", got)
+	}
+
+	// A failed refresh keeps the last good answer.
+	disco.set(apiversion.Info{}, errors.New("apiserver unreachable"))
+	now = now.Add(2 * time.Minute)
+	if got := get(); got != "1.30.0" {
+		t.Errorf("on a failed refresh: %s, want the stale 1.30.0", got)
+	}
+
+	// A non-semver GitVersion falls back to major and minor.
+	disco.set(apiversion.Info{Major: "1", Minor: "31+", GitVersion: "custom-build"}, nil)
+	now = now.Add(2 * time.Minute)
+	if got := get(); got != "1.31" {
+		t.Errorf("from major/minor: %s, want 1.31", got)
+	}
+}
+
+func TestKubeClusterVersionsServerErrorWithoutCache(t *testing.T) {
+	disco := &stubDiscovery{err: errors.New("down")}
+	kv := NewKubeClusterVersions(fake.NewClientset(), disco, time.Minute, discardLogger())
+	now := time.Unix(1000, 0)
+	kv.now = func() time.Time { return now }
+	for i := 0; i < 5; i++ {
+		if _, err := kv.ServerVersion(); err == nil {
+			t.Fatal("no error although discovery failed and nothing was cached")
+		}
+	}
+	if disco.calls != 1 {
+		t.Errorf("discovery called %d times in a row while down, want 1 (the failure is remembered)", disco.calls)
+	}
+	disco.set(apiversion.Info{GitVersion: "v1.30.0"}, nil)
+	now = now.Add(serverRetryInterval)
+	if v, err := kv.ServerVersion(); err != nil || v.String() != "1.30.0" {
+		t.Errorf("after the retry interval: %v, %v; want 1.30.0", v, err)
+	}
+}
+
+// TestKubeClusterVersionsDrivesMode wires the client-go implementation into the mutator.
+func TestKubeClusterVersionsDrivesMode(t *testing.T) {
+	client := fake.NewClientset(node("new", "v1.30.2"), node("old", "v1.28.5"))
+	kv := startVersions(t, client, &stubDiscovery{info: apiversion.Info{GitVersion: "v1.30.0"}})
+	m := newMutator(t, kv)
+	_, pod := mustAdmit(t, m, newPod())
+	assertMode(t, pod, false)
+	_, pod = mustAdmit(t, m, newPod(func(p *corev1.Pod) { p.Spec.NodeName = "new" }))
+	assertMode(t, pod, true)
+}
