@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the data path needs, idempotently: fuse3 (fusermount3) from apt and the real
+# gcsfuse, pinned, built statically with `go install` into $GCSFUSE_CSI_CACHE/bin (the same
+# binary goes into the sidecar image). Safe to re-run: each step is skipped when done.
+source "$(dirname "$0")/lib.sh"
+
+need_apt=()
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  step "apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+stamp=$BIN/.gcsfuse-$GCSFUSE_VERSION-static
+if [ -x "$BIN/gcsfuse" ] && [ -f "$stamp" ]; then
+  step "gcsfuse $GCSFUSE_VERSION cached in $BIN"
+else
+  step "go install gcsfuse v$GCSFUSE_VERSION (static; ~6 min cold on 2 cores)"
+  GOBIN=$BIN CGO_ENABLED=0 GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go install \
+    -ldflags "-s -w -X github.com/googlecloudplatform/gcsfuse/v3/common.gcsfuseVersion=$GCSFUSE_VERSION" \
+    "github.com/googlecloudplatform/gcsfuse/v3@v$GCSFUSE_VERSION"
+  touch "$stamp"
+fi
+"$BIN/gcsfuse" --version
+step "dependencies ready"

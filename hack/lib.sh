@@ -1,0 +1,14 @@
+# Shared by the hack/ scripts: the cache directory, pinned versions and timed steps.
+# Source it; do not run it.
+set -euo pipefail
+export GCSFUSE_CSI_CACHE=${GCSFUSE_CSI_CACHE:-/var/cache/gcsfuse-csi}
+# Go caches live in one place that every script and CI reuse.
+export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
+export GOCACHE=${GOCACHE:-$(go env GOCACHE)}
+GCSFUSE_VERSION=3.13.0
+GCSFUSE_TOOLCHAIN=go1.27.2
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$GCSFUSE_CSI_CACHE/bin
+mkdir -p "$BIN"
+_t0=$(date +%s%N)
+step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }

@@ -1,0 +1,269 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+)
+
+// writeFiles writes n files of size bytes through the mount from n goroutines, each closing
+// its file, and returns their contents by object name.
+func writeFiles(t *testing.T, dir, prefix string, n, size int) map[string][]byte {
+	t.Helper()
+	want := map[string][]byte{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("%s-%03d.bin", prefix, i)
+			data := randomBytes(t, size)
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			want[name] = data
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("writer: %v", err)
+	}
+	return want
+}
+
+func requireAll(t *testing.T, bucket string, want map[string][]byte) {
+	t.Helper()
+	for name, data := range want {
+		requireObject(t, bucket, name, data)
+	}
+}
+
+// Native sidecar: the kubelet's SIGTERM comes after the workload exited; the sidecar exits
+// 0 at once and every closed file is in the bucket.
+func TestNativeSIGTERMExitsPromptly(t *testing.T) {
+	e := newEnv(t, "bkt-native")
+	pod, sc, target := mounted(t, e, contract.ModeNative, "bkt-native")
+	want := writeFiles(t, target, "native", 8, 256<<10)
+	t0 := time.Now()
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, err := sc.Wait(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v\n%s", code, err, sc.Output())
+	}
+	took := sc.Exited.Sub(t0)
+	t.Logf("native: SIGTERM -> sidecar exit %s", took)
+	if took > 2*time.Second {
+		t.Errorf("native sidecar took %s to exit after SIGTERM (the incumbent takes 5 s; target 100 ms)", took)
+	}
+	waitNoGcsfuse(t, pod, 2*time.Second)
+	requireAll(t, "bkt-native", want)
+}
+
+// Legacy sidecar: the exit file written by the node plugin ends it with code 0.
+func TestLegacyExitFileEndsSidecar(t *testing.T) {
+	e := newEnv(t, "bkt-legacy")
+	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-legacy")
+	want := writeFiles(t, target, "legacy", 8, 256<<10)
+	t0 := time.Now()
+	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test", Message: "workload done"}); err != nil {
+		t.Fatal(err)
+	}
+	code, err := sc.Wait(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v\n%s", code, err, sc.Output())
+	}
+	took := sc.Exited.Sub(t0)
+	t.Logf("legacy: exit file -> sidecar exit %s", took)
+	if took > 2*time.Second {
+		t.Errorf("legacy sidecar took %s to exit after the exit file", took)
+	}
+	waitNoGcsfuse(t, pod, 2*time.Second)
+	requireAll(t, "bkt-legacy", want)
+}
+
+// Pod deletion with a legacy sidecar: SIGTERM reaches the app and the sidecar together. The
+// app's last writes after SIGTERM must still land; the sidecar ends on the exit file.
+func TestLegacySIGTERMKeepsServingUntilWorkloadDone(t *testing.T) {
+	e := newEnv(t, "bkt-drain")
+	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-drain")
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the app is still flushing its results
+	select {
+	case <-sc.Done():
+		t.Fatalf("legacy sidecar exited on SIGTERM while the app may still write:\n%s", sc.Output())
+	default:
+	}
+	want := writeFiles(t, target, "after-sigterm", 4, 1<<20)
+	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "deleting-all-terminated"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v", code, err)
+	}
+	requireAll(t, "bkt-drain", want)
+}
+
+// Without an exit file, a draining legacy sidecar stops on its own before the grace period
+// ends, so the kubelet's SIGKILL never has to cut it.
+func TestLegacyDrainStopsBeforeGraceEnds(t *testing.T) {
+	e := newEnv(t, "bkt-grace")
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.Publish(ctx(t), "data", "bkt-grace", "", false); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pod.StartSidecar(contract.ModeLegacy, 2, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	_ = sc.Signal(syscall.SIGTERM)
+	code, err := sc.Wait(5 * time.Second)
+	took := time.Since(t0)
+	if err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v", code, err)
+	}
+	if took < time.Second || took >= 2*time.Second {
+		t.Fatalf("drain ended after %s; want between 1 s and the 2 s grace period", took)
+	}
+	t.Logf("legacy drain with 2 s grace ended after %s", took)
+}
+
+// gcsfuse killed from outside (an OOM kill): the sidecar notices at once and exits non-zero
+// with the reason in its termination message.
+func TestGcsfuseKilledFailsSidecar(t *testing.T) {
+	e := newEnv(t, "bkt-crash")
+	pod, sc, _ := mounted(t, e, contract.ModeNative, "bkt-crash")
+	pids := pod.GcsfusePIDs()
+	if len(pids) != 1 {
+		t.Fatalf("gcsfuse pids = %v", pids)
+	}
+	t0 := time.Now()
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, err := sc.Wait(5 * time.Second)
+	if err != nil || code == 0 {
+		t.Fatalf("sidecar exit = %d, %v; want non-zero\n%s", code, err, sc.Output())
+	}
+	t.Logf("gcsfuse killed -> sidecar exit %s", sc.Exited.Sub(t0))
+	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
+	if !strings.Contains(string(msg), "gcsfuse died") || !strings.Contains(string(msg), "data") {
+		t.Fatalf("termination message %q does not name the volume and the crash", msg)
+	}
+}
+
+// Several volumes stop in parallel on one signal.
+func TestManyVolumesStopTogether(t *testing.T) {
+	e := newEnv(t, "bkt-m1", "bkt-m2", "bkt-m3")
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := pod.Publish(ctx(t), fmt.Sprintf("v%d", i), fmt.Sprintf("bkt-m%d", i), "", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc, err := pod.StartSidecar(contract.ModeNative, 30, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := testenv.WaitReady(pod.Target(fmt.Sprintf("v%d", i)), 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now()
+	_ = sc.Signal(syscall.SIGTERM)
+	if code, err := sc.Wait(5 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit = %d, %v", code, err)
+	}
+	t.Logf("3 volumes: SIGTERM -> sidecar exit %s", sc.Exited.Sub(t0))
+	waitNoGcsfuse(t, pod, 2*time.Second)
+}
+
+// The node plugin's pod watcher decides from pod status that a legacy workload is done and
+// the real sidecar exits: the same code path as in a cluster, with the API server replaced
+// by client-go's fake clientset fed the status updates a kubelet would write.
+func TestPodWatcherEndsLegacySidecar(t *testing.T) {
+	e := newEnv(t, "bkt-watch")
+	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-watch")
+	want := writeFiles(t, target, "watched", 4, 64<<10)
+
+	k8sPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "job-pod", Namespace: "default", UID: types.UID(pod.UID)},
+		Spec: corev1.PodSpec{
+			NodeName:      "test-node",
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: contract.SidecarContainerName}, {Name: "app"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: contract.SidecarContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+			{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+		}},
+	}
+	client := fake.NewClientset(k8sPod)
+	w := podwatch.New(client, "test-node", &nodeplugin.Lifecycle{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
+	wctx, cancel := context.WithCancel(context.Background())
+	werr := make(chan error, 1)
+	go func() { werr <- w.Run(wctx) }()
+	defer func() {
+		cancel()
+		if err := <-werr; err != nil {
+			t.Errorf("watcher: %v", err)
+		}
+	}()
+
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-sc.Done():
+		t.Fatal("sidecar exited while the app was running")
+	default:
+	}
+	finished := metav1.NewTime(time.Now())
+	k8sPod.Status.ContainerStatuses[1].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: finished}}
+	t0 := time.Now()
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(context.Background(), k8sPod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, err := sc.Wait(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v\n%s", code, err, sc.Output())
+	}
+	t.Logf("status update -> sidecar exit %s", sc.Exited.Sub(t0))
+	requireAll(t, "bkt-watch", want)
+}
