@@ -229,7 +229,7 @@ func TestPodWatcherEndsLegacySidecar(t *testing.T) {
 			NodeName:      "test-node",
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers:    []corev1.Container{{Name: contract.SidecarContainerName}, {Name: "app"}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}},
+			Volumes:       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 			{Name: contract.SidecarContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
