@@ -24,6 +24,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
 )
 
 var version = "dev"
@@ -39,6 +40,8 @@ func run() int {
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
+	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
+	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "/var/lib/kubelet/plugins/"+contract.DriverName+"/csi.sock", "the CSI socket path as the kubelet sees it on the host (for --registration-socket)")
 	flag.Parse()
 
 	lvl := slog.LevelInfo
@@ -91,8 +94,22 @@ func run() int {
 	}
 	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Version: version}, ns, log)
 
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() { errs <- srv.Serve(ln) }()
+	// Registered only once the CSI socket listens: the kubelet dials it to validate us.
+	if *regSocket != "" {
+		registrar, err := registration.New(registration.Config{DriverName: contract.DriverName, SocketPath: *regSocket, KubeletCSIEndpoint: *kubeletCSIEndpoint, Log: log})
+		if err != nil {
+			log.Error("registration", "err", err)
+			return 2
+		}
+		go func() {
+			// nil means ctx ended: the shutdown path below handles that.
+			if err := registrar.Serve(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
 	if watcher != nil {
 		go func() { errs <- watcher.Run(ctx) }()
 	}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the local single-node cluster runs on, from Debian packages: containerd and
+# runc (container runtime), etcd, the CNI plugins (bridge, host-local, portmap, loopback in
+# /usr/lib/cni), and the network tools the kubelet and kube-proxy call (iptables, conntrack,
+# ethtool, socat). Idempotent: apt runs only when a tool is missing.
+source "$(dirname "$0")/lib.sh"
+
+declare -A need=(
+  [containerd]=containerd [runc]=runc [etcd]=etcd-server [iptables]=iptables
+  [conntrack]=conntrack [ethtool]=ethtool [socat]=socat [openssl]=openssl [curl]=curl
+)
+missing=()
+for tool in "${!need[@]}"; do
+  command -v "$tool" >/dev/null || missing+=("${need[$tool]}")
+done
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+if [ ${#missing[@]} -gt 0 ]; then
+  step "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's postinst may start the packaged daemons where an init system exists; the cluster
+# runs its own instances with its own configuration, so nothing else may hold their ports.
+step "cluster packages ready: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"

@@ -1,0 +1,141 @@
+package csidriver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+const root = "/var/lib/kubelet"
+const target = root + "/pods/uid-1/volumes/kubernetes.io~csi/data/mount"
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+func newTestServer() *NodeServer {
+	return NewNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, GCSEndpoint: "http://emu/storage/v1/"},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// Every malformed request is refused before anything is mounted, with InvalidArgument and
+// a message that names the bad field.
+func TestValidatePublish(t *testing.T) {
+	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	inline := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1"}
+	tests := []struct {
+		name    string
+		req     *csi.NodePublishVolumeRequest
+		wantErr string
+		check   func(t *testing.T, r *request)
+	}{
+		{name: "inline ok", req: &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw), VolumeContext: inline},
+			check: func(t *testing.T, r *request) {
+				if r.volume.Bucket != "bkt" || r.volume.VolumeName != "data" || r.volume.Endpoint != "http://emu/storage/v1/" || r.volume.ReadOnly {
+					t.Fatalf("volume = %+v", r.volume)
+				}
+			}},
+		{name: "pv handle is bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket", TargetPath: target, VolumeCapability: mountCap(rw, "implicit-dirs")},
+			check: func(t *testing.T, r *request) {
+				if r.volume.Bucket != "pv-bucket" || len(r.volume.Flags) != 1 {
+					t.Fatalf("volume = %+v", r.volume)
+				}
+			}},
+		{name: "reader-only access is read-only", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)},
+			check: func(t *testing.T, r *request) {
+				if !r.volume.ReadOnly {
+					t.Fatal("not read-only")
+				}
+			}},
+		{name: "ro mount option", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(rw, "ro")},
+			check: func(t *testing.T, r *request) {
+				if !r.volume.ReadOnly {
+					t.Fatal("not read-only")
+				}
+			}},
+		{name: "no volume id", req: &csi.NodePublishVolumeRequest{TargetPath: target, VolumeCapability: mountCap(rw)}, wantErr: "volume_id"},
+		{name: "no target", req: &csi.NodePublishVolumeRequest{VolumeId: "b", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
+		{name: "no capability", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target}, wantErr: "volume_capability"},
+		{name: "block", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "block"},
+		{name: "fs type", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "fs_type"},
+		{name: "unknown access mode", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_UNKNOWN)}, wantErr: "access_mode"},
+		{name: "target outside kubelet", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: "/tmp/x", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
+		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: root + "/pods/u/volumes/kubernetes.io~csi/Bad_Name/mount", VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
+		{name: "pod uid mismatch", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw),
+			VolumeContext: map[string]string{contract.CtxPodUID: "other"}}, wantErr: "does not match"},
+		{name: "inline without bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw),
+			VolumeContext: map[string]string{contract.CtxEphemeral: "true"}}, wantErr: "bucketName"},
+		{name: "disallowed option", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw, "custom-endpoint=http://x")}, wantErr: "custom-endpoint"},
+		{name: "unknown attribute", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw),
+			VolumeContext: map[string]string{"bucket": "x"}}, wantErr: `"bucket"`},
+	}
+	s := newTestServer()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := s.validatePublish(tt.req)
+			if tt.wantErr != "" {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want InvalidArgument containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, r)
+		})
+	}
+}
+
+func TestUnpublishValidation(t *testing.T) {
+	s := newTestServer()
+	for _, req := range []*csi.NodeUnpublishVolumeRequest{{TargetPath: target}, {VolumeId: "v"}} {
+		if _, err := s.NodeUnpublishVolume(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("NodeUnpublishVolume(%v) = %v, want InvalidArgument", req, err)
+		}
+	}
+}
+
+func TestConcurrentOperationIsAborted(t *testing.T) {
+	s := newTestServer()
+	unlock, err := s.lock(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.lock(target); status.Code(err) != codes.Aborted {
+		t.Fatalf("second lock = %v, want Aborted", err)
+	}
+	unlock()
+	if u, err := s.lock(target); err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	} else {
+		u()
+	}
+}
+
+func TestListen(t *testing.T) {
+	dir := t.TempDir()
+	for _, ep := range []string{"unix://" + dir + "/a.sock", dir + "/b.sock"} {
+		ln, err := Listen(ep)
+		if err != nil {
+			t.Fatalf("Listen(%q): %v", ep, err)
+		}
+		ln.Close()
+	}
+	if _, err := Listen("tcp://127.0.0.1:5000"); err == nil {
+		t.Fatal("tcp endpoint accepted")
+	}
+}
