@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this file
 # Shared by the cluster scripts (source after lib.sh; do not run): versions, directories and
 # small helpers for the local single-node Kubernetes cluster.
 K8S_VERSION=${K8S_VERSION:-1.34.4}

@@ -26,7 +26,7 @@ fi
 
 mod=$K8S_DIR/mod
 mkdir -p "$mod" "$K8S_BIN"
-cd "$mod"
+cd "$mod" || exit 1
 step "kubernetes v$K8S_VERSION: download module"
 go mod download "k8s.io/kubernetes@v$K8S_VERSION"
 gomod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod

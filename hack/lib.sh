@@ -12,3 +12,4 @@ BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"
 _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
+STATICCHECK_VERSION=v0.8.2

@@ -24,6 +24,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -383,5 +386,33 @@ func (e *Env) Close() {
 		_ = os.RemoveAll(e.Root)
 	} else {
 		e.Log.Error("mounts left behind; not removing the kubelet root", "root", e.Root, "mounts", left, "err", err)
+	}
+}
+
+// PodObject is the API object of the pod as a kubelet would report it: a legacy sidecar and
+// one running app container using the volume, on node "test-node".
+func (p *Pod) PodObject(restartPolicy corev1.RestartPolicy) *corev1.Pod {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-" + p.UID[:4], Namespace: "default", UID: types.UID(p.UID)},
+		Spec: corev1.PodSpec{
+			NodeName:      "test-node",
+			RestartPolicy: restartPolicy,
+			Containers:    []corev1.Container{{Name: contract.SidecarContainerName}, {Name: "app"}},
+			Volumes:       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: contract.SidecarContainerName, State: running},
+			{Name: "app", State: running},
+		}},
+	}
+}
+
+// AppTerminated marks the pod's app container terminated with code at finishedAt.
+func AppTerminated(pod *corev1.Pod, code int32, finishedAt time.Time) {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == "app" {
+			pod.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(finishedAt)}}
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 func fakestorageBucket(name string) fakestorage.CreateBucketOpts {
@@ -99,10 +97,6 @@ func requireObject(t *testing.T, bucket, name string, want []byte) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("object %s/%s has %d bytes, want %d (content differs)", bucket, name, len(got), len(want))
 	}
-}
-
-func exitFile(t *testing.T, pod *testenv.Pod) string {
-	return filepath.Join(pod.TmpDir, contract.ExitFile)
 }
 
 func waitNoGcsfuse(t *testing.T, pod *testenv.Pod, d time.Duration) {

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
@@ -223,19 +222,7 @@ func TestPodWatcherEndsLegacySidecar(t *testing.T) {
 	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-watch")
 	want := writeFiles(t, target, "watched", 4, 64<<10)
 
-	k8sPod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "job-pod", Namespace: "default", UID: types.UID(pod.UID)},
-		Spec: corev1.PodSpec{
-			NodeName:      "test-node",
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: contract.SidecarContainerName}, {Name: "app"}},
-			Volumes:       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
-			{Name: contract.SidecarContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
-			{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
-		}},
-	}
+	k8sPod := pod.PodObject(corev1.RestartPolicyNever)
 	client := fake.NewClientset(k8sPod)
 	w := podwatch.New(client, "test-node", &nodeplugin.Lifecycle{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
 	wctx, cancel := context.WithCancel(context.Background())
@@ -254,8 +241,7 @@ func TestPodWatcherEndsLegacySidecar(t *testing.T) {
 		t.Fatal("sidecar exited while the app was running")
 	default:
 	}
-	finished := metav1.NewTime(time.Now())
-	k8sPod.Status.ContainerStatuses[1].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: finished}}
+	testenv.AppTerminated(k8sPod, 0, time.Now())
 	t0 := time.Now()
 	if _, err := client.CoreV1().Pods("default").UpdateStatus(context.Background(), k8sPod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

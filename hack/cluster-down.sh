@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Stops the local cluster started by cluster-up.sh and returns the machine to how it was:
+# workload pods are deleted first (so the CSI driver unmounts their volumes while it still
+# runs), then every process is stopped by its pid, in order (the API server before etcd, or
+# it hangs for minutes), containers are killed, mounts under the kubelet and containerd state
+# dirs are unmounted, the saved iptables rules and sysctls are restored, and the cluster
+# state (etcd data, kubelet dir, CNI state, logs are kept in $CLUSTER_DIR/logs.last) removed.
+# Safe to run when nothing is running. Never fails half way: each step is best effort.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cluster-lib.sh"
+set +e +o pipefail
+
+running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+# stop NAME: SIGTERM, wait up to 30 s, then SIGKILL; only the pid we started.
+stop() {
+  local pid i
+  [ -f "$RUN/$1.pid" ] || return 0
+  pid=$(cat "$RUN/$1.pid")
+  if kill "$pid" 2>/dev/null; then
+    for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "$1 ($pid) ignored SIGTERM for 30 s; SIGKILL" >&2
+      kill -9 "$pid" 2>/dev/null
+    fi
+  fi
+  rm -f "$RUN/$1.pid"
+}
+
+step "cluster down"
+if running kube-apiserver && running kubelet; then
+  step "delete workload pods (the driver unmounts their volumes)"
+  for ns in $(kctl get ns -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
+    case $ns in kube-system | kube-public | kube-node-lease | gcsfuse-csi) continue ;; esac
+    kctl -n "$ns" delete jobs,deployments,pods --all --wait=false >/dev/null 2>&1
+  done
+  # Pods outside our namespace gone (or 60 s), then our driver.
+  for ((i = 0; i < 120; i++)); do
+    n=$(kctl get pods -A --no-headers 2>/dev/null | grep -vc '^gcsfuse-csi ')
+    [ "$n" = 0 ] && break
+    sleep 0.5
+  done
+  kctl delete ns gcsfuse-csi --wait=true --timeout=60s >/dev/null 2>&1
+  kctl delete pods --all -A --wait=true --timeout=30s >/dev/null 2>&1
+  sleep 1 # let the kubelet tear down the last sandboxes (CNI DEL)
+fi
+
+step "stop processes"
+for n in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$n"; done
+if running containerd; then
+  for id in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
+  for ((i = 0; i < 20; i++)); do
+    [ -z "$(ctr -n k8s.io tasks ls -q 2>/dev/null | head -1)" ] && break
+    for id in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks rm -f "$id" >/dev/null 2>&1; done
+    sleep 0.5
+  done
+  for id in $(ctr -n k8s.io containers ls -q 2>/dev/null); do ctr -n k8s.io containers rm "$id" >/dev/null 2>&1; done
+  # Sandboxes' network namespaces are released by containerd; the shims exit with their tasks.
+  stop containerd
+fi
+
+step "unmount and clean network state"
+[ -x "$K8S_BIN/kube-proxy" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1
+# Deepest first. FUSE mounts of killed sidecars answer "transport endpoint is not connected":
+# a lazy unmount detaches them anyway.
+findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)|^/run/containerd/|^/run/netns/|^/var/lib/containerd/io\.containerd\.grpc\.v1\.cri/' \
+  | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+rm -f /run/netns/cni-* 2>/dev/null
+ip link del cni0 2>/dev/null
+# iptables: back to the snapshot cluster-up.sh took. iptables-restore only rewrites the tables
+# the snapshot names (none when it was empty), so every table is first reset to empty with
+# ACCEPT policies; the snapshot then puts back what was there before the cluster.
+restore_tables() { # CMD SAVED_FILE
+  local t c
+  [ -f "$2" ] || return 0
+  for t in filter nat mangle raw; do
+    "$1" -t "$t" -S >/dev/null 2>&1 || continue
+    "$1" -t "$t" -F
+    "$1" -t "$t" -X
+    for c in $("$1" -t "$t" -S | awk '/^-P/{print $2}'); do "$1" -t "$t" -P "$c" ACCEPT; done
+  done
+  "$1-restore" < "$2" && rm -f "$2"
+}
+restore_tables iptables "$RUN/iptables.saved"
+restore_tables ip6tables "$RUN/ip6tables.saved"
+if [ -f "$RUN/sysctl.saved" ]; then
+  while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null 2>&1; done < "$RUN/sysctl.saved"
+  rm -f "$RUN/sysctl.saved"
+fi
+for c in /sys/fs/cgroup/*/kubepods; do
+  [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+done
+
+step "remove cluster state"
+rm -rf "$CLUSTER_DIR/etcd" /var/lib/cni/networks/gcsfuse-csi-bridge
+if findmnt -rn -o TARGET | grep -qE '^/var/lib/kubelet(/|$)'; then
+  echo "WARNING: mounts left under /var/lib/kubelet; not removing it:" >&2
+  findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)' >&2
+else
+  rm -rf /var/lib/kubelet
+fi
+if [ -d "$LOGS" ]; then
+  rm -rf "$CLUSTER_DIR/logs.last"
+  mv "$LOGS" "$CLUSTER_DIR/logs.last"
+fi
+step "cluster down done (logs of this run: $CLUSTER_DIR/logs.last)"

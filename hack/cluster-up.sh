@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Starts a single-node Kubernetes cluster on this machine: containerd (Debian), etcd (Debian),
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by
+# k8s-build.sh at $K8S_VERSION). Imports the images from images.sh. Prints the KUBECONFIG.
+#
+# Idempotent: a component already running (pid file + live process) is left alone. On failure
+# everything started so far is stopped again by cluster-down.sh. Every wait has a timeout.
+# Configuration that this VM needs (see /work/shared/research/local-cluster.md):
+# containerd restrict_oom_score_adj (no CAP_SYS_RESOURCE), cgroupfs driver on cgroup v1,
+# kubelet failSwapOn/failCgroupV1 false.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cluster-lib.sh"
+
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  [ -x "$K8S_BIN/$b" ] || { echo "missing $K8S_BIN/$b: run hack/k8s-build.sh" >&2; exit 1; }
+done
+for t in containerd etcd runc iptables-save; do
+  command -v "$t" >/dev/null || { echo "missing $t: run hack/cluster-deps.sh" >&2; exit 1; }
+done
+[ -n "$NODE_IP" ] || { echo "cannot find this node's IP (no default route?)" >&2; exit 1; }
+
+up_ok=0
+on_exit() {
+  if [ "$up_ok" != 1 ]; then
+    echo "cluster-up failed; last log lines:" >&2
+    for f in "$LOGS"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }; done
+    "$REPO_ROOT/hack/cluster-down.sh" >&2 || true
+  fi
+}
+trap on_exit EXIT
+
+mkdir -p "$PKI" "$LOGS" "$RUN" "$ETC/cni" "$CLUSTER_DIR/etcd"
+
+# ---------------------------------------------------------------------------- certificates
+pki() {
+  [ -f "$PKI/admin.kubeconfig" ] && [ -f "$PKI/.node-$NODE_IP" ] && return
+  step "PKI: CA and component certificates (openssl)"
+  rm -rf "${PKI:?}"/*
+  (
+    cd "$PKI" || exit 1
+    openssl genrsa -out ca.key 2048 2>/dev/null
+    openssl req -x509 -new -nodes -key ca.key -subj "/CN=gcsfuse-csi-local-ca" -days 3650 -out ca.crt
+    # cert NAME CN [O] [SANs]: a client certificate, or a serving+client one when SANs are given.
+    cert() {
+      local subj="/CN=$2"
+      [ -n "${3:-}" ] && subj="/O=$3/CN=$2"
+      openssl genrsa -out "$1.key" 2048 2>/dev/null
+      openssl req -new -key "$1.key" -subj "$subj" -out "$1.csr"
+      {
+        echo "basicConstraints=CA:FALSE"
+        echo "keyUsage=critical,digitalSignature,keyEncipherment"
+        if [ -n "${4:-}" ]; then
+          echo "extendedKeyUsage=serverAuth,clientAuth"
+          echo "subjectAltName=$4"
+        else
+          echo "extendedKeyUsage=clientAuth"
+        fi
+      } > "$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP"
+    cert admin admin system:masters
+    cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+    cert kubelet-client "system:node:$NODE_NAME" system:nodes
+    cert kubelet-server "$NODE_NAME" "" "DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
+    cert controller-manager system:kube-controller-manager
+    cert scheduler system:kube-scheduler
+    cert kube-proxy system:kube-proxy
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    for u in admin:admin kubelet:kubelet-client controller-manager:controller-manager scheduler:scheduler kube-proxy:kube-proxy; do
+      cat > "${u%%:*}.kubeconfig" <<EOK
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "https://127.0.0.1:6443", certificate-authority: $PKI/ca.crt}}]
+users: [{name: u, user: {client-certificate: $PKI/${u#*:}.crt, client-key: $PKI/${u#*:}.key}}]
+contexts: [{name: local, context: {cluster: local, user: u}}]
+current-context: local
+EOK
+    done
+    touch ".node-$NODE_IP"
+  )
+}
+
+# ---------------------------------------------------------------------------- configuration
+configs() {
+  cat > "$ETC/containerd.toml" <<EOF2
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "$IMAGE_REPO/pause:$IMAGE_TAG"
+    # This VM's root lacks CAP_SYS_RESOURCE: lowering oom_score_adj fails in runc without it.
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "$ETC/cni"
+EOF2
+  cat > "$ETC/cni/10-bridge.conflist" <<'EOF2'
+{"cniVersion": "0.4.0", "name": "gcsfuse-csi-bridge", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}},
+  {"type": "loopback"}]}
+EOF2
+  # No cluster DNS: pods reach the API server by the kubernetes Service IP (kube-proxy).
+  printf 'nameserver 127.0.0.1\n' > "$ETC/resolv.conf"
+  cat > "$ETC/kubelet.yaml" <<EOF2
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+address: 0.0.0.0
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: $PKI/ca.crt}}
+authorization: {mode: Webhook}
+tlsCertFile: $PKI/kubelet-server.crt
+tlsPrivateKeyFile: $PKI/kubelet-server.key
+clusterDomain: cluster.local
+clusterDNS: [10.96.0.10]
+resolvConf: $ETC/resolv.conf
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusReportFrequency: 10s
+syncFrequency: 10s
+EOF2
+}
+
+# ---------------------------------------------------------------------------- processes
+running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+start() { # NAME CMD...: start in the background, remember the pid
+  local n=$1
+  shift
+  running "$n" && return 0
+  nohup "$@" > "$LOGS/$n.log" 2>&1 &
+  echo $! > "$RUN/$n.pid"
+}
+
+# Host state the kubelet and kube-proxy change, saved once so cluster-down.sh restores it.
+save_host_state() {
+  [ -f "$RUN/sysctl.saved" ] && return
+  local s
+  : > "$RUN/sysctl.saved.tmp"
+  modprobe br_netfilter 2>/dev/null || true
+  for s in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory \
+    kernel.panic kernel.panic_on_oops net.ipv4.conf.all.route_localnet; do
+    sysctl -n "$s" >/dev/null 2>&1 && echo "$s=$(sysctl -n "$s")" >> "$RUN/sysctl.saved.tmp"
+  done
+  iptables-save > "$RUN/iptables.saved"
+  ip6tables-save > "$RUN/ip6tables.saved" 2>/dev/null || true
+  mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
+}
+
+pki
+configs
+if ! running kube-apiserver; then
+  for port in 2379 2380 6443 10250 10257 10259; do
+    if ss -Hltn "sport = :$port" | grep -q .; then
+      echo "port $port is busy: $(ss -Hltnp "sport = :$port")" >&2
+      exit 1
+    fi
+  done
+fi
+save_host_state
+
+step "start containerd"
+start containerd containerd --config "$ETC/containerd.toml"
+waitfor containerd 30 ctr version
+step "import images"
+shopt -s nullglob
+imgs=("$IMAGES_DIR"/*.tar)
+[ ${#imgs[@]} -gt 0 ] || { echo "no images in $IMAGES_DIR: run hack/images.sh" >&2; exit 1; }
+for t in "${imgs[@]}"; do ctr -n k8s.io images import "$t" >/dev/null; done
+
+step "start etcd"
+start etcd etcd --name local --data-dir "$CLUSTER_DIR/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster local=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
+waitfor etcd 30 curl -sf http://127.0.0.1:2379/health
+
+step "start kube-apiserver"
+start kube-apiserver "$K8S_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
+  --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port=6443 \
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NodeRestriction --allow-privileged=true --profiling=false
+waitfor kube-apiserver 120 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+
+step "start controller-manager, scheduler, kubelet, kube-proxy"
+start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+start kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --leader-elect=false
+start kubelet "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
+  --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet
+start kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
+  --cluster-cidr=10.88.0.0/16 --proxy-mode=iptables --conntrack-max-per-core=0 \
+  --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
+node_ready() {
+  kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -q True
+}
+waitfor "node $NODE_NAME Ready" 180 node_ready
+waitfor "default service account" 60 kctl -n default get serviceaccount default
+up_ok=1
+step "cluster v$K8S_VERSION up; export KUBECONFIG=$KUBECONFIG"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Deploys the driver onto the running local cluster with `kubectl apply -k` (default overlay
+# deploy/overlays/local; DEPLOY_OVERLAY to change) and waits until it serves:
+#   1. a CA and the webhook's serving certificate (openssl, cached in $PKI/webhook),
+#   2. the manifests, the TLS Secret and the webhook's caBundle,
+#   3. rollouts of the node plugin, the webhook and the emulator, and the driver registered
+#      with the kubelet (listed in the node's CSINode object).
+# Idempotent: re-running re-applies and restarts nothing that did not change.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cluster-lib.sh"
+
+overlay=${DEPLOY_OVERLAY:-$REPO_ROOT/deploy/overlays/local}
+ns=gcsfuse-csi
+svc=gcsfuse-webhook
+wpki=$PKI/webhook
+
+if [ ! -f "$wpki/tls.crt" ]; then
+  step "webhook CA and serving certificate"
+  mkdir -p "$wpki"
+  (
+    cd "$wpki" || exit 1
+    openssl genrsa -out ca.key 2048 2>/dev/null
+    openssl req -x509 -new -nodes -key ca.key -subj "/CN=gcsfuse-webhook-ca" -days 3650 -out ca.crt
+    openssl genrsa -out tls.key 2048 2>/dev/null
+    openssl req -new -key tls.key -subj "/CN=$svc.$ns.svc" -out tls.csr
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:%s,DNS:%s.%s,DNS:%s.%s.svc,DNS:%s.%s.svc.cluster.local\n' \
+      "$svc" "$svc" "$ns" "$svc" "$ns" "$svc" "$ns" > tls.ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile tls.ext -out tls.crt 2>/dev/null
+    rm -f tls.csr tls.ext
+  )
+fi
+
+step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
+kctl apply -k "$overlay"
+kctl -n "$ns" create secret tls gcsfuse-webhook-tls --cert="$wpki/tls.crt" --key="$wpki/tls.key" \
+  --dry-run=client -o yaml | kctl apply -f -
+ca=$(base64 -w0 < "$wpki/ca.crt")
+kctl patch mutatingwebhookconfiguration gcsfuse-webhook --type=json \
+  -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca\"}]" >/dev/null
+
+step "wait for rollouts"
+kctl -n "$ns" rollout status daemonset/gcsfuse-csi-node --timeout=120s
+kctl -n "$ns" rollout status deployment/gcsfuse-webhook --timeout=120s
+if kctl -n "$ns" get deployment gcs-emulator >/dev/null 2>&1; then
+  kctl -n "$ns" rollout status deployment/gcs-emulator --timeout=120s
+fi
+registered() {
+  kctl get csinode "$NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' | grep -qw gcsfuse.csi.storage
+}
+waitfor "driver gcsfuse.csi.storage registered with the kubelet (CSINode $NODE_NAME)" 60 registered
+step "driver deployed"

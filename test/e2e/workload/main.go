@@ -1,0 +1,201 @@
+// Command workload is the e2e tests' application container (and the cluster's pause image):
+// one small static binary, so the images need neither a base image nor a registry.
+//
+//	workload pause                          sleep until SIGTERM/SIGINT (pod sandbox)
+//	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run]
+//	workload loop -dir D -prefix P -every d [-for d]   write P-0, P-1, ... until SIGTERM or -for
+//	workload read -dir D -name N -bytes B   check that a file has the expected content
+//	workload sleep -for d
+//
+// Every command prints "EXIT <unix-ms> <code>" as its last line, so a test can tell from the
+// log when the application itself finished, independently of the kubelet's 1 s timestamps.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// chunk is the write unit; Pattern fills it so the tests can verify content by size and
+// MD5 without shipping the expected data.
+const chunk = 64 << 10
+
+// Pattern returns byte i of every file the workload writes.
+func Pattern(i int64) byte { return byte(i % 251) }
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|read|sleep [flags]")
+		os.Exit(2)
+	}
+	code := run(os.Args[1], os.Args[2:])
+	fmt.Printf("EXIT %d %d\n", time.Now().UnixMilli(), code)
+	os.Exit(code)
+}
+
+func run(cmd string, args []string) int {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	dir := fs.String("dir", "/data", "directory (a gcsfuse mount)")
+	name := fs.String("name", "out.bin", "file name")
+	size := fs.Int64("bytes", 1<<20, "file size")
+	chunkDelay := fs.Duration("chunk-delay", 0, "sleep between 64 KiB chunks (a slow writer)")
+	exitCode := fs.Int("exit", 0, "exit code after a successful write (non-zero simulates a failed task)")
+	finishOnTerm := fs.Bool("finish-on-term", false, "on SIGTERM, finish the file being written before exiting")
+	failFirst := fs.Bool("fail-first-run", false, "write: on the first run (no <name>.attempt marker in -dir yet) create the marker and exit 1, to exercise container restarts")
+	prefix := fs.String("prefix", "part", "loop: file name prefix")
+	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
+	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	term := make(chan os.Signal, 4)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	switch cmd {
+	case "pause":
+		<-term
+		return 0
+	case "sleep":
+		select {
+		case <-time.After(*dur):
+		case s := <-term:
+			fmt.Println("signal", s)
+		}
+		return 0
+	case "write":
+		if *failFirst {
+			marker := filepath.Join(*dir, *name+".attempt")
+			if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
+				if err := os.WriteFile(marker, []byte("1"), 0o644); err != nil {
+					fmt.Fprintf(os.Stderr, "marker: %v\n", err)
+				}
+				fmt.Println("first run: failing on purpose")
+				return 1
+			}
+		}
+		start := time.Now()
+		n, err := writeFile(filepath.Join(*dir, *name), *size, *chunkDelay, term, *finishOnTerm)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "write %s: %v (after %d bytes)\n", *name, err, n)
+			return 1
+		}
+		fmt.Printf("wrote %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
+		return *exitCode
+	case "loop":
+		return loop(*dir, *prefix, *size, *every, *dur, term)
+	case "read":
+		if err := readFile(filepath.Join(*dir, *name), *size); err != nil {
+			fmt.Fprintf(os.Stderr, "read %s: %v\n", *name, err)
+			return 1
+		}
+		fmt.Printf("read %s %d bytes ok\n", *name, *size)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown command %q\n", cmd)
+	return 2
+}
+
+// errTerminated is returned when SIGTERM arrives and the writer does not finish on term.
+var errTerminated = errors.New("terminated")
+
+// writeFile writes size pattern bytes. With finishOnTerm a SIGTERM is logged and the file is
+// completed and closed: the situation where the sidecar must keep serving during the grace
+// period.
+func writeFile(path string, size int64, delay time.Duration, term <-chan os.Signal, finishOnTerm bool) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	w := bufio.NewWriterSize(f, chunk)
+	buf := make([]byte, chunk)
+	var off int64
+	for off < size {
+		select {
+		case s := <-term:
+			fmt.Printf("signal %s at %d bytes; finishOnTerm=%v\n", s, off, finishOnTerm)
+			if !finishOnTerm {
+				f.Close()
+				return off, errTerminated
+			}
+		default:
+		}
+		n := min(int64(chunk), size-off)
+		for i := range n {
+			buf[i] = Pattern(off + i)
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			f.Close()
+			return off, err
+		}
+		off += n
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return off, err
+	}
+	// Close is where gcsfuse uploads: its error is the one that matters.
+	return off, f.Close()
+}
+
+func readFile(path string, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) != size {
+		return fmt.Errorf("size %d, want %d", len(data), size)
+	}
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = Pattern(int64(i))
+	}
+	if !bytes.Equal(data, want) {
+		return errors.New("content differs from the pattern")
+	}
+	return nil
+}
+
+func loop(dir, prefix string, size int64, every, dur time.Duration, term <-chan os.Signal) int {
+	var deadline <-chan time.Time
+	if dur > 0 {
+		deadline = time.After(dur)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		name := prefix + "-" + strconv.Itoa(i)
+		// The file in progress is always finished: a writer stopped mid-file is the
+		// application's bug, not what these tests are about.
+		if _, err := writeFile(filepath.Join(dir, name), size, 0, nil, true); err != nil {
+			fmt.Fprintf(os.Stderr, "write %s: %v\n", name, err)
+			return 1
+		}
+		fmt.Printf("wrote %s at %d\n", name, time.Now().UnixMilli())
+		select {
+		case s := <-term:
+			fmt.Printf("signal %s after %d files\n", s, i+1)
+			return 0
+		case <-deadline:
+			fmt.Printf("done after %d files\n", i+1)
+			return 0
+		case <-tick.C:
+		}
+	}
+}
