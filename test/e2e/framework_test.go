@@ -1,0 +1,561 @@
+// Package e2e runs the driver in a real Kubernetes cluster (hack/e2e.sh brings one up on this
+// machine): the webhook injects the sidecar, the kubelet calls the node plugin, the sidecar
+// runs the real gcsfuse against the GCS emulator, and every test checks the objects that
+// reached the bucket, not only the pod's phase.
+//
+// The tests need a cluster and are skipped unless E2E_KUBECONFIG is set, so `go test ./...`
+// on a laptop stays green. E2E_GCS_URL is the emulator's base URL as seen from this host
+// (default http://<node InternalIP>:14443, as deploy/overlays/local serves it). A few tests
+// act on host processes (kill gcsfuse) and need to run on the node itself, as root.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+const (
+	workloadImage = "gcsfuse-csi.local/workload:e2e"
+	appContainer  = "app"
+	mountPath     = "/data"
+	emulatorPort  = 14443
+)
+
+var (
+	cs     kubernetes.Interface
+	gcsURL string
+	ns     string
+)
+
+func TestMain(m *testing.M) {
+	kc := os.Getenv("E2E_KUBECONFIG")
+	if kc == "" {
+		fmt.Println("e2e: E2E_KUBECONFIG not set; skipping (hack/e2e.sh runs these tests in a local cluster)")
+		os.Exit(0)
+	}
+	os.Exit(setup(kc, m))
+}
+
+func setup(kubeconfig string, m *testing.M) int {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cs = kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nodes.Items) == 0 {
+			fmt.Fprintln(os.Stderr, "e2e: cannot list nodes to find the emulator:", err)
+			return 1
+		}
+		for _, a := range nodes.Items[0].Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				gcsURL = fmt.Sprintf("http://%s:%d", a.Address, emulatorPort)
+			}
+		}
+	}
+	ns = fmt.Sprintf("gcsfuse-e2e-%d", rand.IntN(1e6))
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: create namespace:", err)
+		return 1
+	}
+	// Pods cannot be created before the namespace's default service account exists.
+	for {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "e2e: no default service account in", ns)
+			return 1
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("e2e: namespace %s, emulator %s\n", ns, gcsURL)
+	code := m.Run()
+	if os.Getenv("E2E_KEEP") == "" {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	}
+	printTimings()
+	return code
+}
+
+// ---------------------------------------------------------------------------- the bucket
+
+var bucketName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// newBucket creates an empty bucket in the emulator, named after the test.
+func newBucket(t *testing.T) string {
+	t.Helper()
+	b := bucketName.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	b = strings.Trim(b, "-")
+	if len(b) > 40 {
+		b = b[len(b)-40:]
+	}
+	b = strings.Trim(fmt.Sprintf("e2e-%s-%d", b, rand.IntN(1e6)), "-")
+	body, _ := json.Marshal(map[string]string{"name": b})
+	resp, err := http.Post(gcsURL+"/storage/v1/b?project=e2e", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("create bucket %s: %v", b, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("create bucket %s: %s %s", b, resp.Status, msg)
+	}
+	return b
+}
+
+// upload puts an object with the workload's pattern content into the bucket.
+func upload(t *testing.T, bucket, name string, size int64) {
+	t.Helper()
+	u := fmt.Sprintf("%s/upload/storage/v1/b/%s/o?uploadType=media&name=%s", gcsURL, bucket, url.QueryEscape(name))
+	resp, err := http.Post(u, "application/octet-stream", bytes.NewReader(patternBytes(size)))
+	if err != nil {
+		t.Fatalf("upload %s/%s: %v", bucket, name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upload %s/%s: %s %s", bucket, name, resp.Status, msg)
+	}
+}
+
+// object is one object of a bucket listing.
+type object struct {
+	Name    string `json:"name"`
+	Size    string `json:"size"`
+	MD5Hash string `json:"md5Hash"`
+}
+
+// objects lists the bucket through the emulator's JSON API.
+func objects(t *testing.T, bucket string) map[string]object {
+	t.Helper()
+	resp, err := http.Get(gcsURL + "/storage/v1/b/" + bucket + "/o")
+	if err != nil {
+		t.Fatalf("list %s: %v", bucket, err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Items []object `json:"items"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("list %s: %s %s", bucket, resp.Status, msg)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatalf("list %s: %v", bucket, err)
+	}
+	out := map[string]object{}
+	for _, o := range list.Items {
+		out[o.Name] = o
+	}
+	return out
+}
+
+// patternBytes is what the workload writes: byte i is i % 251.
+func patternBytes(size int64) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(int64(i) % 251)
+	}
+	return b
+}
+
+// expectObject fails unless the bucket holds name with exactly the workload's content.
+func expectObject(t *testing.T, bucket, name string, size int64) {
+	t.Helper()
+	objs := objects(t, bucket)
+	o, ok := objs[name]
+	if !ok {
+		t.Fatalf("object %s not in bucket %s (has %v)", name, bucket, names(objs))
+	}
+	sum := md5.Sum(patternBytes(size))
+	if o.Size != strconv.FormatInt(size, 10) || o.MD5Hash != base64.StdEncoding.EncodeToString(sum[:]) {
+		t.Fatalf("object %s/%s: size %s md5 %s, want size %d md5 %s", bucket, name, o.Size, o.MD5Hash, size,
+			base64.StdEncoding.EncodeToString(sum[:]))
+	}
+}
+
+func names(objs map[string]object) []string {
+	var n []string
+	for k := range objs {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// ---------------------------------------------------------------------------- pods
+
+// volume is one bucket mounted in the pod as an inline CSI volume.
+type volume struct{ name, bucket, path string }
+
+// podOpts describes a workload pod.
+type podOpts struct {
+	mode    string // contract.ModeNative or contract.ModeLegacy
+	restart corev1.RestartPolicy
+	volumes []volume
+	args    []string // the app container's workload arguments
+	grace   *int64
+	// extra containers / init containers, mounting the same volumes.
+	extra []corev1.Container
+	init  []corev1.Container
+}
+
+func inlineVolume(v volume) corev1.Volume {
+	return corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+		Driver: contract.DriverName, VolumeAttributes: map[string]string{contract.AttrBucketName: v.bucket},
+	}}}
+}
+
+func mounts(vols []volume) []corev1.VolumeMount {
+	var m []corev1.VolumeMount
+	for _, v := range vols {
+		m = append(m, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	return m
+}
+
+// workloadContainer runs the workload binary with args and the pod's volumes mounted.
+func workloadContainer(name string, vols []volume, args ...string) corev1.Container {
+	return corev1.Container{
+		Name: name, Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/workload"}, Args: args, VolumeMounts: mounts(vols),
+	}
+}
+
+// podTemplate is the pod (annotations and spec) for o.
+func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
+	ann := map[string]string{contract.AnnotationInject: "true"}
+	if o.mode != "" {
+		ann[contract.AnnotationSidecarMode] = o.mode
+	}
+	spec := corev1.PodSpec{
+		RestartPolicy:                 o.restart,
+		TerminationGracePeriodSeconds: o.grace,
+		Containers:                    append([]corev1.Container{workloadContainer(appContainer, o.volumes, o.args...)}, o.extra...),
+		InitContainers:                o.init,
+	}
+	for _, v := range o.volumes {
+		spec.Volumes = append(spec.Volumes, inlineVolume(v))
+	}
+	return ann, spec
+}
+
+func createPod(t *testing.T, name string, o podOpts) *corev1.Pod {
+	t.Helper()
+	ann, spec := podTemplate(o)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	if got := p.Annotations[contract.AnnotationInjected]; o.mode != "" && got != o.mode {
+		t.Fatalf("pod %s: webhook injected %q, want %q (annotations %v)", name, got, o.mode, p.Annotations)
+	}
+	return p
+}
+
+// ---------------------------------------------------------------------------- observing
+
+// tracker watches the pods matching a selector and stamps, with this host's clock, when each
+// transition was first seen.
+type tracker struct {
+	mu      sync.Mutex
+	pods    map[string]*corev1.Pod // latest
+	seen    map[string]map[string]time.Time
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+func track(t *testing.T, selector metav1.ListOptions) *tracker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &tracker{pods: map[string]*corev1.Pod{}, seen: map[string]map[string]time.Time{}, cancel: cancel, stopped: make(chan struct{})}
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, selector)
+	if err != nil {
+		cancel()
+		t.Fatalf("watch pods: %v", err)
+	}
+	go func() {
+		defer close(tr.stopped)
+		for {
+			for ev := range w.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok {
+					tr.observe(p, ev.Type)
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The API server ends watches after a while: resume (a missed transition only
+			// costs a timestamp, the tests assert on the final state).
+			if w, err = cs.CoreV1().Pods(ns).Watch(ctx, selector); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(tr.stop)
+	return tr
+}
+
+func (tr *tracker) stop() {
+	tr.cancel()
+	<-tr.stopped
+}
+
+func (tr *tracker) mark(pod, what string, now time.Time) {
+	if tr.seen[pod] == nil {
+		tr.seen[pod] = map[string]time.Time{}
+	}
+	if _, ok := tr.seen[pod][what]; !ok {
+		tr.seen[pod][what] = now
+	}
+}
+
+func (tr *tracker) observe(p *corev1.Pod, typ watch.EventType) {
+	now := time.Now()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.pods[p.Name] = p.DeepCopy()
+	if typ == watch.Deleted {
+		tr.mark(p.Name, "deleted", now)
+	}
+	tr.mark(p.Name, "phase:"+string(p.Status.Phase), now)
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range list {
+			if c.State.Running != nil {
+				tr.mark(p.Name, "running:"+c.Name, now)
+			}
+			if c.State.Terminated != nil {
+				tr.mark(p.Name, "terminated:"+c.Name, now)
+			}
+		}
+	}
+}
+
+// when returns when the transition was first seen on the pod (zero if never).
+func (tr *tracker) when(pod, what string) time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.seen[pod][what]
+}
+
+// podNames lists the pods seen.
+func (tr *tracker) podNames() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var n []string
+	for k := range tr.pods {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// waitPod polls until cond holds for the pod, at most d.
+func waitPod(t *testing.T, name string, d time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last *corev1.Pod
+	for time.Now().Before(deadline) {
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+			if cond(p) {
+				return p
+			}
+		} else if !apierrors.IsNotFound(err) {
+			t.Logf("get pod %s: %v", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("pod %s: not %s after %s; last status:\n%s\nevents:\n%s", name, what, d, describe(last), podEvents(name))
+	return nil
+}
+
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// containerStatus returns the status of a container or init container.
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "<no pod>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s reason=%s message=%s\n", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range list {
+			st, _ := json.Marshal(c.State)
+			fmt.Fprintf(&b, "  %s restarts=%d state=%s\n", c.Name, c.RestartCount, st)
+		}
+	}
+	return b.String()
+}
+
+// podEvents returns the pod's events, one per line, oldest first.
+func podEvents(name string) string {
+	ev, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range ev.Items {
+		fmt.Fprintf(&b, "  %s %s %s: %s\n", e.Type, e.Source.Component, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+// waitEvent waits until the pod has an event whose reason matches and whose message contains
+// every one of substrings.
+func waitEvent(t *testing.T, pod string, d time.Duration, reason *regexp.Regexp, substrings ...string) corev1.Event {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ev, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err == nil {
+		next:
+			for _, e := range ev.Items {
+				if !reason.MatchString(e.Reason) {
+					continue
+				}
+				for _, s := range substrings {
+					if !strings.Contains(e.Message, s) {
+						continue next
+					}
+				}
+				return e
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("pod %s: no event with reason %s containing %q after %s; events:\n%s", pod, reason, substrings, d, podEvents(pod))
+	return corev1.Event{}
+}
+
+// logs returns a container's log ("" on error).
+func logs(pod, container string) string {
+	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(b)
+}
+
+var exitLine = regexp.MustCompile(`(?m)^EXIT (\d+) (-?\d+)$`)
+
+// appExit is when the workload process said it exited (its last log line), with this
+// host's clock (the pod runs on this host).
+func appExit(t *testing.T, pod, container string) time.Time {
+	t.Helper()
+	m := exitLine.FindAllStringSubmatch(logs(pod, container), -1)
+	if len(m) == 0 {
+		t.Logf("pod %s: no EXIT line in the %s log", pod, container)
+		return time.Time{}
+	}
+	ms, _ := strconv.ParseInt(m[len(m)-1][1], 10, 64)
+	return time.UnixMilli(ms)
+}
+
+// ---------------------------------------------------------------------------- timings
+
+type timing struct {
+	test, what string
+	d          time.Duration
+}
+
+var (
+	timingsMu sync.Mutex
+	timings   []timing
+)
+
+// record logs and keeps a measurement for the summary printed at the end of the run.
+func record(t *testing.T, what string, from, to time.Time) {
+	t.Helper()
+	if from.IsZero() || to.IsZero() {
+		t.Logf("timing %s: not measured", what)
+		return
+	}
+	d := to.Sub(from)
+	t.Logf("timing %s: %s", what, d.Round(time.Millisecond))
+	timingsMu.Lock()
+	timings = append(timings, timing{t.Name(), what, d})
+	timingsMu.Unlock()
+}
+
+func printTimings() {
+	timingsMu.Lock()
+	defer timingsMu.Unlock()
+	if len(timings) == 0 {
+		return
+	}
+	fmt.Println("\ne2e timings (this host's clock):")
+	fmt.Printf("%-52s %-36s %10s\n", "test", "measure", "seconds")
+	for _, x := range timings {
+		fmt.Printf("%-52s %-36s %10.2f\n", x.test, x.what, x.d.Seconds())
+	}
+}
+
+// modes runs f once per sidecar mode, as subtests.
+func modes(t *testing.T, f func(t *testing.T, mode string)) {
+	for _, m := range []string{contract.ModeNative, contract.ModeLegacy} {
+		t.Run(m, func(t *testing.T) { f(t, m) })
+	}
+}
+
+// ptr returns a pointer to v.
+func ptr[T any](v T) *T { return &v }
+
+// podName is a DNS-1123 name for the test's pod.
+func podName(t *testing.T, suffix string) string {
+	n := bucketName.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	n = strings.Trim(n, "-")
+	if len(n) > 40 {
+		n = strings.Trim(n[len(n)-40:], "-")
+	}
+	if suffix != "" {
+		n += "-" + suffix
+	}
+	return n
+}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+const mib = 1 << 20
+
+// sidecarExitCode is the sidecar's final exit code (-1 when it has not terminated).
+func sidecarExitCode(p *corev1.Pod) int32 {
+	st := containerStatus(p, contract.SidecarContainerName)
+	if st == nil || st.State.Terminated == nil {
+		return -1
+	}
+	return st.State.Terminated.ExitCode
+}
+
+// createJob creates a Job of one pod from o and returns it.
+func createJob(t *testing.T, name string, o podOpts) *batchv1.Job {
+	t.Helper()
+	ann, spec := podTemplate(o)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr(int32(0)),
+			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: spec},
+		},
+	}
+	if o.restart == corev1.RestartPolicyOnFailure {
+		job.Spec.BackoffLimit = ptr(int32(3))
+	}
+	j, err := cs.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create job %s: %v", name, err)
+	}
+	return j
+}
+
+// waitJob waits for the Job's Complete or Failed condition and returns which one, and when
+// this host first saw it.
+func waitJob(t *testing.T, name string, d time.Duration) (batchv1.JobConditionType, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		j, err := cs.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range j.Status.Conditions {
+				if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+					return c.Type, time.Now()
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("job %s: neither Complete nor Failed after %s", name, d)
+	return "", time.Time{}
+}
+
+// jobPod returns the name of the Job's only pod, as seen by the tracker.
+func jobPod(t *testing.T, tr *tracker) string {
+	t.Helper()
+	pods := tr.podNames()
+	if len(pods) != 1 {
+		t.Fatalf("job has %d pods %v, want 1", len(pods), pods)
+	}
+	return pods[0]
+}
+
+// TestJobNever is the users' main case (Airflow's KubernetesPodOperator, batch Jobs): a Job
+// with restartPolicy Never writes its result to the bucket and exits. The Job must
+// complete (the sidecar must not keep the pod Running) and the object must be complete.
+func TestJobNever(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		exit    int
+		want    batchv1.JobConditionType
+		phase   corev1.PodPhase
+		appCode int32
+	}{
+		{"success", 0, batchv1.JobComplete, corev1.PodSucceeded, 0},
+		{"failure", 3, batchv1.JobFailed, corev1.PodFailed, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			modes(t, func(t *testing.T, mode string) {
+				t.Parallel()
+				bucket := newBucket(t)
+				name := podName(t, "")
+				tr := track(t, metav1.ListOptions{LabelSelector: "job-name=" + name})
+				created := time.Now()
+				createJob(t, name, podOpts{
+					mode: mode, restart: corev1.RestartPolicyNever,
+					volumes: []volume{{"bucket", bucket, mountPath}},
+					args:    []string{"write", "-dir", mountPath, "-name", "result.bin", "-bytes", strconv.Itoa(2 * mib), "-exit", strconv.Itoa(tc.exit)},
+				})
+				cond, condAt := waitJob(t, name, 120*time.Second)
+				pod := jobPod(t, tr)
+				p := waitPod(t, pod, 30*time.Second, "terminal", terminal)
+				if cond != tc.want || p.Status.Phase != tc.phase {
+					t.Fatalf("job %s, pod %s; want %s, %s\n%s\n%s", cond, p.Status.Phase, tc.want, tc.phase, describe(p), podEvents(pod))
+				}
+				if st := containerStatus(p, appContainer); st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode != tc.appCode {
+					t.Fatalf("app container: %s", describe(p))
+				}
+				if c := sidecarExitCode(p); c != 0 {
+					t.Fatalf("sidecar exit code %d, want 0 (a clean stop):\n%s\nsidecar log:\n%s", c, describe(p), logs(pod, contract.SidecarContainerName))
+				}
+				expectObject(t, bucket, "result.bin", 2*mib)
+				exit := appExit(t, pod, appContainer)
+				record(t, "create -> app running", created, tr.when(pod, "running:"+appContainer))
+				record(t, "app exit -> pod "+string(tc.phase), exit, tr.when(pod, "phase:"+string(tc.phase)))
+				record(t, "app exit -> job "+string(cond), exit, condAt)
+			})
+		})
+	}
+}
+
+// TestJobOnFailure: the app fails on its first run and succeeds when the kubelet restarts
+// it. The sidecar must survive the app's failure (it is not the end of the workload under
+// OnFailure) and the second run must still write through the mount.
+func TestJobOnFailure(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		tr := track(t, metav1.ListOptions{LabelSelector: "job-name=" + name})
+		createJob(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyOnFailure,
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "result.bin", "-bytes", strconv.Itoa(mib), "-fail-first-run"},
+		})
+		cond, condAt := waitJob(t, name, 150*time.Second)
+		pod := jobPod(t, tr)
+		p := waitPod(t, pod, 30*time.Second, "terminal", terminal)
+		if cond != batchv1.JobComplete || p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("job %s, pod %s; want Complete, Succeeded\n%s\n%s", cond, p.Status.Phase, describe(p), podEvents(pod))
+		}
+		if st := containerStatus(p, appContainer); st.RestartCount < 1 {
+			t.Fatalf("app restarted %d times, want >= 1 (the first run fails on purpose)", st.RestartCount)
+		}
+		expectObject(t, bucket, "result.bin", mib)
+		record(t, "app exit -> job Complete", appExit(t, pod, appContainer), condAt)
+	})
+}
+
+// TestBarePodNever: a pod (no Job) with restartPolicy Never must reach Succeeded.
+func TestBarePodNever(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever,
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "airflow-result.json", "-bytes", "4096"},
+		})
+		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+			t.Fatalf("pod %s, sidecar exit %d; want Succeeded, 0\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
+		}
+		expectObject(t, bucket, "airflow-result.json", 4096)
+		record(t, "app exit -> pod Succeeded", appExit(t, name, appContainer), tr.when(name, "phase:Succeeded"))
+	})
+}
+
+// TestMissingBucket: a volume naming a bucket that does not exist must not look like an
+// empty directory (writes would be lost at close): the pod gets a Warning Event that names
+// the bucket, and the app never reports success.
+func TestMissingBucket(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := fmt.Sprintf("e2e-no-such-bucket-%s", mode)
+		name := podName(t, "")
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(5)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "x", "-bytes", "10"},
+		})
+		e := waitEvent(t, name, 90*time.Second, regexp.MustCompile(`(?i)gcsfuse.*fail`), bucket, "does not exist")
+		t.Logf("event: %s %s: %s", e.Type, e.Reason, e.Message)
+		if e.Type != corev1.EventTypeWarning {
+			t.Fatalf("event %s is %s, want Warning", e.Reason, e.Type)
+		}
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase == corev1.PodSucceeded {
+			t.Fatalf("pod Succeeded although its bucket does not exist:\n%s", describe(p))
+		}
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+}
