@@ -67,10 +67,11 @@ func run() error {
 	for _, r := range rows {
 		fmt.Printf("%-7s %-34s %12s %22s %10d\n", r.mode, r.trigger, ms(r.mountReady), ms(r.appToExit), r.code)
 	}
-	objs, _, err := e.Emulator.ListObjectsWithOptions(bucket, fakestorage.ListOptions{})
+	list, err := e.Emulator.ListObjectsWithOptionsPaginated(bucket, fakestorage.ListOptions{})
 	if err != nil {
 		return err
 	}
+	objs := list.Objects
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Name < objs[j].Name })
 	fmt.Printf("\nobjects in gs://%s:\n", bucket)
 	for _, o := range objs {

@@ -115,8 +115,9 @@ type Watcher struct {
 // podState records which callbacks already fired for one pod UID.
 type podState struct {
 	uid      types.UID
-	doneSent bool
-	failSent bool
+	doneSent    bool
+	failSent    bool
+	latencySent bool
 }
 
 // New returns a Watcher for the pods of nodeName that reports to handler.
@@ -282,6 +283,13 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
 		}
 	}
+	if !st.latencySent {
+		if mode, d, ok := sidecarExitLatency(pod); ok {
+			st.latencySent = true
+			log.Info("sidecar exited after the workload", "mode", mode, "latency", d.String())
+			w.metrics.ObserveExitLatency(mode, d)
+		}
+	}
 	if !st.failSent {
 		if failed, code, msg := lifecycle.SidecarFailure(pod); failed {
 			st.failSent = true
@@ -419,4 +427,43 @@ func trimState(in corev1.ContainerState, keepMessage bool) corev1.ContainerState
 		}
 	}
 	return out
+}
+
+// sidecarExitLatency measures, from the pod's status, the time from the last workload
+// container's finish to the sidecar's clean exit. The kubelet reports these times with
+// one-second precision, so the figure is coarse; the sidecar's own metric is precise.
+func sidecarExitLatency(pod *corev1.Pod) (mode string, d time.Duration, ok bool) {
+	mode = lifecycle.SidecarMode(pod)
+	statuses := pod.Status.ContainerStatuses
+	if mode == contract.ModeNative {
+		statuses = pod.Status.InitContainerStatuses
+	}
+	var sidecarDone time.Time
+	for i := range statuses {
+		if t := statuses[i].State.Terminated; statuses[i].Name == contract.SidecarContainerName && t != nil && t.ExitCode == 0 {
+			sidecarDone = t.FinishedAt.Time
+		}
+	}
+	if mode == "" || sidecarDone.IsZero() {
+		return "", 0, false
+	}
+	var workloadDone time.Time
+	for _, name := range lifecycle.WorkloadContainers(pod) {
+		var t *corev1.ContainerStateTerminated
+		for i := range pod.Status.ContainerStatuses {
+			if pod.Status.ContainerStatuses[i].Name == name {
+				t = pod.Status.ContainerStatuses[i].State.Terminated
+			}
+		}
+		if t == nil {
+			return "", 0, false
+		}
+		if t.FinishedAt.After(workloadDone) {
+			workloadDone = t.FinishedAt.Time
+		}
+	}
+	if workloadDone.IsZero() {
+		return "", 0, false
+	}
+	return mode, max(sidecarDone.Sub(workloadDone), 0), true
 }
