@@ -110,3 +110,23 @@ func TestProcPathReachesPinnedDir(t *testing.T) {
 		t.Fatalf("file not created in the pinned dir: %v", err)
 	}
 }
+
+// FuzzParseTarget checks that an accepted target path always lies under the kubelet root
+// and yields single, safe path elements.
+func FuzzParseTarget(f *testing.F) {
+	f.Add("/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/data/mount")
+	f.Add("/var/lib/kubelet/pods/../volumes/kubernetes.io~csi/data/mount")
+	f.Add("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/a/b/mount")
+	f.Fuzz(func(t *testing.T, p string) {
+		tg, err := ParseTarget("/var/lib/kubelet", p)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(p, "/var/lib/kubelet/pods/") || !validElement(tg.PodUID) || !validElement(tg.VolumeName) {
+			t.Fatalf("accepted %q as %+v", p, tg)
+		}
+		if filepath.Join("/var/lib/kubelet/pods", tg.PodUID, "volumes/kubernetes.io~csi", tg.VolumeName, "mount") != p {
+			t.Fatalf("accepted %q does not round-trip: %+v", p, tg)
+		}
+	})
+}
