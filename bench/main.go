@@ -34,6 +34,7 @@ func main() {
 	rounds := flag.Int("rounds", 10, "rounds for latency figures")
 	iterations := flag.Int("dataloss-iterations", 200, "iterations of the data-loss check")
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
+	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
 	flag.Parse()
 	if miss := testenv.Prereqs(); miss != "" {
 		fmt.Fprintln(os.Stderr, "bench needs:", miss)
@@ -56,7 +57,7 @@ func main() {
 		case "dataloss":
 			err = b.dataLoss(*iterations)
 		case "throughput":
-			err = b.throughput(*sizeMiB, 3)
+			err = b.throughput(*sizeMiB, *tpRounds)
 		default:
 			err = fmt.Errorf("unknown benchmark %q", what)
 		}
