@@ -25,7 +25,8 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	tmpDir := flag.String("tmp-dir", contract.TmpMountPath, "mount path of the "+contract.TmpVolumeName+" emptyDir")
-	cacheDir := flag.String("cache-dir", "", "mount path of the "+contract.CacheVolumeName+" emptyDir (empty: no file cache dir)")
+	cacheDir := flag.String("cache-dir", existingDir(contract.CacheMountPath), "gcsfuse file cache root (default: "+contract.CacheMountPath+" when mounted)")
+	bufferDir := flag.String("buffer-dir", existingDir(contract.BufferMountPath), "root of gcsfuse's write staging dirs (default: "+contract.BufferMountPath+" when mounted, else inside --tmp-dir)")
 	gcsfuse := flag.String("gcsfuse", "/gcsfuse", "path of the gcsfuse binary")
 	mode := flag.String("mode", envOr(contract.EnvSidecarMode, contract.ModeLegacy), "native or legacy (default from $"+contract.EnvSidecarMode+")")
 	grace := flag.Int("grace-seconds", envInt(contract.EnvGraceSeconds, contract.DefaultGraceSeconds), "pod terminationGracePeriodSeconds (default from $"+contract.EnvGraceSeconds+")")
@@ -67,10 +68,18 @@ func run() int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	s := sidecar.New(sidecar.Config{
-		TmpDir: *tmpDir, CacheDir: *cacheDir, GcsfusePath: *gcsfuse, Mode: *mode,
+		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, TerminationLog: *termLog, Log: log, Metrics: metrics,
 	})
 	return s.Run(context.Background(), sigs)
+}
+
+// existingDir returns p if it is a directory (the webhook mounted that volume), else "".
+func existingDir(p string) string {
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return p
+	}
+	return ""
 }
 
 func envOr(k, def string) string {

@@ -34,8 +34,11 @@ import (
 type Config struct {
 	// TmpDir is where the gcsfuse-tmp emptyDir is mounted.
 	TmpDir string
-	// CacheDir is where the gcsfuse-cache emptyDir is mounted, if any.
+	// CacheDir is where the gcsfuse-cache volume is mounted, if any.
 	CacheDir string
+	// BufferDir is where the gcsfuse-buffer volume is mounted, if any: gcsfuse stages
+	// writes there (a user may back it with a PVC or a RAM disk).
+	BufferDir string
 	// GcsfusePath is the gcsfuse binary.
 	GcsfusePath string
 	// Mode is contract.ModeNative or contract.ModeLegacy.

@@ -151,6 +151,9 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		}
 	}
 	tempDir := filepath.Join(s.cfg.TmpDir, contract.VolumesDir, v.VolumeName, "tmp")
+	if s.cfg.BufferDir != "" {
+		tempDir = filepath.Join(s.cfg.BufferDir, v.VolumeName)
+	}
 	if err := os.MkdirAll(tempDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create temp dir for %s: %w", v.VolumeName, err)
 	}
