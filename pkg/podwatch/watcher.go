@@ -114,7 +114,7 @@ type Watcher struct {
 
 // podState records which callbacks already fired for one pod UID.
 type podState struct {
-	uid      types.UID
+	uid         types.UID
 	doneSent    bool
 	failSent    bool
 	latencySent bool
