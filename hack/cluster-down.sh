@@ -11,19 +11,30 @@ source "$(dirname "$0")/cluster-lib.sh"
 set +e +o pipefail
 
 running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
-# stop NAME: SIGTERM, wait up to 30 s, then SIGKILL; only the pid we started.
+# stop NAME...: SIGTERM to each (only the pids we started), wait up to 30 s for all, then
+# SIGKILL the ones left. Names given together are independent and stop in parallel.
 stop() {
-  local pid i
-  [ -f "$RUN/$1.pid" ] || return 0
-  pid=$(cat "$RUN/$1.pid")
-  if kill "$pid" 2>/dev/null; then
-    for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "$1 ($pid) ignored SIGTERM for 30 s; SIGKILL" >&2
-      kill -9 "$pid" 2>/dev/null
+  local n pid i alive
+  declare -A pids=()
+  for n in "$@"; do
+    [ -f "$RUN/$n.pid" ] || continue
+    pid=$(cat "$RUN/$n.pid")
+    kill "$pid" 2>/dev/null && pids[$n]=$pid
+    rm -f "$RUN/$n.pid"
+  done
+  for ((i = 0; i < 150; i++)); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.2
+  done
+  for n in "${!pids[@]}"; do
+    if kill -0 "${pids[$n]}" 2>/dev/null; then
+      echo "$n (${pids[$n]}) ignored SIGTERM for 30 s; SIGKILL" >&2
+      kill -9 "${pids[$n]}" 2>/dev/null
     fi
-  fi
-  rm -f "$RUN/$1.pid"
+  done
+  step "stopped $*"
 }
 
 step "cluster down"
@@ -39,13 +50,21 @@ if running kube-apiserver && running kubelet; then
     [ "$n" = 0 ] && break
     sleep 0.5
   done
+  # Keep the driver's logs for debugging (the kubelet deletes them with the pods).
+  for p in $(kctl -n gcsfuse-csi get pods -o name 2>/dev/null); do
+    kctl -n gcsfuse-csi logs "$p" --all-containers --timestamps > "$LOGS/${p#pod/}.log" 2>&1
+  done
   kctl delete ns gcsfuse-csi --wait=true --timeout=60s >/dev/null 2>&1
   kctl delete pods --all -A --wait=true --timeout=30s >/dev/null 2>&1
   sleep 1 # let the kubelet tear down the last sandboxes (CNI DEL)
 fi
 
 step "stop processes"
-for n in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$n"; done
+# The node agents and controllers first (together), then the API server, then etcd: an API
+# server still shutting down when etcd is gone hangs for minutes and keeps :6443 busy.
+stop kube-proxy kubelet kube-scheduler kube-controller-manager
+stop kube-apiserver
+stop etcd
 if running containerd; then
   for id in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
   for ((i = 0; i < 20; i++)); do
@@ -86,6 +105,9 @@ if [ -f "$RUN/sysctl.saved" ]; then
   while IFS= read -r kv; do sysctl -qw "$kv" >/dev/null 2>&1; done < "$RUN/sysctl.saved"
   rm -f "$RUN/sysctl.saved"
 fi
+if [ -f "$RUN/br_netfilter.loaded" ] && [ -z "$(ip link show type bridge 2>/dev/null)" ]; then
+  modprobe -r br_netfilter 2>/dev/null && rm -f "$RUN/br_netfilter.loaded"
+fi
 for c in /sys/fs/cgroup/*/kubepods; do
   [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
 done
@@ -98,6 +120,8 @@ if findmnt -rn -o TARGET | grep -qE '^/var/lib/kubelet(/|$)'; then
 else
   rm -rf /var/lib/kubelet
 fi
+# Container logs the kubelet wrote (the pods are gone; their logs were saved above).
+rm -rf /var/log/pods /var/log/containers
 if [ -d "$LOGS" ]; then
   rm -rf "$CLUSTER_DIR/logs.last"
   mv "$LOGS" "$CLUSTER_DIR/logs.last"

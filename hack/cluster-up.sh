@@ -158,7 +158,11 @@ save_host_state() {
   [ -f "$RUN/sysctl.saved" ] && return
   local s
   : > "$RUN/sysctl.saved.tmp"
-  modprobe br_netfilter 2>/dev/null || true
+  # The bridge CNI plugin and kube-proxy need br_netfilter; unloaded again by down if we
+  # loaded it.
+  if [ ! -d /sys/module/br_netfilter ] && modprobe br_netfilter 2>/dev/null; then
+    touch "$RUN/br_netfilter.loaded"
+  fi
   for s in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory \
     kernel.panic kernel.panic_on_oops net.ipv4.conf.all.route_localnet; do
     sysctl -n "$s" >/dev/null 2>&1 && echo "$s=$(sysctl -n "$s")" >> "$RUN/sysctl.saved.tmp"
@@ -225,7 +229,7 @@ start kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig"
 node_ready() {
   kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -q True
 }
-waitfor "node $NODE_NAME Ready" 180 node_ready
+waitfor "node $NODE_NAME" 180 node_ready
 waitfor "default service account" 60 kctl -n default get serviceaccount default
 up_ok=1
 step "cluster v$K8S_VERSION up; export KUBECONFIG=$KUBECONFIG"

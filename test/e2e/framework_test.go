@@ -88,13 +88,17 @@ func setup(kubeconfig string, m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: create namespace:", err)
 		return 1
 	}
-	// Pods cannot be created before the namespace's default service account exists.
+	// Pods cannot be created before the namespace's default service account exists, and
+	// their start waits for the kube-root-ca.crt ConfigMap (projected token volume): wait for
+	// both so the first test's timings do not include the namespace's setup.
 	for {
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		_, errSA := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		_, errCM := cs.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if errSA == nil && errCM == nil {
 			break
 		}
 		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "e2e: no default service account in", ns)
+			fmt.Fprintln(os.Stderr, "e2e: no default service account or kube-root-ca.crt in", ns)
 			return 1
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -301,7 +305,19 @@ func track(t *testing.T, selector metav1.ListOptions) *tracker {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &tracker{pods: map[string]*corev1.Pod{}, seen: map[string]map[string]time.Time{}, cancel: cancel, stopped: make(chan struct{})}
-	w, err := cs.CoreV1().Pods(ns).Watch(ctx, selector)
+	// List, then watch from the list's resourceVersion: a watch without one is a consistent
+	// read that, with Debian's etcd 3.4 (no progress requests), the API server delays ~3 s.
+	list, err := cs.CoreV1().Pods(ns).List(ctx, selector)
+	if err != nil {
+		cancel()
+		t.Fatalf("list pods: %v", err)
+	}
+	for i := range list.Items {
+		tr.observe(&list.Items[i], watch.Added)
+	}
+	from := selector
+	from.ResourceVersion = list.ResourceVersion
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, from)
 	if err != nil {
 		cancel()
 		t.Fatalf("watch pods: %v", err)
@@ -319,7 +335,7 @@ func track(t *testing.T, selector metav1.ListOptions) *tracker {
 			}
 			// The API server ends watches after a while: resume (a missed transition only
 			// costs a timestamp, the tests assert on the final state).
-			if w, err = cs.CoreV1().Pods(ns).Watch(ctx, selector); err != nil {
+			if w, err = cs.CoreV1().Pods(ns).Watch(ctx, selector); err != nil { // resume; a ~3 s delay is harmless here
 				return
 			}
 		}
@@ -483,7 +499,23 @@ func logs(pod, container string) string {
 	return string(b)
 }
 
-var exitLine = regexp.MustCompile(`(?m)^EXIT (\d+) (-?\d+)$`)
+var (
+	exitLine  = regexp.MustCompile(`(?m)^EXIT (\d+) (-?\d+)$`)
+	startLine = regexp.MustCompile(`(?m)^START (\d+)$`)
+)
+
+// appStart is when the workload process started (its first log line; the first run's when
+// the container restarted), with this host's clock.
+func appStart(t *testing.T, pod, container string) time.Time {
+	t.Helper()
+	m := startLine.FindStringSubmatch(logs(pod, container))
+	if m == nil {
+		t.Logf("pod %s: no START line in the %s log", pod, container)
+		return time.Time{}
+	}
+	ms, _ := strconv.ParseInt(m[1], 10, 64)
+	return time.UnixMilli(ms)
+}
 
 // appExit is when the workload process said it exited (its last log line), with this
 // host's clock (the pod runs on this host).
@@ -531,9 +563,9 @@ func printTimings() {
 		return
 	}
 	fmt.Println("\ne2e timings (this host's clock):")
-	fmt.Printf("%-52s %-36s %10s\n", "test", "measure", "seconds")
+	fmt.Printf("%-44s %-44s %8s\n", "test", "measure", "seconds")
 	for _, x := range timings {
-		fmt.Printf("%-52s %-36s %10.2f\n", x.test, x.what, x.d.Seconds())
+		fmt.Printf("%-44s %-44s %8.2f\n", x.test, x.what, x.d.Seconds())
 	}
 }
 

@@ -117,7 +117,7 @@ func TestJobNever(t *testing.T) {
 				}
 				expectObject(t, bucket, "result.bin", 2*mib)
 				exit := appExit(t, pod, appContainer)
-				record(t, "create -> app running", created, tr.when(pod, "running:"+appContainer))
+				record(t, "create -> app started", created, appStart(t, pod, appContainer))
 				record(t, "app exit -> pod "+string(tc.phase), exit, tr.when(pod, "phase:"+string(tc.phase)))
 				record(t, "app exit -> job "+string(cond), exit, condAt)
 			})

@@ -7,8 +7,9 @@
 //	workload read -dir D -name N -bytes B   check that a file has the expected content
 //	workload sleep -for d
 //
-// Every command prints "EXIT <unix-ms> <code>" as its last line, so a test can tell from the
-// log when the application itself finished, independently of the kubelet's 1 s timestamps.
+// Every command but pause prints "START <unix-ms>" first and "EXIT <unix-ms> <code>" last, so
+// a test can tell from the log when the application itself started and finished,
+// independently of the kubelet's 1 s timestamps.
 package main
 
 import (
@@ -37,6 +38,9 @@ func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|read|sleep [flags]")
 		os.Exit(2)
+	}
+	if os.Args[1] != "pause" {
+		fmt.Printf("START %d\n", time.Now().UnixMilli())
 	}
 	code := run(os.Args[1], os.Args[2:])
 	fmt.Printf("EXIT %d %d\n", time.Now().UnixMilli(), code)

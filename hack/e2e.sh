@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite in a real single-node cluster on this machine, from nothing:
+#   deps (apt + gcsfuse) -> kubernetes build (cached per version) -> images -> cluster up ->
+#   deploy the driver -> go test ./test/e2e/... -> cluster down (always, by trap)
+# and prints each phase's duration. Exit code: the tests' (or the first failing phase's).
+#
+# Env: K8S_VERSION (default 1.34.4; 1.37.2 also supported), E2E_RUN (go test -run regexp),
+#      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
+#      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cluster-lib.sh"
+hack=$REPO_ROOT/hack
+
+phases=()
+phase() { # NAME CMD...: run one phase, timed
+  local name=$1 start rc=0
+  shift
+  start=$(date +%s%N)
+  step "phase $name"
+  "$@" || rc=$?
+  phases+=("$(printf '%-14s %8.1f s  rc=%d' "$name" "$(( ($(date +%s%N) - start) / 1000000 ))e-3" "$rc")")
+  return "$rc"
+}
+summary() {
+  echo
+  echo "=== e2e phases (kubernetes v$K8S_VERSION)"
+  printf '    %s\n' "${phases[@]}"
+}
+finish() {
+  local rc=$?
+  if [ "${E2E_KEEP_CLUSTER:-}" = 1 ]; then
+    echo "E2E_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
+  else
+    phase cluster-down "$hack/cluster-down.sh" || true
+  fi
+  summary
+  exit "$rc"
+}
+trap finish EXIT
+
+run_tests() {
+  local args=(-count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
+  [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
+  (
+    cd "$REPO_ROOT" || exit 1
+    E2E_KUBECONFIG=$KUBECONFIG E2E_GCS_URL=http://$NODE_IP:14443 go test "${args[@]}" ./test/e2e/...
+  ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== test results:"
+  grep -E '^\s*--- (PASS|FAIL|SKIP)' "$CLUSTER_DIR/e2e-test.log" || true
+  return "$rc"
+}
+
+mkdir -p "$CLUSTER_DIR"
+phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
+phase k8s-build "$hack/k8s-build.sh"
+phase images "$hack/images.sh"
+phase cluster-up "$hack/cluster-up.sh"
+phase deploy "$hack/deploy.sh"
+phase test run_tests

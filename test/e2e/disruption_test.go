@@ -1,0 +1,387 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// partFiles counts the complete loop files ("<prefix>-N" of size bytes) in the bucket and
+// fails on any incomplete one: the loop writer always finishes the file it is writing.
+func partFiles(t *testing.T, bucket, prefix string, size int64) int {
+	t.Helper()
+	n := 0
+	for name, o := range objects(t, bucket) {
+		if !strings.HasPrefix(name, prefix+"-") {
+			continue
+		}
+		if o.Size != strconv.FormatInt(size, 10) {
+			t.Errorf("object %s is %s bytes, want %d: a write was cut", name, o.Size, size)
+		}
+		n++
+	}
+	return n
+}
+
+// waitObjects waits until the bucket holds at least n objects with the prefix.
+func waitObjects(t *testing.T, bucket, prefix string, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c := 0
+		for name := range objects(t, bucket) {
+			if strings.HasPrefix(name, prefix+"-") {
+				c++
+			}
+		}
+		if c >= n {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("bucket %s: fewer than %d %s-* objects after %s (has %v)", bucket, n, prefix, d, names(objects(t, bucket)))
+}
+
+// TestDeploymentScaleDown: a Deployment's pod is writing when it is scaled to zero. The app
+// gets SIGTERM, finishes its file and exits; the sidecar must keep serving until then, and
+// then end promptly instead of holding the pod for the whole grace period.
+func TestDeploymentScaleDown(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		const size = 256 << 10
+		ann, spec := podTemplate(podOpts{
+			mode: mode, restart: corev1.RestartPolicyAlways, grace: ptr(int64(30)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"loop", "-dir", mountPath, "-prefix", "part", "-bytes", strconv.Itoa(size), "-every", "300ms"},
+		})
+		labels := map[string]string{"app": name}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr(int32(1)),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann}, Spec: spec},
+			},
+		}
+		ctx := context.Background()
+		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr := track(t, metav1.ListOptions{LabelSelector: "app=" + name})
+		waitObjects(t, bucket, "part", 3, 120*time.Second)
+		pods := tr.podNames()
+		if len(pods) != 1 {
+			t.Fatalf("deployment pods %v, want 1", pods)
+		}
+		pod := pods[0]
+		scaled := time.Now()
+		if _, err := cs.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pod, 60*time.Second)
+		gone := time.Now()
+		n := partFiles(t, bucket, "part", size)
+		if n < 3 {
+			t.Fatalf("only %d complete files in the bucket", n)
+		}
+		record(t, "scale to 0 -> pod gone", scaled, gone)
+		checkDeletion(t, mode, tr, pod, gone.Sub(scaled), 30)
+	})
+}
+
+// checkDeletion asserts how a deleted pod's sidecar ended. The app exits about 1 s after
+// SIGTERM. A native sidecar is stopped by the kubelet right after it, so the pod must be
+// gone well before the grace period. A legacy sidecar cannot be told in time today: while a
+// pod terminates, the kubelet publishes no container status until every container has
+// stopped, so the node plugin's pod watcher never sees the app exit and writes no exit file;
+// the sidecar ends itself at its drain deadline (grace minus a margin). That is a known gap
+// (see the report of issue 5); what must hold is that it ends by itself, exit code 0, before
+// the kubelet's SIGKILL (137), so the last writes are flushed cleanly.
+func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, took time.Duration, grace int) {
+	t.Helper()
+	tr.mu.Lock()
+	last := tr.pods[pod]
+	tr.mu.Unlock()
+	code := int32(-1)
+	if last != nil {
+		code = sidecarExitCode(last)
+	}
+	t.Logf("pod gone after %s; sidecar exit code in the last status: %d", took.Round(time.Millisecond), code)
+	if mode == contract.ModeNative && took > time.Duration(grace)*time.Second/2 {
+		t.Fatalf("pod took %s to go away (grace period %d s): the native sidecar held it", took.Round(time.Millisecond), grace)
+	}
+	if code != 0 && code != -1 {
+		t.Fatalf("sidecar exit code %d, want 0 (137 means the kubelet had to SIGKILL it at the end of the grace period)\n%s", code, describe(last))
+	}
+	if took > time.Duration(grace+5)*time.Second {
+		t.Fatalf("pod took %s to go away, more than the grace period of %d s", took.Round(time.Millisecond), grace)
+	}
+}
+
+// waitGone waits until the pod no longer exists.
+func waitGone(t *testing.T, pod string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p, _ := cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	t.Fatalf("pod %s still exists after %s:\n%s\n%s", pod, d, describe(p), podEvents(pod))
+}
+
+// TestDeleteWhileWriting: the pod is deleted while the app is writing a file slowly; the app
+// finishes the file within its grace period. The object must be complete: the sidecar keeps
+// gcsfuse serving until the app has exited (legacy: until the exit file; native: the kubelet
+// stops it after the app).
+func TestDeleteWhileWriting(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		const size = 4 * mib
+		// 64 chunks of 64 KiB, 100 ms apart: ~6.4 s of writing.
+		tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(30)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "slow.bin", "-bytes", strconv.Itoa(size), "-chunk-delay", "100ms", "-finish-on-term"},
+		})
+		waitPod(t, name, 90*time.Second, "running", func(p *corev1.Pod) bool {
+			st := containerStatus(p, appContainer)
+			return st != nil && st.State.Running != nil
+		})
+		time.Sleep(2 * time.Second) // mid-file
+		deleted := time.Now()
+		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, name, 60*time.Second)
+		gone := time.Now()
+		expectObject(t, bucket, "slow.bin", size)
+		record(t, "delete -> pod gone (app needs ~4 s more)", deleted, gone)
+		checkDeletion(t, mode, tr, name, gone.Sub(deleted), 30)
+	})
+}
+
+// TestTwoVolumes: two buckets in one pod, written by two containers that end at different
+// times. Both objects must be complete and the pod must succeed: the sidecar ends only
+// after the last container.
+func TestTwoVolumes(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		b1, b2 := newBucket(t), newBucket(t)
+		name := podName(t, "")
+		vols := []volume{{"first", b1, "/first"}, {"second", b2, "/second"}}
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, volumes: vols,
+			args: []string{"write", "-dir", "/first", "-name", "a.bin", "-bytes", strconv.Itoa(mib)},
+			extra: []corev1.Container{workloadContainer("late-writer", vols,
+				"write", "-dir", "/second", "-name", "b.bin", "-bytes", strconv.Itoa(mib), "-chunk-delay", "50ms")},
+		})
+		tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+			t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
+		}
+		expectObject(t, b1, "a.bin", mib)
+		expectObject(t, b2, "b.bin", mib)
+		record(t, "last app exit -> pod Succeeded", appExit(t, name, "late-writer"), tr.when(name, "phase:Succeeded"))
+	})
+}
+
+// TestInitContainerReads: with a native sidecar, an init container placed after it can read
+// the bucket (the reason native sidecars exist); then the app writes.
+func TestInitContainerReads(t *testing.T) {
+	bucket := newBucket(t)
+	upload(t, bucket, "input.bin", mib)
+	name := podName(t, "")
+	vols := []volume{{"bucket", bucket, mountPath}}
+	init := workloadContainer("reader", vols, "read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib))
+	createPod(t, name, podOpts{
+		mode: contract.ModeNative, restart: corev1.RestartPolicyNever, volumes: vols,
+		init: []corev1.Container{init},
+		args: []string{"write", "-dir", mountPath, "-name", "output.bin", "-bytes", "1000"},
+	})
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s\n%s\n%s\nreader log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, "reader"))
+	}
+	if !strings.Contains(logs(name, "reader"), "read input.bin") {
+		t.Fatalf("reader did not read the object: %s", logs(name, "reader"))
+	}
+	expectObject(t, bucket, "output.bin", 1000)
+}
+
+// gcsfusePIDs finds the gcsfuse processes serving bucket on this host (the node).
+func gcsfusePIDs(bucket string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		if len(args) > 1 && filepath.Base(args[0]) == "gcsfuse" && args[len(args)-2] == bucket {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestGcsfuseKilled: gcsfuse dies under a running app. The sidecar must not sit Running on
+// a dead mount: it exits non-zero with the reason, and the pod gets a Warning Event.
+func TestGcsfuseKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root on the node to kill gcsfuse")
+	}
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(5)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"sleep", "-for", "300s"},
+		})
+		// Kill it under a running app: in native mode a mount that dies before the app
+		// starts makes the app's container creation fail instead (stat of the mount).
+		waitPod(t, name, 90*time.Second, "running its app", func(p *corev1.Pod) bool {
+			st := containerStatus(p, appContainer)
+			return st != nil && st.State.Running != nil
+		})
+		var pids []int
+		deadline := time.Now().Add(30 * time.Second)
+		for len(pids) == 0 && time.Now().Before(deadline) {
+			pids = gcsfusePIDs(bucket)
+			time.Sleep(300 * time.Millisecond)
+		}
+		if len(pids) != 1 {
+			t.Fatalf("found gcsfuse pids %v for bucket %s on this host, want 1 (is the test running on the node?)", pids, bucket)
+		}
+		killed := time.Now()
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p := waitPod(t, name, 60*time.Second, "showing the sidecar's failure", func(p *corev1.Pod) bool {
+			st := containerStatus(p, contract.SidecarContainerName)
+			if st == nil {
+				return false
+			}
+			for _, s := range []corev1.ContainerState{st.State, st.LastTerminationState} {
+				if s.Terminated != nil && s.Terminated.ExitCode != 0 {
+					return true
+				}
+			}
+			return false
+		})
+		record(t, "gcsfuse killed -> sidecar failure visible", killed, time.Now())
+		st := containerStatus(p, contract.SidecarContainerName)
+		t.Logf("sidecar: %s", describe(p))
+		term := st.State.Terminated
+		if term == nil {
+			term = st.LastTerminationState.Terminated
+		}
+		if term.Message == "" {
+			t.Errorf("sidecar exited %d without a termination message", term.ExitCode)
+		}
+		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`(?i)(gcsfuse.*(exit|fail))|sidecarfailed`))
+		t.Logf("event: %s %s: %s", e.Type, e.Reason, e.Message)
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+}
+
+// TestNodePluginRestart: the node plugin is restarted (upgrade, crash) while pods have
+// mounted volumes. The mounts belong to the pods' sidecars and must keep working; the new
+// plugin must still end legacy sidecars when the workload is done.
+func TestNodePluginRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts the node plugin")
+	}
+	const size = 128 << 10
+	type run struct{ bucket, name string }
+	runs := map[string]run{}
+	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
+		r := run{newBucket(t), podName(t, mode)}
+		runs[mode] = r
+		createPod(t, r.name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever,
+			volumes: []volume{{"bucket", r.bucket, mountPath}},
+			args:    []string{"loop", "-dir", mountPath, "-prefix", "part", "-bytes", strconv.Itoa(size), "-every", "500ms", "-for", "25s"},
+		})
+	}
+	for _, r := range runs {
+		waitObjects(t, r.bucket, "part", 2, 120*time.Second)
+	}
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
+	old, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", old, err)
+	}
+	restarted := time.Now()
+	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old.Items[0].Name &&
+			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node plugin not back after %s", 90*time.Second)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	record(t, "node plugin delete -> new one ready", restarted, time.Now())
+	// The new plugin must also serve new volumes: it re-registered with the kubelet.
+	fresh := run{newBucket(t), podName(t, "after")}
+	createPod(t, fresh.name, podOpts{
+		restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", fresh.bucket, mountPath}},
+		args: []string{"write", "-dir", mountPath, "-name", "after.bin", "-bytes", "1000"},
+	})
+	for mode, r := range runs {
+		t.Run(mode, func(t *testing.T) {
+			p := waitPod(t, r.name, 120*time.Second, "terminal", terminal)
+			if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+				t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(r.name))
+			}
+			if n := partFiles(t, r.bucket, "part", size); n < 10 {
+				t.Fatalf("only %d files written in 25 s across the restart", n)
+			}
+			t.Logf("%s: sidecar ended cleanly after the node plugin restart", mode)
+		})
+	}
+	t.Run("new-pod", func(t *testing.T) {
+		p := waitPod(t, fresh.name, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod created after the restart: %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(fresh.name))
+		}
+		expectObject(t, fresh.bucket, "after.bin", 1000)
+	})
+}
