@@ -97,3 +97,14 @@ const (
 	CtxEphemeral    = "csi.storage.k8s.io/ephemeral"
 	CtxSATokens     = "csi.storage.k8s.io/serviceAccount.tokens"
 )
+
+// Event reasons the node plugin records on pods, one spelling everywhere, so users can
+// filter with kubectl get events --field-selector reason=...
+const (
+	EventGcsfuseStarted       = "GcsfuseStarted"       // gcsfuse answered the kernel
+	EventGcsfuseFailed        = "GcsfuseFailed"        // gcsfuse could not start (the message says why)
+	EventGcsfuseExited        = "GcsfuseExited"        // gcsfuse died after having started
+	EventSidecarExitRequested = "SidecarExitRequested" // the workload is done; the sidecar was told to exit
+	EventSidecarExitFailed    = "SidecarExitFailed"    // the exit file could not be written
+	EventSidecarFailed        = "SidecarFailed"        // the sidecar exited non-zero
+)

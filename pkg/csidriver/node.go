@@ -272,13 +272,13 @@ func (s *NodeServer) onStatus(pod PodRef, volume string, st *handoff.Status, log
 	switch st.State {
 	case handoff.StateStarted:
 		log.Info("gcsfuse serving")
-		s.event(pod, false, "GcsfuseStarted", fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
+		s.event(pod, false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
 	case handoff.StateFailed:
 		log.Error("gcsfuse failed to start", "message", st.Message)
-		s.event(pod, true, "GcsfuseFailed", fmt.Sprintf("volume %s: gcsfuse failed to start: %s", volume, st.Message))
+		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s: gcsfuse failed to start: %s", volume, st.Message))
 	case handoff.StateExited:
 		log.Warn("gcsfuse exited", "message", st.Message)
-		s.event(pod, true, "GcsfuseExited", fmt.Sprintf("volume %s: %s", volume, st.Message))
+		s.event(pod, true, contract.EventGcsfuseExited, fmt.Sprintf("volume %s: %s", volume, st.Message))
 	}
 }
 

@@ -49,7 +49,7 @@ func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 	})
 	if err != nil {
 		log.Error("cannot ask the sidecar to exit", "err", err)
-		l.event(pod, true, "SidecarExitFailed", fmt.Sprintf("cannot ask %s to exit: %v", contract.SidecarContainerName, err))
+		l.event(pod, true, contract.EventSidecarExitFailed, fmt.Sprintf("cannot ask %s to exit: %v", contract.SidecarContainerName, err))
 		return
 	}
 	lag := time.Duration(0)
@@ -57,13 +57,13 @@ func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 		lag = time.Since(d.WorkloadFinishedAt)
 	}
 	log.Info("workload done; asked the sidecar to exit", "reason", d.Reason, "sinceWorkloadDoneMs", lag.Milliseconds())
-	l.event(pod, false, "SidecarExitRequested", fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
+	l.event(pod, false, contract.EventSidecarExitRequested, fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
 }
 
 // SidecarFailed records a Warning Event naming the sidecar's reason.
 func (l *Lifecycle) SidecarFailed(pod *corev1.Pod, code int32, message string) {
 	l.Log.Warn("sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "code", code, "message", message)
-	l.event(pod, true, "GcsfuseSidecarFailed", fmt.Sprintf("%s exited with code %d: %s", contract.SidecarContainerName, code, message))
+	l.event(pod, true, contract.EventSidecarFailed, fmt.Sprintf("%s exited with code %d: %s", contract.SidecarContainerName, code, message))
 }
 
 func (l *Lifecycle) event(pod *corev1.Pod, warning bool, reason, msg string) {

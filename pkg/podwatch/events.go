@@ -11,15 +11,6 @@ import (
 // EventComponent is the source component of the Events the node plugin emits.
 const EventComponent = "gcsfuse-csi-node"
 
-// Event reasons the node plugin uses on pods, so users can filter with
-// kubectl get events --field-selector reason=...
-const (
-	// ReasonSidecarFailed: the gcsfuse sidecar exited with a non-zero code.
-	ReasonSidecarFailed = "GCSFuseSidecarFailed"
-	// ReasonSidecarExitRequested: the workload is done and the sidecar was told to exit.
-	ReasonSidecarExitRequested = "GCSFuseSidecarExitRequested"
-)
-
 // NewEventRecorder returns a recorder that writes Events, such as a sidecar failure, on the
 // pods they concern, where `kubectl describe pod` shows them to the user. Events are sent
 // asynchronously by client-go's broadcaster (which also aggregates repeats and rate-limits);

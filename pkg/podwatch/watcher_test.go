@@ -586,7 +586,7 @@ func TestNewEventRecorder(t *testing.T) {
 	defer stop()
 
 	pod := jobPod("p", "uid-ev", node)
-	rec.Event(pod, corev1.EventTypeWarning, ReasonSidecarFailed, "gcsfuse exited with code 1: auth failed")
+	rec.Event(pod, corev1.EventTypeWarning, contract.EventSidecarFailed, "gcsfuse exited with code 1: auth failed")
 
 	select {
 	case e := <-events.ResultChan():
@@ -594,7 +594,7 @@ func TestNewEventRecorder(t *testing.T) {
 		if !ok {
 			t.Fatalf("watch delivered %T", e.Object)
 		}
-		if ev.Source.Component != EventComponent || ev.Source.Host != node || ev.Reason != ReasonSidecarFailed ||
+		if ev.Source.Component != EventComponent || ev.Source.Host != node || ev.Reason != contract.EventSidecarFailed ||
 			ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != "uid-ev" || ev.InvolvedObject.Kind != "Pod" ||
 			ev.InvolvedObject.Name != "p" || ev.Namespace != ns {
 			t.Errorf("event = %+v", ev)

@@ -221,6 +221,9 @@ func (vol *volume) pump(r io.Reader, log *slog.Logger, onReady func()) {
 		first := !vol.ready && strings.Contains(msg, readyMarker)
 		if first {
 			vol.ready = true
+			// Start-up noise (e.g. an exporter without credentials) is not why a
+			// serving gcsfuse later dies.
+			vol.lastErrs = nil
 		}
 		if severity == "ERROR" || strings.Contains(strings.ToLower(msg), "error") {
 			vol.lastErrs = append(vol.lastErrs, msg)
