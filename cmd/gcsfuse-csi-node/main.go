@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
@@ -38,6 +39,7 @@ func run() int {
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
+	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets a deleted pod's legacy sidecar end as soon as the app has exited (empty: it ends at its drain deadline)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
@@ -79,7 +81,18 @@ func run() int {
 			log.Error("metrics", "err", err)
 			return 1
 		}
-		watcher = podwatch.New(client, *nodeID, &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log},
+		lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log}
+		if *runtimeEndpoint != "" {
+			rt, err := containerexit.Dial(*runtimeEndpoint)
+			if err != nil {
+				log.Error("container runtime", "err", err)
+				return 1
+			}
+			defer rt.Close()
+			lc.Runtime = rt
+		}
+		defer lc.Close(2 * time.Second)
+		watcher = podwatch.New(client, *nodeID, lc,
 			podwatch.WithLogger(log), podwatch.WithMetrics(metrics))
 	}
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
@@ -34,16 +35,28 @@ type Lifecycle struct {
 	KubeletRoot string
 	Events      csidriver.EventSink
 	Log         *slog.Logger
+	// Runtime, if set, lets a deleted legacy pod's sidecar end as soon as the runtime
+	// reports the workload containers exited (see terminations).
+	Runtime containerexit.Checker
+	// PollInterval is how often the runtime is asked about a deleted pod (default 100 ms).
+	PollInterval time.Duration
+
+	terms terminations
 }
 
 // WorkloadDone writes the exit file for a legacy sidecar. A native sidecar needs nothing:
 // the kubelet sends it SIGTERM once the regular containers have exited.
 func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
-	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule, "mode", d.Mode)
 	if d.Mode != contract.ModeLegacy {
-		log.Info("workload done; the kubelet stops the native sidecar", "reason", d.Reason)
+		l.Log.Info("workload done; the kubelet stops the native sidecar", "pod", pod.Namespace+"/"+pod.Name, "rule", d.Rule, "reason", d.Reason)
 		return
 	}
+	l.requestExit(pod, d)
+}
+
+// requestExit writes the exit file that ends a legacy sidecar.
+func (l *Lifecycle) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
+	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule, "mode", d.Mode)
 	err := exitfile.Write(l.KubeletRoot, string(pod.UID), exitfile.Reason{
 		Rule: string(d.Rule), Message: d.Reason, WorkloadFinishedAt: d.WorkloadFinishedAt,
 	})

@@ -48,6 +48,14 @@ type Handler interface {
 	SidecarFailed(pod *corev1.Pod, exitCode int32, message string)
 }
 
+// TerminationHandler is an optional extension of Handler. WorkloadTerminating is called
+// once per pod UID when a pod with a legacy sidecar is being deleted while, according to the
+// API, workload containers still run. The kubelet publishes no container status while it
+// stops a pod's containers, so the handler must learn of their exit elsewhere (the runtime).
+type TerminationHandler interface {
+	WorkloadTerminating(pod *corev1.Pod, decision lifecycle.Decision)
+}
+
 // Default timeouts; see WithSyncTimeout and WithShutdownTimeout.
 const (
 	DefaultSyncTimeout     = 30 * time.Second
@@ -114,10 +122,11 @@ type Watcher struct {
 
 // podState records which callbacks already fired for one pod UID.
 type podState struct {
-	uid         types.UID
-	doneSent    bool
-	failSent    bool
-	latencySent bool
+	uid             types.UID
+	doneSent        bool
+	failSent        bool
+	latencySent     bool
+	terminatingSent bool
 }
 
 // New returns a Watcher for the pods of nodeName that reports to handler.
@@ -281,6 +290,10 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 			w.handler.WorkloadDone(pod.DeepCopy(), d)
 		} else {
 			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
+			if th, ok := w.handler.(TerminationHandler); ok && d.Rule == lifecycle.RuleDeletingWorkloadRunning && !st.terminatingSent {
+				st.terminatingSent = true
+				th.WorkloadTerminating(pod.DeepCopy(), d)
+			}
 		}
 	}
 	if !st.latencySent {
@@ -397,6 +410,7 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 		keepMessage := s.Name == contract.SidecarContainerName
 		out = append(out, corev1.ContainerStatus{
 			Name:                 s.Name,
+			ContainerID:          s.ContainerID,
 			Ready:                s.Ready,
 			RestartCount:         s.RestartCount,
 			State:                trimState(s.State, keepMessage),
