@@ -26,6 +26,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
@@ -62,6 +63,11 @@ type Sidecar struct {
 
 	exits   chan exitResult
 	stopped chan struct{} // closed when shutdown begins
+
+	// failed holds the reasons of volumes that failed to start and are answered with I/O
+	// errors (see degrade); the sidecar then ends with code 1.
+	failed   []string
+	degraded []*os.File // closed at shutdown, which ends their servers
 }
 
 // New returns a Sidecar.
@@ -161,6 +167,11 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			s.cfg.Metrics.gcsfuseExit(res)
 			if res.Failure() {
 				failure = res.Volume + ": " + res.Reason
+				if res.Spare != nil && s.degrade(res.Volume, res.Spare) {
+					// The app will meet I/O errors and fail visibly; we end with it.
+					s.failed = append(s.failed, failure)
+					continue
+				}
 				return s.shutdown("gcsfuse failed", exitfile.Reason{}, s.fail(failure))
 			}
 		case sig := <-terminate:
@@ -217,7 +228,7 @@ func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
 			_ = handoff.SendStatus(conn, &handoff.Status{State: handoff.StateFailed, Message: reason,
 				ElapsedMillis: time.Since(received).Milliseconds()})
 			conn.Close()
-			s.report(exitResult{Volume: vname, Reason: reason})
+			s.report(exitResult{Volume: vname, Reason: reason, Spare: fuse})
 			return
 		}
 		s.mu.Lock()
@@ -233,6 +244,35 @@ func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
 			s.report(vol.result)
 		}()
 	}()
+}
+
+// degrade answers a volume whose gcsfuse never served with I/O errors, instead of closing
+// the descriptor. A closed descriptor leaves a mount that fails even a stat of the mount
+// point, so the kubelet cannot create the app container and the pod hangs in
+// CreateContainerError; with I/O errors the app starts, fails on its first access, and the
+// pod ends. Returns false (and closes spare) when that is not possible.
+func (s *Sidecar) degrade(volume string, spare *os.File) bool {
+	f, err := fuseerr.Pollable(spare)
+	spare.Close()
+	if err != nil {
+		s.log.Error("cannot answer the failed volume", "volume", volume, "err", err)
+		return false
+	}
+	initDone := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { // owned by s: ends on unmount or when shutdown closes f
+		served <- fuseerr.Serve(f, 500*time.Millisecond, func() { close(initDone) })
+	}()
+	select {
+	case <-initDone:
+		s.degraded = append(s.degraded, f)
+		s.log.Warn("volume failed to start; answering it with I/O errors so the app fails instead of hanging", "volume", volume)
+		return true
+	case err := <-served:
+		f.Close()
+		s.log.Warn("cannot answer the failed volume; its mount fails with ENOTCONN", "volume", volume, "err", err)
+		return false
+	}
 }
 
 func (s *Sidecar) report(r exitResult) {
@@ -254,6 +294,12 @@ func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
 	s.mu.Unlock()
 	for _, v := range vols {
 		v.kill()
+	}
+	for _, f := range s.degraded {
+		f.Close()
+	}
+	if len(s.failed) > 0 && code == 0 {
+		code = s.fail(strings.Join(s.failed, "; "))
 	}
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()

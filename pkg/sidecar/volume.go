@@ -38,6 +38,10 @@ type volume struct {
 	killed   bool // we asked it to stop: its exit is not a failure
 	lastErrs []string
 
+	// spare is our duplicate of the FUSE descriptor until gcsfuse is ready: if gcsfuse
+	// fails before that, the sidecar answers the mount with I/O errors through it.
+	spare *os.File
+
 	exited chan struct{} // closed when the process has been reaped
 	result exitResult
 }
@@ -50,6 +54,9 @@ type exitResult struct {
 	// Requested is set when the sidecar killed it during shutdown.
 	Requested bool
 	Reason    string
+	// Spare is the FUSE descriptor of a volume whose gcsfuse failed before serving (the
+	// kernel's INIT may still be unanswered); the receiver owns it.
+	Spare *os.File
 }
 
 // Failure reports whether the exit means the volume failed (crash, OOM kill, start error).
@@ -142,9 +149,9 @@ func wantsFileCache(flags []string) bool {
 }
 
 // start runs gcsfuse for a received volume. The descriptor becomes the child's fd 3; our
-// copy is closed once the child has it.
+// copy is kept as the volume's spare until gcsfuse is ready. On error the caller still owns
+// fuse.
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
-	defer fuse.Close()
 	if v.Endpoint != "" {
 		if err := checkBucket(ctx, v.Endpoint, v.Bucket); err != nil {
 			return nil, err
@@ -175,7 +182,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		pw.Close()
 		return nil, fmt.Errorf("start gcsfuse for %s: %w", v.VolumeName, err)
 	}
-	vol := &volume{name: v.VolumeName, cmd: cmd, started: received, exited: make(chan struct{})}
+	vol := &volume{name: v.VolumeName, cmd: cmd, started: received, exited: make(chan struct{}), spare: fuse}
 	log := s.log.With("volume", v.VolumeName)
 	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "bucket", v.Bucket, "readOnly", v.ReadOnly, "flags", v.Flags)
 
@@ -224,6 +231,9 @@ func (vol *volume) pump(r io.Reader, log *slog.Logger, onReady func()) {
 			// Start-up noise (e.g. an exporter without credentials) is not why a
 			// serving gcsfuse later dies.
 			vol.lastErrs = nil
+			// gcsfuse owns the connection now: if it dies, the mount must fail fast.
+			vol.spare.Close()
+			vol.spare = nil
 		}
 		if severity == "ERROR" || strings.Contains(strings.ToLower(msg), "error") {
 			vol.lastErrs = append(vol.lastErrs, msg)
@@ -278,6 +288,14 @@ func (vol *volume) finish(err error, send func(handoff.Status), log *slog.Logger
 		}
 		res.Reason = fmt.Sprintf("gcsfuse died (%s): %s", how, detail)
 		send(handoff.Status{State: handoff.StateExited, Message: res.Reason})
+	}
+	if vol.spare != nil {
+		if res.Failure() && !vol.ready {
+			res.Spare = vol.spare
+		} else {
+			vol.spare.Close()
+		}
+		vol.spare = nil
 	}
 	vol.result = res
 	lvl := slog.LevelInfo

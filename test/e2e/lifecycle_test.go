@@ -176,7 +176,8 @@ func TestBarePodNever(t *testing.T) {
 
 // TestMissingBucket: a volume naming a bucket that does not exist must not look like an
 // empty directory (writes would be lost at close): the pod gets a Warning Event that names
-// the bucket, and the app never reports success.
+// the bucket, the app's access fails with an I/O error, and the pod ends Failed instead of
+// hanging in CreateContainerError on a dead mount.
 func TestMissingBucket(t *testing.T) {
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
@@ -192,12 +193,12 @@ func TestMissingBucket(t *testing.T) {
 		if e.Type != corev1.EventTypeWarning {
 			t.Fatalf("event %s is %s, want Warning", e.Reason, e.Type)
 		}
-		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		p := waitPod(t, name, 60*time.Second, "terminal phase", terminal)
+		if p.Status.Phase != corev1.PodFailed {
+			t.Fatalf("pod %s although its bucket does not exist:\n%s", p.Status.Phase, describe(p))
 		}
-		if p.Status.Phase == corev1.PodSucceeded {
-			t.Fatalf("pod Succeeded although its bucket does not exist:\n%s", describe(p))
+		if s := containerStatus(p, contract.SidecarContainerName); s != nil && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
+			t.Fatalf("sidecar exited 0 although its volume failed:\n%s", describe(p))
 		}
 		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	})

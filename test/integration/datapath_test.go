@@ -14,6 +14,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 )
 
@@ -136,40 +137,56 @@ func TestReadOnlyVolume(t *testing.T) {
 	}
 }
 
-// A bucket that does not exist: the sidecar reports why and exits non-zero, and the app
-// gets an error instead of hanging.
+// A bucket that does not exist: the sidecar reports why, answers the mount with I/O errors
+// (so the mount point can still be stat'ed, the app container can be created and the app
+// fails instead of hanging), and ends non-zero with the reason when told to exit.
 func TestMissingBucketFailsClearly(t *testing.T) {
-	e := newEnv(t)
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pod.Publish(ctx(t), "data", "no-such-bucket", "", false); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := sc.Wait(20 * time.Second)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, sc.Output())
-	}
-	if code == 0 {
-		t.Fatalf("sidecar exited 0 on a missing bucket:\n%s", sc.Output())
-	}
-	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
-	if !strings.Contains(string(msg), "no-such-bucket") && !strings.Contains(strings.ToLower(string(msg)), "bucket") {
-		t.Fatalf("termination message does not say the bucket is the problem: %q", msg)
-	}
-	t.Logf("termination message: %s", msg)
-	if _, err := testenv.WaitReady(pod.Target("data"), 5*time.Second); err == nil {
-		t.Fatal("stat through a failed mount succeeded")
-	} else if strings.Contains(err.Error(), "still blocked") {
-		t.Fatalf("the app hangs on a failed mount: %v", err)
-	}
-	if err := pod.Unpublish(ctx(t), "data"); err != nil {
-		t.Fatalf("unpublish of a failed mount: %v", err)
+	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			pod, err := e.NewPod()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pod.Publish(ctx(t), "data", "no-such-bucket", "", false); err != nil {
+				t.Fatal(err)
+			}
+			sc, err := pod.StartSidecar(mode, 30, echo(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := pod.Target("data")
+			if _, err := testenv.WaitReady(target, 5*time.Second); err != nil {
+				t.Fatalf("the mount point of a failed volume must stat (the kubelet needs it): %v\n%s", err, sc.Output())
+			}
+			err = os.WriteFile(filepath.Join(target, "result.txt"), []byte("x"), 0o644)
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("write into a failed volume: %v, want EIO", err)
+			}
+			if _, err := os.ReadDir(target); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("listing a failed volume: %v, want EIO", err)
+			}
+			// The app failed; the sidecar is told to end as for any finished workload.
+			if mode == contract.ModeNative {
+				err = sc.Signal(syscall.SIGTERM)
+			} else {
+				err = exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, err := sc.Wait(10 * time.Second)
+			if err != nil || code == 0 {
+				t.Fatalf("sidecar exit = %d, %v; want non-zero\n%s", code, err, sc.Output())
+			}
+			msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
+			if !strings.Contains(string(msg), `bucket "no-such-bucket" does not exist`) {
+				t.Fatalf("termination message does not say the bucket is missing: %q", msg)
+			}
+			if err := pod.Unpublish(ctx(t), "data"); err != nil {
+				t.Fatalf("unpublish of a failed volume: %v", err)
+			}
+		})
 	}
 }
 
@@ -230,5 +247,46 @@ func TestPublishRefusesSymlinkedHandoffDir(t *testing.T) {
 	}
 	if m, _ := fusemount.Lookup(pod.Target("data")); m != nil {
 		t.Fatal("a failed publish left a mount behind")
+	}
+}
+
+// gcsfuse exiting before it serves (as it does against Google Cloud Storage for a missing
+// bucket or a denied permission) gets the same treatment as the emulator pre-flight check:
+// I/O errors inside the mount, the reason reported, a non-zero exit when told to end. A
+// stand-in gcsfuse that fails at start plays that part; the emulator cannot produce it.
+func TestGcsfuseStartFailureAnswersIOErrors(t *testing.T) {
+	e := newEnv(t, "bkt-start-fail")
+	fake := filepath.Join(e.Root, "gcsfuse-failing")
+	script := "#!/bin/sh\necho '{\"severity\":\"ERROR\",\"message\":\"Error: failed to mount: permission denied on bucket\"}'\nexit 1\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.GcsfuseBin = fake
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.Publish(ctx(t), "data", "bkt-start-fail", "", false); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pod.StartSidecar(contract.ModeNative, 30, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pod.Target("data")
+	if _, err := testenv.WaitReady(target, 5*time.Second); err != nil {
+		t.Fatalf("mount point of a failed volume: %v\n%s", err, sc.Output())
+	}
+	if err := os.WriteFile(filepath.Join(target, "x"), []byte("x"), 0o644); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write: %v, want EIO", err)
+	}
+	_ = sc.Signal(syscall.SIGTERM)
+	code, err := sc.Wait(10 * time.Second)
+	if err != nil || code == 0 {
+		t.Fatalf("sidecar exit = %d, %v; want non-zero", code, err)
+	}
+	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
+	if !strings.Contains(string(msg), "permission denied on bucket") {
+		t.Fatalf("termination message %q does not carry gcsfuse's reason", msg)
 	}
 }
