@@ -273,20 +273,23 @@ func (vol *volume) finish(err error, send func(handoff.Status), log *slog.Logger
 	} else if err != nil {
 		how = err.Error()
 	}
-	detail := strings.Join(vol.lastErrs, "; ")
+	detail := ""
+	if len(vol.lastErrs) > 0 {
+		detail = ": " + strings.Join(vol.lastErrs, "; ")
+	}
 	switch {
 	case res.Requested:
 		res.Reason = "stopped by the sidecar"
 	case res.Clean:
 		res.Reason = "unmounted"
 	case !vol.ready:
-		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s): %s", how, detail)
+		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s", how, detail)
 		send(handoff.Status{State: handoff.StateFailed, Message: res.Reason})
 	default:
 		if ee != nil && ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
 			how += " (OOM kill?)"
 		}
-		res.Reason = fmt.Sprintf("gcsfuse died (%s): %s", how, detail)
+		res.Reason = fmt.Sprintf("gcsfuse died (%s)%s", how, detail)
 		send(handoff.Status{State: handoff.StateExited, Message: res.Reason})
 	}
 	if vol.spare != nil {
