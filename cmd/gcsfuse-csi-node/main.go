@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ func run() int {
 	endpoint := flag.String("endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	nodeID := flag.String("node-id", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
+	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/"+contract.DriverName+"/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
@@ -98,8 +100,11 @@ func run() int {
 
 	ns := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: *gcsEndpoint,
+		GCSEndpoint: *gcsEndpoint, StateDir: offerDir(*stateDir, *kubeletRoot),
 	}, events, log)
+	if n, err := ns.RecoverOffers(ctx); err != nil || n > 0 {
+		log.Info("recovered offers left by the previous node plugin", "volumes", n, "err", err)
+	}
 	ln, err := csidriver.Listen(*endpoint)
 	if err != nil {
 		log.Error("listen", "endpoint", *endpoint, "err", err)
@@ -159,6 +164,16 @@ func run() int {
 		cancel()
 	}
 	return code
+}
+
+func offerDir(flagValue, kubeletRoot string) string {
+	switch flagValue {
+	case "-":
+		return ""
+	case "":
+		return filepath.Join(kubeletRoot, "plugins", contract.DriverName, "offers")
+	}
+	return flagValue
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

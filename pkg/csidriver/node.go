@@ -32,6 +32,9 @@ type Config struct {
 	GCSEndpoint string
 	// UnmountBusyWait is how long a busy mount is retried before a lazy unmount.
 	UnmountBusyWait time.Duration
+	// StateDir keeps a record of each offer the sidecar has not taken yet, so that a
+	// restarted node plugin can offer those volumes again (empty: no records).
+	StateDir string
 }
 
 // PodRef names the pod a volume belongs to, for Events.
@@ -201,49 +204,67 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return s.republish(req, r, existing, log)
 	}
 
-	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", r.target.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
+		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime}
+	if err := s.mountAndOffer(ctx, rec, log); err != nil {
+		return nil, err
+	}
+	log.Info("volume mounted; descriptor offered to sidecar", "readOnly", rec.Volume.ReadOnly, "flags", rec.Volume.Flags)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// mountAndOffer mounts rec.Target with a new FUSE connection, offers it in the pod's
+// hand-off directory and records the publication. The caller holds the target's lock.
+func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog.Logger) error {
+	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", rec.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, status.Errorf(codes.FailedPrecondition,
+			return status.Errorf(codes.FailedPrecondition,
 				"pod %s has no %q emptyDir volume: is the sidecar injected? annotate the pod with %s: \"true\"",
-				r.pod.UID, contract.TmpVolumeName, contract.AnnotationInject)
+				rec.PodUID, contract.TmpVolumeName, contract.AnnotationInject)
 		}
-		return nil, status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
+		return status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
 	}
 	handoffDir, err := podpath.MkdirOpen(emptyDir, contract.HandoffDir, 0o755)
 	emptyDir.Close()
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "prepare hand-off directory: %v", err)
+		return status.Errorf(codes.Internal, "prepare hand-off directory: %v", err)
 	}
-	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(rec.Target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		handoffDir.Close()
-		return nil, status.Errorf(codes.Internal, "create target %s: %v", target, err)
+		return status.Errorf(codes.Internal, "create target %s: %v", rec.Target, err)
 	}
-	fuse, err := fusemount.Mount(target, fusemount.Options{
-		Source: r.volume.Bucket, ReadOnly: r.volume.ReadOnly, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime,
+	fuse, err := fusemount.Mount(rec.Target, fusemount.Options{
+		Source: rec.Volume.Bucket, ReadOnly: rec.Volume.ReadOnly, NoExec: rec.NoExec, NoAtime: rec.NoAtime,
 		UserID: s.cfg.SidecarUID, GroupID: s.cfg.SidecarGID,
 	})
 	if err != nil {
 		handoffDir.Close()
-		return nil, status.Errorf(codes.Internal, "volume %s: %v", r.target.VolumeName, err)
+		return status.Errorf(codes.Internal, "volume %s: %v", rec.Volume.VolumeName, err)
 	}
-	vol := r.volume
+	// Until the sidecar takes the descriptor, only this process holds it: if the node
+	// plugin restarts in between, the record lets the new one mount and offer again.
+	if err := s.saveOffer(rec); err != nil {
+		log.Warn("cannot record the pending offer; a restart before the sidecar connects would lose it", "err", err)
+	}
+	vol := rec.Volume
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
-		OnStatus: func(st *handoff.Status) { s.onStatus(r.pod, vol.VolumeName, st, log) },
-		Log:      log,
+		OnHandedOff: func() { s.dropOffer(rec) },
+		OnStatus:    func(st *handoff.Status) { s.onStatus(rec.Pod, vol.VolumeName, st, log) },
+		Log:         log,
 	})
 	if err != nil {
 		fuse.Close()
 		handoffDir.Close()
-		uerr := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait)
-		return nil, status.Errorf(codes.Internal, "volume %s: offer descriptor to sidecar: %v", r.target.VolumeName, errors.Join(err, uerr))
+		s.dropOffer(rec)
+		uerr := fusemount.Unmount(ctx, rec.Target, s.cfg.UnmountBusyWait)
+		return status.Errorf(codes.Internal, "volume %s: offer descriptor to sidecar: %v", rec.Volume.VolumeName, errors.Join(err, uerr))
 	}
 	s.mu.Lock()
-	s.published[target] = &publication{volumeID: req.GetVolumeId(), volume: vol, offer: offer}
+	s.published[rec.Target] = &publication{volumeID: rec.VolumeID, volume: vol, offer: offer}
 	s.mu.Unlock()
-	log.Info("volume mounted; descriptor offered to sidecar", "readOnly", vol.ReadOnly, "flags", vol.Flags)
-	return &csi.NodePublishVolumeResponse{}, nil
+	return nil
 }
 
 // republish answers a publish of a target that is already mounted: the same volume is a
@@ -324,6 +345,7 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	s.mu.Lock()
 	delete(s.published, target)
 	s.mu.Unlock()
+	s.dropOffer(&offerRecord{Target: target})
 	s.log.Info("volume unpublished", "target", target, "ms", time.Since(start).Milliseconds())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

@@ -35,6 +35,8 @@ type OfferConfig struct {
 	Fuse *os.File
 	// UID and GID own the socket file, so only the sidecar's user can connect.
 	UID, GID int
+	// OnHandedOff, if set, is called once the sidecar has the descriptor.
+	OnHandedOff func()
 	// OnStatus receives each Status the sidecar sends (called from the Offer's goroutine).
 	OnStatus func(*Status)
 	Log      *slog.Logger
@@ -113,6 +115,9 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 		fuse.Close()
 		fuse = nil
 		log.Info("handed FUSE descriptor to sidecar", "peer", peer)
+		if cfg.OnHandedOff != nil {
+			cfg.OnHandedOff()
+		}
 		o.ln.Close()
 		_ = podpath.Remove(o.dir, o.name)
 		o.relay(ctx, conn, cfg.OnStatus, log)

@@ -1,0 +1,153 @@
+package csidriver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+)
+
+// offerRecord is what a node plugin needs to mount and offer a volume again. It is written
+// to Config.StateDir while the offer waits for the sidecar, and removed once taken.
+type offerRecord struct {
+	Target   string         `json:"target"`
+	VolumeID string         `json:"volumeID"`
+	PodUID   string         `json:"podUID"`
+	Pod      PodRef         `json:"pod"`
+	Volume   handoff.Volume `json:"volume"`
+	NoExec   bool           `json:"noExec,omitempty"`
+	NoAtime  bool           `json:"noAtime,omitempty"`
+}
+
+func (s *NodeServer) offerPath(target string) string {
+	sum := sha256.Sum256([]byte(target))
+	return filepath.Join(s.cfg.StateDir, hex.EncodeToString(sum[:12])+".json")
+}
+
+func (s *NodeServer) saveOffer(rec *offerRecord) error {
+	if s.cfg.StateDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	p := s.offerPath(rec.Target)
+	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+func (s *NodeServer) dropOffer(rec *offerRecord) {
+	if s.cfg.StateDir == "" {
+		return
+	}
+	if err := os.Remove(s.offerPath(rec.Target)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("cannot remove offer record", "target", rec.Target, "err", err)
+	}
+}
+
+// RecoverOffers runs at start-up. An offer recorded but never taken means the previous
+// node plugin died holding the only copy of that mount's FUSE descriptor: the mount is dead
+// (ENOTCONN) and the kubelet will not publish it again. So the dead mount is detached and
+// the volume mounted and offered anew, for the sidecar that has not connected yet.
+// Returns how many volumes were offered again.
+func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
+	if s.cfg.StateDir == "" {
+		return 0, nil
+	}
+	entries, err := os.ReadDir(s.cfg.StateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read offer records: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		p := filepath.Join(s.cfg.StateDir, e.Name())
+		b, err := os.ReadFile(p)
+		var rec offerRecord
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err == nil {
+			err = rec.Volume.Validate()
+		}
+		if err != nil || p != s.offerPath(rec.Target) {
+			errs = append(errs, fmt.Errorf("offer record %s unusable: %v", e.Name(), err))
+			_ = os.Remove(p)
+			continue
+		}
+		ok, err := s.recoverOne(ctx, &rec)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// deadMount reports whether a FUSE mount lost its server: a stat then fails at once with
+// ENOTCONN. A live mount answers (or, not yet initialised, answers within moments; the stat
+// goroutine ends then, and we do not wait for it).
+func deadMount(target string) bool {
+	res := make(chan error, 1)
+	go func() { _, err := os.Stat(target); res <- err }()
+	select {
+	case err := <-res:
+		return errors.Is(err, syscall.ENOTCONN)
+	case <-time.After(2 * time.Second):
+		return false
+	}
+}
+
+func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, error) {
+	log := s.log.With("pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "podUID", rec.PodUID, "volume", rec.Volume.VolumeName)
+	unlock, err := s.lock(rec.Target)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	m, err := fusemount.Lookup(rec.Target)
+	if err != nil {
+		return false, err
+	}
+	if m == nil || m.FSType != fusemount.FSType {
+		s.dropOffer(rec) // unpublished meanwhile
+		return false, nil
+	}
+	if !deadMount(rec.Target) {
+		// The sidecar took the descriptor just before the old process ended.
+		s.dropOffer(rec)
+		return false, nil
+	}
+	if err := fusemount.Unmount(ctx, rec.Target, 100*time.Millisecond); err != nil {
+		return false, fmt.Errorf("detach dead mount %s: %w", rec.Target, err)
+	}
+	if err := s.mountAndOffer(ctx, rec, log); err != nil {
+		s.dropOffer(rec)
+		return false, fmt.Errorf("offer %s again: %w", rec.Target, err)
+	}
+	log.Info("offered again a volume whose descriptor died with the previous node plugin")
+	return true, nil
+}
