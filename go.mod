@@ -19,7 +19,6 @@ require (
 	k8s.io/cri-api v0.34.4
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubelet v0.34.4
-	k8s.io/mount-utils v0.34.4
 	sigs.k8s.io/yaml v1.6.0
 )
 

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
@@ -106,7 +108,7 @@ func (b *bench) close() {
 func (b *bench) bucket() string {
 	b.bucketN++
 	name := fmt.Sprintf("bench-%d", b.bucketN)
-	b.emu.CreateBucketWithOpts(fakestorageBucket(name))
+	b.emu.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: name})
 	return name
 }
 

@@ -317,8 +317,15 @@ func (s *Sidecar) Done() <-chan struct{} { return s.done }
 // Signal sends sig to the sidecar process.
 func (s *Sidecar) Signal(sig os.Signal) error { return s.Cmd.Process.Signal(sig) }
 
-// GcsfusePIDs lists running gcsfuse processes whose command line names the pod's dir.
+// GcsfusePIDs lists running gcsfuse processes serving one of the pod's volumes.
 func (p *Pod) GcsfusePIDs() []int {
+	return GcsfusePIDs(func(args []string) bool {
+		return strings.Contains(strings.Join(args, " "), p.TmpDir) && args[len(args)-1] == "/dev/fd/3"
+	})
+}
+
+// GcsfusePIDs lists the gcsfuse processes on this host whose arguments satisfy match.
+func GcsfusePIDs(match func(args []string) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -330,8 +337,8 @@ func (p *Pod) GcsfusePIDs() []int {
 		if err != nil {
 			continue
 		}
-		cl := string(b)
-		if strings.Contains(cl, "gcsfuse") && strings.Contains(cl, p.TmpDir) && strings.Contains(cl, "/dev/fd/3") {
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 1 && filepath.Base(args[0]) == "gcsfuse" && match(args) {
 			pids = append(pids, pid)
 		}
 	}

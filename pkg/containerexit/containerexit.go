@@ -23,6 +23,8 @@ type Checker interface {
 	Exited(ctx context.Context, containerID string) (bool, error)
 }
 
+var _ Checker = (*CRI)(nil)
+
 // CRI is a Checker backed by a CRI runtime endpoint (containerd, CRI-O).
 type CRI struct {
 	conn *grpc.ClientConn

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
@@ -146,5 +145,3 @@ func (l *Lifecycle) Close(d time.Duration) {
 	case <-time.After(d):
 	}
 }
-
-var _ containerexit.Checker = (*containerexit.CRI)(nil) // the node plugin passes a *CRI

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -229,27 +229,6 @@ func TestInitContainerReads(t *testing.T) {
 	expectObject(t, bucket, "output.bin", 1000)
 }
 
-// gcsfusePIDs finds the gcsfuse processes serving bucket on this host (the node).
-func gcsfusePIDs(bucket string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "gcsfuse" && args[len(args)-2] == bucket {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // TestGcsfuseKilled: gcsfuse dies under a running app. The sidecar must not sit Running on
 // a dead mount: it exits non-zero with the reason, and the pod gets a Warning Event.
 func TestGcsfuseKilled(t *testing.T) {
@@ -274,7 +253,7 @@ func TestGcsfuseKilled(t *testing.T) {
 		var pids []int
 		deadline := time.Now().Add(30 * time.Second)
 		for len(pids) == 0 && time.Now().Before(deadline) {
-			pids = gcsfusePIDs(bucket)
+			pids = testenv.GcsfusePIDs(func(args []string) bool { return args[len(args)-2] == bucket })
 			time.Sleep(300 * time.Millisecond)
 		}
 		if len(pids) != 1 {

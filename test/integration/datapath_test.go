@@ -144,49 +144,58 @@ func TestMissingBucketFailsClearly(t *testing.T) {
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t)
-			pod, err := e.NewPod()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := pod.Publish(ctx(t), "data", "no-such-bucket", "", false); err != nil {
-				t.Fatal(err)
-			}
-			sc, err := pod.StartSidecar(mode, 30, echo(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			target := pod.Target("data")
-			if _, err := testenv.WaitReady(target, 5*time.Second); err != nil {
-				t.Fatalf("the mount point of a failed volume must stat (the kubelet needs it): %v\n%s", err, sc.Output())
-			}
-			err = os.WriteFile(filepath.Join(target, "result.txt"), []byte("x"), 0o644)
-			if !errors.Is(err, syscall.EIO) {
-				t.Fatalf("write into a failed volume: %v, want EIO", err)
-			}
-			if _, err := os.ReadDir(target); !errors.Is(err, syscall.EIO) {
-				t.Fatalf("listing a failed volume: %v, want EIO", err)
-			}
-			// The app failed; the sidecar is told to end as for any finished workload.
-			if mode == contract.ModeNative {
-				err = sc.Signal(syscall.SIGTERM)
-			} else {
-				err = exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			code, err := sc.Wait(10 * time.Second)
-			if err != nil || code == 0 {
-				t.Fatalf("sidecar exit = %d, %v; want non-zero\n%s", code, err, sc.Output())
-			}
-			msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
-			if !strings.Contains(string(msg), `bucket "no-such-bucket" does not exist`) {
-				t.Fatalf("termination message does not say the bucket is missing: %q", msg)
-			}
-			if err := pod.Unpublish(ctx(t), "data"); err != nil {
-				t.Fatalf("unpublish of a failed volume: %v", err)
-			}
+			expectFailedVolume(t, e, mode, "no-such-bucket", `bucket "no-such-bucket" does not exist`)
 		})
+	}
+}
+
+// expectFailedVolume publishes bucket for a new pod whose gcsfuse cannot serve it and checks
+// what the app and the user see: the mount point stats, accesses fail with EIO, and the
+// sidecar, once told the workload is done, exits non-zero with wantReason in its
+// termination message. The volume then unpublishes cleanly.
+func expectFailedVolume(t *testing.T, e *testenv.Env, mode, bucket, wantReason string) {
+	t.Helper()
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.Publish(ctx(t), "data", bucket, "", false); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pod.StartSidecar(mode, 30, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pod.Target("data")
+	if _, err := testenv.WaitReady(target, 5*time.Second); err != nil {
+		t.Fatalf("the mount point of a failed volume must stat (the kubelet needs it): %v\n%s", err, sc.Output())
+	}
+	err = os.WriteFile(filepath.Join(target, "result.txt"), []byte("x"), 0o644)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write into a failed volume: %v, want EIO", err)
+	}
+	if _, err := os.ReadDir(target); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("listing a failed volume: %v, want EIO", err)
+	}
+	// The app failed; the sidecar is told to end as for any finished workload.
+	if mode == contract.ModeNative {
+		err = sc.Signal(syscall.SIGTERM)
+	} else {
+		err = exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := sc.Wait(10 * time.Second)
+	if err != nil || code == 0 {
+		t.Fatalf("sidecar exit = %d, %v; want non-zero\n%s", code, err, sc.Output())
+	}
+	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
+	if !strings.Contains(string(msg), wantReason) {
+		t.Fatalf("termination message %q does not carry the reason %q", msg, wantReason)
+	}
+	if err := pod.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatalf("unpublish of a failed volume: %v", err)
 	}
 }
 
@@ -262,31 +271,5 @@ func TestGcsfuseStartFailureAnswersIOErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.GcsfuseBin = fake
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pod.Publish(ctx(t), "data", "bkt-start-fail", "", false); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := pod.StartSidecar(contract.ModeNative, 30, echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := pod.Target("data")
-	if _, err := testenv.WaitReady(target, 5*time.Second); err != nil {
-		t.Fatalf("mount point of a failed volume: %v\n%s", err, sc.Output())
-	}
-	if err := os.WriteFile(filepath.Join(target, "x"), []byte("x"), 0o644); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("write: %v, want EIO", err)
-	}
-	_ = sc.Signal(syscall.SIGTERM)
-	code, err := sc.Wait(10 * time.Second)
-	if err != nil || code == 0 {
-		t.Fatalf("sidecar exit = %d, %v; want non-zero", code, err)
-	}
-	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
-	if !strings.Contains(string(msg), "permission denied on bucket") {
-		t.Fatalf("termination message %q does not carry gcsfuse's reason", msg)
-	}
+	expectFailedVolume(t, e, contract.ModeNative, "bkt-start-fail", "permission denied on bucket")
 }
