@@ -64,6 +64,13 @@ const (
 	EnvGraceSeconds = "GCSFUSE_GRACE_SECONDS"
 	// EnvSidecarMode is ModeNative or ModeLegacy.
 	EnvSidecarMode = "GCSFUSE_SIDECAR_MODE"
+	// EnvInitContainers lists, comma separated, the regular (run-to-completion) init
+	// containers that start after a native sidecar and mount a gcsfuse volume. The kubelet
+	// SIGTERMs such a container and the native sidecar together when the pod is deleted
+	// during its init phase, so a native sidecar with this set drains on SIGTERM (like a
+	// legacy one) unless InitDoneFile says the init phase is over. Empty: SIGTERM means every
+	// container that uses the mounts has exited.
+	EnvInitContainers = "GCSFUSE_INIT_CONTAINERS"
 )
 
 // DefaultGraceSeconds is Kubernetes' default terminationGracePeriodSeconds.
@@ -78,6 +85,20 @@ const (
 	HandoffSocketSuffix = ".sock"
 	// ExitFile, written by the node plugin, tells a sidecar that the workload is done.
 	ExitFile = "exit"
+	// TerminatingFile, written by the node plugin when it sees the pod being deleted, holds
+	// JSON {"graceSeconds": N, "deletionTimestamp": ...}: N is the grace the kubelet applies
+	// (metadata.deletionGracePeriodSeconds, which kubectl delete --grace-period sets), and a
+	// draining sidecar keeps serving until N seconds after its SIGTERM, never less.
+	TerminatingFile = "terminating"
+	// InitDoneFile, written by the node plugin once every regular init container of a
+	// native-sidecar pod has terminated successfully (from the API), tells the sidecar that
+	// a later SIGTERM comes after the regular containers exited: exit at once, no drain.
+	InitDoneFile = "init-done"
+	// TakenFile, "<VolumesDir>/<volume>/<TakenFile>", is the sidecar's record that it took
+	// the volume's descriptor. A restarted sidecar container finds its predecessor's volumes
+	// there: their gcsfuse died with that container, so it reports them as failed (and keeps
+	// serving the rest) instead of waiting for offers that will never come again.
+	TakenFile = "taken"
 	// VolumesDir holds the sidecar's per-volume temp dirs.
 	VolumesDir = "volumes"
 )
@@ -107,4 +128,6 @@ const (
 	EventSidecarExitRequested = "SidecarExitRequested" // the workload is done; the sidecar was told to exit
 	EventSidecarExitFailed    = "SidecarExitFailed"    // the exit file could not be written
 	EventSidecarFailed        = "SidecarFailed"        // the sidecar exited non-zero
+	EventHandoffRefused       = "HandoffRefused"       // the sidecar refused an offered volume (the message says why)
+	EventSidecarDraining      = "SidecarDraining"      // the sidecar got SIGTERM while containers may still use the mounts
 )

@@ -49,6 +49,14 @@ const (
 	StateStarted = "started" // gcsfuse answered the kernel: the mount serves
 	StateFailed  = "failed"  // gcsfuse could not start; Message says why
 	StateExited  = "exited"  // gcsfuse ended after having started; Message says why
+	// StateRefused: the sidecar refused the offered volume (version, flags, name); Message
+	// says why. The sidecar answers that mount with I/O errors so the pod fails visibly.
+	StateRefused = "refused"
+	// StateTerminating: the sidecar got SIGTERM while containers may still use the mount
+	// (legacy mode, or native with init containers that use it). Whatever stopped the pod
+	// (deletion, activeDeadlineSeconds, eviction, node shutdown), the node plugin follows the
+	// pod's containers in the runtime and writes the exit file once they have exited.
+	StateTerminating = "terminating"
 )
 
 // Status is what the sidecar reports back about one volume.
@@ -81,7 +89,7 @@ func (s *Status) Validate() error {
 		return fmt.Errorf("unsupported status version %d (this node plugin speaks %d)", s.Version, Version)
 	}
 	switch s.State {
-	case StateStarted, StateFailed, StateExited:
+	case StateStarted, StateFailed, StateExited, StateRefused, StateTerminating:
 		return nil
 	}
 	return fmt.Errorf("unknown status state %q", s.State)
