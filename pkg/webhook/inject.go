@@ -5,7 +5,8 @@
 // when the API server and every kubelet the pod can land on support it, so that it starts
 // before and stops after the workload; otherwise as a regular container (the legacy mode).
 // Every bad value in one of our annotations is a denial with a message naming it, so a typo
-// never silently turns into a default.
+// never silently turns into a default, and a legacy pod whose init containers mount one of
+// our volumes is refused with the reason: it would stay Pending forever (checkLegacyInit).
 package webhook
 
 import (
@@ -151,8 +152,9 @@ func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
 		image = lent.image
 	}
 
-	mode, modeWarnings := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
-	warnings = append(warnings, modeWarnings...)
+	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
+	mode := choice.mode
+	warnings = append(warnings, choice.warnings...)
 
 	newVolumes, mountCache := sidecarVolumes(pod)
 	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, mountCache)
@@ -173,9 +175,13 @@ func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
 		at := nativeIndex(initAfter, pod.Spec.Volumes)
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 	} else {
+		initWarnings, err := checkLegacyInit(initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		warnings = append(warnings, initWarnings...)
 		at := legacyIndex(regularAfter)
 		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
-		warnings = append(warnings, legacyInitWarnings(initAfter, pod.Spec.Volumes)...)
 	}
 	if len(newVolumes) > 0 {
 		if len(pod.Spec.Volumes) == 0 {
@@ -313,18 +319,84 @@ func legacyIndex(containers []corev1.Container) int {
 	return 0
 }
 
-// legacyInitWarnings warns about init containers that mount our volumes while the sidecar
-// is a regular container: it only starts after them, so they cannot read the bucket.
-func legacyInitWarnings(init []corev1.Container, volumes []corev1.Volume) []string {
+// checkLegacyInit refuses a legacy pod whose regular (run-to-completion) init containers
+// mount one of our volumes. The legacy sidecar is a regular container, which the kubelet
+// starts only after every init container has completed, so such an init container waits
+// for a gcsfuse that never comes and the pod stays Pending forever. The webhook cannot make
+// that pod work (it does not override the user's or the cluster's choice of mode), so the
+// denial says why the sidecar is legacy and what the user can change.
+//
+// Init containers with restartPolicy: Always (the user's own native sidecars) do not hold
+// back the next ones once started, so they only get a warning: their reads of the bucket
+// wait until the legacy sidecar starts.
+//
+// Only what csiVolumeNames recognises counts: inline CSI volumes of our driver. Whether a
+// persistentVolumeClaim volume is served by gcsfuse would take API lookups of the claim and
+// of its PersistentVolume (which may not even be bound at admission) on the admission path,
+// so an init container that reads the bucket through a PVC is still admitted, and hangs.
+func checkLegacyInit(init []corev1.Container, volumes []corev1.Volume, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
 	ours := csiVolumeNames(volumes)
-	var warnings []string
+	var blocked, warnings []string
 	for _, c := range init {
-		if mountsAny(c, ours) {
+		vols := mountedOf(c, ours)
+		if len(vols) == 0 {
+			continue
+		}
+		if isRestartable(c) {
 			warnings = append(warnings, fmt.Sprintf(
-				"init container %s mounts a gcsfuse volume, but the sidecar is a regular (legacy) container that starts after the init containers", c.Name))
+				"init container %s mounts gcsfuse volume %s, but the sidecar is a regular (legacy) container that starts after the init containers: its reads of the bucket wait until then",
+				c.Name, strings.Join(vols, ", ")))
+			continue
+		}
+		blocked = append(blocked, fmt.Sprintf("%s (volume %s)", c.Name, strings.Join(vols, ", ")))
+	}
+	if len(blocked) == 0 {
+		return warnings, nil
+	}
+	var cause, remedy string
+	if choice.forced {
+		cause = fmt.Sprintf("the annotation %s: %s makes the sidecar a regular container",
+			contract.AnnotationSidecarMode, contract.ModeLegacy)
+		remedy = fmt.Sprintf("Remove the annotation %s (or set it to %s): a native sidecar starts before the init containers and serves them.",
+			contract.AnnotationSidecarMode, contract.ModeNative)
+		if ok, reason, err := nativeSupported(cv, nodeName); err == nil && !ok {
+			remedy += fmt.Sprintf(" But %s, and native sidecars need Kubernetes %s or newer: until then, move the bucket access out of the init containers into a regular container.",
+				reason, nativeSidecarMinVersion)
+		}
+	} else {
+		cause = "the sidecar has to be a regular (legacy) container because " + choice.legacyReason
+		remedy = fmt.Sprintf("Move the bucket access out of the init containers into a regular container, "+
+			"or run the pod on nodes at Kubernetes %[1]s or newer (the API server too), where the sidecar is native and serves init containers: "+
+			"the webhook picks native by itself when every node, or the pod's spec.nodeName, is at %[1]s or newer; "+
+			"the annotation %[2]s: %[3]s forces it when a nodeSelector or affinity guarantees such a node.",
+			nativeSidecarMinVersion, contract.AnnotationSidecarMode, contract.ModeNative)
+	}
+	what := "init container"
+	if len(blocked) > 1 {
+		what += "s"
+	}
+	return nil, badRequest("the gcsfuse sidecar cannot serve %s %s: %s, and a regular container starts only after every init container has completed, so the pod would stay Pending forever. %s",
+		what, strings.Join(blocked, ", "), cause, remedy)
+}
+
+// mountedOf returns the names of the volumes in names that c mounts, once each, in the
+// order of c's mounts.
+func mountedOf(c corev1.Container, names map[string]bool) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		if names[m.Name] && !seen[m.Name] {
+			seen[m.Name] = true
+			out = append(out, m.Name)
 		}
 	}
-	return warnings
+	return out
+}
+
+// isRestartable reports whether an init container is a native sidecar (restartPolicy:
+// Always), which keeps running alongside the next containers instead of completing.
+func isRestartable(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
 // fileCacheMountOptions are the substrings of the mountOptions attribute that turn on

@@ -173,12 +173,11 @@ func TestPlacement(t *testing.T) {
 			wantCtrs:   []string{"app", "istio-proxy", sc},
 		},
 		{
-			name: "legacy warns about init containers reading the bucket", cluster: old,
-			init:        []corev1.Container{ctr("warmup", true)},
-			containers:  []corev1.Container{ctr("app", true)},
-			wantInit:    []string{"warmup"},
-			wantCtrs:    []string{sc, "app"},
-			wantWarning: "init container warmup mounts a gcsfuse volume",
+			name: "legacy after init containers that do not read the bucket", cluster: old,
+			init:       []corev1.Container{ctr("setup", false)},
+			containers: []corev1.Container{ctr("app", true)},
+			wantInit:   []string{"setup"},
+			wantCtrs:   []string{sc, "app"},
 		},
 		{
 			name: "native without init containers", cluster: modern,
@@ -838,5 +837,137 @@ func TestNewMutatorRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := NewMutator(testConfig(), nil, nil); err == nil {
 		t.Error("nil versions accepted")
+	}
+}
+
+// TestLegacyInitContainers: a legacy sidecar starts only after the init containers, so a
+// legacy pod whose init container mounts one of our volumes would stay Pending forever. It
+// is refused, with a message that says why the sidecar is legacy and what to change.
+func TestLegacyInitContainers(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	reader := func(name string, vols ...string) corev1.Container {
+		c := corev1.Container{Name: name, Image: "busybox"}
+		for _, v := range vols {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v, MountPath: "/" + v})
+		}
+		return c
+	}
+	otherVolumes := []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "secrets", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io"}}},
+		{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "gcs-pvc"}}},
+	}
+	oldNode := fakeVersions{server: "v1.30.2", nodes: map[string]string{"new": "v1.30.2", "old": "v1.28.9"}}
+	oldServer := fakeVersions{server: "v1.28.9", nodes: map[string]string{"new": "v1.30.2"}}
+	moveAway := "Move the bucket access out of the init containers into a regular container"
+	removeAnnotation := "Remove the annotation " + contract.AnnotationSidecarMode
+	tests := []struct {
+		name     string
+		cluster  fakeVersions
+		mods     []func(*corev1.Pod)
+		init     []corev1.Container
+		wantDeny []string // nil: admitted
+		noDeny   []string // must not be in the denial
+		wantWarn string
+	}{
+		{
+			name: "automatic legacy: a node is older than 1.29", cluster: oldNode,
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{"init container warmup (volume data)", "Pending forever", "kubelet 1.28.9", "older than 1.29", moveAway, "nodes at Kubernetes 1.29 or newer"},
+			noDeny:   []string{removeAnnotation},
+		},
+		{
+			name: "automatic legacy: the pod's node is older than 1.29", cluster: oldNode,
+			mods:     []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.NodeName = "old" }},
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{"node old runs kubelet 1.28.9", moveAway},
+		},
+		{
+			name: "automatic legacy: the API server is older than 1.29", cluster: oldServer,
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{"the API server is 1.28.9", moveAway},
+		},
+		{
+			name: "automatic legacy: versions unknown", cluster: fakeVersions{serverErr: errors.New("discovery down")},
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{"could not be checked", "discovery down", moveAway},
+		},
+		{
+			name: "several init containers read the bucket", cluster: old,
+			mods: []func(*corev1.Pod){func(p *corev1.Pod) {
+				p.Spec.Volumes = append(p.Spec.Volumes, gcsVolume("model", nil))
+			}},
+			init:     []corev1.Container{reader("fetch", "model", "data"), reader("setup", "scratch"), reader("warmup", "data")},
+			wantDeny: []string{"init containers fetch (volume model, data), warmup (volume data)"},
+			noDeny:   []string{"setup"},
+		},
+		{
+			name: "forced legacy on a cluster that supports native", cluster: modern,
+			mods:     []func(*corev1.Pod){annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)},
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{"init container warmup", contract.AnnotationSidecarMode + ": legacy", removeAnnotation, "serves them"},
+			noDeny:   []string{"But ", moveAway},
+		},
+		{
+			name: "forced legacy on a cluster that does not support native", cluster: old,
+			mods:     []func(*corev1.Pod){annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)},
+			init:     []corev1.Container{reader("warmup", "data")},
+			wantDeny: []string{removeAnnotation, "But the API server is 1.28.9", "move the bucket access out of the init containers"},
+		},
+		{
+			name: "legacy, init containers use other volumes only", cluster: old,
+			mods: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, otherVolumes...) }},
+			init: []corev1.Container{reader("setup", "scratch", "secrets"), reader("plain")},
+		},
+		{
+			// Documented limit: a PVC is not recognised as ours (that would take API
+			// lookups), so its reader is admitted rather than every PVC reader refused.
+			name: "legacy, init container reads a persistentVolumeClaim", cluster: old,
+			mods: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, otherVolumes...) }},
+			init: []corev1.Container{reader("warmup", "claim")},
+		},
+		{
+			name: "legacy, a native init container reads the bucket", cluster: modern,
+			mods:     []func(*corev1.Pod){annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)},
+			init:     []corev1.Container{func() corev1.Container { c := reader("proxy", "data"); c.RestartPolicy = &always; return c }()},
+			wantWarn: "init container proxy mounts gcsfuse volume data",
+		},
+		{
+			name: "legacy, the lent sidecar placeholder mounts the volume", cluster: old,
+			init: []corev1.Container{func() corev1.Container {
+				c := reader(contract.SidecarContainerName, "data")
+				c.Image = "example.com/custom:1"
+				return c
+			}()},
+		},
+		{
+			name: "native serves init containers", cluster: modern,
+			init: []corev1.Container{reader("warmup", "data")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod(append([]func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.InitContainers = tt.init }}, tt.mods...)...)
+			resp, out := admit(t, newMutator(t, tt.cluster), pod)
+			if tt.wantDeny != nil {
+				assertDenied(t, resp, tt.wantDeny...)
+				for _, s := range tt.noDeny {
+					if strings.Contains(resp.Result.Message, s) {
+						t.Errorf("message %q mentions %q", resp.Result.Message, s)
+					}
+				}
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("denied: %s", resp.Result.Message)
+			}
+			sidecarOf(t, out)
+			if tt.wantWarn != "" && !containsSubstring(resp.Warnings, tt.wantWarn) {
+				t.Errorf("warnings = %q, want one containing %q", resp.Warnings, tt.wantWarn)
+			}
+			if tt.wantWarn == "" && len(resp.Warnings) > 0 {
+				t.Errorf("unexpected warnings %q", resp.Warnings)
+			}
+		})
 	}
 }

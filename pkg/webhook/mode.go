@@ -43,35 +43,48 @@ func nativeSupported(cv ClusterVersions, nodeName string) (ok bool, reason strin
 	return true, "", nil
 }
 
-// chooseMode returns the sidecar mode for a pod and warnings for the user. A forced mode is
-// always obeyed (the user may know better, for example a node pool about to be upgraded),
-// with a warning when the cluster seems not to support it. Without a forced mode, native is
-// chosen only when it is known to work; if the versions cannot be read the legacy mode,
-// which works everywhere, is the fallback.
-func chooseMode(cv ClusterVersions, nodeName, forced string) (string, []string) {
+// modeChoice is the sidecar mode chosen for a pod, and why.
+type modeChoice struct {
+	mode string
+	// forced is set when the contract.AnnotationSidecarMode annotation chose the mode.
+	forced bool
+	// legacyReason says, for a legacy mode chosen automatically, what ruled native out.
+	legacyReason string
+	// warnings are for the user.
+	warnings []string
+}
+
+// chooseMode returns the sidecar mode for a pod. A forced mode is always obeyed (the user
+// may know better, for example a node pool about to be upgraded), with a warning when the
+// cluster seems not to support it. Without a forced mode, native is chosen only when it is
+// known to work; if the versions cannot be read the legacy mode, which works everywhere
+// (except for init containers that read the bucket), is the fallback.
+func chooseMode(cv ClusterVersions, nodeName, forced string) modeChoice {
 	if forced == contract.ModeLegacy {
-		return contract.ModeLegacy, nil
+		return modeChoice{mode: contract.ModeLegacy, forced: true}
 	}
 	ok, reason, err := nativeSupported(cv, nodeName)
 	if forced == contract.ModeNative {
+		c := modeChoice{mode: contract.ModeNative, forced: true}
 		switch {
 		case err != nil:
-			return contract.ModeNative, []string{fmt.Sprintf(
+			c.warnings = []string{fmt.Sprintf(
 				"%s: %s is forced although the cluster versions could not be checked (%v)",
 				contract.AnnotationSidecarMode, contract.ModeNative, err)}
 		case !ok:
-			return contract.ModeNative, []string{fmt.Sprintf(
+			c.warnings = []string{fmt.Sprintf(
 				"%s: %s is forced although %s: the sidecar may not start as a native sidecar",
 				contract.AnnotationSidecarMode, contract.ModeNative, reason)}
 		}
-		return contract.ModeNative, nil
+		return c
 	}
 	if err != nil {
-		return contract.ModeLegacy, []string{fmt.Sprintf(
-			"the gcsfuse sidecar is injected as a regular (legacy) container because the cluster versions could not be checked: %v", err)}
+		why := fmt.Sprintf("the cluster versions could not be checked: %v", err)
+		return modeChoice{mode: contract.ModeLegacy, legacyReason: why, warnings: []string{
+			"the gcsfuse sidecar is injected as a regular (legacy) container because " + why}}
 	}
 	if ok {
-		return contract.ModeNative, nil
+		return modeChoice{mode: contract.ModeNative}
 	}
-	return contract.ModeLegacy, nil
+	return modeChoice{mode: contract.ModeLegacy, legacyReason: reason}
 }
