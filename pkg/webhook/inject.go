@@ -173,6 +173,9 @@ func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
 	}
 	if mode == contract.ModeNative {
 		at := nativeIndex(initAfter, pod.Spec.Volumes)
+		if users := initContainerUsers(initAfter[at:], pod.Spec.Volumes); len(users) > 0 {
+			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(users, ",")})
+		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 	} else {
 		initWarnings, err := checkLegacyInit(initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
@@ -306,6 +309,22 @@ func nativeIndex(init []corev1.Container, volumes []corev1.Volume) int {
 		}
 	}
 	return 0
+}
+
+// initContainerUsers are the names, in order, of the regular (run-to-completion) init
+// containers in after (the init containers that start after a native sidecar) that mount one
+// of our volumes: the sidecar gets them in contract.EnvInitContainers, to keep serving them
+// when the pod is deleted during its init phase. Same limit as checkLegacyInit: a reader
+// through a persistentVolumeClaim is not recognised.
+func initContainerUsers(after []corev1.Container, volumes []corev1.Volume) []string {
+	ours := csiVolumeNames(volumes)
+	var users []string
+	for _, c := range after {
+		if !isRestartable(c) && mountsAny(c, ours) {
+			users = append(users, c.Name)
+		}
+	}
+	return users
 }
 
 // legacyIndex is where the legacy sidecar goes among the containers: first, so that the

@@ -971,3 +971,122 @@ func TestLegacyInitContainers(t *testing.T) {
 		})
 	}
 }
+
+// TestInitContainersEnv: a native sidecar is told which regular init containers after it
+// read the bucket, in order, so that it keeps serving them when the pod is deleted during
+// its init phase. Without such containers the sidecar's env is exactly what it was.
+func TestInitContainersEnv(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	ctr := func(name string, vols ...string) corev1.Container {
+		c := corev1.Container{Name: name, Image: "busybox"}
+		for _, v := range vols {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v, MountPath: "/" + v})
+		}
+		return c
+	}
+	native := func(c corev1.Container) corev1.Container { c.RestartPolicy = &always; return c }
+	withModel := func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, gcsVolume("model", nil),
+			corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	const custom = "example.com/gcsfuse-sidecar:custom"
+	tests := []struct {
+		name       string
+		cluster    fakeVersions
+		mods       []func(*corev1.Pod)
+		init       []corev1.Container
+		wantNative bool
+		want       string // "": the env var is absent
+		wantImage  string
+	}{
+		{
+			name: "readers listed in order", cluster: modern, wantNative: true,
+			mods: []func(*corev1.Pod){withModel},
+			init: []corev1.Container{ctr("setup", "scratch"), ctr("warmup", "data"), native(ctr("proxy", "data")),
+				ctr("fetch", "scratch", "model"), ctr("late", "scratch"), ctr("check", "data", "model")},
+			want: "warmup,fetch,check",
+		},
+		{
+			name: "after a native istio-proxy", cluster: modern, wantNative: true,
+			init: []corev1.Container{native(ctr("istio-proxy")), ctr("warmup", "data")},
+			want: "warmup",
+		},
+		{
+			name: "lent image: the placeholder is not a reader", cluster: modern, wantNative: true,
+			init: []corev1.Container{
+				func() corev1.Container { c := ctr(contract.SidecarContainerName, "data"); c.Image = custom; return c }(),
+				ctr("warmup", "data"),
+			},
+			want: "warmup", wantImage: custom,
+		},
+		{name: "no init containers", cluster: modern, wantNative: true},
+		{
+			name: "init containers that do not read the bucket", cluster: modern, wantNative: true,
+			mods: []func(*corev1.Pod){withModel},
+			init: []corev1.Container{ctr("setup", "scratch"), ctr("plain")},
+		},
+		{
+			name: "only native init containers read the bucket", cluster: modern, wantNative: true,
+			init: []corev1.Container{native(ctr("proxy", "data"))},
+		},
+		{
+			name: "legacy", cluster: old,
+			mods: []func(*corev1.Pod){withModel},
+			init: []corev1.Container{ctr("setup", "scratch"), native(ctr("proxy", "data"))},
+		},
+		{
+			name: "forced legacy", cluster: modern,
+			mods: []func(*corev1.Pod){withModel, annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)},
+			init: []corev1.Container{ctr("setup", "scratch")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod(append([]func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.InitContainers = tt.init }}, tt.mods...)...)
+			_, out := mustAdmit(t, newMutator(t, tt.cluster), pod)
+			assertMode(t, out, tt.wantNative)
+			c, _ := sidecarOf(t, out)
+			if tt.wantImage != "" && c.Image != tt.wantImage {
+				t.Errorf("image = %q, want %q", c.Image, tt.wantImage)
+			}
+			var got []string
+			for _, e := range c.Env {
+				if e.Name == contract.EnvInitContainers {
+					got = append(got, e.Value)
+				}
+			}
+			switch {
+			case tt.want == "" && len(got) > 0:
+				t.Errorf("%s = %q, want it absent", contract.EnvInitContainers, got)
+			case tt.want != "" && !reflect.DeepEqual(got, []string{tt.want}):
+				t.Errorf("%s = %q, want [%q]", contract.EnvInitContainers, got, tt.want)
+			}
+			if tt.want == "" {
+				// The zero-overhead path: the sidecar's env is exactly the two base variables.
+				if want := []string{contract.EnvGraceSeconds, contract.EnvSidecarMode}; !reflect.DeepEqual(envNames(c), want) {
+					t.Errorf("env = %v, want %v", envNames(c), want)
+				}
+			}
+
+			// Re-invocation leaves the sidecar, and so the variable, as it is.
+			for _, cv := range []fakeVersions{modern, old} {
+				resp, again := mustAdmit(t, newMutator(t, cv), out)
+				if resp.Patch != nil {
+					t.Fatalf("re-invocation patched: %s", resp.Patch)
+				}
+				c2, _ := sidecarOf(t, again)
+				if !reflect.DeepEqual(c2.Env, c.Env) {
+					t.Errorf("env after re-invocation = %v, want %v", c2.Env, c.Env)
+				}
+			}
+		})
+	}
+}
+
+func envNames(c corev1.Container) []string {
+	var out []string
+	for _, e := range c.Env {
+		out = append(out, e.Name)
+	}
+	return out
+}
