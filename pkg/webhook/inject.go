@@ -135,9 +135,13 @@ func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
 		return nil, nil, "", err
 	}
 	// Re-invocation (reinvocationPolicy: IfNeeded) or a pod copied from an injected one:
-	// both our marks are there, so the sidecar is ours and is left as it is.
+	// both our marks are there, so the sidecar is ours and stays where it is.
 	if opts.injected != "" && hasInjectedSidecar(pod) {
-		return nil, warnings, "", nil
+		ops, err := m.reinvoked(pod, opts)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return ops, warnings, opts.injected, nil
 	}
 
 	lent, err := findLentSidecar(pod)
@@ -219,6 +223,52 @@ func without(list []corev1.Container, i int) []corev1.Container {
 	out := make([]corev1.Container, 0, len(list)-1)
 	out = append(out, list[:i]...)
 	return append(out, list[i+1:]...)
+}
+
+// reinvoked handles a pod that already has our sidecar. A later webhook may have added init
+// containers since the sidecar was placed (that is why it re-invokes us), so what depends
+// on them is checked again: a native sidecar's contract.EnvInitContainers is brought up to
+// date, and a legacy pod that now has an init container reading the bucket is refused like
+// at the first call. Nothing else is touched; an unchanged pod gets no patch.
+func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error) {
+	for i, c := range pod.Spec.InitContainers {
+		if c.Name == contract.SidecarContainerName {
+			return initContainersEnvOps(i, c, pod.Spec.InitContainers[i+1:], pod.Spec.Volumes), nil
+		}
+	}
+	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
+	if choice.mode != contract.ModeLegacy {
+		// A copy of a legacy pod, made where native sidecars were not supported.
+		choice = modeChoice{mode: contract.ModeLegacy, legacyReason: fmt.Sprintf(
+			"the pod already has a regular %s container (annotation %s: %s)",
+			contract.SidecarContainerName, contract.AnnotationInjected, opts.injected)}
+	}
+	_, err := checkLegacyInit(pod.Spec.InitContainers, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+	return nil, err
+}
+
+// initContainersEnvOps sets contract.EnvInitContainers of the native sidecar at index i of
+// the init containers to the readers among after, or removes it when there are none. The
+// sidecar's env is never empty (hasInjectedSidecar found our variable in it).
+func initContainersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, volumes []corev1.Volume) []patchOp {
+	want := strings.Join(initContainerUsers(after, volumes), ",")
+	env := fmt.Sprintf("/spec/initContainers/%d/env", i)
+	for j, e := range sidecar.Env {
+		if e.Name != contract.EnvInitContainers {
+			continue
+		}
+		switch {
+		case want == "":
+			return []patchOp{removeOp(fmt.Sprintf("%s/%d", env, j))}
+		case e.Value != want || e.ValueFrom != nil:
+			return []patchOp{replaceOp(fmt.Sprintf("%s/%d", env, j), corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
+		}
+		return nil
+	}
+	if want == "" {
+		return nil
+	}
+	return []patchOp{addOp(env+"/-", corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
 }
 
 // hasInjectedSidecar reports whether the pod has a sidecar carrying our env marker.

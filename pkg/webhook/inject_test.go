@@ -1090,3 +1090,93 @@ func envNames(c corev1.Container) []string {
 	}
 	return out
 }
+
+// TestReinvocationAfterInitContainersChanged: a later webhook that adds or removes init
+// containers re-invokes us. The sidecar stays, but the native sidecar's list of init
+// containers to serve follows the change, and a legacy pod that now has an init container
+// reading the bucket (it would stay Pending forever) is refused.
+func TestReinvocationAfterInitContainersChanged(t *testing.T) {
+	reader := func(name string) corev1.Container {
+		return corev1.Container{Name: name, Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}
+	}
+	sidecarAt := func(p *corev1.Pod) int {
+		for i, c := range p.Spec.InitContainers {
+			if c.Name == contract.SidecarContainerName {
+				return i
+			}
+		}
+		t.Fatalf("no native sidecar in %v", names(p.Spec.InitContainers))
+		return -1
+	}
+	tests := []struct {
+		name     string
+		injected fakeVersions // where the first invocation ran
+		cluster  fakeVersions // where the re-invocation runs
+		init     []corev1.Container
+		later    func(p *corev1.Pod) // what the later webhook does
+		want     string              // the variable after re-invocation; "": absent
+		wantDeny []string
+	}{
+		{
+			name: "native: a reader appended", injected: modern, cluster: modern,
+			later: func(p *corev1.Pod) { p.Spec.InitContainers = append(p.Spec.InitContainers, reader("late")) },
+			want:  "late",
+		},
+		{
+			name: "native: a reader inserted before an existing one", injected: modern, cluster: modern,
+			init: []corev1.Container{reader("warmup")},
+			later: func(p *corev1.Pod) {
+				i := sidecarAt(p) + 1
+				p.Spec.InitContainers = append(p.Spec.InitContainers[:i], append([]corev1.Container{reader("first")}, p.Spec.InitContainers[i:]...)...)
+			},
+			want: "first,warmup",
+		},
+		{
+			name: "native: the only reader removed", injected: modern, cluster: modern,
+			init:  []corev1.Container{reader("warmup")},
+			later: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:sidecarAt(p)+1] },
+		},
+		{
+			name: "legacy: a reader added", injected: old, cluster: old,
+			later:    func(p *corev1.Pod) { p.Spec.InitContainers = append(p.Spec.InitContainers, reader("late")) },
+			wantDeny: []string{"init container late (volume data)", "Pending forever", "older than 1.29"},
+		},
+		{
+			name: "legacy copy admitted where native works: a reader added", injected: old, cluster: modern,
+			later: func(p *corev1.Pod) {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, reader("late"))
+			},
+			wantDeny: []string{"init container late (volume data)", "already has a regular " + contract.SidecarContainerName},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, once := mustAdmit(t, newMutator(t, tt.injected), newPod(func(p *corev1.Pod) { p.Spec.InitContainers = tt.init }))
+			tt.later(once)
+			resp, twice := admit(t, newMutator(t, tt.cluster), once)
+			if tt.wantDeny != nil {
+				assertDenied(t, resp, tt.wantDeny...)
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("denied: %s", resp.Result.Message)
+			}
+			if resp.Patch == nil {
+				t.Fatal("re-invocation did not update the sidecar")
+			}
+			assertMode(t, twice, true)
+			c, _ := sidecarOf(t, twice)
+			env := envOf(c)
+			if got, ok := env[contract.EnvInitContainers]; got != tt.want || ok != (tt.want != "") {
+				t.Errorf("%s = %q (present %v), want %q", contract.EnvInitContainers, got, ok, tt.want)
+			}
+			if want := names(once.Spec.InitContainers); !reflect.DeepEqual(names(twice.Spec.InitContainers), want) {
+				t.Errorf("init containers = %v, want %v unchanged", names(twice.Spec.InitContainers), want)
+			}
+			// And the next re-invocation has nothing left to do.
+			if again, _ := mustAdmit(t, newMutator(t, tt.cluster), twice); again.Patch != nil {
+				t.Errorf("third invocation patched: %s", again.Patch)
+			}
+		})
+	}
+}

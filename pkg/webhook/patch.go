@@ -16,6 +16,10 @@ type patchOp struct {
 
 func addOp(path string, value any) patchOp { return patchOp{Op: "add", Path: path, Value: value} }
 
+func replaceOp(path string, value any) patchOp {
+	return patchOp{Op: "replace", Path: path, Value: value}
+}
+
 func removeOp(path string) patchOp { return patchOp{Op: "remove", Path: path} }
 
 // escapePointer escapes one JSON Pointer reference token (RFC 6901), needed for annotation
