@@ -439,6 +439,9 @@ func checkLegacyInit(init []corev1.Container, volumes []corev1.Volume, choice mo
 			"the webhook picks native by itself when every node, or the pod's spec.nodeName, is at %[1]s or newer; "+
 			"the annotation %[2]s: %[3]s forces it when a nodeSelector or affinity guarantees such a node.",
 			nativeSidecarMinVersion, contract.AnnotationSidecarMode, contract.ModeNative)
+		if choice.versionsUnknown {
+			remedy += " Creating the pod again may also work once the webhook can read the versions."
+		}
 	}
 	what := "init container"
 	if len(blocked) > 1 {

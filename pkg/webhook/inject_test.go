@@ -874,7 +874,7 @@ func TestLegacyInitContainers(t *testing.T) {
 			name: "automatic legacy: a node is older than 1.29", cluster: oldNode,
 			init:     []corev1.Container{reader("warmup", "data")},
 			wantDeny: []string{"init container warmup (volume data)", "Pending forever", "kubelet 1.28.9", "older than 1.29", moveAway, "nodes at Kubernetes 1.29 or newer"},
-			noDeny:   []string{removeAnnotation},
+			noDeny:   []string{removeAnnotation, "Creating the pod again"},
 		},
 		{
 			name: "automatic legacy: the pod's node is older than 1.29", cluster: oldNode,
@@ -890,7 +890,7 @@ func TestLegacyInitContainers(t *testing.T) {
 		{
 			name: "automatic legacy: versions unknown", cluster: fakeVersions{serverErr: errors.New("discovery down")},
 			init:     []corev1.Container{reader("warmup", "data")},
-			wantDeny: []string{"could not be checked", "discovery down", moveAway},
+			wantDeny: []string{"could not be checked", "discovery down", moveAway, "Creating the pod again may also work"},
 		},
 		{
 			name: "several init containers read the bucket", cluster: old,

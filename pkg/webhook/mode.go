@@ -50,6 +50,9 @@ type modeChoice struct {
 	forced bool
 	// legacyReason says, for a legacy mode chosen automatically, what ruled native out.
 	legacyReason string
+	// versionsUnknown is set when that reason is a failure to read the cluster versions,
+	// which may pass.
+	versionsUnknown bool
 	// warnings are for the user.
 	warnings []string
 }
@@ -80,7 +83,7 @@ func chooseMode(cv ClusterVersions, nodeName, forced string) modeChoice {
 	}
 	if err != nil {
 		why := fmt.Sprintf("the cluster versions could not be checked: %v", err)
-		return modeChoice{mode: contract.ModeLegacy, legacyReason: why, warnings: []string{
+		return modeChoice{mode: contract.ModeLegacy, legacyReason: why, versionsUnknown: true, warnings: []string{
 			"the gcsfuse sidecar is injected as a regular (legacy) container because " + why}}
 	}
 	if ok {
