@@ -88,6 +88,9 @@ func receive(ctx context.Context, handoffDir *os.File, sockName string) (*handof
 	}
 	v, fuse, err := handoff.RecvVolume(conn)
 	if err != nil {
+		if fuse != nil {
+			fuse.Close()
+		}
 		conn.Close()
 		return nil, nil, nil, fmt.Errorf("receive hand-off on %s: %w", sockName, err)
 	}
