@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +31,8 @@ func run() int {
 	gcsfuse := flag.String("gcsfuse", "/gcsfuse", "path of the gcsfuse binary")
 	mode := flag.String("mode", envOr(contract.EnvSidecarMode, contract.ModeLegacy), "native or legacy (default from $"+contract.EnvSidecarMode+")")
 	grace := flag.Int("grace-seconds", envInt(contract.EnvGraceSeconds, contract.DefaultGraceSeconds), "pod terminationGracePeriodSeconds (default from $"+contract.EnvGraceSeconds+")")
+	initContainers := flag.String("init-containers", os.Getenv(contract.EnvInitContainers), "comma separated regular init containers that mount a gcsfuse volume and start after a native sidecar (default from $"+contract.EnvInitContainers+")")
+	drain := flag.Bool("drain", true, "on SIGTERM, keep serving until the containers that use the mounts have exited (false only to measure what the drain saves in the data-loss benchmark)")
 	termLog := flag.String("termination-log", "/dev/termination-log", "file for the reason of a failed exit")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
@@ -69,7 +72,8 @@ func run() int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	s := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
-		Grace: time.Duration(*grace) * time.Second, TerminationLog: *termLog, Log: log, Metrics: metrics,
+		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: splitList(*initContainers),
+		TerminationLog: *termLog, Log: log, Metrics: metrics,
 	})
 	return s.Run(context.Background(), sigs)
 }
@@ -80,6 +84,17 @@ func existingDir(p string) string {
 		return p
 	}
 	return ""
+}
+
+// splitList parses a comma separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func envOr(k, def string) string {

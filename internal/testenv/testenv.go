@@ -32,6 +32,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // Prereqs reports what is missing to run real mounts here ("" when nothing is).
@@ -83,6 +85,7 @@ type Env struct {
 	mu          sync.Mutex
 	sidecars    []*Sidecar
 	targets     []string
+	offers      []*RawOffer
 	emulatorOwn bool
 }
 
@@ -270,10 +273,32 @@ func (l *lockedBuffer) String() string {
 // capabilities. mode is contract.ModeNative or ModeLegacy. Output is also copied to echo
 // when it is not nil.
 func (p *Pod) StartSidecar(mode string, graceSeconds int, echo io.Writer) (*Sidecar, error) {
-	cmd := exec.Command(p.env.SidecarBin, "--tmp-dir="+p.TmpDir, "--gcsfuse="+p.env.GcsfuseBin,
-		"--termination-log="+filepath.Join(p.TmpDir, "termination-log"))
-	cmd.Env = []string{contract.EnvSidecarMode + "=" + mode, contract.EnvGraceSeconds + "=" + strconv.Itoa(graceSeconds)}
-	out := &lockedBuffer{w: echo}
+	return p.StartSidecarWith(SidecarOptions{Mode: mode, GraceSeconds: graceSeconds, Echo: echo})
+}
+
+// SidecarOptions configure StartSidecarWith.
+type SidecarOptions struct {
+	Mode         string
+	GraceSeconds int
+	// InitContainers is passed as contract.EnvInitContainers (comma separated).
+	InitContainers []string
+	// Args are extra command-line flags (e.g. "--drain=false").
+	Args []string
+	// Echo, if not nil, receives a copy of the output.
+	Echo io.Writer
+}
+
+// StartSidecarWith runs the real sidecar binary for the pod as uid/gid 65534 with no
+// capabilities, as StartSidecar, with more options.
+func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
+	args := append([]string{"--tmp-dir=" + p.TmpDir, "--gcsfuse=" + p.env.GcsfuseBin,
+		"--termination-log=" + filepath.Join(p.TmpDir, "termination-log")}, o.Args...)
+	cmd := exec.Command(p.env.SidecarBin, args...)
+	cmd.Env = []string{contract.EnvSidecarMode + "=" + o.Mode, contract.EnvGraceSeconds + "=" + strconv.Itoa(o.GraceSeconds)}
+	if len(o.InitContainers) > 0 {
+		cmd.Env = append(cmd.Env, contract.EnvInitContainers+"="+strings.Join(o.InitContainers, ","))
+	}
+	out := &lockedBuffer{w: o.Echo}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID},
@@ -292,6 +317,121 @@ func (p *Pod) StartSidecar(mode string, graceSeconds int, echo io.Writer) (*Side
 	p.env.sidecars = append(p.env.sidecars, s)
 	p.env.mu.Unlock()
 	return s, nil
+}
+
+// TerminationMessage is what the sidecar wrote to its termination log ("" if nothing).
+func (p *Pod) TerminationMessage() string {
+	b, _ := os.ReadFile(filepath.Join(p.TmpDir, "termination-log"))
+	return string(b)
+}
+
+// OpenTmpDir opens the pod's gcsfuse-tmp emptyDir as the node plugin does (pinned, no
+// symlinks), for exitfile's *In/Terminating functions. The caller closes it.
+func (p *Pod) OpenTmpDir() (*os.File, error) {
+	return podpath.OpenDir(p.env.Root, "pods", p.UID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+}
+
+// MountFuse mounts the volume's target with a new FUSE connection, as NodePublishVolume
+// does, and returns the connection; Close unmounts the target. For tests that play the node
+// plugin's part themselves.
+func (p *Pod) MountFuse(volume, bucket string) (*os.File, error) {
+	target := p.Target(volume)
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, err
+	}
+	fuse, err := fusemount.Mount(target, fusemount.Options{Source: bucket, UserID: contract.SidecarUID, GroupID: contract.SidecarGID})
+	if err != nil {
+		return nil, err
+	}
+	p.env.mu.Lock()
+	p.env.targets = append(p.env.targets, target)
+	p.env.mu.Unlock()
+	return fuse, nil
+}
+
+// RawOffer is a hand-off offered by the test instead of the node plugin: it mounts the
+// target and offers exactly the Volume given (which may be one the node plugin would never
+// send), and records every Status the sidecar answers.
+type RawOffer struct {
+	offer *handoff.Offer
+	mu    sync.Mutex
+	got   []handoff.Status
+	ch    chan struct{} // closed and replaced on each status
+}
+
+// OfferRaw mounts v's target and offers v in the pod's hand-off directory.
+func (p *Pod) OfferRaw(v handoff.Volume) (*RawOffer, error) {
+	fuse, err := p.MountFuse(v.VolumeName, v.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := p.OpenTmpDir()
+	if err != nil {
+		fuse.Close()
+		return nil, err
+	}
+	dir, err := podpath.MkdirOpen(tmp, contract.HandoffDir, 0o755)
+	tmp.Close()
+	if err != nil {
+		fuse.Close()
+		return nil, err
+	}
+	r := &RawOffer{ch: make(chan struct{})}
+	r.offer, err = handoff.NewOffer(handoff.OfferConfig{
+		Dir: dir, Volume: &v, Fuse: fuse, UID: contract.SidecarUID, GID: contract.SidecarGID, Log: p.env.Log,
+		OnStatus: func(st *handoff.Status) {
+			r.mu.Lock()
+			r.got = append(r.got, *st)
+			close(r.ch)
+			r.ch = make(chan struct{})
+			r.mu.Unlock()
+		},
+	})
+	if err != nil {
+		fuse.Close()
+		dir.Close()
+		return nil, err
+	}
+	p.env.mu.Lock()
+	p.env.offers = append(p.env.offers, r)
+	p.env.mu.Unlock()
+	return r, nil
+}
+
+// Statuses returns the Status frames received so far.
+func (r *RawOffer) Statuses() []handoff.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]handoff.Status(nil), r.got...)
+}
+
+// WaitStatus waits at most d for a Status with the given state and returns it.
+func (r *RawOffer) WaitStatus(state string, d time.Duration) (handoff.Status, error) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		for _, st := range r.got {
+			if st.State == state {
+				r.mu.Unlock()
+				return st, nil
+			}
+		}
+		ch := r.ch
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return handoff.Status{}, fmt.Errorf("no %q status after %s; got %+v", state, d, r.Statuses())
+		}
+	}
+}
+
+// Stop ends the offer (bounded). Safe to call more than once; Close calls it.
+func (r *RawOffer) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.offer.Stop(ctx)
 }
 
 // Output is everything the sidecar printed so far.
@@ -365,8 +505,11 @@ func WaitReady(target string, d time.Duration) (time.Duration, error) {
 // and removes the kubelet root. Every step is bounded.
 func (e *Env) Close() {
 	e.mu.Lock()
-	sidecars, targets := e.sidecars, e.targets
+	sidecars, targets, offers := e.sidecars, e.targets, e.offers
 	e.mu.Unlock()
+	for _, o := range offers {
+		o.Stop()
+	}
 	for _, s := range sidecars {
 		_ = syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL)
 		select {

@@ -1,11 +1,14 @@
-// Package exitfile is how the node plugin tells a legacy (regular-container) sidecar that
-// the pod's workload is done: a small JSON file in the pod's gcsfuse-tmp emptyDir, written
-// atomically and without following symlinks. The sidecar already watches that directory
-// with inotify for hand-off sockets, so the file wakes it within milliseconds: no polling.
+// Package exitfile holds the small files through which the node plugin tells a sidecar
+// about its pod: the exit file (the workload is done) and the terminating file (the pod is
+// being deleted, with the grace period the kubelet applies). Both are JSON in the pod's
+// gcsfuse-tmp emptyDir, written atomically and without following symlinks. The sidecar
+// already watches that directory with inotify for hand-off sockets, so a file wakes it
+// within milliseconds: no polling.
 package exitfile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -63,4 +66,67 @@ func Read(dir *os.File) (Reason, error) {
 		return Reason{Rule: "unreadable-exit-file"}, nil
 	}
 	return r, nil
+}
+
+// maxGraceSeconds bounds a terminating file's grace so that it always fits a time.Duration;
+// anything larger is refused as garbage (the API caps nothing, but no kubelet waits decades).
+const maxGraceSeconds = 100 * 365 * 24 * 3600
+
+// Terminating is the content of the terminating file: the node plugin writes it when it
+// sees the pod being deleted, possibly before or after the sidecar's SIGTERM.
+type Terminating struct {
+	// GraceSeconds is the grace the kubelet applies to this deletion
+	// (metadata.deletionGracePeriodSeconds, which kubectl delete --grace-period sets and
+	// which can be shorter or longer than the pod spec's terminationGracePeriodSeconds).
+	GraceSeconds int64 `json:"graceSeconds"`
+	// DeletionTimestamp is the pod's metadata.deletionTimestamp, for logs.
+	DeletionTimestamp time.Time `json:"deletionTimestamp,omitzero"`
+}
+
+// Grace is GraceSeconds as a duration.
+func (t Terminating) Grace() time.Duration { return time.Duration(t.GraceSeconds) * time.Second }
+
+func (t Terminating) validate() error {
+	if t.GraceSeconds < 0 || t.GraceSeconds > maxGraceSeconds {
+		return fmt.Errorf("graceSeconds %d outside 0..%d", t.GraceSeconds, maxGraceSeconds)
+	}
+	return nil
+}
+
+// WriteTerminating writes the terminating file into an already opened emptyDir, atomically
+// and without following a symlink (like WriteIn).
+func WriteTerminating(dir *os.File, t Terminating) error {
+	if err := t.validate(); err != nil {
+		return fmt.Errorf("terminating file: %w", err)
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("encode terminating file: %w", err)
+	}
+	return podpath.WriteFileAtomic(dir, contract.TerminatingFile, b, 0o644)
+}
+
+// ReadTerminating parses the terminating file in dir. Unlike the exit file, a file that does
+// not parse is an error: the caller then keeps the pod spec's grace rather than guess one.
+// A missing file is an error that matches os.ErrNotExist.
+func ReadTerminating(dir *os.File) (Terminating, error) {
+	b, err := podpath.ReadFile(dir, contract.TerminatingFile, maxSize)
+	if err != nil {
+		return Terminating{}, err
+	}
+	var raw struct {
+		GraceSeconds      *int64    `json:"graceSeconds"`
+		DeletionTimestamp time.Time `json:"deletionTimestamp"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Terminating{}, fmt.Errorf("parse %s: %w", contract.TerminatingFile, err)
+	}
+	if raw.GraceSeconds == nil {
+		return Terminating{}, errors.New("parse " + contract.TerminatingFile + ": no graceSeconds")
+	}
+	t := Terminating{GraceSeconds: *raw.GraceSeconds, DeletionTimestamp: raw.DeletionTimestamp}
+	if err := t.validate(); err != nil {
+		return Terminating{}, fmt.Errorf("parse %s: %w", contract.TerminatingFile, err)
+	}
+	return t, nil
 }

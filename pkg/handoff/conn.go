@@ -26,9 +26,18 @@ func SendVolume(conn *net.UnixConn, v *Volume, fd int) error {
 	return nil
 }
 
-// RecvVolume reads one Volume frame and the single descriptor that must come with it. Any
-// descriptor received on an error path is closed, so a hostile or broken peer cannot leak
-// descriptors into the sidecar.
+// RecvVolume reads one Volume frame and the single descriptor that must come with it.
+//
+// On error, what the caller gets back depends on whether a descriptor arrived:
+//   - none, or not exactly one (a read error, a truncated control message): every received
+//     descriptor is closed and the file is nil, so a hostile or broken peer cannot leak
+//     descriptors into the sidecar;
+//   - exactly one, but the frame is refused (unreadable, undecodable, another protocol
+//     version, an invalid volume): the descriptor is returned with the error, and so is the
+//     volume when it decoded. The mount behind that descriptor is already in use by the
+//     pod: the caller must answer it (the sidecar serves it with I/O errors and reports
+//     StateRefused) rather than drop it and leave a mount that fails with ENOTCONN. The
+//     caller owns the file.
 func RecvVolume(conn *net.UnixConn) (*Volume, *os.File, error) {
 	buf := make([]byte, HeaderSize+MaxPayload)
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -54,16 +63,15 @@ func RecvVolume(conn *net.UnixConn) (*Volume, *os.File, error) {
 		closeAll()
 		return nil, nil, fmt.Errorf("hand-off carried %d descriptors, want exactly 1", len(fds))
 	}
+	fuse := os.NewFile(uintptr(fds[0]), "/dev/fuse")
 	var v Volume
 	if err := ReadFrame(conn, buf[:n], &v); err != nil {
-		closeAll()
-		return nil, nil, err
+		return nil, fuse, fmt.Errorf("hand-off refused: %w", err)
 	}
 	if err := v.Validate(); err != nil {
-		closeAll()
-		return nil, nil, err
+		return &v, fuse, fmt.Errorf("hand-off refused: %w", err)
 	}
-	return &v, os.NewFile(uintptr(fds[0]), "/dev/fuse"), nil
+	return &v, fuse, nil
 }
 
 func parseRights(oob []byte) ([]int, error) {

@@ -142,6 +142,23 @@ func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error 
 	return nil
 }
 
+// Exists reports whether name exists inside dir, without following a symlink (a symlink
+// counts as existing). Errors other than "does not exist" are returned.
+func Exists(dir *os.File, name string) (bool, error) {
+	if !validElement(name) {
+		return false, fmt.Errorf("invalid file name %q", name)
+	}
+	var st unix.Stat_t
+	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, &os.PathError{Op: "fstatat", Path: filepath.Join(dir.Name(), name), Err: err}
+}
+
 // ReadFile reads name inside dir without following a symlink, at most limit bytes.
 func ReadFile(dir *os.File, name string, limit int64) ([]byte, error) {
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)

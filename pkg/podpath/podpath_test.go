@@ -130,3 +130,31 @@ func FuzzParseTarget(f *testing.F) {
 		}
 	})
 }
+
+func TestExistsDoesNotFollowSymlinks(t *testing.T) {
+	root := t.TempDir()
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if ok, err := Exists(d, "f"); ok || err != nil {
+		t.Fatalf("missing file: %v, %v", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Exists(d, "f"); !ok || err != nil {
+		t.Fatalf("present file: %v, %v", ok, err)
+	}
+	// A dangling symlink exists as a name; its target is never looked at.
+	if err := os.Symlink("/nonexistent/target", filepath.Join(root, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Exists(d, "l"); !ok || err != nil {
+		t.Fatalf("dangling symlink: %v, %v", ok, err)
+	}
+	if _, err := Exists(d, "../f"); err == nil {
+		t.Fatal("a path with a separator was accepted")
+	}
+}

@@ -4,12 +4,15 @@
 //
 // When to end (see docs/lifecycle.md):
 //   - native sidecar: the kubelet sends SIGTERM only after every regular container has
-//     exited, so all files are closed and flushed: kill gcsfuse and exit at once.
+//     exited, so all files are closed and flushed: kill gcsfuse and exit at once. Unless
+//     regular init containers that use the mounts may still run (InitContainers set and the
+//     init-done file absent): then SIGTERM starts a drain, as in legacy mode.
 //   - legacy sidecar: the node plugin writes the exit file when the workload is done; a
 //     SIGTERM (pod deletion, sent to the app at the same time) only starts a drain that keeps
-//     every mount serving until the exit file arrives or the grace period nearly runs out.
-//   - gcsfuse ending on its own with an error: exit non-zero with the reason in the
-//     termination message, so the pod fails visibly instead of hanging on a dead mount.
+//     every mount serving until the exit file arrives or the kubelet's grace period is over.
+//   - a volume failing (gcsfuse dying, a refused hand-off) never ends the sidecar: the other
+//     volumes keep serving the app; the failure is reported at once to the node plugin, and
+//     at the usual end as exit code 1 with the reasons in the termination message.
 package sidecar
 
 import (
@@ -27,8 +30,20 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+// Bounds on the waits of the shutdown path.
+const (
+	// reapTimeout bounds the wait for every gcsfuse, together, after SIGKILL. They die in
+	// well under a second; the bound only keeps a stuck process from holding the pod.
+	reapTimeout = 5 * time.Second
+	// attachStopTimeout bounds the wait for in-flight hand-offs at shutdown; their dial and
+	// receive end as soon as the sidecar's context is cancelled.
+	attachStopTimeout = 2 * time.Second
+	// degradeInitWait bounds the wait for the kernel's INIT when answering a failed volume
+	// with I/O errors: INIT is queued at mount time, so it is there at once or never.
+	degradeInitWait = 500 * time.Millisecond
 )
 
 // Config configures a Sidecar.
@@ -44,8 +59,17 @@ type Config struct {
 	GcsfusePath string
 	// Mode is contract.ModeNative or contract.ModeLegacy.
 	Mode string
-	// Grace is the pod's terminationGracePeriodSeconds.
+	// Grace is the pod's terminationGracePeriodSeconds. A deletion may apply another grace
+	// (kubectl delete --grace-period); the node plugin's terminating file then says so.
 	Grace time.Duration
+	// Drain keeps every mount serving after SIGTERM while containers may still use it (see
+	// shouldDrain). The command turns it on by default; off, SIGTERM stops at once in every
+	// mode, which only the data-loss benchmark wants (to measure what the drain saves).
+	Drain bool
+	// InitContainers are the regular init containers that start after a native sidecar and
+	// mount a gcsfuse volume (contract.EnvInitContainers): until the init-done file says
+	// they are over, a SIGTERM can reach them and this sidecar together.
+	InitContainers []string
 	// TerminationLog receives the reason for a non-zero exit ("" to skip).
 	TerminationLog string
 	Log            *slog.Logger
@@ -57,15 +81,25 @@ type Sidecar struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	volumes map[string]*volume
-	pending map[string]bool // sockets being connected to
+	// tmp is the pinned TmpDir (taken records go there without following symlinks); set
+	// by Run before any hand-off starts, closed after shutdown.
+	tmp *os.File
+	// cancel ends every in-flight hand-off (its retries, dial and receive); shutdown calls it.
+	cancel context.CancelFunc
+	// attaching counts the hand-off goroutines; shutdown waits for them (bounded).
+	attaching sync.WaitGroup
+
+	mu       sync.Mutex
+	volumes  map[string]*volume
+	pending  map[string]bool // sockets being connected to
+	draining bool            // SIGTERM started a drain: new volumes announce it too
 
 	exits   chan exitResult
-	stopped chan struct{} // closed when shutdown begins
+	stopped chan struct{} // closed (under mu) when shutdown begins
 
-	// failed holds the reasons of volumes that failed to start and are answered with I/O
-	// errors (see degrade); the sidecar then ends with code 1.
+	// failed holds why volumes failed (gcsfuse died, never started, hand-off refused, died
+	// with a previous container of this sidecar); the sidecar then ends with code 1. Only
+	// Run's goroutine touches it, as it does degraded.
 	failed   []string
 	degraded []*os.File // closed at shutdown, which ends their servers
 }
@@ -78,21 +112,17 @@ func New(cfg Config) *Sidecar {
 	if cfg.Grace <= 0 {
 		cfg.Grace = contract.DefaultGraceSeconds * time.Second
 	}
-	return &Sidecar{cfg: cfg, log: cfg.Log, volumes: map[string]*volume{}, pending: map[string]bool{}, exits: make(chan exitResult, 16), stopped: make(chan struct{})}
-}
-
-// drainDeadline is when a legacy sidecar that got SIGTERM stops waiting for the exit file:
-// late enough for the app to finish, early enough to stop gcsfuse before the kubelet's
-// SIGKILL (which would also work, but without a clean report).
-func drainDeadline(grace time.Duration) time.Duration {
-	margin := min(max(grace/10, 500*time.Millisecond), 3*time.Second)
-	return max(grace-margin, grace/2)
+	return &Sidecar{cfg: cfg, log: cfg.Log, cancel: func() {}, volumes: map[string]*volume{}, pending: map[string]bool{},
+		exits: make(chan exitResult, 16), stopped: make(chan struct{})}
 }
 
 // Run serves until the sidecar must end and returns the process exit code. terminate
 // delivers SIGTERM/SIGINT.
 func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.cancel = cancel
 	w, err := dirwatch.New()
 	if err != nil {
 		return s.fail(fmt.Sprintf("cannot watch %s: %v", s.cfg.TmpDir, err))
@@ -106,6 +136,15 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		return s.fail(err.Error())
 	}
 	defer tmpDir.Close()
+	s.tmp = tmpDir
+
+	if r, err := exitfile.Read(tmpDir); err == nil {
+		// The workload is already done: this is a container restarted after its end (a
+		// legacy sidecar that exited 1 under restartPolicy OnFailure). Its predecessor
+		// reported its failures; exiting 1 again would restart it forever.
+		s.log.Info("exit file present at start: the workload is done", "rule", r.Rule)
+		return s.shutdown("exit file present at start: "+r.Rule, r, 0)
+	}
 
 	var handoffDir *os.File
 	defer func() {
@@ -129,19 +168,27 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		}
 		handoffDir = d
 		// Sockets created before the watch existed.
-		entries, _ := os.ReadDir(handoffPath)
+		entries, _ := d.ReadDir(-1)
 		for _, e := range entries {
 			s.attach(ctx, handoffDir, e.Name())
 		}
 	}
+	// Before any offer is taken: a taken offer replaces its volume's record.
+	s.adoptPredecessor(tmpDir)
 	watchHandoff()
-	s.log.Info("sidecar ready", "mode", s.cfg.Mode, "grace", s.cfg.Grace.String(), "uid", os.Getuid(), "startupMs", time.Since(start).Milliseconds())
-	if r, err := exitfile.Read(tmpDir); err == nil {
-		return s.shutdown("exit file present at start: "+r.Rule, r, 0)
-	}
+	s.log.Info("sidecar ready", "mode", s.cfg.Mode, "grace", s.cfg.Grace.String(), "drain", s.cfg.Drain,
+		"initContainers", s.cfg.InitContainers, "uid", os.Getuid(), "startupMs", time.Since(start).Milliseconds())
 
-	var drain <-chan time.Time
-	var failure string
+	var (
+		sigterm time.Time   // when the first SIGTERM came; zero before
+		drain   *time.Timer // the drain deadline while draining
+		drainC  <-chan time.Time
+	)
+	defer func() {
+		if drain != nil {
+			drain.Stop()
+		}
+	}()
 	for {
 		select {
 		case ev, ok := <-w.C:
@@ -157,100 +204,86 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 					s.log.Warn("exit file unreadable; exiting anyway", "err", err)
 				}
 				return s.shutdown("exit file: "+r.Rule, r, 0)
+			case ev.Dir == s.cfg.TmpDir && ev.Name == contract.TerminatingFile:
+				t, err := s.readTerminating(tmpDir)
+				switch {
+				case drain == nil:
+					if err == nil {
+						s.log.Info("pod is being deleted", "graceSeconds", t.GraceSeconds, "deletionTimestamp", t.DeletionTimestamp)
+					}
+				case err == nil:
+					// The node plugin saw the deletion after our SIGTERM: its grace, not the
+					// spec's, is when the kubelet kills the app.
+					d, grace, source := drainDeadline(sigterm, s.cfg.Grace, &t)
+					drain.Reset(time.Until(d))
+					s.log.Info("drain deadline moved", "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+				}
 			case ev.Dir == handoffPath && handoffDir != nil:
 				s.attach(ctx, handoffDir, ev.Name)
 			}
 		case res := <-s.exits:
-			s.mu.Lock()
-			delete(s.volumes, res.Volume)
-			s.mu.Unlock()
-			s.cfg.Metrics.gcsfuseExit(res)
-			if res.Failure() {
-				failure = res.Volume + ": " + res.Reason
-				if res.Spare != nil && s.degrade(res.Volume, res.Spare) {
-					// The app will meet I/O errors and fail visibly; we end with it.
-					s.failed = append(s.failed, failure)
-					continue
-				}
-				return s.shutdown("gcsfuse failed", exitfile.Reason{}, s.fail(failure))
-			}
+			s.volumeEnded(res)
 		case sig := <-terminate:
-			if s.cfg.Mode == contract.ModeNative {
-				// The kubelet signals a native sidecar only after every regular container
-				// has exited: nothing can still be writing.
-				return s.shutdown("SIGTERM in native mode ("+sig.String()+")", exitfile.Reason{}, 0)
+			if !sigterm.IsZero() {
+				s.log.Info("signal while draining; still waiting for the exit file or the deadline", "signal", sig.String())
+				continue
 			}
-			if drain == nil {
-				d := drainDeadline(s.cfg.Grace)
-				s.log.Info("SIGTERM in legacy mode: keep serving until the workload is done", "signal", sig.String(), "deadline", d.String())
-				t := time.NewTimer(d)
-				defer t.Stop()
-				drain = t.C
+			sigterm = time.Now()
+			ok, why := s.shouldDrain(tmpDir)
+			if !ok {
+				s.log.Info("signal: stopping now", "signal", sig.String(), "mode", s.cfg.Mode, "draining", false, "why", why)
+				return s.shutdown(sig.String()+" in "+s.cfg.Mode+" mode: "+why, exitfile.Reason{}, 0)
 			}
-		case <-drain:
-			return s.shutdown("grace period nearly over", exitfile.Reason{}, 0)
+			var term *exitfile.Terminating
+			if t, err := s.readTerminating(tmpDir); err == nil {
+				term = &t
+			}
+			d, grace, source := drainDeadline(sigterm, s.cfg.Grace, term)
+			s.log.Info("signal: keep serving until the workload is done", "signal", sig.String(), "mode", s.cfg.Mode,
+				"draining", true, "why", why, "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+			drain = time.NewTimer(time.Until(d))
+			drainC = drain.C
+			s.startDrain()
+		case <-drainC:
+			return s.shutdown("drain deadline: the kubelet's grace period is over", exitfile.Reason{}, 0)
 		case <-ctx.Done():
 			return s.shutdown("context ended", exitfile.Reason{}, 0)
 		}
 	}
 }
 
-// attach connects to a hand-off socket in the background; errors are logged and the
-// volume's offer stays open for a later attempt.
-func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
-	if !strings.HasSuffix(name, contract.HandoffSocketSuffix) || strings.HasPrefix(name, ".") {
-		return
-	}
-	vname := strings.TrimSuffix(name, contract.HandoffSocketSuffix)
+// volumeEnded handles the end of one volume: a gcsfuse that exited, or an offer that could
+// not be served. A failure is recorded and answered; it never stops the other volumes,
+// which the app may still be writing through.
+func (s *Sidecar) volumeEnded(res exitResult) {
 	s.mu.Lock()
-	if s.pending[vname] || s.volumes[vname] != nil {
-		s.mu.Unlock()
-		return
+	if s.volumes[res.Volume] == res.vol { // not a newer volume of the same name
+		delete(s.volumes, res.Volume)
 	}
-	s.pending[vname] = true
+	serving := len(s.volumes)
 	s.mu.Unlock()
-	received := time.Now()
-	go func() { // bounded by receive's deadlines; reports into s.exits via the volume
-		defer func() {
-			s.mu.Lock()
-			delete(s.pending, vname)
-			s.mu.Unlock()
-		}()
-		v, fuse, conn, err := receive(ctx, dir, name)
-		if err != nil {
-			s.log.Error("hand-off failed", "socket", name, "err", err)
-			return
+	s.cfg.Metrics.gcsfuseExit(res)
+	switch {
+	case res.Clean:
+		// The node plugin unmounted it: a restarted container must not count it as lost.
+		if err := removeTaken(s.tmp, res.Volume); err != nil {
+			s.log.Warn("cannot remove the volume's taken record", "volume", res.Volume, "err", err)
 		}
-		vol, err := s.start(ctx, v, fuse, conn, received)
-		if err != nil {
-			reason := "gcsfuse not started: " + err.Error()
-			_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-			_ = handoff.SendStatus(conn, &handoff.Status{State: handoff.StateFailed, Message: reason,
-				ElapsedMillis: time.Since(received).Milliseconds()})
-			conn.Close()
-			s.report(exitResult{Volume: vname, Reason: reason, Spare: fuse})
-			return
+	case res.Failure():
+		s.failed = append(s.failed, res.describe())
+		if res.Spare != nil {
+			s.degrade(res.Volume, res.Spare)
 		}
-		s.mu.Lock()
-		s.volumes[vname] = vol
-		s.mu.Unlock()
-		select {
-		case <-s.stopped: // shutdown began while we were starting: it did not see this one
-			vol.kill()
-		default:
-		}
-		go func() { // owned by vol: forwards its end to Run
-			<-vol.exited
-			s.report(vol.result)
-		}()
-	}()
+		s.log.Error("volume failed; the other volumes keep serving and the sidecar exits 1 when told to end",
+			"volume", res.Volume, "bucket", res.Bucket, "reason", res.Reason, "stillServing", serving)
+	}
 }
 
-// degrade answers a volume whose gcsfuse never served with I/O errors, instead of closing
-// the descriptor. A closed descriptor leaves a mount that fails even a stat of the mount
-// point, so the kubelet cannot create the app container and the pod hangs in
-// CreateContainerError; with I/O errors the app starts, fails on its first access, and the
-// pod ends. Returns false (and closes spare) when that is not possible.
+// degrade answers a volume whose gcsfuse never served (or whose hand-off was refused) with
+// I/O errors, instead of closing the descriptor. A closed descriptor leaves a mount that
+// fails even a stat of the mount point, so the kubelet cannot create the app container and
+// the pod hangs in CreateContainerError; with I/O errors the app starts, fails on its first
+// access, and the pod ends. Returns false (and closes spare) when that is not possible.
 func (s *Sidecar) degrade(volume string, spare *os.File) bool {
 	f, err := fuseerr.Pollable(spare)
 	spare.Close()
@@ -261,12 +294,12 @@ func (s *Sidecar) degrade(volume string, spare *os.File) bool {
 	initDone := make(chan struct{})
 	served := make(chan error, 1)
 	go func() { // owned by s: ends on unmount or when shutdown closes f
-		served <- fuseerr.Serve(f, 500*time.Millisecond, func() { close(initDone) })
+		served <- fuseerr.Serve(f, degradeInitWait, func() { close(initDone) })
 	}()
 	select {
 	case <-initDone:
 		s.degraded = append(s.degraded, f)
-		s.log.Warn("volume failed to start; answering it with I/O errors so the app fails instead of hanging", "volume", volume)
+		s.log.Warn("volume failed; answering it with I/O errors so the app fails instead of hanging", "volume", volume)
 		return true
 	case err := <-served:
 		f.Close()
@@ -275,18 +308,31 @@ func (s *Sidecar) degrade(volume string, spare *os.File) bool {
 	}
 }
 
+// report hands a volume's end to Run. Once shutdown has begun nobody reads it: a spare
+// descriptor is then closed here, so it cannot leak.
 func (s *Sidecar) report(r exitResult) {
 	select {
 	case s.exits <- r:
 	case <-s.stopped:
+		if r.Spare != nil {
+			r.Spare.Close()
+		}
 	}
 }
 
-// shutdown stops every gcsfuse in parallel, each bounded by a deadline, and returns code.
+// shutdown stops every gcsfuse in parallel, each bounded by a deadline, and returns code
+// (1 instead of 0 when a volume failed during the run).
 func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
 	t0 := time.Now()
 	s.mu.Lock()
 	close(s.stopped)
+	s.mu.Unlock()
+	// No hand-off may start a gcsfuse behind our back: end them, then look at the volumes.
+	s.cancel()
+	if !waitGroup(&s.attaching, attachStopTimeout) {
+		s.log.Warn("hand-offs still in flight at shutdown", "waited", attachStopTimeout.String())
+	}
+	s.mu.Lock()
 	vols := make([]*volume, 0, len(s.volumes))
 	for _, v := range s.volumes {
 		vols = append(vols, v)
@@ -301,7 +347,7 @@ func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
 	if len(s.failed) > 0 && code == 0 {
 		code = s.fail(strings.Join(s.failed, "; "))
 	}
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(reapTimeout)
 	defer deadline.Stop()
 	var stuck []string
 	for _, v := range vols {
@@ -311,7 +357,7 @@ func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
 			stuck = append(stuck, v.name)
 		}
 	}
-	attrs := []any{"why", why, "volumes", len(vols), "stopMs", time.Since(t0).Milliseconds(), "code", code}
+	attrs := []any{"why", why, "volumes", len(vols), "failed", len(s.failed), "stopMs", time.Since(t0).Milliseconds(), "code", code}
 	if r.Message != "" {
 		attrs = append(attrs, "reason", r.Message)
 	}
@@ -329,6 +375,24 @@ func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
 	return code
 }
 
+// waitGroup waits for wg at most d and reports whether it finished. The helper goroutine
+// ends with the group's goroutines, which are themselves bounded.
+func waitGroup(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { // owned by the group: ends when its last member ends
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // fail records a reason for a non-zero exit in the termination log (the kubelet shows it
 // as the container's termination message) and returns the exit code.
 func (s *Sidecar) fail(reason string) int {
@@ -339,4 +403,12 @@ func (s *Sidecar) fail(reason string) int {
 		}
 	}
 	return 1
+}
+
+// describe names a volume and its bucket for messages.
+func describe(volume, bucket string) string {
+	if bucket == "" {
+		return "volume " + volume
+	}
+	return fmt.Sprintf("volume %s (bucket %q)", volume, bucket)
 }

@@ -19,8 +19,6 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // readyMarker is what gcsfuse logs once it has answered the kernel's INIT: from then on the
@@ -30,8 +28,16 @@ const readyMarker = "successfully mounted"
 // volume is one gcsfuse process serving one hand-off.
 type volume struct {
 	name    string
+	bucket  string
 	cmd     *exec.Cmd
 	started time.Time
+	log     *slog.Logger
+
+	// conn is the hand-off connection: Status frames to the node plugin go there, one at
+	// a time (sendMu). The reaper closes it after the last one.
+	conn            *net.UnixConn
+	sendMu          sync.Mutex
+	terminatingOnce sync.Once
 
 	mu       sync.Mutex
 	ready    bool
@@ -46,9 +52,10 @@ type volume struct {
 	result exitResult
 }
 
-// exitResult is how a gcsfuse process ended.
+// exitResult is how a volume ended: its gcsfuse exited, or it could not be served at all.
 type exitResult struct {
 	Volume string
+	Bucket string // "" when a refused hand-off did not say
 	// Clean is an exit code 0: gcsfuse ends that way when the node plugin unmounts.
 	Clean bool
 	// Requested is set when the sidecar killed it during shutdown.
@@ -57,73 +64,18 @@ type exitResult struct {
 	// Spare is the FUSE descriptor of a volume whose gcsfuse failed before serving (the
 	// kernel's INIT may still be unanswered); the receiver owns it.
 	Spare *os.File
+	// vol is the volume that ended (nil when gcsfuse never ran), so that Run forgets that
+	// one and not a newer volume of the same name.
+	vol *volume
 }
 
-// Failure reports whether the exit means the volume failed (crash, OOM kill, start error).
+// Failure reports whether the end means the volume failed (crash, OOM kill, start error,
+// refused hand-off).
 func (r exitResult) Failure() bool { return !r.Clean && !r.Requested }
 
-// receive connects to a hand-off socket and takes the volume's descriptor. It retries a
-// refused connection briefly: inotify reports the socket at bind(2), a moment before
-// listen(2).
-func receive(ctx context.Context, handoffDir *os.File, sockName string) (*handoff.Volume, *os.File, *net.UnixConn, error) {
-	addr := &net.UnixAddr{Name: podpath.ProcPath(handoffDir, sockName), Net: "unix"}
-	deadline := time.Now().Add(3 * time.Second)
-	backoff := 2 * time.Millisecond
-	var conn *net.UnixConn
-	for {
-		var err error
-		conn, err = net.DialUnix("unix", nil, addr)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)) {
-			return nil, nil, nil, fmt.Errorf("connect to hand-off socket %s: %w", sockName, err)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
-	if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		conn.Close()
-		return nil, nil, nil, err
-	}
-	v, fuse, err := handoff.RecvVolume(conn)
-	if err != nil {
-		conn.Close()
-		return nil, nil, nil, fmt.Errorf("receive hand-off on %s: %w", sockName, err)
-	}
-	_ = conn.SetReadDeadline(time.Time{})
-	if v.VolumeName+contract.HandoffSocketSuffix != sockName {
-		fuse.Close()
-		conn.Close()
-		return nil, nil, nil, fmt.Errorf("hand-off on %s names volume %q", sockName, v.VolumeName)
-	}
-	// The node plugin already applied the allowlist; apply it again so that nothing else
-	// that can write into this emptyDir can smuggle a flag into gcsfuse.
-	if err := recheckFlags(v.Flags); err != nil {
-		fuse.Close()
-		conn.Close()
-		return nil, nil, nil, err
-	}
-	return v, fuse, conn, nil
-}
-
-func recheckFlags(flags []string) error {
-	opts := make([]string, 0, len(flags))
-	for _, f := range flags {
-		if !strings.HasPrefix(f, "--") {
-			return fmt.Errorf("hand-off flag %q is not a --flag", f)
-		}
-		opts = append(opts, strings.TrimPrefix(f, "--"))
-	}
-	res, err := mountopts.Parse(opts)
-	if err != nil {
-		return fmt.Errorf("hand-off flags refused: %w", err)
-	}
-	if len(res.Flags) != len(flags) {
-		return errors.New("hand-off flags carry kernel options")
-	}
-	return nil
-}
+// describe is the failure as the termination message and the node plugin's Event show it:
+// which volume, which bucket, what happened.
+func (r exitResult) describe() string { return describe(r.Volume, r.Bucket) + ": " + r.Reason }
 
 // gcsfuseArgs builds the command line. Driver-owned flags come first and are never taken
 // from the hand-off's Flags, which passed the allowlist.
@@ -150,7 +102,7 @@ func wantsFileCache(flags []string) bool {
 
 // start runs gcsfuse for a received volume. The descriptor becomes the child's fd 3; our
 // copy is kept as the volume's spare until gcsfuse is ready. On error the caller still owns
-// fuse.
+// fuse and conn; on success the volume owns conn.
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
 	if v.Endpoint != "" {
 		if err := checkBucket(ctx, v.Endpoint, v.Bucket); err != nil {
@@ -182,37 +134,45 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		pw.Close()
 		return nil, fmt.Errorf("start gcsfuse for %s: %w", v.VolumeName, err)
 	}
-	vol := &volume{name: v.VolumeName, cmd: cmd, started: received, exited: make(chan struct{}), spare: fuse}
-	log := s.log.With("volume", v.VolumeName)
-	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "bucket", v.Bucket, "readOnly", v.ReadOnly, "flags", v.Flags)
+	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
+	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
+		exited: make(chan struct{}), spare: fuse}
+	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags)
 
-	var sendMu sync.Mutex
-	send := func(st handoff.Status) {
-		st.ElapsedMillis = time.Since(received).Milliseconds()
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-		if err := handoff.SendStatus(conn, &st); err != nil {
-			log.Debug("could not report status to node plugin", "state", st.State, "err", err)
-		}
-	}
 	logsDone := make(chan struct{})
 	go func() { // owned by vol: ends when the child's output closes
 		defer close(logsDone)
 		vol.pump(pr, log, func() {
 			log.Info("volume ready", "ms", time.Since(received).Milliseconds())
-			send(handoff.Status{State: handoff.StateStarted})
+			vol.send(handoff.Status{State: handoff.StateStarted})
 		})
 	}()
 	go func() { // owned by vol: reaps the child
 		err := cmd.Wait()
 		pw.Close()
 		<-logsDone
-		vol.finish(err, send, log)
+		vol.finish(err)
+		vol.sendMu.Lock()
 		conn.Close()
+		vol.sendMu.Unlock()
 		close(vol.exited)
 	}()
 	return vol, nil
+}
+
+// send reports a state of this volume to the node plugin (best effort, bounded).
+func (vol *volume) send(st handoff.Status) {
+	st.ElapsedMillis = time.Since(vol.started).Milliseconds()
+	vol.sendMu.Lock()
+	defer vol.sendMu.Unlock()
+	if err := sendStatus(vol.conn, &st); err != nil {
+		vol.log.Debug("could not report status to node plugin", "err", err)
+	}
+}
+
+// notifyTerminating tells the node plugin, once, that the sidecar is draining.
+func (vol *volume) notifyTerminating() {
+	vol.terminatingOnce.Do(func() { vol.send(handoff.Status{State: handoff.StateTerminating}) })
 }
 
 // pump logs the child's output line by line with the volume name and watches for the ready
@@ -262,10 +222,10 @@ func gcsfuseMessage(line string) (msg, severity string) {
 	return line, ""
 }
 
-func (vol *volume) finish(err error, send func(handoff.Status), log *slog.Logger) {
+func (vol *volume) finish(err error) {
 	vol.mu.Lock()
 	defer vol.mu.Unlock()
-	res := exitResult{Volume: vol.name, Requested: vol.killed, Clean: err == nil}
+	res := exitResult{Volume: vol.name, Bucket: vol.bucket, Requested: vol.killed, Clean: err == nil, vol: vol}
 	how := "exit code 0"
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -273,24 +233,31 @@ func (vol *volume) finish(err error, send func(handoff.Status), log *slog.Logger
 	} else if err != nil {
 		how = err.Error()
 	}
-	detail := ""
-	if len(vol.lastErrs) > 0 {
-		detail = ": " + strings.Join(vol.lastErrs, "; ")
-	}
 	switch {
 	case res.Requested:
 		res.Reason = "stopped by the sidecar"
 	case res.Clean:
 		res.Reason = "unmounted"
 	case !vol.ready:
-		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s", how, detail)
-		send(handoff.Status{State: handoff.StateFailed, Message: res.Reason})
-	default:
-		if ee != nil && ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
-			how += " (OOM kill?)"
+		detail := ""
+		if len(vol.lastErrs) > 0 {
+			detail = ": " + strings.Join(vol.lastErrs, "; ")
 		}
-		res.Reason = fmt.Sprintf("gcsfuse died (%s)%s", how, detail)
-		send(handoff.Status{State: handoff.StateExited, Message: res.Reason})
+		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s", how, detail)
+		vol.send(handoff.Status{State: handoff.StateFailed, Message: res.Reason})
+	default:
+		if ee != nil {
+			if ws, ok := ee.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signal() == syscall.SIGKILL {
+				how += " (OOM kill?)"
+			}
+		}
+		res.Reason = fmt.Sprintf("gcsfuse died (%s)", how)
+		if len(vol.lastErrs) > 0 {
+			res.Reason += "; last errors: " + strings.Join(vol.lastErrs, " | ")
+		}
+		// The node plugin turns this into the pod's Event: it must say which volume and
+		// bucket stopped serving and what gcsfuse last complained about.
+		vol.send(handoff.Status{State: handoff.StateExited, Message: res.describe()})
 	}
 	if vol.spare != nil {
 		if res.Failure() && !vol.ready {
@@ -305,7 +272,7 @@ func (vol *volume) finish(err error, send func(handoff.Status), log *slog.Logger
 	if res.Failure() {
 		lvl = slog.LevelError
 	}
-	log.Log(context.Background(), lvl, "gcsfuse exited", "how", how, "reason", res.Reason, "ranFor", time.Since(vol.started).Round(time.Millisecond).String())
+	vol.log.Log(context.Background(), lvl, "gcsfuse exited", "how", how, "reason", res.Reason, "ranFor", time.Since(vol.started).Round(time.Millisecond).String())
 }
 
 // kill stops gcsfuse at once. The workload is done when this is called, and the kernel

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -121,61 +120,6 @@ func TestLegacySIGTERMKeepsServingUntilWorkloadDone(t *testing.T) {
 		t.Fatalf("sidecar exit = %d, %v", code, err)
 	}
 	requireAll(t, "bkt-drain", want)
-}
-
-// Without an exit file, a draining legacy sidecar stops on its own before the grace period
-// ends, so the kubelet's SIGKILL never has to cut it.
-func TestLegacyDrainStopsBeforeGraceEnds(t *testing.T) {
-	e := newEnv(t, "bkt-grace")
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pod.Publish(ctx(t), "data", "bkt-grace", "", false); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := pod.StartSidecar(contract.ModeLegacy, 2, echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	_ = sc.Signal(syscall.SIGTERM)
-	code, err := sc.Wait(5 * time.Second)
-	took := time.Since(t0)
-	if err != nil || code != 0 {
-		t.Fatalf("sidecar exit = %d, %v", code, err)
-	}
-	if took < time.Second || took >= 2*time.Second {
-		t.Fatalf("drain ended after %s; want between 1 s and the 2 s grace period", took)
-	}
-	t.Logf("legacy drain with 2 s grace ended after %s", took)
-}
-
-// gcsfuse killed from outside (an OOM kill): the sidecar notices at once and exits non-zero
-// with the reason in its termination message.
-func TestGcsfuseKilledFailsSidecar(t *testing.T) {
-	e := newEnv(t, "bkt-crash")
-	pod, sc, _ := mounted(t, e, contract.ModeNative, "bkt-crash")
-	pids := pod.GcsfusePIDs()
-	if len(pids) != 1 {
-		t.Fatalf("gcsfuse pids = %v", pids)
-	}
-	t0 := time.Now()
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	code, err := sc.Wait(5 * time.Second)
-	if err != nil || code == 0 {
-		t.Fatalf("sidecar exit = %d, %v; want non-zero\n%s", code, err, sc.Output())
-	}
-	t.Logf("gcsfuse killed -> sidecar exit %s", sc.Exited.Sub(t0))
-	msg, _ := os.ReadFile(filepath.Join(pod.TmpDir, "termination-log"))
-	if !strings.Contains(string(msg), "gcsfuse died") || !strings.Contains(string(msg), "data") {
-		t.Fatalf("termination message %q does not name the volume and the crash", msg)
-	}
 }
 
 // Several volumes stop in parallel on one signal.

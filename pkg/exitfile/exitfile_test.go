@@ -1,0 +1,104 @@
+package exitfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+func openDir(t *testing.T) (*os.File, string) {
+	t.Helper()
+	p := t.TempDir()
+	d, err := podpath.OpenDir(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, p
+}
+
+func TestTerminatingRoundTrip(t *testing.T) {
+	d, _ := openDir(t)
+	if _, err := ReadTerminating(d); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: err = %v, want ErrNotExist", err)
+	}
+	ts := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if err := WriteTerminating(d, Terminating{GraceSeconds: 45, DeletionTimestamp: ts}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadTerminating(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GraceSeconds != 45 || !got.DeletionTimestamp.Equal(ts) || got.Grace() != 45*time.Second {
+		t.Fatalf("read back %+v", got)
+	}
+	if err := WriteTerminating(d, Terminating{GraceSeconds: -1}); err == nil {
+		t.Fatal("a negative grace was written")
+	}
+}
+
+func TestReadTerminatingParsing(t *testing.T) {
+	for _, tt := range []struct {
+		name, content string
+		want          int64
+		err           string
+	}{
+		{"node plugin format", `{"graceSeconds": 7, "deletionTimestamp": "2026-12-03T10:00:00Z"}`, 7, ""},
+		{"zero grace (force delete)", `{"graceSeconds": 0}`, 0, ""},
+		{"unknown fields from a newer node plugin", `{"graceSeconds": 3, "reason": "eviction"}`, 3, ""},
+		{"missing grace", `{"deletionTimestamp": "2026-12-03T10:00:00Z"}`, 0, "no graceSeconds"},
+		{"negative", `{"graceSeconds": -5}`, 0, "outside"},
+		{"absurd", `{"graceSeconds": 99999999999999}`, 0, "outside"},
+		{"not JSON", `terminating`, 0, "parse"},
+		{"wrong type", `{"graceSeconds": "30"}`, 0, "parse"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, p := openDir(t)
+			if err := os.WriteFile(filepath.Join(p, contract.TerminatingFile), []byte(tt.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadTerminating(d)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want one containing %q (got %+v)", err, tt.err, got)
+				}
+				return
+			}
+			if err != nil || got.GraceSeconds != tt.want {
+				t.Fatalf("got %+v, %v; want graceSeconds %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// The emptyDir is writable by the pod: a symlink planted at the name must be neither
+// followed when reading nor written through.
+func TestTerminatingDoesNotFollowSymlinks(t *testing.T) {
+	d, p := openDir(t)
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte(`{"graceSeconds": 9}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(p, contract.TerminatingFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadTerminating(d); err == nil {
+		t.Fatal("read the terminating file through a symlink")
+	}
+	if err := WriteTerminating(d, Terminating{GraceSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != `{"graceSeconds": 9}` {
+		t.Fatalf("wrote through the symlink: %q", b)
+	}
+	if got, err := ReadTerminating(d); err != nil || got.GraceSeconds != 1 {
+		t.Fatalf("after replacing the symlink: %+v, %v", got, err)
+	}
+}

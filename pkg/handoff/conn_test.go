@@ -1,0 +1,85 @@
+package handoff
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A frame that arrives with its descriptor but is refused (another protocol version, an
+// unknown field from a newer node plugin, an invalid volume, a truncated payload) hands the
+// descriptor back with the error: the sidecar must answer that mount, not drop it.
+func TestRecvVolumeRefusedReturnsDescriptor(t *testing.T) {
+	v2 := validVolume()
+	v2.Version = Version + 1
+	badName := validVolume()
+	badName.VolumeName = "../etc"
+	future, _ := Encode(map[string]any{"version": Version, "volumeName": "data", "bucket": "b", "newField": true})
+	good, _ := Encode(validVolume())
+	for _, tt := range []struct {
+		name       string
+		frame      []byte
+		want       string
+		wantVolume bool
+	}{
+		{"other version", mustEncode(t, v2), "unsupported hand-off version", true},
+		{"invalid volume name", mustEncode(t, badName), "invalid volume name", true},
+		{"unknown field", future, "unknown field", false},
+		{"truncated payload", good[:len(good)-4], "read hand-off payload", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := socketPair(t)
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			defer w.Close()
+			if _, _, err := a.WriteMsgUnix(tt.frame, unix.UnixRights(int(w.Fd())), nil); err != nil {
+				t.Fatal(err)
+			}
+			a.CloseWrite()
+			v, f, err := RecvVolume(b)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "refused") {
+				t.Fatalf("err = %v, want a refusal containing %q", err, tt.want)
+			}
+			if f == nil {
+				t.Fatal("the descriptor of a refused frame was not handed back")
+			}
+			defer f.Close()
+			if (v != nil) != tt.wantVolume {
+				t.Fatalf("volume = %+v, want decoded=%v", v, tt.wantVolume)
+			}
+			// It is the descriptor that was sent: bytes written to it come out of the pipe.
+			if _, err := f.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 1)
+			if _, err := r.Read(buf); err != nil || buf[0] != 'x' {
+				t.Fatalf("returned descriptor is not the sent one: %q %v", buf, err)
+			}
+		})
+	}
+}
+
+// Without exactly one descriptor nothing is handed back: there is no mount to answer.
+func TestRecvVolumeNoDescriptorReturnsNoFile(t *testing.T) {
+	a, b := socketPair(t)
+	if _, err := a.Write(mustEncode(t, validVolume())); err != nil {
+		t.Fatal(err)
+	}
+	if _, f, err := RecvVolume(b); err == nil || f != nil {
+		t.Fatalf("file = %v, err = %v; want no file and an error", f, err)
+	}
+}
+
+func mustEncode(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

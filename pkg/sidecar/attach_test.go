@@ -1,0 +1,278 @@
+package sidecar
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+func quietSidecar() *Sidecar {
+	return New(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+func pinnedTemp(t *testing.T) (*os.File, string) {
+	t.Helper()
+	p := t.TempDir()
+	d, err := podpath.OpenDir(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, p
+}
+
+// fakeOffer listens on dir/name and runs serve for each connection until the test ends.
+func fakeOffer(t *testing.T, dir, name string, serve func(n int, c *net.UnixConn)) {
+	t.Helper()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() { // owned by the test: ends when the listener closes
+		defer close(done)
+		for n := 1; ; n++ {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			serve(n, c)
+			c.Close()
+		}
+	}()
+}
+
+func sendVolume(t *testing.T, c *net.UnixConn, v *handoff.Volume) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer r.Close()
+	defer w.Close()
+	frame, _ := handoff.Encode(v)
+	if _, _, err := c.WriteMsgUnix(frame, unix.UnixRights(int(w.Fd())), nil); err != nil {
+		t.Error(err)
+	}
+}
+
+// A node plugin that drops the first connections (it restarted mid-offer, or the frame was
+// not ready) is retried until the descriptor arrives.
+func TestReceiveRetriesUntilTheOfferArrives(t *testing.T) {
+	dir, path := pinnedTemp(t)
+	fakeOffer(t, path, "data.sock", func(n int, c *net.UnixConn) {
+		if n < 3 {
+			return // closed without a frame
+		}
+		sendVolume(t, c, &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b"})
+	})
+	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	if err != nil {
+		t.Fatalf("receive gave up: %v", err)
+	}
+	defer o.conn.Close()
+	defer o.fuse.Close()
+	if o.refused != nil || o.vol.Bucket != "b" {
+		t.Fatalf("offer = %+v", o)
+	}
+}
+
+// A socket that exists before anyone listens on it (inotify reports bind before listen)
+// refuses connections for a while; the sidecar keeps trying past the old 3 s limit.
+func TestReceiveRetriesARefusedConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 3.5 s")
+	}
+	dir, path := pinnedTemp(t)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(path, "data.sock")}); err != nil {
+		t.Fatal(err)
+	}
+	var listening atomic.Bool
+	go func() { // owned by the test: one accept, bounded by the test's receive
+		time.Sleep(3500 * time.Millisecond)
+		if err := unix.Listen(fd, 1); err != nil {
+			t.Error(err)
+			return
+		}
+		listening.Store(true)
+		f := os.NewFile(uintptr(fd), "ln")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ln.Close()
+		c, err := ln.(*net.UnixListener).AcceptUnix()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		sendVolume(t, c, &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b"})
+	}()
+	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	if err != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	o.conn.Close()
+	o.fuse.Close()
+	if !listening.Load() {
+		t.Fatal("received before the socket listened?")
+	}
+}
+
+// The offer withdrawn (socket removed) or the sidecar stopping ends the retries at once.
+func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
+	dir, path := pinnedTemp(t)
+	// A plain file: every connect fails with ECONNREFUSED.
+	if err := os.WriteFile(filepath.Join(path, "data.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { _, err := quietSidecar().receive(ctx, dir, "data.sock"); res <- err }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-res:
+		if err == nil || !strings.Contains(err.Error(), "stopping") {
+			t.Fatalf("err = %v, want the sidecar stopping", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("receive did not stop with the sidecar")
+	}
+
+	go func() { _, err := quietSidecar().receive(context.Background(), dir, "data.sock"); res <- err }()
+	time.Sleep(100 * time.Millisecond)
+	if err := os.Remove(filepath.Join(path, "data.sock")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if err == nil || !strings.Contains(err.Error(), "withdrawn") {
+			t.Fatalf("err = %v, want the offer withdrawn", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("receive did not notice the socket was removed")
+	}
+}
+
+// A refused frame is not retried: its descriptor arrived and is handed on with the reason.
+func TestReceiveRefusedKeepsTheDescriptor(t *testing.T) {
+	dir, path := pinnedTemp(t)
+	var conns atomic.Int32
+	fakeOffer(t, path, "data.sock", func(_ int, c *net.UnixConn) {
+		conns.Add(1)
+		sendVolume(t, c, &handoff.Volume{Version: handoff.Version + 1, VolumeName: "data", Bucket: "b"})
+	})
+	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.conn.Close()
+	defer o.fuse.Close()
+	if o.refused == nil || !strings.Contains(o.refused.Error(), "version") || o.fuse == nil {
+		t.Fatalf("offer = %+v, want refused with its descriptor", o)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for a refused frame, want 1", n)
+	}
+}
+
+func TestCheckOffer(t *testing.T) {
+	ok := &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b", Flags: []string{"--implicit-dirs"}}
+	if err := checkOffer("data.sock", ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkOffer("other.sock", ok); err == nil || !strings.Contains(err.Error(), `names volume "data"`) {
+		t.Fatalf("name mismatch: %v", err)
+	}
+	bad := *ok
+	bad.Flags = []string{"--key-file=/etc/shadow"}
+	if err := checkOffer("data.sock", &bad); err == nil || !strings.Contains(err.Error(), "key-file") {
+		t.Fatalf("refused flag: %v", err)
+	}
+}
+
+func TestTakenRecords(t *testing.T) {
+	dir, path := pinnedTemp(t)
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if err := writeTaken(dir, "a", takenRecord{Bucket: "bkt-a", TakenAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTaken(dir, "b", takenRecord{Bucket: "bkt-b", TakenAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTaken(dir, "b", takenRecord{Bucket: "bkt-b2", TakenAt: at}); err != nil { // replaced
+		t.Fatal(err)
+	}
+	if err := removeTaken(dir, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// A pod-planted symlink in place of a volume dir is never followed.
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "taken"), []byte(`{"bucket":"evil"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(path, "volumes", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTaken(dir, "c", takenRecord{Bucket: "x"}); err == nil {
+		t.Fatal("wrote a taken record through a symlink")
+	}
+	got, err := readTaken(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["b"].Bucket != "bkt-b2" || !got["b"].TakenAt.Equal(at) {
+		t.Fatalf("records = %+v, want only b with bucket bkt-b2", got)
+	}
+}
+
+// A restarted sidecar counts the volumes its predecessor took and that are not offered again
+// as failed, naming them and their buckets; a volume offered again is left to the hand-off.
+func TestAdoptPredecessor(t *testing.T) {
+	dir, path := pinnedTemp(t)
+	for _, v := range []string{"gone", "again"} {
+		if err := writeTaken(dir, v, takenRecord{Bucket: "bkt-" + v, TakenAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(path, "handoff"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(path, "handoff", "again.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{TmpDir: path, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.adoptPredecessor(dir)
+	if len(s.failed) != 1 || !strings.Contains(s.failed[0], "volume gone") || !strings.Contains(s.failed[0], `"bkt-gone"`) ||
+		!strings.Contains(s.failed[0], "previous container") {
+		t.Fatalf("failed = %q", s.failed)
+	}
+	// Nothing taken before: nothing failed.
+	empty, _ := pinnedTemp(t)
+	s = quietSidecar()
+	s.adoptPredecessor(empty)
+	if len(s.failed) != 0 {
+		t.Fatalf("failed = %q with no records", s.failed)
+	}
+}
