@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubelettypes "k8s.io/kubelet/pkg/types"
 )
@@ -154,34 +152,6 @@ func (c *CRI) ExitCode(ctx context.Context, containerID string) (int32, error) {
 		return 0, fmt.Errorf("container %s is %s, not exited", containerID, fromCRI(st.GetState()))
 	}
 	return st.GetExitCode(), nil
-}
-
-// Checker reports whether a container has exited.
-//
-// Deprecated: the node plugin follows pods with Runtime.PodContainers; Checker goes with the
-// per-ID follower.
-type Checker interface {
-	Exited(ctx context.Context, containerID string) (bool, error)
-}
-
-// Exited reports whether the container has exited or no longer exists.
-//
-// Deprecated: see Checker.
-func (c *CRI) Exited(ctx context.Context, containerID string) (bool, error) {
-	id := containerID
-	if _, rest, ok := strings.Cut(id, "://"); ok {
-		id = rest
-	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	if status.Code(err) == codes.NotFound {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("container %s status: %w", id, err)
-	}
-	return resp.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED, nil
 }
 
 func fromCRI(s runtimeapi.ContainerState) State {
