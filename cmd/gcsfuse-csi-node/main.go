@@ -41,7 +41,7 @@ func run() int {
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
-	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets a deleted pod's legacy sidecar end as soon as the app has exited (empty: it ends at its drain deadline)")
+	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets the sidecar of a stopping pod (deleted, evicted, past its deadline) end as soon as the containers that use its volumes have exited (empty: it ends at its drain deadline)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
@@ -62,6 +62,26 @@ func run() int {
 	defer stop()
 
 	reg := prometheus.NewRegistry()
+	metrics, err := podwatch.NewMetrics(reg)
+	if err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
+	// The lifecycle follows stopping pods in the runtime; it needs the API only to know
+	// which containers to wait for, and falls back to the runtime alone without it.
+	lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Log: log, Metrics: metrics}
+	if *runtimeEndpoint != "" {
+		rt, err := containerexit.Dial(*runtimeEndpoint)
+		if err != nil {
+			log.Error("container runtime", "err", err)
+			return 1
+		}
+		defer rt.Close()
+		lc.Runtime = rt
+	} else {
+		log.Warn("no --runtime-endpoint: the node plugin cannot see the containers of a stopping pod (deleted, evicted, past its activeDeadlineSeconds, on a node shutting down) exit, so their sidecars serve until their drain deadline, near the end of the grace period, unless the API reports the workload done first")
+	}
+
 	var events csidriver.EventSink
 	var watcher *podwatch.Watcher
 	if *watchPods {
@@ -78,29 +98,19 @@ func run() int {
 		rec, stopRec := podwatch.NewEventRecorder(client, *nodeID)
 		defer stopRec()
 		events = nodeplugin.Events{Recorder: rec}
-		metrics, err := podwatch.NewMetrics(reg)
-		if err != nil {
-			log.Error("metrics", "err", err)
-			return 1
-		}
-		lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log}
-		if *runtimeEndpoint != "" {
-			rt, err := containerexit.Dial(*runtimeEndpoint)
-			if err != nil {
-				log.Error("container runtime", "err", err)
-				return 1
-			}
-			defer rt.Close()
-			lc.Runtime = rt
-		}
-		defer lc.Close(2 * time.Second)
+		lc.Events = events
 		watcher = podwatch.New(client, *nodeID, lc,
 			podwatch.WithLogger(log), podwatch.WithMetrics(metrics))
+		lc.Pods = watcher
 	}
+	// Deferred after the event recorder's stop, so it runs before it: a follower that
+	// releases a sidecar while stopping still records its Event. The runtime closes last.
+	defer lc.Close(2 * time.Second)
 
 	ns := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: *gcsEndpoint, StateDir: offerDir(*stateDir, *kubeletRoot),
+		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
 	if n, err := ns.RecoverOffers(ctx); err != nil || n > 0 {
 		log.Info("recovered offers left by the previous node plugin", "volumes", n, "err", err)
@@ -140,7 +150,8 @@ func run() int {
 			}
 		}()
 	}
-	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods, "gcsEndpoint", *gcsEndpoint)
+	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
+		"runtimeEndpoint", *runtimeEndpoint, "gcsEndpoint", *gcsEndpoint)
 
 	code := 0
 	select {

@@ -1,31 +1,86 @@
-// Package containerexit asks the node's container runtime (CRI) whether containers have
-// exited. The node plugin needs it for one case only: a pod with a legacy sidecar that is
-// being deleted. The kubelet then stops the app and the sidecar together and publishes no
-// container status until every container has stopped, so the API never says that the app
-// is done while the sidecar is still serving it; the runtime on the same node does.
+// Package containerexit asks the node's container runtime (CRI) which containers of a pod
+// exist and whether they still run. The node plugin needs it when a pod is being stopped
+// (deleted, evicted, past its activeDeadlineSeconds, on a shutting-down node): the kubelet
+// then stops the pod's containers and publishes no container status until every container,
+// the gcsfuse sidecar included, has stopped. So the API never says that the containers that
+// use the mounts are gone while the sidecar still serves them; the runtime on the same node
+// does, and it also knows the containers whose IDs never reached the API.
 package containerexit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
 )
 
-// Checker reports whether a container has exited.
-type Checker interface {
-	Exited(ctx context.Context, containerID string) (bool, error)
+// CallTimeout bounds one runtime call. The runtime is local: a call that takes longer is
+// stuck, and the caller's next poll is a better retry than waiting.
+const CallTimeout = 2 * time.Second
+
+// State is a container's state as the runtime reports it.
+type State int
+
+// States, in the CRI's order.
+const (
+	// StateCreated: created but not started yet. The kubelet starts it right after, so it
+	// counts as a container that may use the mounts.
+	StateCreated State = iota
+	StateRunning
+	StateExited
+	// StateUnknown: the runtime cannot tell (for example its shim is gone).
+	StateUnknown
+)
+
+func (s State) String() string {
+	switch s {
+	case StateCreated:
+		return "created"
+	case StateRunning:
+		return "running"
+	case StateExited:
+		return "exited"
+	}
+	return "unknown"
 }
 
-var _ Checker = (*CRI)(nil)
+// Active reports whether a container in state s may still use the pod's volumes: everything
+// but exited, so that a container between create and start, or one the runtime lost track
+// of, is never taken for gone.
+func (s State) Active() bool { return s != StateExited }
 
-// CRI is a Checker backed by a CRI runtime endpoint (containerd, CRI-O).
+// Container is one container of a pod as the runtime lists it.
+type Container struct {
+	// ID is the runtime's container ID (without the "<runtime>://" prefix of the API).
+	ID string
+	// Name is the pod spec's container name (the kubelet's io.kubernetes.container.name label).
+	Name string
+	// Attempt counts the kubelet's restarts of that container, from 0.
+	Attempt uint32
+	State   State
+	// CreatedAt orders containers of the same name when attempts tie.
+	CreatedAt time.Time
+}
+
+// Runtime is what the node plugin needs from the container runtime.
+type Runtime interface {
+	// PodContainers lists every container of the pod with podUID, in any order, with one
+	// runtime call. A pod the runtime does not know yields an empty list and no error.
+	PodContainers(ctx context.Context, podUID string) ([]Container, error)
+	// ExitCode returns the exit code of an exited container. The listing does not carry
+	// exit codes, so this costs one more call; callers ask only when they report one.
+	ExitCode(ctx context.Context, containerID string) (int32, error)
+}
+
+var _ Runtime = (*CRI)(nil)
+
+// CRI is a Runtime backed by a CRI runtime endpoint (containerd, CRI-O).
 type CRI struct {
 	conn *grpc.ClientConn
 	rt   runtimeapi.RuntimeServiceClient
@@ -47,29 +102,66 @@ func Dial(endpoint string) (*CRI, error) {
 // Close releases the connection.
 func (c *CRI) Close() error { return c.conn.Close() }
 
-// Exited reports whether the container has exited or no longer exists. containerID may
-// carry the "<runtime>://" prefix of a pod's container status.
-func (c *CRI) Exited(ctx context.Context, containerID string) (bool, error) {
-	id := StripScheme(containerID)
-	if id == "" {
-		return false, fmt.Errorf("empty container ID")
+// PodContainers lists the pod's containers with one ListContainers call filtered, by the
+// runtime, on the kubelet's pod UID label.
+func (c *CRI) PodContainers(ctx context.Context, podUID string) ([]Container, error) {
+	if podUID == "" {
+		return nil, errors.New("list pod containers: empty pod UID")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	if status.Code(err) == codes.NotFound {
-		return true, nil
-	}
+	resp, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: podUID},
+	}})
 	if err != nil {
-		return false, fmt.Errorf("container %s status: %w", id, err)
+		return nil, fmt.Errorf("list containers of pod %s: %w", podUID, err)
 	}
-	return resp.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED, nil
+	out := make([]Container, 0, len(resp.GetContainers()))
+	for _, rc := range resp.GetContainers() {
+		if rc.GetLabels()[kubelettypes.KubernetesPodUIDLabel] != podUID {
+			continue // a runtime that ignored the filter must not mix pods up
+		}
+		name := rc.GetLabels()[kubelettypes.KubernetesContainerNameLabel]
+		if name == "" {
+			name = rc.GetMetadata().GetName()
+		}
+		out = append(out, Container{
+			ID:        rc.GetId(),
+			Name:      name,
+			Attempt:   rc.GetMetadata().GetAttempt(),
+			State:     fromCRI(rc.GetState()),
+			CreatedAt: time.Unix(0, rc.GetCreatedAt()),
+		})
+	}
+	return out, nil
 }
 
-// StripScheme turns "containerd://abc" into "abc".
-func StripScheme(id string) string {
-	if _, rest, ok := strings.Cut(id, "://"); ok {
-		return rest
+// ExitCode asks ContainerStatus for an exited container's exit code.
+func (c *CRI) ExitCode(ctx context.Context, containerID string) (int32, error) {
+	if containerID == "" {
+		return 0, errors.New("container status: empty container ID")
 	}
-	return id
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: containerID})
+	if err != nil {
+		return 0, fmt.Errorf("container %s status: %w", containerID, err)
+	}
+	st := resp.GetStatus()
+	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return 0, fmt.Errorf("container %s is %s, not exited", containerID, fromCRI(st.GetState()))
+	}
+	return st.GetExitCode(), nil
+}
+
+func fromCRI(s runtimeapi.ContainerState) State {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return StateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return StateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return StateExited
+	}
+	return StateUnknown
 }

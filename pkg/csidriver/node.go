@@ -35,7 +35,16 @@ type Config struct {
 	// StateDir keeps a record of each offer the sidecar has not taken yet, so that a
 	// restarted node plugin can offer those volumes again (empty: no records).
 	StateDir string
+	// OnTerminating, if set, is called each time a sidecar reports handoff.StateTerminating
+	// (once per volume): the kubelet is stopping the pod while containers may still use the
+	// mounts, and only the node plugin can tell the sidecar when they have exited. It is
+	// called from the volume's hand-off goroutine and must not block.
+	OnTerminating func(pod PodRef)
 }
+
+// drainingMemory is how long the SidecarDraining Event of a pod is remembered, so that the
+// StateTerminating of each of its volumes makes one Event, not one per volume.
+const drainingMemory = 10 * time.Minute
 
 // PodRef names the pod a volume belongs to, for Events.
 type PodRef struct{ Namespace, Name, UID string }
@@ -56,6 +65,8 @@ type NodeServer struct {
 	mu        sync.Mutex
 	inflight  map[string]bool
 	published map[string]*publication
+	// draining records, per pod UID, when its SidecarDraining Event was recorded.
+	draining map[string]time.Time
 }
 
 // publication is what we remember about a published target, to answer repeated calls.
@@ -70,7 +81,8 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) *NodeServer {
 	if cfg.UnmountBusyWait <= 0 {
 		cfg.UnmountBusyWait = 2 * time.Second
 	}
-	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{}}
+	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
+		draining: map[string]time.Time{}}
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
@@ -251,7 +263,7 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
 		OnHandedOff: func() { s.dropOffer(rec) },
-		OnStatus:    func(st *handoff.Status) { s.onStatus(rec.Pod, vol.VolumeName, st, log) },
+		OnStatus:    func(st *handoff.Status) { s.onStatus(rec.Pod, vol, st, log) },
 		Log:         log,
 	})
 	if err != nil {
@@ -288,8 +300,12 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-func (s *NodeServer) onStatus(pod PodRef, volume string, st *handoff.Status, log *slog.Logger) {
+// onStatus turns the sidecar's reports into logs, Events and, for StateTerminating, the
+// OnTerminating hook. A state this build does not know is logged and ignored: a newer
+// sidecar may report more than this node plugin understands.
+func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
 	log = log.With("state", st.State, "ms", st.ElapsedMillis)
+	volume := vol.VolumeName
 	switch st.State {
 	case handoff.StateStarted:
 		log.Info("gcsfuse serving")
@@ -300,7 +316,39 @@ func (s *NodeServer) onStatus(pod PodRef, volume string, st *handoff.Status, log
 	case handoff.StateExited:
 		log.Warn("gcsfuse exited", "message", st.Message)
 		s.event(pod, true, contract.EventGcsfuseExited, fmt.Sprintf("volume %s: %s", volume, st.Message))
+	case handoff.StateRefused:
+		log.Error("sidecar refused the volume", "message", st.Message)
+		s.event(pod, true, contract.EventHandoffRefused,
+			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s", volume, vol.Bucket, contract.SidecarContainerName, st.Message))
+	case handoff.StateTerminating:
+		log.Info("sidecar draining: the pod is stopping while containers may use the volume", "message", st.Message)
+		if s.firstDraining(pod.UID) {
+			s.event(pod, false, contract.EventSidecarDraining,
+				fmt.Sprintf("%s keeps serving the volumes until the containers that use them have exited", contract.SidecarContainerName))
+		}
+		if s.cfg.OnTerminating != nil && pod.UID != "" {
+			s.cfg.OnTerminating(pod)
+		}
+	default:
+		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
 	}
+}
+
+// firstDraining reports whether podUID has no SidecarDraining Event yet, and records one.
+func (s *NodeServer) firstDraining(podUID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for uid, at := range s.draining {
+		if now.Sub(at) > drainingMemory {
+			delete(s.draining, uid)
+		}
+	}
+	if _, seen := s.draining[podUID]; seen {
+		return false
+	}
+	s.draining[podUID] = now
+	return true
 }
 
 func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {

@@ -92,8 +92,12 @@ func (s *Status) Validate() error {
 	case StateStarted, StateFailed, StateExited, StateRefused, StateTerminating:
 		return nil
 	}
-	return fmt.Errorf("unknown status state %q", s.State)
+	return fmt.Errorf("%w %q", ErrUnknownState, s.State)
 }
+
+// ErrUnknownState marks a well-formed Status whose state this build does not know: a newer
+// peer may send states added after it. The frame was read whole, so a reader can go on.
+var ErrUnknownState = errors.New("unknown status state")
 
 // ValidVolumeName reports whether name is a Kubernetes volume name (a DNS-1123 label), which
 // is also what makes it safe as a single path element.

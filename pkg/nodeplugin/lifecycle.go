@@ -16,6 +16,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
 // Events adapts a client-go EventRecorder to csidriver.EventSink.
@@ -35,14 +36,25 @@ type Lifecycle struct {
 	KubeletRoot string
 	Events      csidriver.EventSink
 	Log         *slog.Logger
-	// Runtime, if set, lets a deleted legacy pod's sidecar end as soon as the runtime
-	// reports the workload containers exited (see terminations).
-	Runtime containerexit.Checker
-	// PollInterval is how often the runtime is asked about a deleted pod (default 100 ms).
-	PollInterval time.Duration
+	// Runtime, if set, lets the sidecar of a stopping pod end as soon as the runtime reports
+	// that the containers that can use its mounts have exited (see Follow). Without it the
+	// sidecar serves until its drain deadline.
+	Runtime containerexit.Runtime
+	// Pods finds the pod of a sidecar that reported it is terminating; nil: the runtime alone.
+	Pods PodLookup
+	// Metrics counts the follows; nil counts nothing.
+	Metrics *podwatch.Metrics
 
-	terms terminations
+	follows followers
 }
+
+// The pod watcher's callbacks Lifecycle implements.
+var (
+	_ podwatch.Handler            = (*Lifecycle)(nil)
+	_ podwatch.TerminationHandler = (*Lifecycle)(nil)
+	_ podwatch.DeletionHandler    = (*Lifecycle)(nil)
+	_ podwatch.InitHandler        = (*Lifecycle)(nil)
+)
 
 // WorkloadDone writes the exit file for a legacy sidecar. A native sidecar needs nothing:
 // the kubelet sends it SIGTERM once the regular containers have exited.

@@ -14,7 +14,13 @@ const (
 	MetricPodsDone        = "gcsfuse_csi_pods_done_total"
 	MetricSidecarFailures = "gcsfuse_csi_sidecar_failures_total"
 	MetricExitLatency     = "gcsfuse_csi_workload_done_to_sidecar_exit_seconds"
+	MetricRuntimeFollows  = "gcsfuse_csi_runtime_follows_total"
+	MetricRuntimeFollow   = "gcsfuse_csi_runtime_follow_seconds"
 )
+
+// FollowBuckets spans 100 ms to 10 min: a follow ends one or two runtime polls after the
+// containers exit, or at the pod's grace period plus a margin when they never do.
+var FollowBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // ExitLatencyBuckets spans 10 ms to 60 s: an exit driven by the node plugin should take well
 // under a second, while one that waits for the kubelet's grace period shows up in the tail.
@@ -26,6 +32,8 @@ type Metrics struct {
 	podsDone        *prometheus.CounterVec
 	sidecarFailures prometheus.Counter
 	exitLatency     *prometheus.HistogramVec
+	follows         *prometheus.CounterVec
+	followSeconds   *prometheus.HistogramVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (not the global registry, so that
@@ -46,8 +54,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from the last workload container's exit to the sidecar's exit, by sidecar mode.",
 			Buckets: ExitLatencyBuckets,
 		}, []string{"mode"}),
+		follows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricRuntimeFollows,
+			Help: "Pods followed in the container runtime until the containers that use their mounts exited, by trigger and result (released, deadline, stopped).",
+		}, []string{"why", "result"}),
+		followSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricRuntimeFollow,
+			Help:    "Time a pod was followed in the container runtime, by result.",
+			Buckets: FollowBuckets,
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency} {
+	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency, m.follows, m.followSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("podwatch: register metrics: %w", err)
 		}
@@ -66,6 +83,16 @@ func (m *Metrics) ObserveExitLatency(mode string, d time.Duration) {
 		d = 0
 	}
 	m.exitLatency.WithLabelValues(mode).Observe(d.Seconds())
+}
+
+// ObserveFollow records the end of one runtime follow of a pod: why it started (the
+// trigger), how it ended (result) and how long it took.
+func (m *Metrics) ObserveFollow(why, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.follows.WithLabelValues(why, result).Inc()
+	m.followSeconds.WithLabelValues(result).Observe(max(d, 0).Seconds())
 }
 
 func (m *Metrics) podDone(rule lifecycle.Rule) {

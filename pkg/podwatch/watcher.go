@@ -49,11 +49,27 @@ type Handler interface {
 }
 
 // TerminationHandler is an optional extension of Handler. WorkloadTerminating is called
-// once per pod UID when a pod with a legacy sidecar is being deleted while, according to the
-// API, workload containers still run. The kubelet publishes no container status while it
-// stops a pod's containers, so the handler must learn of their exit elsewhere (the runtime).
+// once per pod UID when lifecycle.NeedsRuntimeFollow reports that a pod is being deleted
+// while containers that can use its mounts may still run: a legacy pod whose workload has
+// not terminated, or a native pod deleted during its init phase. The kubelet publishes no
+// container status while it stops a pod's containers, so the handler must learn of their
+// exit elsewhere (the runtime).
 type TerminationHandler interface {
 	WorkloadTerminating(pod *corev1.Pod, decision lifecycle.Decision)
+}
+
+// DeletionHandler is an optional extension of Handler. PodDeleting is called once per pod
+// UID, the first time the pod is seen with a deletionTimestamp, whatever its sidecar mode and
+// state, so the sidecar can learn the grace period the kubelet applies before it needs it.
+type DeletionHandler interface {
+	PodDeleting(pod *corev1.Pod)
+}
+
+// InitHandler is an optional extension of Handler. InitContainersSucceeded is called once
+// per pod UID when lifecycle.InitContainersSucceeded first holds: every regular init
+// container of a native-sidecar pod terminated with exit code 0.
+type InitHandler interface {
+	InitContainersSucceeded(pod *corev1.Pod)
 }
 
 // Default timeouts; see WithSyncTimeout and WithShutdownTimeout.
@@ -116,9 +132,15 @@ type Watcher struct {
 	shutdownTimeout time.Duration
 	started         atomic.Bool
 
+	// indexer is the synced pod cache, set while Run watches, for PodByUID.
+	indexer atomic.Pointer[cache.Indexer]
+
 	// seen is what has been reported per pod key, owned by the worker goroutine alone.
 	seen map[string]*podState
 }
+
+// uidIndex indexes the pod cache by UID: the sidecar's hand-off names pods by UID only.
+const uidIndex = "uid"
 
 // podState records which callbacks already fired for one pod UID.
 type podState struct {
@@ -127,6 +149,8 @@ type podState struct {
 	failSent        bool
 	latencySent     bool
 	terminatingSent bool
+	deletingSent    bool
+	initDoneSent    bool
 }
 
 // New returns a Watcher for the pods of nodeName that reports to handler.
@@ -170,6 +194,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		informers.WithTransform(trimPod),
 	)
 	informer := factory.Core().V1().Pods().Informer()
+	if err := informer.AddIndexers(cache.Indexers{uidIndex: podUIDIndex}); err != nil {
+		return fmt.Errorf("podwatch: add UID index: %w", err)
+	}
 	queue := workqueue.NewTyped[string]()
 
 	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -192,6 +219,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	workerStarted := false
 	// stop ends the informer and the worker and waits for both, within the shutdown timeout.
 	stop := func() error {
+		w.indexer.Store(nil) // a stopped informer's cache goes stale
 		cancel()
 		queue.ShutDown() // the worker drains what is queued, then returns
 		stopped := make(chan struct{})
@@ -223,6 +251,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("podwatch: pod cache of node %q: %w", w.nodeName, cause), stop())
 	}
 	w.log.Info("watching pods", "selector", selector)
+	indexer := informer.GetIndexer()
+	w.indexer.Store(&indexer)
 
 	workerStarted = true
 	go func() {
@@ -233,6 +263,33 @@ func (w *Watcher) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.log.Info("stopping pod watch")
 	return stop()
+}
+
+// PodByUID returns a copy of the cached (trimmed, see Watcher) pod with uid, if the watcher
+// runs, its cache has synced and the pod is bound to this node. It is safe to call from any
+// goroutine. A miss means "not known here", not "gone": the API may be unreachable.
+func (w *Watcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
+	ip := w.indexer.Load()
+	if ip == nil || uid == "" {
+		return nil, false
+	}
+	objs, err := (*ip).ByIndex(uidIndex, string(uid))
+	if err != nil {
+		return nil, false
+	}
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.UID == uid && pod.Spec.NodeName == w.nodeName {
+			return pod.DeepCopy(), true
+		}
+	}
+	return nil, false
+}
+
+func podUIDIndex(obj any) ([]string, error) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.UID != "" {
+		return []string{string(pod.UID)}, nil
+	}
+	return nil, nil
 }
 
 // enqueue queues the key of a pod of this node that uses the driver. The node check repeats
@@ -281,6 +338,15 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 	}
 	log := w.log.With("pod", key, "uid", pod.UID)
 
+	if ih, ok := w.handler.(InitHandler); ok && !st.initDoneSent && lifecycle.InitContainersSucceeded(pod) {
+		st.initDoneSent = true
+		log.Info("init containers succeeded")
+		ih.InitContainersSucceeded(pod.DeepCopy())
+	}
+	if dh, ok := w.handler.(DeletionHandler); ok && !st.deletingSent && pod.DeletionTimestamp != nil {
+		st.deletingSent = true
+		dh.PodDeleting(pod.DeepCopy())
+	}
 	if !st.doneSent {
 		if d := lifecycle.Decide(pod); d.Done {
 			st.doneSent = true
@@ -290,9 +356,12 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 			w.handler.WorkloadDone(pod.DeepCopy(), d)
 		} else {
 			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
-			if th, ok := w.handler.(TerminationHandler); ok && d.Rule == lifecycle.RuleDeletingWorkloadRunning && !st.terminatingSent {
-				st.terminatingSent = true
-				th.WorkloadTerminating(pod.DeepCopy(), d)
+			if th, ok := w.handler.(TerminationHandler); ok && !st.terminatingSent {
+				if fd, follow := lifecycle.NeedsRuntimeFollow(pod); follow {
+					st.terminatingSent = true
+					log.Info("pod deleted while containers may use its mounts", "rule", fd.Rule, "reason", fd.Reason)
+					th.WorkloadTerminating(pod.DeepCopy(), fd)
+				}
 			}
 		}
 	}

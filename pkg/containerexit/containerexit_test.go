@@ -1,0 +1,100 @@
+package containerexit_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit/containerexittest"
+)
+
+func dial(t *testing.T, srv *containerexittest.Server) *containerexit.CRI {
+	t.Helper()
+	c, err := containerexit.Dial(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// One ListContainers call returns exactly the pod's containers, named by the kubelet's
+// label, with their states, whatever else runs on the node.
+func TestPodContainersListsOnePodWithOneCall(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	srv.Set(
+		containerexittest.Container{ID: "a1", PodUID: "pod-1", Name: "app", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 3},
+		containerexittest.Container{ID: "a2", PodUID: "pod-1", Name: "app", Attempt: 1, State: runtimeapi.ContainerState_CONTAINER_CREATED},
+		containerexittest.Container{ID: "s1", PodUID: "pod-1", Name: "gcsfuse-sidecar", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		containerexittest.Container{ID: "u1", PodUID: "pod-1", Name: "odd", State: runtimeapi.ContainerState_CONTAINER_UNKNOWN},
+		containerexittest.Container{ID: "x1", PodUID: "pod-2", Name: "app", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	)
+	c := dial(t, srv)
+
+	got, err := c.PodContainers(context.Background(), "pod-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, ct := range got {
+		lines = append(lines, fmt.Sprintf("%s %s %s %d", ct.ID, ct.Name, ct.State, ct.Attempt))
+	}
+	slices.Sort(lines)
+	want := []string{"a1 app exited 0", "a2 app created 1", "s1 gcsfuse-sidecar running 0", "u1 odd unknown 0"}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("PodContainers(pod-1) = %q, want %q", lines, want)
+	}
+	if n := srv.Calls("ListContainers"); n != 1 {
+		t.Fatalf("%d ListContainers calls, want 1 (calls: %v)", n, srv.Called())
+	}
+	for _, ct := range got {
+		if want := ct.State != containerexit.StateExited; ct.State.Active() != want {
+			t.Errorf("%s: Active() = %v, want %v", ct.State, ct.State.Active(), want)
+		}
+	}
+
+	none, err := c.PodContainers(context.Background(), "pod-unknown")
+	if err != nil || len(none) != 0 {
+		t.Fatalf("PodContainers(unknown pod) = %v, %v; want empty, nil", none, err)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	srv.Set(
+		containerexittest.Container{ID: "a1", PodUID: "p", Name: "app", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 143},
+		containerexittest.Container{ID: "r1", PodUID: "p", Name: "run", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	)
+	c := dial(t, srv)
+	if code, err := c.ExitCode(context.Background(), "a1"); err != nil || code != 143 {
+		t.Fatalf("ExitCode(a1) = %d, %v; want 143", code, err)
+	}
+	if _, err := c.ExitCode(context.Background(), "r1"); err == nil || !strings.Contains(err.Error(), "running") {
+		t.Fatalf("ExitCode(running) error = %v, want one saying it runs", err)
+	}
+	if _, err := c.ExitCode(context.Background(), "gone"); err == nil {
+		t.Fatal("ExitCode(missing) succeeded")
+	}
+}
+
+func TestRuntimeErrorsAreReturned(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	srv.FailList(status.Error(codes.Unavailable, "runtime down"))
+	c := dial(t, srv)
+	if _, err := c.PodContainers(context.Background(), "p"); err == nil || !strings.Contains(err.Error(), "pod p") {
+		t.Fatalf("PodContainers error = %v, want one naming the pod", err)
+	}
+	if _, err := c.PodContainers(context.Background(), ""); err == nil {
+		t.Fatal("empty pod UID accepted")
+	}
+	if _, err := containerexit.Dial("tcp://127.0.0.1:1"); err == nil {
+		t.Fatal("tcp endpoint accepted")
+	}
+}

@@ -1,0 +1,177 @@
+// Package containerexittest serves a fake CRI RuntimeService over real gRPC on a unix
+// socket, so tests exercise the same client, label filter and errors as the node plugin does
+// against containerd, without a runtime on the machine. (cri-api's own fake,
+// k8s.io/cri-api/pkg/apis/testing, is not a gRPC server and would pull testify into go.mod.)
+package containerexittest
+
+import (
+	"context"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubelettypes "k8s.io/kubelet/pkg/types"
+)
+
+// Container describes one fake container of a pod.
+type Container struct {
+	ID, PodUID, Name string
+	Attempt          uint32
+	State            runtimeapi.ContainerState
+	ExitCode         int32
+}
+
+// Server is a fake CRI runtime service: ListContainers (honouring the label selector) and
+// ContainerStatus. Its containers are changed with Set, SetState and Remove while clients
+// poll it.
+type Server struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	// Endpoint is the unix:// address to dial.
+	Endpoint string
+
+	mu         sync.Mutex
+	containers map[string]*runtimeapi.ContainerStatus
+	calls      []string
+	failList   error
+}
+
+// NewServer serves an empty fake runtime until the test ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	// A short directory: a unix socket path must stay under 108 bytes.
+	dir, err := os.MkdirTemp("", "cri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "cri.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Endpoint: "unix://" + path, containers: map[string]*runtimeapi.ContainerStatus{}}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, s)
+	served := make(chan struct{})
+	go func() { // owned by the test: Cleanup stops it and waits
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return s
+}
+
+// ListContainers returns the containers whose labels match the filter's label selector.
+func (s *Server) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, "ListContainers")
+	if s.failList != nil {
+		return nil, s.failList
+	}
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, c := range s.containers {
+		match := true
+		for k, v := range req.GetFilter().GetLabelSelector() {
+			if c.Labels[k] != v {
+				match = false
+			}
+		}
+		if match {
+			resp.Containers = append(resp.Containers, &runtimeapi.Container{
+				Id: c.Id, Metadata: c.Metadata, State: c.State, CreatedAt: c.CreatedAt, Labels: maps.Clone(c.Labels),
+			})
+		}
+	}
+	return resp, nil
+}
+
+// ContainerStatus returns one container's status, NotFound for an unknown ID.
+func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, "ContainerStatus")
+	c := s.containers[req.GetContainerId()]
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "container %q not found", req.GetContainerId())
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
+		Id: c.Id, Metadata: c.Metadata, State: c.State, ExitCode: c.ExitCode, CreatedAt: c.CreatedAt, Labels: maps.Clone(c.Labels),
+	}}, nil
+}
+
+// Set adds or replaces containers, labelled as the kubelet labels them.
+func (s *Server) Set(cs ...Container) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cs {
+		s.containers[c.ID] = &runtimeapi.ContainerStatus{
+			Id:        c.ID,
+			Metadata:  &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt},
+			State:     c.State,
+			ExitCode:  c.ExitCode,
+			CreatedAt: time.Now().UnixNano(),
+			Labels: map[string]string{
+				kubelettypes.KubernetesPodUIDLabel:        c.PodUID,
+				kubelettypes.KubernetesContainerNameLabel: c.Name,
+			},
+		}
+	}
+}
+
+// SetState changes a container's state (and exit code, for CONTAINER_EXITED).
+func (s *Server) SetState(id string, state runtimeapi.ContainerState, exitCode int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.containers[id]; c != nil {
+		c.State, c.ExitCode = state, exitCode
+	}
+}
+
+// Remove deletes containers, as the kubelet's garbage collector does.
+func (s *Server) Remove(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		delete(s.containers, id)
+	}
+}
+
+// FailList makes every ListContainers call fail with err (nil: succeed again).
+func (s *Server) FailList(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failList = err
+}
+
+// Calls returns how many times method (for example "ListContainers") was called.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
+// Called returns a copy of every call so far, in order.
+func (s *Server) Called() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}

@@ -1,0 +1,63 @@
+package csidriver
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+)
+
+type event struct {
+	pod     PodRef
+	warning bool
+	reason  string
+	msg     string
+}
+
+type recordedEvents struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (r *recordedEvents) PodEvent(pod PodRef, warning bool, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{pod, warning, reason, msg})
+}
+
+// The sidecar's refusal and drain reach the user as Events; a drain also reaches the
+// OnTerminating hook (each time, so the follower can dedup), its Event only once per pod.
+func TestOnStatusRefusedAndTerminating(t *testing.T) {
+	var hooked []PodRef
+	rec := &recordedEvents{}
+	s := NewNodeServer(Config{NodeID: "n1", KubeletRoot: root, OnTerminating: func(p PodRef) { hooked = append(hooked, p) }},
+		rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pod := PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
+	vol := handoff.Volume{VolumeName: "data", Bucket: "bkt"}
+	log := s.log
+
+	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateRefused, Message: "flag --foo is not allowed"}, log)
+	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateTerminating}, log)
+	s.onStatus(pod, handoff.Volume{VolumeName: "logs", Bucket: "b2"}, &handoff.Status{State: handoff.StateTerminating}, log)
+	s.onStatus(pod, vol, &handoff.Status{State: "from-the-future"}, log)
+
+	if len(rec.events) != 2 {
+		t.Fatalf("events = %+v, want a refusal and one drain", rec.events)
+	}
+	r := rec.events[0]
+	if !r.warning || r.reason != contract.EventHandoffRefused || r.pod != pod ||
+		!strings.Contains(r.msg, "data") || !strings.Contains(r.msg, "bkt") || !strings.Contains(r.msg, "flag --foo is not allowed") {
+		t.Errorf("refusal event = %+v", r)
+	}
+	d := rec.events[1]
+	if d.warning || d.reason != contract.EventSidecarDraining || d.pod != pod {
+		t.Errorf("drain event = %+v", d)
+	}
+	if len(hooked) != 2 || hooked[0] != pod {
+		t.Errorf("OnTerminating calls = %+v, want 2 for %+v", hooked, pod)
+	}
+}

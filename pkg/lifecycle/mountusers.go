@@ -1,0 +1,93 @@
+package lifecycle
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// RuleDeletingInitRunning: a native-sidecar pod is being deleted during its init phase, while
+// a regular init container (which may use the mounts) has not terminated. The kubelet then
+// stops that container and the native sidecar together, so the sidecar must keep serving
+// until the container has exited, which only the container runtime reports in time.
+const RuleDeletingInitRunning Rule = "deleting-init-running"
+
+// RegularInitContainers returns, in spec order, the names of the init containers that run
+// to completion (restartPolicy not Always), except one named like the sidecar. In a
+// native-sidecar pod those that start after the sidecar can use the mounts.
+func RegularInitContainers(pod *corev1.Pod) []string {
+	var names []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == contract.SidecarContainerName {
+			continue
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			continue // a native sidecar of its own (istio-proxy...): it serves, it does not use our mounts to finish
+		}
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// MountUsers returns the names of the containers whose exit the sidecar must wait for when
+// the pod stops: for a legacy sidecar the workload containers (its init containers ran
+// before the sidecar could serve); for a native sidecar also the regular init containers,
+// which run while it serves. It returns nil for a pod without a sidecar.
+func MountUsers(pod *corev1.Pod) []string {
+	switch SidecarMode(pod) {
+	case contract.ModeLegacy:
+		return WorkloadContainers(pod)
+	case contract.ModeNative:
+		return append(RegularInitContainers(pod), WorkloadContainers(pod)...)
+	}
+	return nil
+}
+
+// InitContainersSucceeded reports, from the API status, that a native-sidecar pod has
+// regular init containers and that every one of them terminated with exit code 0: its init
+// phase is over, so from then on the kubelet stops the sidecar only after every container
+// that can use the mounts has exited.
+func InitContainersSucceeded(pod *corev1.Pod) bool {
+	if SidecarMode(pod) != contract.ModeNative {
+		return false
+	}
+	names := RegularInitContainers(pod)
+	if len(names) == 0 {
+		return false
+	}
+	for _, name := range names {
+		st := findStatus(pod.Status.InitContainerStatuses, name)
+		if st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// NeedsRuntimeFollow reports whether pod is being deleted while containers that can use its
+// mounts may still run, so that only the container runtime can say when they have exited
+// (the kubelet reports no container status while it stops a pod). That is a legacy pod whose
+// workload has not terminated (Decide's RuleDeletingWorkloadRunning) and a native pod deleted
+// during its init phase (RuleDeletingInitRunning). The decision returned is not done; it
+// says why the pod must be followed.
+func NeedsRuntimeFollow(pod *corev1.Pod) (Decision, bool) {
+	if pod.DeletionTimestamp == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return Decision{}, false
+	}
+	switch SidecarMode(pod) {
+	case contract.ModeLegacy:
+		d := Decide(pod)
+		return d, d.Rule == RuleDeletingWorkloadRunning
+	case contract.ModeNative:
+		for _, name := range RegularInitContainers(pod) {
+			if terminatedState(findStatus(pod.Status.InitContainerStatuses, name), true) == nil {
+				return Decision{Mode: contract.ModeNative, Rule: RuleDeletingInitRunning,
+					Reason: fmt.Sprintf("pod is being deleted during its init phase; init container %q has not terminated", name)}, true
+			}
+		}
+	}
+	return Decision{}, false
+}

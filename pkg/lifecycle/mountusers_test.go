@@ -1,0 +1,103 @@
+package lifecycle
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+func initStatuses(st ...corev1.ContainerStatus) podOpt {
+	return func(p *corev1.Pod) { p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st...) }
+}
+
+// withNativeInit adds, after the native sidecar, an istio-like native sidecar and two
+// regular init containers.
+func withNativeInit(p *corev1.Pod) {
+	always := corev1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers = append(p.Spec.InitContainers,
+		corev1.Container{Name: "istio-proxy", RestartPolicy: &always},
+		corev1.Container{Name: "fetch"},
+		corev1.Container{Name: "index"})
+}
+
+func TestMountUsers(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"legacy: workload only, init containers ran before the sidecar",
+			legacyPod([]string{"a", "b"}, initContainers("setup"), annotate(contract.AnnotationIgnoreContainers, "b")), []string{"a"}},
+		{"native: regular init containers then workload, no native sidecars",
+			nativePod([]string{"main"}, withNativeInit), []string{"fetch", "index", "main"}},
+		{"no sidecar", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := MountUsers(tt.pod); !slices.Equal(got, tt.want) {
+				t.Fatalf("MountUsers = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInitContainersSucceeded(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"all regular init containers exited 0", nativePod([]string{"main"}, withNativeInit,
+			initStatuses(running("istio-proxy"), terminated("fetch", 0, t1), terminated("index", 0, t1))), true},
+		{"one still running", nativePod([]string{"main"}, withNativeInit,
+			initStatuses(terminated("fetch", 0, t1), running("index"))), false},
+		{"one failed", nativePod([]string{"main"}, withNativeInit,
+			initStatuses(terminated("fetch", 0, t1), terminated("index", 1, t1))), false},
+		{"one failed and waits for a retry", nativePod([]string{"main"}, withNativeInit,
+			initStatuses(terminated("fetch", 0, t1), backOff("index", 1, t1))), false},
+		{"no status yet", nativePod([]string{"main"}, withNativeInit), false},
+		{"no regular init container", nativePod([]string{"main"}), false},
+		{"legacy", legacyPod([]string{"main"}, initContainers("fetch"),
+			initStatuses(terminated("fetch", 0, t1))), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := InitContainersSucceeded(tt.pod); got != tt.want {
+				t.Fatalf("InitContainersSucceeded = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNeedsRuntimeFollow(t *testing.T) {
+	tests := []struct {
+		name     string
+		pod      *corev1.Pod
+		want     bool
+		wantRule Rule
+	}{
+		{"legacy deleted, app running", legacyPod([]string{"app"}, deleting(), statuses(running("app"))), true, RuleDeletingWorkloadRunning},
+		{"legacy deleted before any status", legacyPod([]string{"app"}, deleting()), true, RuleDeletingWorkloadRunning},
+		{"legacy deleted, app terminated", legacyPod([]string{"app"}, deleting(), statuses(terminated("app", 0, t1))), false, ""},
+		{"legacy not deleted", legacyPod([]string{"app"}, statuses(running("app"))), false, ""},
+		{"native deleted during init", nativePod([]string{"main"}, withNativeInit, deleting(),
+			initStatuses(running("istio-proxy"), terminated("fetch", 0, t1), running("index"))), true, RuleDeletingInitRunning},
+		{"native deleted before any init status", nativePod([]string{"main"}, withNativeInit, deleting()), true, RuleDeletingInitRunning},
+		{"native deleted after init: the kubelet orders the stop", nativePod([]string{"main"}, withNativeInit, deleting(),
+			initStatuses(terminated("fetch", 0, t1), terminated("index", 0, t1)), statuses(running("main"))), false, ""},
+		{"native without regular init containers", nativePod([]string{"main"}, deleting(), statuses(running("main"))), false, ""},
+		{"native in init, not deleted", nativePod([]string{"main"}, withNativeInit, initStatuses(running("fetch"))), false, ""},
+		{"terminal phase", legacyPod([]string{"app"}, deleting(), phase(corev1.PodFailed)), false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, got := NeedsRuntimeFollow(tt.pod)
+			if got != tt.want || (got && (d.Rule != tt.wantRule || d.Done || d.Reason == "")) {
+				t.Fatalf("NeedsRuntimeFollow = %+v, %v; want %v with rule %q", d, got, tt.want, tt.wantRule)
+			}
+		})
+	}
+}

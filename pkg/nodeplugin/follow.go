@@ -1,0 +1,380 @@
+package nodeplugin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+)
+
+// RuleRuntimeContainersExited is the exit file's rule when the container runtime, not the
+// API, showed that every container that can use a stopping pod's mounts has exited.
+const RuleRuntimeContainersExited lifecycle.Rule = "runtime-containers-exited"
+
+// Why a pod is followed: the trigger, in logs and as a metric label.
+type FollowWhy string
+
+const (
+	// WhyDeleted: the pod watcher saw the pod deleted while containers may use its mounts.
+	WhyDeleted FollowWhy = "deleted"
+	// WhySidecarTerminating: the sidecar reported handoff.StateTerminating: the kubelet is
+	// stopping the pod, whatever the cause (deletion, eviction, activeDeadlineSeconds,
+	// node shutdown).
+	WhySidecarTerminating FollowWhy = "sidecar-terminating"
+)
+
+// Follow tuning. The runtime has no container event stream on the nodes this serves
+// (containerd 1.6), so it is polled, only for stopping pods, and only for a bounded time.
+const (
+	// FollowPollInterval is how often a followed pod's containers are listed: one
+	// ListContainers call per pod per interval. It bounds the extra time the sidecar serves.
+	FollowPollInterval = 100 * time.Millisecond
+	// followConfirmPolls is how many consecutive polls must find nothing running before the
+	// sidecar is released, so a container the kubelet is creating at that very moment
+	// (listed only once created) is seen before the mounts go away.
+	followConfirmPolls = 2
+	// followMargin is added to the pod's grace period to bound a follow: by then the
+	// kubelet has SIGKILLed every container, and the sidecar has reached its drain deadline.
+	followMargin = 5 * time.Second
+	// followMemory is how long a finished follow is remembered, so that the later triggers
+	// for the same pod (one StateTerminating per volume, the watch) do not start it again.
+	followMemory = 10 * time.Minute
+	// exitCodesBudget bounds the ContainerStatus calls that put exit codes into the reason.
+	exitCodesBudget = 250 * time.Millisecond
+)
+
+// Follow results, as a metric label.
+const (
+	followReleased = "released" // the exit file was requested
+	followDeadline = "deadline" // grace + margin passed with containers still running
+	followStopped  = "stopped"  // the node plugin is shutting down
+)
+
+// PodLookup finds a pod in the pod watcher's cache (podwatch.Watcher.PodByUID).
+type PodLookup interface {
+	PodByUID(uid types.UID) (*corev1.Pod, bool)
+}
+
+// followers is the registry of per-pod followers, one per pod UID. Each follower is a
+// goroutine owned by the registry: it ends when the pod's containers have exited, at its
+// deadline, or on Close, which waits for it.
+type followers struct {
+	mu   sync.Mutex
+	pods map[types.UID]*follower
+	wg   sync.WaitGroup
+	// ctx is the parent of every follower's context; Close cancels it, which also aborts
+	// a runtime call in flight.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+// follower is one pod being followed.
+type follower struct {
+	// terminating records that the kubelet is stopping the pod (the sidecar got SIGTERM):
+	// from then on it creates no container for the pod, so a container absent from the
+	// runtime will never run.
+	terminating atomic.Bool
+	// finished is when the follow ended (zero while it runs); guarded by followers.mu.
+	finished time.Time
+}
+
+// target is what a follower watches.
+type target struct {
+	pod *corev1.Pod // trimmed pod; for a pod unknown to the cache, only its identity
+	// names are the containers that can use the mounts; nil with allButSidecar.
+	names []string
+	// allButSidecar: the pod is not in the cache, so every container the runtime lists
+	// except the sidecar is followed.
+	allButSidecar bool
+	grace         time.Duration
+}
+
+// WorkloadTerminating starts following a pod deleted while containers may still use its
+// mounts (podwatch.TerminationHandler).
+func (l *Lifecycle) WorkloadTerminating(pod *corev1.Pod, d lifecycle.Decision) {
+	l.Follow(pod, WhyDeleted)
+}
+
+// SidecarTerminating is the CSI driver's hook for a sidecar that reported
+// handoff.StateTerminating. The pod is looked up in the pod watcher's cache; when it is not
+// there (API unreachable, or the cache not synced yet), every container of the pod but the
+// sidecar is followed, in the runtime alone.
+func (l *Lifecycle) SidecarTerminating(ref csidriver.PodRef) {
+	uid := types.UID(ref.UID)
+	if l.Pods != nil {
+		if pod, ok := l.Pods.PodByUID(uid); ok && lifecycle.SidecarMode(pod) != "" {
+			l.Follow(pod, WhySidecarTerminating)
+			return
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name, UID: uid}}
+	l.start(pod, target{pod: pod, allButSidecar: true, grace: contract.DefaultGraceSeconds * time.Second}, WhySidecarTerminating)
+}
+
+// Follow starts following pod in the container runtime, once per pod UID, until no
+// container that can use its mounts (lifecycle.MountUsers) runs any more, then writes the
+// exit file; or until its grace period plus a margin has passed. A second call for the same
+// pod starts nothing; with WhySidecarTerminating it tells the running follower that the
+// kubelet is stopping the pod. It reports whether a follower was started.
+func (l *Lifecycle) Follow(pod *corev1.Pod, why FollowWhy) bool {
+	if lifecycle.SidecarMode(pod) == "" {
+		return false
+	}
+	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: podGrace(pod)}, why)
+}
+
+func (l *Lifecycle) start(pod *corev1.Pod, t target, why FollowWhy) bool {
+	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "why", why)
+	if l.Runtime == nil {
+		log.Debug("no container runtime configured; the sidecar ends at its drain deadline")
+		return false
+	}
+	fs := &l.follows
+	fs.mu.Lock()
+	if fs.pods == nil {
+		fs.pods = map[types.UID]*follower{}
+		fs.ctx, fs.cancel = context.WithCancel(context.Background())
+	}
+	if fs.stopped {
+		fs.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	for uid, f := range fs.pods {
+		if !f.finished.IsZero() && now.Sub(f.finished) > followMemory {
+			delete(fs.pods, uid)
+		}
+	}
+	if f := fs.pods[pod.UID]; f != nil {
+		if why == WhySidecarTerminating && f.terminating.CompareAndSwap(false, true) {
+			log.Info("the kubelet is stopping the followed pod; containers not in the runtime will not start")
+		}
+		fs.mu.Unlock()
+		return false
+	}
+	f := &follower{}
+	f.terminating.Store(why == WhySidecarTerminating)
+	fs.pods[pod.UID] = f
+	fs.wg.Add(1)
+	parent := fs.ctx
+	fs.mu.Unlock()
+
+	go func() { // owned by l.follows: ends on release, deadline or Close
+		defer fs.wg.Done()
+		result := l.follow(parent, f, t, log)
+		fs.mu.Lock()
+		f.finished = time.Now()
+		fs.mu.Unlock()
+		l.Metrics.ObserveFollow(string(why), result, time.Since(now))
+	}()
+	return true
+}
+
+// follow polls the runtime until the containers have exited (then requests the exit), the
+// deadline passes or parent is cancelled; it returns the result.
+func (l *Lifecycle) follow(parent context.Context, f *follower, t target, log *slog.Logger) string {
+	start := time.Now()
+	deadline := start.Add(t.grace + followMargin)
+	followed := "every container but the sidecar"
+	if !t.allButSidecar {
+		followed = strings.Join(t.names, ",")
+	}
+	log.Info("following the pod's containers in the runtime", "containers", followed, "terminating", f.terminating.Load(),
+		"deadline", deadline.Format(time.RFC3339))
+	ctx, cancel := context.WithDeadline(parent, deadline)
+	defer cancel()
+	tick := time.NewTicker(FollowPollInterval)
+	defer tick.Stop()
+
+	confirmed := 0
+	var doneSince time.Time
+	waitingFor, lastErr := "", ""
+	for {
+		cs, err := l.Runtime.PodContainers(ctx, string(t.pod.UID))
+		switch {
+		case err != nil:
+			confirmed = 0
+			if msg := err.Error(); msg != lastErr && ctx.Err() == nil {
+				log.Warn("cannot list the pod's containers; retrying", "err", err)
+				lastErr = msg
+			}
+		default:
+			lastErr = ""
+			done, awaited := evaluate(cs, t, f.terminating.Load())
+			if !done {
+				confirmed, doneSince = 0, time.Time{}
+				if awaited != waitingFor {
+					log.Debug("waiting for containers", "for", awaited)
+					waitingFor = awaited
+				}
+				break
+			}
+			if confirmed == 0 {
+				doneSince = time.Now()
+			}
+			confirmed++
+			if confirmed >= followConfirmPolls {
+				l.release(parent, t, cs, doneSince, log)
+				log.Info("stopped following the pod: containers exited", "result", followReleased,
+					"durationMs", time.Since(start).Milliseconds())
+				return followReleased
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				log.Info("stopped following the pod: node plugin stopping", "result", followStopped,
+					"durationMs", time.Since(start).Milliseconds())
+				return followStopped
+			}
+			log.Warn("stopped following the pod: containers still running at the end of the grace period; the sidecar ends at its drain deadline",
+				"result", followDeadline, "waitingFor", waitingFor, "durationMs", time.Since(start).Milliseconds())
+			return followDeadline
+		}
+	}
+}
+
+// evaluate decides from one listing whether no container that can use the mounts may run
+// any more. Not done: the runtime lists no container of the pod at all (a runtime that does
+// not know the pod yet, or the wrong runtime, must not release it); a followed container is
+// created, running or unknown; or a followed container is not in the runtime while it may
+// still be started: the kubelet is not known to be stopping the pod and the API does not
+// show it terminated. awaited says what the follower waits for.
+func evaluate(cs []containerexit.Container, t target, terminating bool) (done bool, awaited string) {
+	if len(cs) == 0 {
+		return false, "the runtime lists no container of the pod"
+	}
+	followed := func(name string) bool {
+		if t.allButSidecar {
+			return name != contract.SidecarContainerName
+		}
+		return slices.Contains(t.names, name)
+	}
+	present := map[string]bool{}
+	for _, c := range cs {
+		present[c.Name] = true
+		if followed(c.Name) && c.State.Active() {
+			return false, fmt.Sprintf("container %q is %s", c.Name, c.State)
+		}
+	}
+	if !t.allButSidecar && !terminating {
+		for _, name := range t.names {
+			if !present[name] && !apiTerminated(t.pod, name) {
+				return false, fmt.Sprintf("container %q is not in the runtime yet", name)
+			}
+		}
+	}
+	return true, ""
+}
+
+// release writes the exit file through requestExit, with a reason naming the containers.
+func (l *Lifecycle) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
+	latest := map[string]containerexit.Container{}
+	for _, c := range cs {
+		if p, ok := latest[c.Name]; !ok || c.Attempt > p.Attempt || (c.Attempt == p.Attempt && c.CreatedAt.After(p.CreatedAt)) {
+			latest[c.Name] = c
+		}
+	}
+	names := slices.Clone(t.names)
+	if t.allButSidecar {
+		for name := range latest {
+			if name != contract.SidecarContainerName {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+	}
+	ctx, cancel := context.WithTimeout(parent, exitCodesBudget)
+	defer cancel()
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		c, ok := latest[name]
+		switch {
+		case !ok:
+			parts = append(parts, name+" (never started)")
+		default:
+			if code, err := l.Runtime.ExitCode(ctx, c.ID); err == nil {
+				parts = append(parts, fmt.Sprintf("%s (exit %d)", name, code))
+			} else {
+				log.Debug("no exit code for the reason", "container", name, "err", err)
+				parts = append(parts, name+" (exited)")
+			}
+		}
+	}
+	reason := "the container runtime reports that every container that can use the volumes has exited"
+	if len(parts) > 0 {
+		reason += ": " + strings.Join(parts, ", ")
+	}
+	l.requestExit(t.pod, lifecycle.Decision{
+		Done: true, Mode: lifecycle.SidecarMode(t.pod), Rule: RuleRuntimeContainersExited,
+		Reason: reason, WorkloadFinishedAt: doneSince,
+	})
+}
+
+// apiTerminated reports whether the API status shows the container finished for good: the
+// pod is stopping, so a container waiting after having run will not run again.
+func apiTerminated(pod *corev1.Pod, name string) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for i := range list {
+			if list[i].Name != name {
+				continue
+			}
+			st := &list[i]
+			return st.State.Terminated != nil || (st.State.Waiting != nil && st.LastTerminationState.Terminated != nil)
+		}
+	}
+	return false
+}
+
+// podGrace is the grace period the kubelet applies to a stopping pod: the deletion's
+// (kubectl delete --grace-period sets it), else the spec's, else Kubernetes' default.
+func podGrace(pod *corev1.Pod) time.Duration {
+	return time.Duration(graceSeconds(pod)) * time.Second
+}
+
+func graceSeconds(pod *corev1.Pod) int64 {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return max(*pod.DeletionGracePeriodSeconds, 0)
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return max(*pod.Spec.TerminationGracePeriodSeconds, 0)
+	}
+	return contract.DefaultGraceSeconds
+}
+
+// Close stops following pods and waits for the followers, at most d.
+func (l *Lifecycle) Close(d time.Duration) {
+	fs := &l.follows
+	fs.mu.Lock()
+	if !fs.stopped {
+		fs.stopped = true
+		if fs.cancel != nil {
+			fs.cancel()
+		}
+	}
+	fs.mu.Unlock()
+	done := make(chan struct{})
+	go func() { fs.wg.Wait(); close(done) }() // ends once every follower saw stop
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		l.Log.Warn("runtime followers still running after stop", "waited", d)
+	}
+}
