@@ -32,9 +32,10 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "mount,exit,dataloss,throughput", "comma-separated: mount, exit, dataloss, throughput")
+	only := flag.String("only", "mount,exit,dataloss,writing,throughput", "comma-separated: mount, exit, dataloss (writers closed their files), writing (writers mid-file at the trigger), throughput")
 	rounds := flag.Int("rounds", 10, "rounds for latency figures")
-	iterations := flag.Int("dataloss-iterations", 200, "iterations of the data-loss check")
+	iterations := flag.Int("dataloss-iterations", 200, "iterations of each data-loss check")
+	offIterations := flag.Int("dataloss-off-iterations", 10, "writing: iterations per scenario with the sidecar's drain switched off")
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
 	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
 	flag.Parse()
@@ -58,6 +59,8 @@ func main() {
 			err = b.exitLatency(*rounds)
 		case "dataloss":
 			err = b.dataLoss(*iterations)
+		case "writing":
+			err = b.dataLossWriting(*iterations, *offIterations)
 		case "throughput":
 			err = b.throughput(*sizeMiB, *tpRounds)
 		default:

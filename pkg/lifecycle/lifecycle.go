@@ -264,6 +264,31 @@ func SidecarFailure(pod *corev1.Pod) (failed bool, exitCode int32, message strin
 	return true, t.ExitCode, message
 }
 
+// SidecarFailedRun identifies the sidecar run that SidecarFailure reports, so that each
+// failed run is reported once: a restarted sidecar that fails again (for example one that
+// found the volumes its predecessor lost) has news for the user. It is "" when
+// SidecarFailure reports nothing.
+func SidecarFailedRun(pod *corev1.Pod) string {
+	var st *corev1.ContainerStatus
+	switch SidecarMode(pod) {
+	case contract.ModeNative:
+		st = findStatus(pod.Status.InitContainerStatuses, contract.SidecarContainerName)
+	case contract.ModeLegacy:
+		st = findStatus(pod.Status.ContainerStatuses, contract.SidecarContainerName)
+	}
+	if st == nil {
+		return ""
+	}
+	t := st.State.Terminated
+	if t == nil || t.ExitCode == 0 {
+		t = st.LastTerminationState.Terminated
+	}
+	if t == nil || t.ExitCode == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d@%s/%s", t.ExitCode, t.StartedAt.UTC().Format(time.RFC3339), t.FinishedAt.UTC().Format(time.RFC3339))
+}
+
 // terminatedState returns the state in which a container last terminated, or nil if it has
 // not terminated. With afterRun, a container waiting after having run (for example in
 // CrashLoopBackOff) counts as terminated through its last termination state: that is true

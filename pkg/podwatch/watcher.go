@@ -30,7 +30,8 @@ import (
 
 // Handler receives the watcher's findings. Its methods are called from one goroutine owned by
 // Watcher.Run, one call at a time, never from the informer, so a slow call delays later
-// callbacks but never the watch itself. Each method is called at most once per pod UID and
+// callbacks but never the watch itself. Each method is called at most once per pod UID (and
+// SidecarFailed once per failed sidecar run) and
 // Watcher. The memory of what was reported is not persisted: a restarted node plugin reports
 // again the pods that are already done (including completed pods still on the node), so the
 // handler must be idempotent, as writing an exit file is.
@@ -43,8 +44,10 @@ type Handler interface {
 	// WorkloadDone is called the first time lifecycle.Decide reports the pod's workload as
 	// done: the sidecar must be told to exit now.
 	WorkloadDone(pod *corev1.Pod, decision lifecycle.Decision)
-	// SidecarFailed is called the first time lifecycle.SidecarFailure reports that the pod's
-	// sidecar exited with a non-zero code; message is its termination message.
+	// SidecarFailed is called once per failed sidecar run (lifecycle.SidecarFailedRun): the
+	// pod's sidecar exited with a non-zero code; message is its termination message. A
+	// restarted sidecar that fails again (one that found the volumes its predecessor lost)
+	// is reported again.
 	SidecarFailed(pod *corev1.Pod, exitCode int32, message string)
 }
 
@@ -146,7 +149,7 @@ const uidIndex = "uid"
 type podState struct {
 	uid             types.UID
 	doneSent        bool
-	failSent        bool
+	failedRun       string // the last sidecar run reported as failed (lifecycle.SidecarFailedRun)
 	latencySent     bool
 	terminatingSent bool
 	deletingSent    bool
@@ -372,9 +375,9 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 			w.metrics.ObserveExitLatency(mode, d)
 		}
 	}
-	if !st.failSent {
+	if run := lifecycle.SidecarFailedRun(pod); run != "" && run != st.failedRun {
 		if failed, code, msg := lifecycle.SidecarFailure(pod); failed {
-			st.failSent = true
+			st.failedRun = run
 			log.Warn("sidecar failed", "exitCode", code, "message", msg)
 			w.metrics.sidecarFailed()
 			w.handler.SidecarFailed(pod.DeepCopy(), code, msg)

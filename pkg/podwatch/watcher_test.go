@@ -632,3 +632,75 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ma
 	t.Helper()
 	return findMetric(t, reg, name, labels).GetCounter().GetValue()
 }
+
+// A restarted sidecar that fails again has news for the user (for example the volumes its
+// predecessor lost): each failed run is reported once, the same run never twice.
+func TestWatcherReportsEachFailedSidecarRun(t *testing.T) {
+	ctx := context.Background()
+	client, watching := newClient()
+	h := newRecordingHandler()
+	stop := startWatcher(t, New(client, node, h, WithLogger(quiet)))
+	defer stop()
+	waitClosed(t, watching, "pod watch")
+	pods := client.CoreV1().Pods(ns)
+
+	p := jobPod("restarted", "uid-restarted", node)
+	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	p = setState(p, contract.SidecarContainerName, exited(137, "killed"))
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "failed", "restarted", "")
+	count := func() (n int, msgs []string) {
+		for _, c := range h.all() {
+			if c.kind == "failed" && c.pod.Name == "restarted" {
+				n++
+				msgs = append(msgs, c.msg)
+			}
+		}
+		return n, msgs
+	}
+
+	// Restarted and running: the first run is now the last termination state; no news.
+	st := &p.Status.ContainerStatuses[0]
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == contract.SidecarContainerName {
+			st = &p.Status.ContainerStatuses[i]
+		}
+	}
+	st.LastTerminationState = st.State
+	st.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: t1.Add(time.Second)}}}
+	st.RestartCount = 1
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The second run fails with its own report.
+	st.LastTerminationState = corev1.ContainerState{}
+	st.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1,
+		Message:   "volume v lost with a previous container",
+		StartedAt: metav1.Time{Time: t1.Add(time.Second)}, FinishedAt: metav1.Time{Time: t1.Add(20 * time.Second)}}}
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadlineAt := time.Now().Add(deadline)
+	for {
+		if n, _ := count(); n >= 2 || time.Now().After(deadlineAt) {
+			break
+		}
+		select {
+		case <-h.notify:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// The same run seen again (restart back-off: it moves to the last termination state).
+	st.LastTerminationState = st.State
+	st.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	n, msgs := count()
+	if n != 2 || msgs[1] != "volume v lost with a previous container" {
+		t.Fatalf("failed reports %d %q, want 2: the 137 and the restarted run's own reason", n, msgs)
+	}
+}

@@ -233,6 +233,11 @@ type podOpts struct {
 	// extra containers / init containers, mounting the same volumes.
 	extra []corev1.Container
 	init  []corev1.Container
+	// deadline is the pod's activeDeadlineSeconds.
+	deadline *int64
+	// noToken turns off the service account token volume, so the kubelet can start the pod
+	// without the API server (which issues the token).
+	noToken bool
 }
 
 func inlineVolume(v volume) corev1.Volume {
@@ -268,6 +273,10 @@ func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
 		TerminationGracePeriodSeconds: o.grace,
 		Containers:                    append([]corev1.Container{workloadContainer(appContainer, o.volumes, o.args...)}, o.extra...),
 		InitContainers:                o.init,
+		ActiveDeadlineSeconds:         o.deadline,
+	}
+	if o.noToken {
+		spec.AutomountServiceAccountToken = ptr(false)
 	}
 	for _, v := range o.volumes {
 		spec.Volumes = append(spec.Volumes, inlineVolume(v))
@@ -445,6 +454,10 @@ func describe(p *corev1.Pod) string {
 		for _, c := range list {
 			st, _ := json.Marshal(c.State)
 			fmt.Fprintf(&b, "  %s restarts=%d state=%s\n", c.Name, c.RestartCount, st)
+			if c.LastTerminationState.Terminated != nil {
+				last, _ := json.Marshal(c.LastTerminationState)
+				fmt.Fprintf(&b, "    last=%s\n", last)
+			}
 		}
 	}
 	return b.String()

@@ -2,7 +2,7 @@
 // one small static binary, so the images need neither a base image nor a registry.
 //
 //	workload pause                          sleep until SIGTERM/SIGINT (pod sandbox)
-//	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run]
+//	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run] [-marker M]
 //	workload loop -dir D -prefix P -every d [-for d]   write P-0, P-1, ... until SIGTERM or -for
 //	workload read -dir D -name N -bytes B   check that a file has the expected content
 //	workload sleep -for d
@@ -56,6 +56,7 @@ func run(cmd string, args []string) int {
 	exitCode := fs.Int("exit", 0, "exit code after a successful write (non-zero simulates a failed task)")
 	finishOnTerm := fs.Bool("finish-on-term", false, "on SIGTERM, finish the file being written before exiting")
 	failFirst := fs.Bool("fail-first-run", false, "write: on the first run (no <name>.attempt marker in -dir yet) create the marker and exit 1, to exercise container restarts")
+	marker := fs.String("marker", "", "write: first write and close this small file, so a test can see in the bucket that the writer has started")
 	prefix := fs.String("prefix", "part", "loop: file name prefix")
 	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
 	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
@@ -83,6 +84,12 @@ func run(cmd string, args []string) int {
 					fmt.Fprintf(os.Stderr, "marker: %v\n", err)
 				}
 				fmt.Println("first run: failing on purpose")
+				return 1
+			}
+		}
+		if *marker != "" {
+			if err := os.WriteFile(filepath.Join(*dir, *marker), []byte("started\n"), 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "marker %s: %v\n", *marker, err)
 				return 1
 			}
 		}

@@ -1,0 +1,516 @@
+package e2e
+
+// The lifecycle under failure: every way a pod ends other than a clean exit. Each test
+// checks the bytes in the bucket, not only the pod's phase, and names the item of
+// docs/lifecycle.md ("Ways a pod ends") it proves.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// needRoot fails (never skips: a skipped proof is a hole in CI) when the test cannot act on
+// the node's processes.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test acts on the node's processes and must run as root on the node (hack/e2e.sh does)")
+	}
+}
+
+// gcsfusePID waits for the one gcsfuse process serving bucket on this host.
+func gcsfusePID(t *testing.T, bucket string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		pids := testenv.GcsfusePIDs(func(args []string) bool { return len(args) >= 2 && args[len(args)-2] == bucket })
+		if len(pids) == 1 {
+			return pids[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no single gcsfuse process for bucket %s on this host (is the test running on the node?)", bucket)
+	return 0
+}
+
+// procsNamed lists the pids whose /proc/<pid>/comm is comm (the kernel truncates it to 15
+// bytes).
+func procsNamed(comm string) []int {
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err == nil && strings.TrimSpace(string(b)) == comm {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// parentPID is the PPid of a process (0 when gone).
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+func appRunning(p *corev1.Pod) bool {
+	st := containerStatus(p, appContainer)
+	return st != nil && st.State.Running != nil
+}
+
+// sidecarTermination is the sidecar's last termination (current or previous run).
+func sidecarTermination(p *corev1.Pod) *corev1.ContainerStateTerminated {
+	st := containerStatus(p, contract.SidecarContainerName)
+	if st == nil {
+		return nil
+	}
+	if st.State.Terminated != nil {
+		return st.State.Terminated
+	}
+	return st.LastTerminationState.Terminated
+}
+
+// TestOneVolumeFails (item 1): two volumes; the gcsfuse of one is SIGKILLed while the app
+// writes to the other. The healthy volume keeps serving until the app is done (its object is
+// complete), the failed one is reported at once (Event naming volume and bucket), and the
+// sidecar ends non-zero at the usual trigger.
+func TestOneVolumeFails(t *testing.T) {
+	needRoot(t)
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		dead, live := newBucket(t), newBucket(t)
+		name := podName(t, "")
+		const size = 8 * mib
+		vols := []volume{{"doomed", dead, "/doomed"}, {"healthy", live, "/healthy"}}
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(10)), volumes: vols,
+			// 128 chunks, 60 ms apart: ~8 s of writing.
+			args: []string{"write", "-dir", "/healthy", "-name", "b.bin", "-bytes", strconv.Itoa(size), "-chunk-delay", "60ms"},
+		})
+		waitPod(t, name, 90*time.Second, "running its app", appRunning)
+		pid := gcsfusePID(t, dead)
+		time.Sleep(1500 * time.Millisecond) // mid-file on the healthy volume
+		killed := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventGcsfuseExited+`$`), "doomed", dead)
+		record(t, "gcsfuse killed -> Event", killed, time.Now())
+		t.Logf("event: %s: %s", e.Reason, e.Message)
+		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+		app := containerStatus(p, appContainer)
+		if app == nil || app.State.Terminated == nil || app.State.Terminated.ExitCode != 0 {
+			t.Fatalf("the app writing the healthy volume failed:\n%s\napp log: %s\n%s", describe(p), logs(name, appContainer), podEvents(name))
+		}
+		expectObject(t, live, "b.bin", size)
+		term := sidecarTermination(p)
+		if term == nil || term.ExitCode == 0 {
+			t.Fatalf("sidecar ended with code 0 (or not at all) although a volume failed:\n%s", describe(p))
+		}
+		if !strings.Contains(term.Message, "doomed") {
+			t.Errorf("sidecar termination message %q does not name the failed volume", term.Message)
+		}
+	})
+}
+
+// TestSidecarRestarted (item 1): the sidecar container itself is killed and restarted by
+// the kubelet (native: restartPolicy Always; legacy: a pod with restartPolicy OnFailure).
+// The restarted sidecar must not crash-loop: it reports the volume that died with its
+// predecessor and stays up until the workload is done. A legacy sidecar under OnFailure
+// that ends non-zero is restarted once more and, finding the exit file, ends 0: otherwise
+// the pod would never complete.
+func TestSidecarRestarted(t *testing.T) {
+	needRoot(t)
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		restart := corev1.RestartPolicyNever
+		if mode == contract.ModeLegacy {
+			restart = corev1.RestartPolicyOnFailure
+		}
+		createPod(t, name, podOpts{
+			mode: mode, restart: restart, grace: ptr(int64(10)),
+			volumes: []volume{{"vol-lost", bucket, mountPath}},
+			args:    []string{"sleep", "-for", "20s"},
+		})
+		waitPod(t, name, 90*time.Second, "running its app", appRunning)
+		sidecar := parentPID(gcsfusePID(t, bucket))
+		if sidecar <= 1 {
+			t.Fatalf("no sidecar parent for the gcsfuse of %s", bucket)
+		}
+		if err := syscall.Kill(sidecar, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, name, 60*time.Second, "with a restarted sidecar", func(p *corev1.Pod) bool {
+			st := containerStatus(p, contract.SidecarContainerName)
+			return st != nil && st.RestartCount >= 1 && st.State.Running != nil
+		})
+		time.Sleep(5 * time.Second) // a crash loop would show within this
+		p := waitPod(t, name, 5*time.Second, "readable", func(p *corev1.Pod) bool { return true })
+		st := containerStatus(p, contract.SidecarContainerName)
+		if st.RestartCount != 1 || st.State.Running == nil {
+			t.Fatalf("restarted sidecar is not up (crash loop?):\n%s\n%s", describe(p), podEvents(name))
+		}
+		if l := logs(name, contract.SidecarContainerName); !strings.Contains(l, "vol-lost") {
+			t.Errorf("restarted sidecar's log does not report the dead volume:\n%s", l)
+		}
+		p = waitPod(t, name, 90*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod %s: the app succeeded, a lost volume it did not use must not fail it or hold it\n%s", p.Status.Phase, describe(p))
+		}
+		// The kubelet keeps no earlier run's termination in a terminal pod's status: the
+		// report a user sees is the Event for each failed run of the sidecar, here the
+		// restarted one's (the first run's is the SIGKILL).
+		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventSidecarFailed+`$`), "vol-lost", "previous container")
+		t.Logf("event: %s: %s", e.Reason, e.Message)
+	})
+}
+
+// TestDeleteDuringInitWrite (item 2): native mode; the pod is deleted while an init container
+// placed after the sidecar is still writing. The kubelet SIGTERMs that init container and
+// the sidecar together; the sidecar must keep serving until the init container has exited.
+func TestDeleteDuringInitWrite(t *testing.T) {
+	bucket := newBucket(t)
+	name := podName(t, "")
+	const size = 6 * mib
+	vols := []volume{{"bucket", bucket, mountPath}}
+	// 96 chunks, 100 ms apart: ~9.6 s; it finishes the file on SIGTERM.
+	init := workloadContainer("seed", vols, "write", "-dir", mountPath, "-name", "seed.bin", "-bytes", strconv.Itoa(size),
+		"-chunk-delay", "100ms", "-finish-on-term", "-marker", "seed.started")
+	createPod(t, name, podOpts{
+		mode: contract.ModeNative, restart: corev1.RestartPolicyNever, grace: ptr(int64(30)), volumes: vols,
+		init: []corev1.Container{init}, args: []string{"sleep", "-for", "1s"},
+	})
+	waitMarker(t, bucket, "seed.started", 90*time.Second)
+	time.Sleep(2 * time.Second) // mid-file
+	deleted := time.Now()
+	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, name, 60*time.Second)
+	gone := time.Now()
+	expectObject(t, bucket, "seed.bin", size)
+	record(t, "delete during init write -> pod gone", deleted, gone)
+	if took := gone.Sub(deleted); took > 25*time.Second {
+		t.Fatalf("pod took %s to go away: the sidecar held it to the end of the grace period", took)
+	}
+}
+
+// waitMarker waits until an object exists in the bucket.
+func waitMarker(t *testing.T, bucket, name string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, ok := objects(t, bucket)[name]; ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("bucket %s: no %s after %s", bucket, name, d)
+}
+
+// TestDeleteGracePeriod (item 3): kubectl delete --grace-period overrides the spec's grace.
+// Longer: spec 10 s, delete with 40 s, the app needs ~15 s after SIGTERM: the volume must
+// serve it to the end. Shorter: spec 60 s, delete with 3 s: the pod is gone in about 3 s,
+// not held for the spec's 60 s.
+func TestDeleteGracePeriod(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		t.Run("longer", func(t *testing.T) {
+			t.Parallel()
+			bucket := newBucket(t)
+			name := podName(t, "")
+			const size = 12 * mib // 192 chunks, 100 ms apart: ~19 s
+			createPod(t, name, podOpts{
+				mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(10)),
+				volumes: []volume{{"bucket", bucket, mountPath}},
+				args: []string{"write", "-dir", mountPath, "-name", "long.bin", "-bytes", strconv.Itoa(size),
+					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "long.started"},
+			})
+			waitMarker(t, bucket, "long.started", 90*time.Second)
+			time.Sleep(2 * time.Second)
+			deleted := time.Now()
+			if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(40))}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, name, 60*time.Second)
+			gone := time.Now()
+			expectObject(t, bucket, "long.bin", size)
+			record(t, "delete --grace-period=40 (spec 10) -> pod gone", deleted, gone)
+		})
+		t.Run("shorter", func(t *testing.T) {
+			t.Parallel()
+			bucket := newBucket(t)
+			name := podName(t, "")
+			createPod(t, name, podOpts{
+				mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(60)),
+				volumes: []volume{{"bucket", bucket, mountPath}},
+				args: []string{"write", "-dir", mountPath, "-name", "short.bin", "-bytes", strconv.Itoa(12 * mib),
+					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "short.started"},
+			})
+			waitMarker(t, bucket, "short.started", 90*time.Second)
+			deleted := time.Now()
+			if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(3))}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, name, 30*time.Second)
+			gone := time.Now()
+			record(t, "delete --grace-period=3 (spec 60) -> pod gone", deleted, gone)
+			if took := gone.Sub(deleted); took > 12*time.Second {
+				t.Fatalf("pod took %s to go away with --grace-period=3", took)
+			}
+		})
+	})
+}
+
+// TestDeadlineExceeded (item 8): activeDeadlineSeconds stops the pod without a deletion (as
+// do evictions and node shutdown). The sidecar must end right after the app, not wait for
+// most of the grace period; the file being written is finished.
+func TestDeadlineExceeded(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		const size = 128 << 10
+		tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(30)), deadline: ptr(int64(8)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"loop", "-dir", mountPath, "-prefix", "part", "-bytes", strconv.Itoa(size), "-every", "300ms"},
+		})
+		p := waitPod(t, name, 90*time.Second, "terminal", terminal)
+		failed := tr.when(name, "phase:Failed")
+		if p.Status.Phase != corev1.PodFailed {
+			t.Fatalf("pod %s, want Failed (DeadlineExceeded)\n%s", p.Status.Phase, describe(p))
+		}
+		if n := partFiles(t, bucket, "part", size); n < 2 {
+			t.Fatalf("only %d complete files", n)
+		}
+		app := containerStatus(p, appContainer).State.Terminated
+		side := sidecarTermination(p)
+		if app == nil || side == nil {
+			t.Fatalf("no terminated states:\n%s", describe(p))
+		}
+		lag := side.FinishedAt.Sub(app.FinishedAt.Time)
+		t.Logf("app finished %s, sidecar finished %s (lag %s, 1 s precision), pod Failed seen %s after creation",
+			app.FinishedAt.Format(time.TimeOnly), side.FinishedAt.Format(time.TimeOnly), lag, failed.Sub(p.CreationTimestamp.Time).Round(100*time.Millisecond))
+		record(t, "app exit (deadline) -> pod Failed", appExit(t, name, appContainer), failed)
+		// The kubelet's timestamps have 1 s precision: "within 1 s" shows as at most 2 s.
+		if lag > 2*time.Second {
+			t.Fatalf("sidecar ended %s after the app (deadline kill): it waited for its drain deadline", lag)
+		}
+	})
+}
+
+// TestEarlyDelete (item 4): the pod is deleted right after its app started writing, before
+// its container IDs may have reached the API status. No decision may be taken from that
+// absent status: the app's file must be complete.
+func TestEarlyDelete(t *testing.T) {
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		const size = 2 * mib // 32 chunks, 100 ms apart: ~3 s
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(30)),
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args: []string{"write", "-dir", mountPath, "-name", "early.bin", "-bytes", strconv.Itoa(size),
+				"-chunk-delay", "100ms", "-finish-on-term", "-marker", "early.started"},
+		})
+		waitMarker(t, bucket, "early.started", 90*time.Second)
+		deleted := time.Now()
+		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, name, 60*time.Second)
+		record(t, "early delete -> pod gone", deleted, time.Now())
+		expectObject(t, bucket, "early.bin", size)
+	})
+}
+
+// TestLegacyInitContainerRefused (item 7): a legacy sidecar starts after the init containers,
+// so an init container that mounts a gcsfuse volume would wait forever. The webhook refuses
+// the pod at admission with a message that says why.
+func TestLegacyInitContainerRefused(t *testing.T) {
+	bucket := newBucket(t)
+	name := podName(t, "")
+	vols := []volume{{"bucket", bucket, mountPath}}
+	ann, spec := podTemplate(podOpts{
+		mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, volumes: vols,
+		init: []corev1.Container{workloadContainer("reader", vols, "sleep", "-for", "1s")},
+		args: []string{"sleep", "-for", "1s"},
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
+	_, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err == nil {
+		t.Fatal("pod admitted: it would stay Pending forever")
+	}
+	if !strings.Contains(err.Error(), "reader") || !strings.Contains(err.Error(), "init container") {
+		t.Fatalf("refusal does not name the init container: %v", err)
+	}
+	t.Logf("refused: %v", err)
+}
+
+// TestUnclaimedOfferRestart (item 6): the node plugin restarts while an offer is not yet
+// taken (a legacy sidecar starts only after the init containers, here one that sleeps). The
+// new node plugin offers the volume again, with the right owner from the first moment, and
+// the sidecar takes it: the app writes its object.
+func TestUnclaimedOfferRestart(t *testing.T) {
+	bucket := newBucket(t)
+	name := podName(t, "")
+	vols := []volume{{"bucket", bucket, mountPath}}
+	createPod(t, name, podOpts{
+		mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, volumes: vols,
+		init: []corev1.Container{workloadContainer("wait", nil, "sleep", "-for", "15s")},
+		args: []string{"write", "-dir", mountPath, "-name", "after.bin", "-bytes", strconv.Itoa(mib)},
+	})
+	waitPod(t, name, 90*time.Second, "in its init container", func(p *corev1.Pod) bool {
+		st := containerStatus(p, "wait")
+		return st != nil && st.State.Running != nil
+	})
+	restartNodePlugin(t)
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s\n%s\n%s\nsidecar log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
+	}
+	expectObject(t, bucket, "after.bin", mib)
+}
+
+// restartNodePlugin deletes the node plugin pod and waits for its replacement to be ready.
+func restartNodePlugin(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
+	old, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", old, err)
+	}
+	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old.Items[0].Name &&
+			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node plugin not back after %s", 90*time.Second)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestAPIServerOutage (item 10): the API server stops answering (SIGSTOP) for longer than
+// the node plugin's initial sync timeout while pods start and end, and the node plugin is
+// restarted in the middle of it. The node plugin must keep serving CSI calls (the pods'
+// volumes are published while the API is away), must not crash-loop, and the pods must end
+// correctly with every byte once the API is back.
+func TestAPIServerOutage(t *testing.T) {
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("stops the API server")
+	}
+	apis := procsNamed("kube-apiserver")
+	if len(apis) != 1 {
+		t.Fatalf("kube-apiserver processes on this host: %v, want 1", apis)
+	}
+	type run struct{ bucket, name string }
+	runs := map[string]run{}
+	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
+		r := run{newBucket(t), podName(t, mode)}
+		runs[mode] = r
+		createPod(t, r.name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever, noToken: true,
+			volumes: []volume{{"bucket", r.bucket, mountPath}},
+			// Starts while the API is away; ends ~5 s later, still during the outage.
+			init: []corev1.Container{workloadContainer("wait", nil, "sleep", "-for", "5s")},
+			args: []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(2 * mib), "-chunk-delay", "50ms"},
+		})
+	}
+	for _, r := range runs {
+		waitPod(t, r.name, 60*time.Second, "started by the kubelet", func(p *corev1.Pod) bool { return p.Status.StartTime != nil })
+	}
+	ctx := context.Background()
+	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	if err != nil || len(np.Items) != 1 || len(np.Items[0].Status.ContainerStatuses) != 1 {
+		t.Fatalf("node plugin pods: %v %v", np, err)
+	}
+	restartsBefore := np.Items[0].Status.ContainerStatuses[0].RestartCount
+	plugins := procsNamed("gcsfuse-csi-node")
+	if len(plugins) != 1 {
+		t.Fatalf("node plugin processes: %v", plugins)
+	}
+
+	const outage = 40 * time.Second // longer than the 30 s initial sync timeout
+	if err := syscall.Kill(apis[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(apis[0], syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	stopped := time.Now()
+	// The node plugin dies during the outage (a crash, an OOM kill); the kubelet restarts
+	// it without the API.
+	if err := syscall.Kill(plugins[0], syscall.SIGKILL); err != nil {
+		resume()
+		t.Fatal(err)
+	}
+	time.Sleep(outage)
+	resume()
+	t.Logf("API server resumed after %s", time.Since(stopped).Round(time.Second))
+
+	for mode, r := range runs {
+		p := waitPod(t, r.name, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("%s: pod %s\n%s\n%s", mode, p.Status.Phase, describe(p), podEvents(r.name))
+			continue
+		}
+		expectObject(t, r.bucket, "out.bin", 2*mib)
+	}
+	np, err = cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	if err != nil || len(np.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", np, err)
+	}
+	st := np.Items[0].Status.ContainerStatuses[0]
+	if got := st.RestartCount - restartsBefore; got != 1 {
+		t.Fatalf("node plugin restarted %d times during the outage, want 1 (our kill): it exited without the API\n%s", got, describe(&np.Items[0]))
+	}
+}
