@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -315,7 +316,12 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s: gcsfuse failed to start: %s", volume, st.Message))
 	case handoff.StateExited:
 		log.Warn("gcsfuse exited", "message", st.Message)
-		s.event(pod, true, contract.EventGcsfuseExited, fmt.Sprintf("volume %s: %s", volume, st.Message))
+		msg := st.Message
+		if !strings.HasPrefix(msg, "volume "+volume+" ") {
+			// An older sidecar's message does not name the volume.
+			msg = fmt.Sprintf("volume %s: %s", volume, msg)
+		}
+		s.event(pod, true, contract.EventGcsfuseExited, msg)
 	case handoff.StateRefused:
 		log.Error("sidecar refused the volume", "message", st.Message)
 		s.event(pod, true, contract.EventHandoffRefused,
