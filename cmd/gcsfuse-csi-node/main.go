@@ -83,7 +83,7 @@ func run() int {
 			log.Error("metrics", "err", err)
 			return 1
 		}
-		lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log}
+		lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Events: events, Log: log, Pods: client.CoreV1()}
 		if *runtimeEndpoint != "" {
 			rt, err := containerexit.Dial(*runtimeEndpoint)
 			if err != nil {
