@@ -14,6 +14,12 @@ const (
 	MetricPodsDone        = "gcsfuse_csi_pods_done_total"
 	MetricSidecarFailures = "gcsfuse_csi_sidecar_failures_total"
 	MetricExitLatency     = "gcsfuse_csi_workload_done_to_sidecar_exit_seconds"
+	// MetricWatchSynced is 1 while the pod watch is in step with the API server: its cache
+	// has synced and its latest list or watch request succeeded. 0 means pods that finish
+	// now are only acted on once the API answers again (CSI calls are not affected).
+	MetricWatchSynced = "gcsfuse_csi_pod_watch_synced"
+	// MetricWatchErrors counts failed list and watch requests of the pod watch, by op.
+	MetricWatchErrors = "gcsfuse_csi_pod_watch_errors_total"
 )
 
 // ExitLatencyBuckets spans 10 ms to 60 s: an exit driven by the node plugin should take well
@@ -26,6 +32,8 @@ type Metrics struct {
 	podsDone        *prometheus.CounterVec
 	sidecarFailures prometheus.Counter
 	exitLatency     *prometheus.HistogramVec
+	watchSynced     prometheus.Gauge
+	watchErrors     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (not the global registry, so that
@@ -46,8 +54,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from the last workload container's exit to the sidecar's exit, by sidecar mode.",
 			Buckets: ExitLatencyBuckets,
 		}, []string{"mode"}),
+		watchSynced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricWatchSynced,
+			Help: "1 while the pod watch is in step with the API server (cache synced, latest list or watch request succeeded), else 0.",
+		}),
+		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricWatchErrors,
+			Help: "Failed list and watch requests of the pod watch, by op (list, watch); the watch retries them with backoff.",
+		}, []string{"op"}),
 	}
-	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency} {
+	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency, m.watchSynced, m.watchErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("podwatch: register metrics: %w", err)
 		}
@@ -77,5 +93,22 @@ func (m *Metrics) podDone(rule lifecycle.Rule) {
 func (m *Metrics) sidecarFailed() {
 	if m != nil {
 		m.sidecarFailures.Inc()
+	}
+}
+
+func (m *Metrics) setWatchSynced(synced bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if synced {
+		v = 1
+	}
+	m.watchSynced.Set(v)
+}
+
+func (m *Metrics) watchError(op string) {
+	if m != nil {
+		m.watchErrors.WithLabelValues(op).Inc()
 	}
 }
