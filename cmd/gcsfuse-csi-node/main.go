@@ -43,6 +43,7 @@ func run() int {
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets a deleted pod's legacy sidecar end as soon as the app has exited (empty: it ends at its drain deadline)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
+	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
 	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "/var/lib/kubelet/plugins/"+contract.DriverName+"/csi.sock", "the CSI socket path as the kubelet sees it on the host (for --registration-socket)")
@@ -63,7 +64,7 @@ func run() int {
 
 	reg := prometheus.NewRegistry()
 	var events csidriver.EventSink
-	var watcher *podwatch.Watcher
+	var newWatcher func() *podwatch.Watcher
 	if *watchPods {
 		cfg, err := restConfig(*kubeconfig)
 		if err != nil {
@@ -94,8 +95,10 @@ func run() int {
 			lc.Runtime = rt
 		}
 		defer lc.Close(2 * time.Second)
-		watcher = podwatch.New(client, *nodeID, lc,
-			podwatch.WithLogger(log), podwatch.WithMetrics(metrics))
+		newWatcher = func() *podwatch.Watcher {
+			return podwatch.New(client, *nodeID, lc, podwatch.WithLogger(log), podwatch.WithMetrics(metrics),
+				podwatch.WithSyncTimeout(*podSyncTimeout))
+		}
 	}
 
 	ns := csidriver.NewNodeServer(csidriver.Config{
@@ -112,6 +115,11 @@ func run() int {
 	}
 	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Version: version}, ns, log)
 
+	// runCtx ends the components on a signal and when a critical one fails.
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	// errs carries the end of the critical components: the CSI server, the registrar, the
+	// metrics server. The pod watch is not one of them (see superviseWatch).
 	errs := make(chan error, 4)
 	go func() { errs <- srv.Serve(ln) }()
 	// Registered only once the CSI socket listens: the kubelet dials it to validate us.
@@ -123,13 +131,19 @@ func run() int {
 		}
 		go func() {
 			// nil means ctx ended: the shutdown path below handles that.
-			if err := registrar.Serve(ctx); err != nil {
+			if err := registrar.Serve(runCtx); err != nil {
 				errs <- err
 			}
 		}()
 	}
-	if watcher != nil {
-		go func() { errs <- watcher.Run(ctx) }()
+	watchDone := make(chan struct{})
+	if newWatcher != nil {
+		go func() { // owned by run: ends with runCtx
+			defer close(watchDone)
+			superviseWatch(runCtx, func(ctx context.Context) error { return newWatcher().Run(ctx) }, defaultWatchRestart, log)
+		}()
+	} else {
+		close(watchDone)
 	}
 	var msrv *http.Server
 	if *metricsAddr != "" {
@@ -150,6 +164,7 @@ func run() int {
 		log.Error("node plugin component ended", "err", err)
 		code = 1
 	}
+	cancelRun()
 	// Mounts stay: pods keep their volumes while the node plugin restarts.
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
@@ -162,6 +177,11 @@ func run() int {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = msrv.Shutdown(sctx)
 		cancel()
+	}
+	select { // the pod watch bounds its own shutdown; this bound is a backstop
+	case <-watchDone:
+	case <-time.After(podwatch.DefaultShutdownTimeout + time.Second):
+		log.Warn("pod watch still stopping; exiting anyway")
 	}
 	return code
 }
