@@ -283,7 +283,10 @@ func (w *Watcher) listWatch(selector string, health *watchHealth) *cache.ListWat
 			o.FieldSelector = selector
 			list, err := pods.List(ctx, o)
 			health.observe(ctx, "list", err)
-			return list, err
+			if err != nil {
+				return nil, err // not a typed nil *PodList in a non-nil interface
+			}
+			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
