@@ -133,8 +133,9 @@ func (l *Lifecycle) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOutcome,
 }
 
 // sidecarGone reports whether pod's status shows a sidecar that has ended for good: it
-// terminated and the kubelet will not start it again (the pod is being deleted, its
-// restartPolicy is Never, or OnFailure after a clean exit). Such a sidecar needs no exit
+// terminated and the kubelet will not start it again (the pod is being deleted or has
+// reached a final phase, its restartPolicy is Never, or OnFailure after a clean exit). Such a
+// sidecar needs no exit
 // file, and a restarted node plugin, which reports done pods again, must not complain that
 // it cannot tell it: its emptyDir is usually gone with it.
 func sidecarGone(pod *corev1.Pod) bool {
@@ -145,7 +146,8 @@ func sidecarGone(pod *corev1.Pod) bool {
 				continue
 			}
 			switch {
-			case pod.DeletionTimestamp != nil, pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+			case pod.DeletionTimestamp != nil, pod.Spec.RestartPolicy == corev1.RestartPolicyNever,
+				pod.Status.Phase == corev1.PodSucceeded, pod.Status.Phase == corev1.PodFailed:
 				return true
 			case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && t.ExitCode == 0:
 				return true

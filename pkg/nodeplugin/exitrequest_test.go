@@ -212,6 +212,13 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 		{"status shows the sidecar ended, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return sidecarTerminated(pod), nil
 		}},
+		{"pod failed, sidecar exited 1 under OnFailure, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			pod = pod.DeepCopy()
+			pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+			pod.Status.Phase = corev1.PodFailed
+			pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}
+			return pod, fake.NewClientset(pod.DeepCopy()) // the API says the same
+		}},
 		{"emptyDir removed while retrying", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			makeEmptyDir(t, root, pod)
 			writable := readOnly(t, emptyDirPath(root, pod))
