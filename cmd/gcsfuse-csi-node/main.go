@@ -12,11 +12,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -43,6 +46,7 @@ func run() int {
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets the sidecar of a stopping pod (deleted, evicted, past its deadline) end as soon as the containers that use its volumes have exited (empty: it ends at its drain deadline)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
+	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
 	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "/var/lib/kubelet/plugins/"+contract.DriverName+"/csi.sock", "the CSI socket path as the kubelet sees it on the host (for --registration-socket)")
@@ -83,7 +87,7 @@ func run() int {
 	}
 
 	var events csidriver.EventSink
-	var watcher *podwatch.Watcher
+	var newWatcher func() *podwatch.Watcher
 	if *watchPods {
 		cfg, err := restConfig(*kubeconfig)
 		if err != nil {
@@ -99,9 +103,15 @@ func run() int {
 		defer stopRec()
 		events = nodeplugin.Events{Recorder: rec}
 		lc.Events = events
-		watcher = podwatch.New(client, *nodeID, lc,
-			podwatch.WithLogger(log), podwatch.WithMetrics(metrics))
-		lc.Pods = watcher
+		lc.API = client.CoreV1()
+		current := &currentWatcher{}
+		lc.Pods = current
+		newWatcher = func() *podwatch.Watcher {
+			w := podwatch.New(client, *nodeID, lc, podwatch.WithLogger(log), podwatch.WithMetrics(metrics),
+				podwatch.WithSyncTimeout(*podSyncTimeout))
+			current.set(w)
+			return w
+		}
 	}
 	// Deferred after the event recorder's stop, so it runs before it: a follower that
 	// releases a sidecar while stopping still records its Event. The runtime closes last.
@@ -122,6 +132,11 @@ func run() int {
 	}
 	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Version: version}, ns, log)
 
+	// runCtx ends the components on a signal and when a critical one fails.
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	// errs carries the end of the critical components: the CSI server, the registrar, the
+	// metrics server. The pod watch is not one of them (see superviseWatch).
 	errs := make(chan error, 4)
 	go func() { errs <- srv.Serve(ln) }()
 	// Registered only once the CSI socket listens: the kubelet dials it to validate us.
@@ -133,13 +148,19 @@ func run() int {
 		}
 		go func() {
 			// nil means ctx ended: the shutdown path below handles that.
-			if err := registrar.Serve(ctx); err != nil {
+			if err := registrar.Serve(runCtx); err != nil {
 				errs <- err
 			}
 		}()
 	}
-	if watcher != nil {
-		go func() { errs <- watcher.Run(ctx) }()
+	watchDone := make(chan struct{})
+	if newWatcher != nil {
+		go func() { // owned by run: ends with runCtx
+			defer close(watchDone)
+			superviseWatch(runCtx, func(ctx context.Context) error { return newWatcher().Run(ctx) }, defaultWatchRestart, log)
+		}()
+	} else {
+		close(watchDone)
 	}
 	var msrv *http.Server
 	if *metricsAddr != "" {
@@ -161,6 +182,7 @@ func run() int {
 		log.Error("node plugin component ended", "err", err)
 		code = 1
 	}
+	cancelRun()
 	// Mounts stay: pods keep their volumes while the node plugin restarts.
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
@@ -173,6 +195,11 @@ func run() int {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = msrv.Shutdown(sctx)
 		cancel()
+	}
+	select { // the pod watch bounds its own shutdown; this bound is a backstop
+	case <-watchDone:
+	case <-time.After(podwatch.DefaultShutdownTimeout + time.Second):
+		log.Warn("pod watch still stopping; exiting anyway")
 	}
 	return code
 }
@@ -192,4 +219,20 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	return rest.InClusterConfig()
+}
+
+// currentWatcher answers the lifecycle's pod lookups from the pod watch that runs now: the
+// supervisor builds a new one if a watch ever ends.
+type currentWatcher struct {
+	w atomic.Pointer[podwatch.Watcher]
+}
+
+func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
+
+// PodByUID implements nodeplugin.PodLookup.
+func (c *currentWatcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
+	if w := c.w.Load(); w != nil {
+		return w.PodByUID(uid)
+	}
+	return nil, false
 }

@@ -11,7 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
@@ -32,14 +35,39 @@ type Reason struct {
 	WrittenAt time.Time `json:"writtenAt"`
 }
 
-// Write puts the exit file into the emptyDir of the pod with podUID.
-func Write(kubeletRoot, podUID string, r Reason) error {
+// OpenDir opens, without following symlinks, the gcsfuse-tmp emptyDir of the pod with
+// podUID. An error wrapping os.ErrNotExist means the kubelet has not made it or has removed it.
+func OpenDir(kubeletRoot, podUID string) (*os.File, error) {
 	dir, err := podpath.OpenDir(kubeletRoot, "pods", podUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
-		return fmt.Errorf("open pod %s %s emptyDir: %w", podUID, contract.TmpVolumeName, err)
+		return nil, fmt.Errorf("open pod %s %s emptyDir: %w", podUID, contract.TmpVolumeName, err)
+	}
+	return dir, nil
+}
+
+// Write puts the exit file into the emptyDir of the pod with podUID.
+func Write(kubeletRoot, podUID string, r Reason) error {
+	dir, err := OpenDir(kubeletRoot, podUID)
+	if err != nil {
+		return err
 	}
 	defer dir.Close()
 	return WriteIn(dir, r)
+}
+
+// Present reports whether dir already holds an exit file. The file is only ever written
+// whole (rename) and never removed while the pod lives, so a present file has reached, or
+// will reach at its start, every sidecar of the pod: writing it again would change nothing.
+func Present(dir *os.File) (bool, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(dir.Fd()), contract.ExitFile, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err != nil:
+		return false, &os.PathError{Op: "fstatat", Path: filepath.Join(dir.Name(), contract.ExitFile), Err: err}
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG, nil
 }
 
 // WriteIn writes the exit file into an already opened emptyDir.
@@ -49,7 +77,7 @@ func WriteIn(dir *os.File, r Reason) error {
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode exit file: %w", err)
 	}
 	return podpath.WriteFileAtomic(dir, contract.ExitFile, b, 0o644)
 }

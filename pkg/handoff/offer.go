@@ -45,22 +45,44 @@ type OfferConfig struct {
 // SocketName is the socket's file name for a volume.
 func SocketName(volume string) string { return volume + ".sock" }
 
+// pendingSocketName is the hidden name a volume's socket is bound under before it has its
+// owner. The sidecar ignores names that start with "."; the name is fixed per volume (no
+// pid or counter), so a node plugin killed between bind and rename leaves at most one such
+// file per volume, and the next offer of that volume removes it.
+func pendingSocketName(volume string) string { return "." + SocketName(volume) + ".pending" }
+
 // NewOffer binds the volume's socket inside cfg.Dir and starts serving it.
+//
+// The socket appears under its final name only once it belongs to cfg.UID/cfg.GID: bind(2)
+// creates the file owned by us (root), and a sidecar that found it before the chown would be
+// refused (EACCES) and could give up on the volume. So it is bound under a hidden name,
+// chowned there, and renamed into place, all relative to the pinned directory. The rename
+// also replaces, atomically, a stale socket left by an earlier publish or node plugin.
 func NewOffer(cfg OfferConfig) (*Offer, error) {
 	name := SocketName(cfg.Volume.VolumeName)
-	if err := podpath.Remove(cfg.Dir, name); err != nil { // a stale socket from an earlier publish
-		return nil, err
+	pending := pendingSocketName(cfg.Volume.VolumeName)
+	if err := podpath.Remove(cfg.Dir, pending); err != nil { // left by a node plugin killed mid-offer
+		return nil, fmt.Errorf("remove leftover hand-off socket: %w", err)
 	}
-	addr := &net.UnixAddr{Name: podpath.ProcPath(cfg.Dir, name), Net: "unix"}
+	addr := &net.UnixAddr{Name: podpath.ProcPath(cfg.Dir, pending), Net: "unix"}
 	ln, err := net.ListenUnix("unix", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on hand-off socket %s/%s: %w", cfg.Dir.Name(), name, err)
+		return nil, fmt.Errorf("listen on hand-off socket %s/%s: %w", cfg.Dir.Name(), pending, err)
 	}
 	ln.SetUnlinkOnClose(false) // the path goes through /proc/self/fd; we unlink by dir fd
-	if err := podpath.Chown(cfg.Dir, name, cfg.UID, cfg.GID); err != nil {
+	// abandon undoes the bind; the pending name is ours alone, so removing it is safe.
+	abandon := func(cause error) (*Offer, error) {
 		ln.Close()
-		_ = podpath.Remove(cfg.Dir, name)
-		return nil, err
+		if err := podpath.Remove(cfg.Dir, pending); err != nil {
+			cause = errors.Join(cause, fmt.Errorf("remove pending hand-off socket: %w", err))
+		}
+		return nil, cause
+	}
+	if err := podpath.Chown(cfg.Dir, pending, cfg.UID, cfg.GID); err != nil {
+		return abandon(fmt.Errorf("give the hand-off socket to the sidecar's user: %w", err))
+	}
+	if err := podpath.Rename(cfg.Dir, pending, name); err != nil {
+		return abandon(fmt.Errorf("publish the hand-off socket: %w", err))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &Offer{ln: ln, dir: cfg.Dir, name: name, cancel: cancel, done: make(chan struct{})}

@@ -7,9 +7,189 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/firstseen"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
+
+// Bounds for the tests' waits.
+const (
+	appearWait = 5 * time.Second
+	stopWait   = 5 * time.Second
+)
+
+// otherOwner returns an owner that bind(2) would not give the socket, so that a socket seen
+// with it was chowned. As root that is the sidecar's user; otherwise our uid and another of
+// our groups (only root may give a file away).
+func otherOwner(t *testing.T) (uid, gid int) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return contract.SidecarUID, contract.SidecarGID
+	}
+	groups, _ := os.Getgroups()
+	for _, g := range groups {
+		if g != os.Getegid() {
+			return os.Geteuid(), g
+		}
+	}
+	t.Skip("needs root or a supplementary group to give the socket another owner")
+	return 0, 0
+}
+
+func openDir(t *testing.T, path string) *os.File {
+	t.Helper()
+	d, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func fuseStandIn(t *testing.T) *os.File {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return r
+}
+
+func hiddenNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hidden []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			hidden = append(hidden, e.Name())
+		}
+	}
+	return hidden
+}
+
+// A sidecar wakes on the socket's name (inotify) and connects at once: the name must never
+// exist with bind's owner, or the connect fails with EACCES. Checked at the first
+// appearance of the name, over several offers (each replacing a stale socket and a pending
+// one left by a killed node plugin), and the renamed socket must still serve.
+func TestNewOfferSocketAppearsOnlyWithTheSidecarOwner(t *testing.T) {
+	uid, gid := otherOwner(t)
+	const rounds = 20
+	dir := t.TempDir()
+	name := SocketName("data")
+	for i := range rounds {
+		// Leftovers of an earlier, killed node plugin: a dead socket and a pending one.
+		for _, n := range []string{name, pendingSocketName("data")} {
+			ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, n), Net: "unix"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.SetUnlinkOnClose(false)
+			ln.Close()
+		}
+		w, err := firstseen.Start(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := NewOffer(OfferConfig{Dir: openDir(t, dir), Volume: validVolume(), Fuse: fuseStandIn(t),
+			UID: uid, GID: gid, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			w.Close()
+			t.Fatal(err)
+		}
+		a, err := w.Wait(appearWait)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.MovedIn {
+			t.Fatalf("round %d: %s was created under its final name (bind), so it existed with bind's owner before the chown", i, name)
+		}
+		if a.StatErr != nil || int(a.UID) != uid || int(a.GID) != gid {
+			t.Fatalf("round %d: at its first appearance %s was owned by %d:%d (stat err %v), want %d:%d", i, name, a.UID, a.GID, a.StatErr, uid, gid)
+		}
+		if hidden := hiddenNames(t, dir); len(hidden) != 0 {
+			t.Fatalf("round %d: hidden names left in the hand-off directory: %v", i, hidden)
+		}
+
+		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+		if err != nil {
+			t.Fatalf("round %d: connect to the offered socket: %v", i, err)
+		}
+		v, fd, err := RecvVolume(conn)
+		if err != nil {
+			t.Fatalf("round %d: receive the offered volume: %v", i, err)
+		}
+		fd.Close()
+		conn.Close()
+		if v.VolumeName != "data" {
+			t.Fatalf("round %d: received volume %q", i, v.VolumeName)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+		err = o.Stop(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Every failure after the bind leaves nothing behind: no pending socket for the sidecar to
+// trip over, and whatever held the final name untouched.
+func TestNewOfferCleansUpWhenItCannotPublish(t *testing.T) {
+	uid, gid := os.Geteuid(), os.Getegid()
+	dir := t.TempDir()
+	name := SocketName("data")
+	// A non-empty directory under the socket's name: the rename into place fails.
+	if err := os.MkdirAll(filepath.Join(dir, name, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := openDir(t, dir)
+	defer d.Close()
+	fuse := fuseStandIn(t)
+	defer fuse.Close()
+	_, err := NewOffer(OfferConfig{Dir: d, Volume: validVolume(), Fuse: fuse, UID: uid, GID: gid,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		t.Fatal("NewOffer succeeded although its socket's name is taken by a directory")
+	}
+	if !strings.Contains(err.Error(), "publish the hand-off socket") {
+		t.Fatalf("error does not say what failed: %v", err)
+	}
+	if hidden := hiddenNames(t, dir); len(hidden) != 0 {
+		t.Fatalf("pending socket left behind after a failed offer: %v", hidden)
+	}
+	if _, err := os.Stat(filepath.Join(dir, name, "x")); err != nil {
+		t.Fatalf("the directory holding the name was disturbed: %v", err)
+	}
+}
+
+// Without the right to give the socket away (not root), the chown fails: the offer fails
+// and the pending socket is removed.
+func TestNewOfferCleansUpWhenItCannotChown(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root may give a file to any user")
+	}
+	dir := t.TempDir()
+	d := openDir(t, dir)
+	defer d.Close()
+	fuse := fuseStandIn(t)
+	defer fuse.Close()
+	other := os.Geteuid() + 1 // not ours to give a file to
+	_, err := NewOffer(OfferConfig{Dir: d, Volume: validVolume(), Fuse: fuse, UID: other, GID: other,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		t.Fatalf("NewOffer succeeded although the socket cannot be given to uid %d", other)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("names left behind after a failed offer: %v", entries)
+	}
+}
 
 // A newer sidecar may report states this node plugin does not know: the relay skips them
 // and still delivers the reports that follow.

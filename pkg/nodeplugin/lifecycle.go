@@ -3,18 +3,19 @@
 package nodeplugin
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
@@ -46,6 +47,13 @@ type Lifecycle struct {
 	Metrics *podwatch.Metrics
 
 	follows followers
+	// API, if set, lets a retried exit request ask the API whether the pod or its sidecar
+	// is gone, so that it stops without a false SidecarExitFailed. Without it only the
+	// pod status the watcher passed in and the emptyDir are consulted.
+	API corev1client.PodsGetter
+
+	exits     exitRequests
+	exitRetry exitRetryPolicy // zero: the Exit* constants
 }
 
 // The pod watcher's callbacks Lifecycle implements.
@@ -66,23 +74,42 @@ func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 	l.requestExit(pod, d)
 }
 
-// requestExit writes the exit file that ends a legacy sidecar.
+// requestExit tells a legacy sidecar to exit by writing the exit file in its emptyDir.
+//
+// It is idempotent, because the pod watcher reports done pods again after a node plugin
+// restart and the runtime follower may decide about a pod the watcher decides about too: an
+// exit file already present is success, and no Event is recorded again. A sidecar whose
+// status shows it ended for good needs nothing (its emptyDir is usually gone with it). A
+// write that fails is retried in a goroutine owned by l (see retryExit) until it succeeds,
+// the sidecar is gone, or ExitRetryFor passes; only then, and only for a sidecar that may
+// still run, is SidecarExitFailed recorded, once. The first attempt is made at once on the
+// caller's goroutine: it is a small local write, and the common case needs no goroutine.
 func (l *Lifecycle) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule, "mode", d.Mode)
-	err := exitfile.Write(l.KubeletRoot, string(pod.UID), exitfile.Reason{
-		Rule: string(d.Rule), Message: d.Reason, WorkloadFinishedAt: d.WorkloadFinishedAt,
-	})
-	if err != nil {
-		log.Error("cannot ask the sidecar to exit", "err", err)
-		l.event(pod, true, contract.EventSidecarExitFailed, fmt.Sprintf("cannot ask %s to exit: %v", contract.SidecarContainerName, err))
+	if sidecarGone(pod) {
+		log.Info("workload done; the sidecar has already ended, nothing to tell")
 		return
 	}
-	lag := time.Duration(0)
-	if !d.WorkloadFinishedAt.IsZero() {
-		lag = time.Since(d.WorkloadFinishedAt)
+	if !l.exits.claim(pod.UID, time.Now()) {
+		log.Debug("exit already being requested, or given up, for this pod")
+		return
 	}
-	log.Info("workload done; asked the sidecar to exit", "reason", d.Reason, "sinceWorkloadDoneMs", lag.Milliseconds())
-	l.event(pod, false, contract.EventSidecarExitRequested, fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
+	outcome, err := l.tryExit(pod, d)
+	switch outcome {
+	case exitWritten:
+		l.exits.release(pod.UID, false, time.Now())
+		l.exitRequested(pod, d, log)
+		return
+	case exitPresent:
+		l.exits.release(pod.UID, false, time.Now())
+		log.Info("workload done; exit file already present, the sidecar was told")
+		return
+	}
+	log.Warn("cannot ask the sidecar to exit yet; retrying", "err", err)
+	if !l.goOwned(func(ctx context.Context) { l.retryExit(ctx, pod, d, outcome == exitFailed, err, log) }) {
+		l.exits.release(pod.UID, false, time.Now())
+		log.Warn("node plugin stopping; the exit request is not retried", "err", err)
+	}
 }
 
 // SidecarFailed records a Warning Event naming the sidecar's reason.

@@ -107,6 +107,20 @@ func Remove(dir *os.File, name string) error {
 	return nil
 }
 
+// Rename moves the name from inside dir to the name to inside the same dir, replacing to
+// atomically if it exists. Both are single path elements resolved from the pinned dir, so a
+// symlink planted in the path cannot redirect the move; a symlink at either name is moved or
+// replaced itself, never followed.
+func Rename(dir *os.File, from, to string) error {
+	if !validElement(from) || !validElement(to) {
+		return fmt.Errorf("invalid file name %q or %q", from, to)
+	}
+	if err := unix.Renameat(int(dir.Fd()), from, int(dir.Fd()), to); err != nil {
+		return &os.LinkError{Op: "renameat", Old: filepath.Join(dir.Name(), from), New: filepath.Join(dir.Name(), to), Err: err}
+	}
+	return nil
+}
+
 // Chown changes the owner of name inside dir without following a symlink.
 func Chown(dir *os.File, name string, uid, gid int) error {
 	if err := unix.Fchownat(int(dir.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {

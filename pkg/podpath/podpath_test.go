@@ -131,6 +131,33 @@ func FuzzParseTarget(f *testing.F) {
 	})
 }
 
+// Rename acts on single names inside the pinned directory: a path that would leave it is
+// refused, and a symlink is moved itself, never followed.
+func TestRenameStaysInTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := Rename(d, "link", "../escaped"); err == nil {
+		t.Fatal("Rename accepted a target outside the directory")
+	}
+	if err := Rename(d, "link", "moved"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "moved")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink itself should have moved: %v %v", fi, err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("Rename touched the symlink's target: %v", entries)
+	}
+}
+
 func TestExistsDoesNotFollowSymlinks(t *testing.T) {
 	root := t.TempDir()
 	d, err := OpenDir(root)

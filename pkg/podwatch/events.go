@@ -13,9 +13,11 @@ const EventComponent = "gcsfuse-csi-node"
 
 // NewEventRecorder returns a recorder that writes Events, such as a sidecar failure, on the
 // pods they concern, where `kubectl describe pod` shows them to the user. Events are sent
-// asynchronously by client-go's broadcaster (which also aggregates repeats and rate-limits);
-// call stop when the node plugin shuts down to end its goroutines. Events not yet sent by then
-// are lost, which is acceptable for diagnostics.
+// asynchronously by client-go's broadcaster (which also aggregates repeats and rate-limits):
+// recording never waits for the API server, so an unreachable one delays nothing; Events
+// beyond the broadcaster's queue are dropped. Call stop when the node plugin shuts down to
+// end its goroutines. Events not yet sent by then are lost, which is acceptable for
+// diagnostics.
 func NewEventRecorder(client kubernetes.Interface, nodeName string) (recorder record.EventRecorder, stop func()) {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})

@@ -16,6 +16,12 @@ const (
 	MetricExitLatency     = "gcsfuse_csi_workload_done_to_sidecar_exit_seconds"
 	MetricRuntimeFollows  = "gcsfuse_csi_runtime_follows_total"
 	MetricRuntimeFollow   = "gcsfuse_csi_runtime_follow_seconds"
+	// MetricWatchSynced is 1 while the pod watch is in step with the API server: its cache
+	// has synced and its latest list or watch request succeeded. 0 means pods that finish
+	// now are only acted on once the API answers again (CSI calls are not affected).
+	MetricWatchSynced = "gcsfuse_csi_pod_watch_synced"
+	// MetricWatchErrors counts failed list and watch requests of the pod watch, by op.
+	MetricWatchErrors = "gcsfuse_csi_pod_watch_errors_total"
 )
 
 // FollowBuckets spans 100 ms to 10 min: a follow ends one or two runtime polls after the
@@ -34,6 +40,8 @@ type Metrics struct {
 	exitLatency     *prometheus.HistogramVec
 	follows         *prometheus.CounterVec
 	followSeconds   *prometheus.HistogramVec
+	watchSynced     prometheus.Gauge
+	watchErrors     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (not the global registry, so that
@@ -54,6 +62,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from the last workload container's exit to the sidecar's exit, by sidecar mode.",
 			Buckets: ExitLatencyBuckets,
 		}, []string{"mode"}),
+		watchSynced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricWatchSynced,
+			Help: "1 while the pod watch is in step with the API server (cache synced, latest list or watch request succeeded), else 0.",
+		}),
+		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricWatchErrors,
+			Help: "Failed list and watch requests of the pod watch, by op (list, watch); the watch retries them with backoff.",
+		}, []string{"op"}),
 		follows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricRuntimeFollows,
 			Help: "Pods followed in the container runtime until the containers that use their mounts exited, by trigger and result (released, deadline, stopped).",
@@ -64,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: FollowBuckets,
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency, m.follows, m.followSeconds} {
+	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency, m.follows, m.followSeconds, m.watchSynced, m.watchErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("podwatch: register metrics: %w", err)
 		}
@@ -104,5 +120,22 @@ func (m *Metrics) podDone(rule lifecycle.Rule) {
 func (m *Metrics) sidecarFailed() {
 	if m != nil {
 		m.sidecarFailures.Inc()
+	}
+}
+
+func (m *Metrics) setWatchSynced(synced bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if synced {
+		v = 1
+	}
+	m.watchSynced.Set(v)
+}
+
+func (m *Metrics) watchError(op string) {
+	if m != nil {
+		m.watchErrors.WithLabelValues(op).Inc()
 	}
 }

@@ -12,14 +12,16 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -98,8 +100,10 @@ func WithMetrics(m *Metrics) Option {
 	return func(w *Watcher) { w.metrics = m }
 }
 
-// WithSyncTimeout bounds how long Run waits for the initial list of pods. A node plugin that
-// cannot list its pods cannot end any sidecar, so it had better fail loudly and be restarted.
+// WithSyncTimeout sets how long Run waits for the initial list of pods before it warns that
+// it cannot reach the API server. It keeps waiting after the warning: the node plugin must
+// go on serving CSI calls (mounts of new pods) whatever the API does, and client-go retries
+// the list with backoff; pods that finished meanwhile are evaluated once the list succeeds.
 func WithSyncTimeout(d time.Duration) Option {
 	return func(w *Watcher) {
 		if d > 0 {
@@ -174,11 +178,16 @@ func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...
 	return w
 }
 
-// Run watches pods until ctx is done. It returns an error if the pod cache does not sync
-// within the sync timeout (or ctx ends first), or if the handler or the informer have not
-// stopped within the shutdown timeout after ctx ended; it returns nil after a clean stop.
-// Evaluations already queued when ctx ends are still carried out, within that timeout, so a
-// pod found done just before shutdown is not silently dropped.
+// Run watches pods until ctx is done. It does not give up when the API server cannot be
+// reached: the informer retries with backoff, Run logs a warning once the sync timeout has
+// passed without a first list and logs again when the cache syncs, and the watch's health is
+// exported (MetricWatchSynced, MetricWatchErrors). When the API server comes back the
+// informer lists again, so pods that became done meanwhile are evaluated then.
+//
+// Run returns nil after a clean stop, and an error if the handler or the informer have not
+// stopped within the shutdown timeout after ctx ended (or on misuse: an empty node name, a
+// second call). Evaluations already queued when ctx ends are still carried out, within that
+// timeout, so a pod found done just before shutdown is not silently dropped.
 // Run may be called only once per Watcher.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
@@ -192,13 +201,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer cancel()
 
 	selector := fields.OneTermEqualSelector("spec.nodeName", w.nodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, // no resync: event driven
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
-		informers.WithTransform(trimPod),
-	)
-	informer := factory.Core().V1().Pods().Informer()
-	if err := informer.AddIndexers(cache.Indexers{uidIndex: podUIDIndex}); err != nil {
-		return fmt.Errorf("podwatch: add UID index: %w", err)
+	health := &watchHealth{metrics: w.metrics, log: w.log}
+	health.metrics.setWatchSynced(false)
+	informer := cache.NewSharedIndexInformer(w.listWatch(selector, health), &corev1.Pod{}, 0, // no resync: event driven
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, uidIndex: podUIDIndex})
+	if err := informer.SetTransform(trimPod); err != nil {
+		return fmt.Errorf("podwatch: set transform: %w", err)
+	}
+	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		if ctx.Err() == nil {
+			health.lost(err) // the reflector backs off and lists again
+		}
+	}); err != nil {
+		return fmt.Errorf("podwatch: set watch error handler: %w", err)
 	}
 	queue := workqueue.NewTyped[string]()
 
@@ -216,7 +231,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("podwatch: add event handler: %w", err)
 	}
 
-	factory.Start(runCtx.Done())
+	informerDone := make(chan struct{})
+	go func() { // owned by Run: ends when runCtx is cancelled
+		defer close(informerDone)
+		informer.RunWithContext(runCtx)
+	}()
 
 	workerDone := make(chan struct{})
 	workerStarted := false
@@ -230,7 +249,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if workerStarted {
 				<-workerDone
 			}
-			factory.Shutdown()
+			<-informerDone
 			close(stopped)
 		}()
 		timer := time.NewTimer(w.shutdownTimeout)
@@ -243,16 +262,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}
 
-	syncCtx, syncCancel := context.WithTimeout(runCtx, w.syncTimeout)
-	synced := cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced, reg.HasSynced)
-	syncCancel()
-	if !synced {
-		cause := fmt.Errorf("not synced within %s", w.syncTimeout)
-		if ctx.Err() != nil {
-			cause = ctx.Err()
-		}
-		return errors.Join(fmt.Errorf("podwatch: pod cache of node %q: %w", w.nodeName, cause), stop())
+	if !w.waitForSync(runCtx, informer.HasSynced, reg.HasSynced) {
+		w.log.Info("stopping pod watch before the pod cache synced")
+		return stop()
 	}
+	health.synced()
 	w.log.Info("watching pods", "selector", selector)
 	indexer := informer.GetIndexer()
 	w.indexer.Store(&indexer)
@@ -293,6 +307,102 @@ func podUIDIndex(obj any) ([]string, error) {
 		return []string{string(pod.UID)}, nil
 	}
 	return nil, nil
+}
+
+// waitForSync waits until the pod cache has synced (true) or ctx ends (false). Past the sync
+// timeout it warns, once, and keeps waiting.
+func (w *Watcher) waitForSync(ctx context.Context, synced ...cache.InformerSynced) bool {
+	start := time.Now()
+	syncCtx, syncCancel := context.WithTimeout(ctx, w.syncTimeout)
+	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
+	syncCancel()
+	if ok || ctx.Err() != nil {
+		return ok
+	}
+	w.log.Warn("pod cache not synced: the API server does not answer; still retrying. "+
+		"CSI calls are served meanwhile; pods that finish now are acted on once it answers",
+		"after", w.syncTimeout.String())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return false
+	}
+	w.log.Info("pod cache synced", "after", time.Since(start).Round(time.Millisecond).String())
+	return true
+}
+
+// listWatch lists and watches this node's pods, reporting each request's outcome to health.
+// It is built here rather than by an informer factory so that the outcome of every request
+// is seen: the reflector retries a refused watch internally, without telling its error
+// handler, so the handler alone would miss the most common outage.
+func (w *Watcher) listWatch(selector string, health *watchHealth) *cache.ListWatch {
+	pods := w.client.CoreV1().Pods(metav1.NamespaceAll)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			list, err := pods.List(ctx, o)
+			health.observe(ctx, "list", err)
+			if err != nil {
+				return nil, err // not a typed nil *PodList in a non-nil interface
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			wi, err := pods.Watch(ctx, o)
+			health.observe(ctx, "watch", err)
+			return wi, err
+		},
+	}
+}
+
+// watchHealth tracks whether the pod watch is in step with the API server, for the
+// MetricWatchSynced gauge and for one log line per change (not one per failed request: the
+// reflector retries every second or so during an outage).
+type watchHealth struct {
+	metrics *Metrics
+	log     *slog.Logger
+
+	mu          sync.Mutex
+	initialSync bool // the cache has synced once
+	ok          bool // the latest request succeeded
+}
+
+// observe records the outcome of one list or watch request; errors after ctx ended are the
+// informer stopping, not the API failing.
+func (h *watchHealth) observe(ctx context.Context, op string, err error) {
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		h.metrics.watchError(op)
+		h.lost(err)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ok && h.initialSync {
+		h.log.Info("pod watch in step with the API server again")
+	}
+	h.ok = true
+	h.metrics.setWatchSynced(h.initialSync)
+}
+
+// lost records a failure of the watch.
+func (h *watchHealth) lost(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ok && h.initialSync {
+		h.log.Warn("pod watch lost the API server; retrying. CSI calls are not affected; pods that finish meanwhile are acted on once it answers", "err", err)
+	}
+	h.ok = false
+	h.metrics.setWatchSynced(false)
+}
+
+// synced records the first sync of the cache.
+func (h *watchHealth) synced() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.initialSync, h.ok = true, true
+	h.metrics.setWatchSynced(true)
 }
 
 // enqueue queues the key of a pod of this node that uses the driver. The node check repeats

@@ -8,9 +8,12 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -21,9 +24,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
 const (
@@ -330,26 +330,207 @@ func TestWatcherCallsHandlerOncePerPodUID(t *testing.T) {
 	}
 }
 
-func TestRunFailsWhenCacheDoesNotSync(t *testing.T) {
-	client := fake.NewClientset()
-	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("apiserver unavailable")
-	})
-	w := New(client, node, newRecordingHandler(), WithLogger(quiet), WithSyncTimeout(300*time.Millisecond))
-	start := time.Now()
+// lockedBuffer is a goroutine-safe log sink.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitUntil polls cond until it holds, failing the test after the deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s did not happen within %s", what, deadline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return findMetric(t, reg, name, nil).GetGauge().GetValue()
+}
+
+// errorCount is the failed requests counted for op, 0 if none yet.
+func errorCount(reg *prometheus.Registry, op string) float64 {
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() != MetricWatchErrors {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "op" && lp.GetValue() == op {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// runInBackground starts w.Run and returns its result channel and a cancel function.
+func runInBackground(w *Watcher) (<-chan error, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
 	errCh := make(chan error, 1)
-	go func() { errCh <- w.Run(context.Background()) }()
+	go func() { errCh <- w.Run(ctx) }()
+	return errCh, cancel
+}
+
+func requireRunning(t *testing.T, errCh <-chan error, when string) {
+	t.Helper()
 	select {
 	case err := <-errCh:
-		if err == nil || !strings.Contains(err.Error(), "not synced") {
-			t.Fatalf("Run() = %v, want a not-synced error", err)
-		}
-		if el := time.Since(start); el < 300*time.Millisecond {
-			t.Errorf("Run gave up after %s, before the 300ms sync timeout", el)
+		t.Fatalf("Run returned %v %s; it must keep retrying (the node plugin would exit)", err, when)
+	default:
+	}
+}
+
+func requireCleanStop(t *testing.T, errCh <-chan error, cancel context.CancelFunc) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-errCh:
+		if err != nil {
+			t.Fatalf("Run() = %v after cancel, want nil", err)
 		}
 	case <-time.After(deadline):
-		t.Fatalf("Run did not give up within %s", deadline)
+		t.Fatalf("Run did not return within %s of cancel", deadline)
 	}
+}
+
+// The API server does not answer when the node plugin starts: Run must not give up (the
+// node plugin would exit and take NodePublishVolume down with it). It warns at the sync
+// timeout, keeps retrying, and once the API answers handles the pods it lists.
+func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
+	client := fake.NewClientset(setState(jobPod("job", "uid-1", node), "main", exited(0, "")))
+	var apiUp atomic.Bool
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if apiUp.Load() {
+			return false, nil, nil // the tracker answers
+		}
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newRecordingHandler()
+	w := New(client, node, h, WithLogger(slog.New(slog.NewTextHandler(logs, nil))), WithMetrics(m),
+		WithSyncTimeout(100*time.Millisecond))
+	errCh, cancel := runInBackground(w)
+	defer cancel()
+
+	waitUntil(t, "the not-synced warning", func() bool { return strings.Contains(logs.String(), "pod cache not synced") })
+	// The reflector retries with a backoff of about a second: a second failed list shows
+	// that the watch goes on retrying past the sync timeout.
+	waitUntil(t, "a second failed list", func() bool { return errorCount(reg, "list") >= 2 })
+	requireRunning(t, errCh, "while the API server was down")
+	if g := gaugeValue(t, reg, MetricWatchSynced); g != 0 {
+		t.Errorf("%s = %v while the API server is down, want 0", MetricWatchSynced, g)
+	}
+	if calls := h.all(); len(calls) != 0 {
+		t.Fatalf("handler called before the pods could be listed: %s", describe(calls))
+	}
+
+	apiUp.Store(true)
+	h.waitFor(t, "done", "job", "uid-1")
+	waitUntil(t, "the synced log line", func() bool { return strings.Contains(logs.String(), "pod cache synced") })
+	if g := gaugeValue(t, reg, MetricWatchSynced); g != 1 {
+		t.Errorf("%s = %v once synced, want 1", MetricWatchSynced, g)
+	}
+	requireCleanStop(t, errCh, cancel)
+}
+
+// The API server goes away after the cache synced, and a pod finishes meanwhile: the watch
+// reports the outage, keeps retrying, and the relist after the API comes back delivers the
+// finished pod.
+func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
+	client := fake.NewClientset(jobPod("job", "uid-1", node))
+	var apiUp atomic.Bool
+	apiUp.Store(true)
+	var mu sync.Mutex
+	var current watch.Interface
+	client.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if !apiUp.Load() {
+			return true, nil, errors.New("apiserver unavailable")
+		}
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		wi, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		mu.Lock()
+		current = wi
+		mu.Unlock()
+		return true, wi, nil
+	})
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if apiUp.Load() {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newRecordingHandler()
+	w := New(client, node, h, WithLogger(slog.New(slog.NewTextHandler(logs, nil))), WithMetrics(m))
+	errCh, cancel := runInBackground(w)
+	defer cancel()
+	waitUntil(t, "the watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
+	waitUntil(t, "the synced gauge", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 1 })
+
+	// The API server goes away: its watch connection ends, and it answers nothing.
+	apiUp.Store(false)
+	mu.Lock()
+	current.Stop()
+	mu.Unlock()
+	waitUntil(t, "the outage to show", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 0 })
+	done := setState(jobPod("job", "uid-1", node), "main", exited(0, ""))
+	if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), done, ns); err != nil {
+		t.Fatal(err)
+	}
+	requireRunning(t, errCh, "while the API server was down")
+	if calls := h.all(); len(calls) != 0 {
+		t.Fatalf("handler called although the API server was down: %s", describe(calls))
+	}
+	if !strings.Contains(logs.String(), "pod watch lost the API server") {
+		t.Errorf("the outage was not logged:\n%s", logs.String())
+	}
+
+	apiUp.Store(true)
+	h.waitFor(t, "done", "job", "uid-1")
+	waitUntil(t, "the synced gauge after the outage", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 1 })
+	if errorCount(reg, "list")+errorCount(reg, "watch") == 0 {
+		t.Errorf("no failed request counted in %s", MetricWatchErrors)
+	}
+	if !strings.Contains(logs.String(), "in step with the API server again") {
+		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
+	requireCleanStop(t, errCh, cancel)
 }
 
 func TestRunReturnsWhenCancelledDuringSync(t *testing.T) {
@@ -361,19 +542,9 @@ func TestRunReturnsWhenCancelledDuringSync(t *testing.T) {
 		return true, nil, errors.New("apiserver unavailable")
 	})
 	w := New(client, node, newRecordingHandler(), WithLogger(quiet))
-	ctx, cancel := context.WithCancel(context.Background())
-	errCh := make(chan error, 1)
-	go func() { errCh <- w.Run(ctx) }()
+	errCh, cancel := runInBackground(w)
 	waitClosed(t, listed, "first pod list")
-	cancel()
-	select {
-	case err := <-errCh:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Run() = %v, want context.Canceled", err)
-		}
-	case <-time.After(deadline):
-		t.Fatalf("Run did not return within %s of cancel", deadline)
-	}
+	requireCleanStop(t, errCh, cancel)
 }
 
 // blockingHandler blocks in WorkloadDone until release is closed.
@@ -631,6 +802,38 @@ func findMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[
 func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	return findMetric(t, reg, name, labels).GetCounter().GetValue()
+}
+
+// While the API server hangs, recording Events (a sidecar failure, an exit request) must
+// neither block the caller, nor pile up without bound, nor hold up shutdown.
+func TestEventsDoNotBlockWhileTheAPIServerHangs(t *testing.T) {
+	const events = 3000 // more than the broadcaster queues: the surplus is dropped, not waited for
+	client := fake.NewClientset()
+	hang := make(chan struct{})
+	defer close(hang)
+	var writes atomic.Int32
+	client.PrependReactor("*", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		writes.Add(1)
+		<-hang
+		return true, nil, errors.New("apiserver unavailable")
+	})
+	rec, stop := NewEventRecorder(client, node)
+	pod := jobPod("p", "uid-ev", node)
+	start := time.Now()
+	for i := range events {
+		rec.Eventf(pod, corev1.EventTypeWarning, contract.EventSidecarExitFailed, "attempt %d", i)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("recording %d Events took %s with the API server hanging", events, el)
+	}
+	waitUntil(t, "the first Event write", func() bool { return writes.Load() > 0 })
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		t.Fatal("stopping the Event recorder waited for the hanging API server")
+	}
 }
 
 // A restarted sidecar that fails again has news for the user (for example the volumes its

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/firstseen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -58,18 +60,38 @@ func startNode(t *testing.T, bin string, e *testenv.Env) *nodeProcess {
 // The node plugin is killed after NodePublishVolume and before the sidecar took the
 // descriptor (a DaemonSet rollout while a pod's images are still pulling). The kubelet will
 // not publish again; the restarted node plugin must offer the volume anew, and the sidecar
-// that starts later must serve it.
+// must serve it, whether it starts after the re-offer or is already watching the hand-off
+// directory when the re-offer appears (then it connects the moment it sees the name, so the
+// socket must already be its own: bound under a hidden name, chowned, renamed into place).
 func TestNodePluginRestartBeforeSidecarConnects(t *testing.T) {
-	e := newEnv(t, "bkt-restart")
-	bin := filepath.Join(e.Root, "gcsfuse-csi-node")
+	bin := filepath.Join(t.TempDir(), "gcsfuse-csi-node")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/gcsfuse-csi-node").CombinedOutput(); err != nil {
 		t.Fatalf("build node plugin: %v\n%s", err, out)
 	}
+	for _, tc := range []struct {
+		name          string
+		sidecarBefore bool // the sidecar runs and watches before the node plugin restarts
+	}{
+		{name: "sidecar starts after the re-offer"},
+		{name: "sidecar watches during the re-offer", sidecarBefore: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restartBeforeSidecarConnects(t, bin, tc.sidecarBefore)
+		})
+	}
+}
+
+func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) {
+	bucket := "bkt-restart"
+	if sidecarBefore {
+		bucket = "bkt-restart-watching"
+	}
+	e := newEnv(t, bucket)
 	pod, err := e.NewPod()
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := pod.PublishRequest("data", "bkt-restart", "", false)
+	req := pod.PublishRequest("data", bucket, "", false)
 	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +105,36 @@ func TestNodePluginRestartBeforeSidecarConnects(t *testing.T) {
 		t.Fatalf("after the node plugin died the mount should be dead (ENOTCONN), stat = %v", err)
 	}
 
-	second := startNode(t, bin, e)
-	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
+	handoffDir := filepath.Join(pod.TmpDir, contract.HandoffDir)
+	sockName := "data" + contract.HandoffSocketSuffix
+	var sc *testenv.Sidecar
+	if sidecarBefore {
+		if sc, err = pod.StartSidecar(contract.ModeLegacy, 30, echo(t)); err != nil {
+			t.Fatal(err)
+		}
+		// The dead plugin's socket is still there: the sidecar tries it, is refused, and
+		// keeps watching. Once it has, it is surely watching for the re-offer.
+		waitOutput(t, sc, "hand-off failed", 10*time.Second)
+	}
+	seen, err := firstseen.Start(handoffDir, sockName)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(seen.Close)
+
+	second := startNode(t, bin, e)
+	a, err := seen.Wait(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.MovedIn || a.StatErr != nil || a.UID != contract.SidecarUID || a.GID != contract.SidecarGID {
+		t.Fatalf("the re-offered socket appeared (moved in: %v) owned by %d:%d (stat err %v); a sidecar waking on it must find it its own (%d:%d)",
+			a.MovedIn, a.UID, a.GID, a.StatErr, contract.SidecarUID, contract.SidecarGID)
+	}
+	if !sidecarBefore {
+		if sc, err = pod.StartSidecar(contract.ModeLegacy, 30, echo(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := testenv.WaitReady(req.TargetPath, 20*time.Second); err != nil {
 		t.Fatalf("volume not served after the node plugin restart: %v\n%s", err, sc.Output())
@@ -94,11 +142,32 @@ func TestNodePluginRestartBeforeSidecarConnects(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(req.TargetPath, "after-restart.txt"), []byte("ok"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	requireObject(t, "bkt-restart", "after-restart.txt", []byte("ok"))
+	requireObject(t, bucket, "after-restart.txt", []byte("ok"))
+	entries, err := os.ReadDir(handoffDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name(), ".") {
+			t.Fatalf("hidden name left in the hand-off directory: %s", en.Name())
+		}
+	}
 	if _, err := second.csi.NodeUnpublishVolume(ctx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: req.TargetPath}); err != nil {
 		t.Fatal(err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(e.Root, "plugins", contract.DriverName, "offers")); len(entries) != 0 {
 		t.Fatalf("offer records left behind: %v", entries)
+	}
+}
+
+// waitOutput waits, at most d, until the sidecar has printed want.
+func waitOutput(t *testing.T, sc *testenv.Sidecar, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(sc.Output(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar did not print %q within %s:\n%s", want, d, sc.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

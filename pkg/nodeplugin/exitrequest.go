@@ -1,0 +1,277 @@
+package nodeplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+)
+
+// How a failed exit request is retried. A write can fail for a while for reasons that pass
+// (the emptyDir not set up yet, a full or read-only disk, a kubelet replacing a directory),
+// and a legacy sidecar that is never told keeps the pod running until someone deletes it: so
+// it is retried, with a backoff that stays cheap for the node, for a bounded time.
+const (
+	// ExitRetryFirst is the wait before the first retry; each later wait doubles it.
+	ExitRetryFirst = 250 * time.Millisecond
+	// ExitRetryMax caps the wait between two attempts.
+	ExitRetryMax = 10 * time.Second
+	// ExitRetryFor bounds the whole effort: after it, a sidecar still alive is reported
+	// with a SidecarExitFailed Event and left to the user.
+	ExitRetryFor = 2 * time.Minute
+	// ExitAPITimeout bounds each question to the API server about the pod.
+	ExitAPITimeout = 5 * time.Second
+	// ExitFailedMemory is how long a pod whose sidecar could not be told is remembered, so
+	// that a second decision about it (the runtime, then the API) does not report it again.
+	ExitFailedMemory = 10 * time.Minute
+)
+
+// exitRetryPolicy holds the retry timings; tests shorten them.
+type exitRetryPolicy struct {
+	first, max, total, apiTimeout time.Duration
+}
+
+func (p exitRetryPolicy) orDefaults() exitRetryPolicy {
+	if p.first <= 0 {
+		p.first = ExitRetryFirst
+	}
+	if p.max <= 0 {
+		p.max = ExitRetryMax
+	}
+	if p.total <= 0 {
+		p.total = ExitRetryFor
+	}
+	if p.apiTimeout <= 0 {
+		p.apiTimeout = ExitAPITimeout
+	}
+	return p
+}
+
+// exitRequests remembers, per pod UID, an exit request in progress (attempting or retrying)
+// or given up, so that each pod gets one writer and at most one SidecarExitFailed Event.
+// Requests that succeeded are forgotten: the exit file itself then answers a repeat.
+type exitRequests struct {
+	mu     sync.Mutex
+	active map[types.UID]bool      // being attempted or retried
+	failed map[types.UID]time.Time // gave up at
+}
+
+// claim marks uid as in progress; false if it already is, or gave up recently.
+func (e *exitRequests) claim(uid types.UID, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.active == nil {
+		e.active, e.failed = map[types.UID]bool{}, map[types.UID]time.Time{}
+	}
+	for u, at := range e.failed {
+		if now.Sub(at) > ExitFailedMemory {
+			delete(e.failed, u)
+		}
+	}
+	if _, gaveUp := e.failed[uid]; gaveUp || e.active[uid] {
+		return false
+	}
+	e.active[uid] = true
+	return true
+}
+
+// release ends the request for uid; gaveUp records that its sidecar could not be told.
+func (e *exitRequests) release(uid types.UID, gaveUp bool, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.active, uid)
+	if gaveUp {
+		e.failed[uid] = now
+	}
+}
+
+// exitOutcome is the result of one attempt to write the exit file.
+type exitOutcome int
+
+const (
+	exitWritten exitOutcome = iota // written now: the sidecar is told
+	exitPresent                    // already there: told before (by us or a previous node plugin)
+	exitNoDir                      // the pod's gcsfuse-tmp emptyDir does not exist
+	exitFailed                     // the emptyDir exists but the file could not be written
+)
+
+// tryExit makes one attempt: it writes the exit file unless one is already there.
+func (l *Lifecycle) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOutcome, error) {
+	dir, err := exitfile.OpenDir(l.KubeletRoot, string(pod.UID))
+	if errors.Is(err, os.ErrNotExist) {
+		return exitNoDir, err
+	}
+	if err != nil {
+		return exitFailed, err
+	}
+	defer dir.Close()
+	if present, err := exitfile.Present(dir); err != nil {
+		return exitFailed, err
+	} else if present {
+		return exitPresent, nil
+	}
+	err = exitfile.WriteIn(dir, exitfile.Reason{Rule: string(d.Rule), Message: d.Reason, WorkloadFinishedAt: d.WorkloadFinishedAt})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return exitNoDir, err // removed while we wrote
+	case err != nil:
+		return exitFailed, err
+	}
+	return exitWritten, nil
+}
+
+// sidecarGone reports whether pod's status shows a sidecar that has ended for good: it
+// terminated and the kubelet will not start it again (the pod is being deleted or has
+// reached a final phase, its restartPolicy is Never, or OnFailure after a clean exit). Such a
+// sidecar needs no exit
+// file, and a restarted node plugin, which reports done pods again, must not complain that
+// it cannot tell it: its emptyDir is usually gone with it.
+func sidecarGone(pod *corev1.Pod) bool {
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for i := range statuses {
+			t := statuses[i].State.Terminated
+			if statuses[i].Name != contract.SidecarContainerName || t == nil {
+				continue
+			}
+			switch {
+			case pod.DeletionTimestamp != nil, pod.Spec.RestartPolicy == corev1.RestartPolicyNever,
+				pod.Status.Phase == corev1.PodSucceeded, pod.Status.Phase == corev1.PodFailed:
+				return true
+			case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && t.ExitCode == 0:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// askAPI asks the API server whether the pod's sidecar is gone: the pod no longer exists
+// (or its name now belongs to another pod), or its status shows the sidecar ended for good.
+// known is false when the API could not answer (no client, unreachable, timeout).
+func (l *Lifecycle) askAPI(ctx context.Context, pod *corev1.Pod, timeout time.Duration) (gone, known bool) {
+	if l.API == nil {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cur, err := l.API.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, true
+	case err != nil:
+		return false, false
+	case cur.UID != pod.UID:
+		return true, true
+	}
+	return sidecarGone(cur), true
+}
+
+// retryExit retries an exit request until the sidecar is told or gone, ctx ends (Close), or
+// the retry budget is spent; then, if the sidecar may still be alive, it reports that it
+// could not be told. sawDir says whether an earlier attempt found the emptyDir: once seen,
+// its disappearance means the kubelet tore the pod's volumes down, sidecar included.
+func (l *Lifecycle) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.Decision, sawDir bool, lastErr error, log *slog.Logger) {
+	p := l.exitRetry.orDefaults()
+	gaveUp := false
+	defer func() { l.exits.release(pod.UID, gaveUp, time.Now()) }()
+	deadline := time.Now().Add(p.total)
+	wait := p.first
+	attempts := 1
+	for {
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			break
+		}
+		timer := time.NewTimer(min(wait, remaining))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			log.Info("node plugin stopping; no longer trying to ask the sidecar to exit", "attempts", attempts, "err", lastErr)
+			return
+		case <-timer.C:
+		}
+		wait = min(2*wait, p.max)
+		attempts++
+		outcome, err := l.tryExit(pod, d)
+		switch outcome {
+		case exitWritten:
+			l.exitRequested(pod, d, log, "attempts", attempts)
+			return
+		case exitPresent:
+			log.Info("exit file already present; the sidecar was told", "attempts", attempts)
+			return
+		case exitNoDir:
+			if sawDir {
+				log.Info("the pod's emptyDir is gone, and its sidecar with it; nothing to tell", "attempts", attempts)
+				return
+			}
+		case exitFailed:
+			sawDir = true
+		}
+		lastErr = err
+		if gone, _ := l.askAPI(ctx, pod, p.apiTimeout); gone {
+			log.Info("the API reports the sidecar gone; nothing to tell", "attempts", attempts, "err", lastErr)
+			return
+		}
+	}
+	// The budget is spent. Report only a sidecar that may still be running: the API's word
+	// if it answers, otherwise the last status the watcher saw (checked in requestExit).
+	if gone, _ := l.askAPI(ctx, pod, p.apiTimeout); gone {
+		log.Info("the API reports the sidecar gone; nothing to tell", "attempts", attempts, "err", lastErr)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	gaveUp = true
+	log.Error("cannot ask the sidecar to exit; giving up", "attempts", attempts, "for", p.total.String(), "err", lastErr)
+	l.event(pod, true, contract.EventSidecarExitFailed,
+		fmt.Sprintf("cannot ask %s to exit after %d attempts over %s: %v", contract.SidecarContainerName, attempts, p.total, lastErr))
+}
+
+// exitRequested logs and reports an exit file just written.
+func (l *Lifecycle) exitRequested(pod *corev1.Pod, d lifecycle.Decision, log *slog.Logger, attrs ...any) {
+	lag := time.Duration(0)
+	if !d.WorkloadFinishedAt.IsZero() {
+		lag = time.Since(d.WorkloadFinishedAt)
+	}
+	log.Info("workload done; asked the sidecar to exit", append([]any{"reason", d.Reason, "sinceWorkloadDoneMs", lag.Milliseconds()}, attrs...)...)
+	l.event(pod, false, contract.EventSidecarExitRequested, fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
+}
+
+// goOwned runs f in a goroutine that Lifecycle.Close stops (it cancels f's ctx) and waits
+// for, within Close's bound. It returns false, without running f, once Close has begun.
+// The goroutine joins the runtime followers (follow.go): the same context and WaitGroup.
+func (l *Lifecycle) goOwned(f func(ctx context.Context)) bool {
+	fs := &l.follows
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.stopped {
+		return false
+	}
+	if fs.pods == nil {
+		fs.pods = map[types.UID]*follower{}
+		fs.ctx, fs.cancel = context.WithCancel(context.Background())
+	}
+	parent := fs.ctx
+	fs.wg.Add(1)
+	go func() {
+		defer fs.wg.Done()
+		ctx, cancel := context.WithCancel(parent)
+		defer cancel()
+		f(ctx)
+	}()
+	return true
+}

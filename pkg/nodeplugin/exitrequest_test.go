@@ -1,0 +1,369 @@
+package nodeplugin
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+)
+
+// Bounds of the tests' waits.
+const (
+	eventuallyWait = 5 * time.Second
+	quietWait      = 150 * time.Millisecond // how long "nothing happens" is watched
+)
+
+// fastRetry makes retries quick for tests; total is the retry budget.
+func fastRetry(total time.Duration) exitRetryPolicy {
+	return exitRetryPolicy{first: 5 * time.Millisecond, max: 20 * time.Millisecond, total: total, apiTimeout: time.Second}
+}
+
+type exitEvent struct {
+	warning bool
+	reason  string
+	message string
+}
+
+// eventLog is an EventSink that remembers what was recorded.
+type eventLog struct {
+	mu     sync.Mutex
+	events []exitEvent
+}
+
+func (e *eventLog) PodEvent(_ csidriver.PodRef, warning bool, reason, message string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, exitEvent{warning, reason, message})
+}
+
+func (e *eventLog) count(reason string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.events {
+		if ev.reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *eventLog) all() []exitEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]exitEvent(nil), e.events...)
+}
+
+// donePod is a legacy pod whose workload is done and whose sidecar still runs. Its pod
+// directory exists under root; its gcsfuse-tmp emptyDir does not (see makeEmptyDir).
+func donePod(t *testing.T, root string) *corev1.Pod {
+	t.Helper()
+	uid := types.UID("uid-" + filepath.Base(t.Name()))
+	if err := os.MkdirAll(filepath.Join(root, "pods", string(uid), "volumes", "kubernetes.io~empty-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: uid},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: contract.SidecarContainerName}, {Name: "app"}},
+		},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+			{Name: contract.SidecarContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+			{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+		}},
+	}
+}
+
+func emptyDirPath(root string, pod *corev1.Pod) string {
+	return filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+}
+
+func makeEmptyDir(t *testing.T, root string, pod *corev1.Pod) {
+	t.Helper()
+	if err := os.Mkdir(emptyDirPath(root, pod), 0o777); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sidecarTerminated marks the pod's sidecar as ended (exit 0).
+func sidecarTerminated(pod *corev1.Pod) *corev1.Pod {
+	pod = pod.DeepCopy()
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	return pod
+}
+
+var decision = lifecycle.Decision{Mode: contract.ModeLegacy, Rule: "test-rule", Reason: "every workload container terminated"}
+
+func newLifecycle(root string, events *eventLog, total time.Duration) *Lifecycle {
+	return &Lifecycle{KubeletRoot: root, Events: events, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), exitRetry: fastRetry(total)}
+}
+
+// idle waits, at most d, until no goroutine of l runs; false if one still does.
+func idle(l *Lifecycle, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { l.follows.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// readOnly makes dir read-only for everyone, root included (a read-only bind mount), and
+// returns the function that makes it writable again.
+func readOnly(t *testing.T, dir string) (writable func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = os.Chmod(dir, 0o777) }
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind mount (needs CAP_SYS_ADMIN): %v", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		t.Skipf("cannot remount read-only: %v", err)
+	}
+	var once sync.Once
+	undo := func() { once.Do(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }) }
+	t.Cleanup(undo)
+	return undo
+}
+
+func requireExitFile(t *testing.T, root string, pod *corev1.Pod) {
+	t.Helper()
+	if !fileAppears(exitFilePath(root, pod), eventuallyWait) {
+		t.Fatal("no exit file: the failed request was not retried")
+	}
+}
+
+func TestExitRetriedUntilTheEmptyDirAppears(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newLifecycle(root, events, time.Minute)
+	defer l.Close(time.Second)
+	pod := donePod(t, root)
+
+	l.requestExit(pod, decision)
+	time.Sleep(quietWait)
+	if n := len(events.all()); n != 0 {
+		t.Fatalf("events before the sidecar could be told: %+v", events.all())
+	}
+	makeEmptyDir(t, root, pod)
+	requireExitFile(t, root, pod)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("retry goroutine still running after the exit file was written")
+	}
+	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitRequested || got[0].warning {
+		t.Fatalf("events = %+v, want one %s", got, contract.EventSidecarExitRequested)
+	}
+}
+
+func TestExitRetriedUntilTheEmptyDirIsWritable(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newLifecycle(root, events, time.Minute)
+	defer l.Close(time.Second)
+	pod := donePod(t, root)
+	makeEmptyDir(t, root, pod)
+	writable := readOnly(t, emptyDirPath(root, pod))
+
+	l.requestExit(pod, decision)
+	time.Sleep(quietWait)
+	if _, err := os.Stat(exitFilePath(root, pod)); err == nil {
+		t.Fatal("exit file written into a read-only emptyDir?")
+	}
+	writable()
+	requireExitFile(t, root, pod)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("retry goroutine still running after the exit file was written")
+	}
+	if events.count(contract.EventSidecarExitRequested) != 1 || events.count(contract.EventSidecarExitFailed) != 0 {
+		t.Fatalf("events = %+v, want one %s", events.all(), contract.EventSidecarExitRequested)
+	}
+}
+
+// A restarted node plugin reports again the pods that are already done; their sidecar has
+// ended and the kubelet has removed their emptyDir. Nothing is to be told, nothing reported.
+func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup returns the pod as the watcher reports it, and an API client (or nil).
+		setup func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset)
+	}{
+		{"status shows the sidecar ended, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			return sidecarTerminated(pod), nil
+		}},
+		{"pod failed, sidecar exited 1 under OnFailure, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			pod = pod.DeepCopy()
+			pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+			pod.Status.Phase = corev1.PodFailed
+			pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}
+			return pod, fake.NewClientset(pod.DeepCopy()) // the API says the same
+		}},
+		{"emptyDir removed while retrying", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			makeEmptyDir(t, root, pod)
+			writable := readOnly(t, emptyDirPath(root, pod))
+			done := make(chan struct{})
+			go func() { // the kubelet tears the volume down while we retry
+				defer close(done)
+				time.Sleep(quietWait)
+				writable()
+				_ = os.Remove(emptyDirPath(root, pod))
+			}()
+			t.Cleanup(func() { <-done })
+			return pod, nil
+		}},
+		{"API: pod deleted", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			return pod, fake.NewClientset()
+		}},
+		{"API: pod name reused by another pod", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			other := pod.DeepCopy()
+			other.UID = "another-uid"
+			return pod, fake.NewClientset(other)
+		}},
+		{"API: sidecar terminated", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			return pod, fake.NewClientset(sidecarTerminated(pod))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			events := &eventLog{}
+			l := newLifecycle(root, events, time.Minute) // a budget the test never reaches
+			defer l.Close(time.Second)
+			pod, client := tc.setup(t, root, donePod(t, root))
+			if client != nil {
+				l.API = client.CoreV1()
+			}
+			l.requestExit(pod, decision)
+			if !idle(l, eventuallyWait) {
+				t.Fatal("still retrying although the sidecar is gone")
+			}
+			if got := events.all(); len(got) != 0 {
+				t.Fatalf("events for a sidecar that is gone: %+v", got)
+			}
+			if _, err := os.Stat(exitFilePath(root, pod)); err == nil {
+				t.Fatal("exit file written for a sidecar that is gone")
+			}
+		})
+	}
+}
+
+func TestExitRequestedOnceWhenCalledTwice(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newLifecycle(root, events, time.Minute)
+	defer l.Close(time.Second)
+	pod := donePod(t, root)
+	makeEmptyDir(t, root, pod)
+
+	l.requestExit(pod, decision)
+	first, err := os.Stat(exitFilePath(root, pod))
+	if err != nil {
+		t.Fatalf("no exit file: %v", err)
+	}
+	l.requestExit(pod, decision) // e.g. the API after the runtime, or a restarted plugin
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.requestExit(pod, decision) }()
+	}
+	wg.Wait()
+	second, err := os.Stat(exitFilePath(root, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Sys().(*syscall.Stat_t).Ino != second.Sys().(*syscall.Stat_t).Ino {
+		t.Fatal("the exit file was written again")
+	}
+	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitRequested {
+		t.Fatalf("events = %+v, want exactly one %s", got, contract.EventSidecarExitRequested)
+	}
+}
+
+// A sidecar the API still shows running but that cannot be told within the budget is
+// reported once, however many times its exit is requested.
+func TestExitFailedReportedOnceForALiveSidecar(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newLifecycle(root, events, 200*time.Millisecond)
+	defer l.Close(time.Second)
+	pod := donePod(t, root) // no emptyDir, ever
+	l.API = fake.NewClientset(pod.DeepCopy()).CoreV1()
+
+	l.requestExit(pod, decision)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("retries did not give up within their budget")
+	}
+	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitFailed || !got[0].warning {
+		t.Fatalf("events = %+v, want one %s warning", got, contract.EventSidecarExitFailed)
+	}
+	l.requestExit(pod, decision)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("second request still running")
+	}
+	if n := events.count(contract.EventSidecarExitFailed); n != 1 {
+		t.Fatalf("%s reported %d times, want once", contract.EventSidecarExitFailed, n)
+	}
+}
+
+func TestCloseStopsExitRetries(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newLifecycle(root, events, time.Minute)
+	pod := donePod(t, root)
+
+	l.requestExit(pod, decision)
+	start := time.Now()
+	l.Close(eventuallyWait)
+	if !idle(l, quietWait) || time.Since(start) > time.Second {
+		t.Fatalf("Close did not stop the retries promptly (%s)", time.Since(start))
+	}
+	makeEmptyDir(t, root, pod)
+	time.Sleep(quietWait)
+	if _, err := os.Stat(exitFilePath(root, pod)); err == nil {
+		t.Fatal("exit file written after Close")
+	}
+	if got := events.all(); len(got) != 0 {
+		t.Fatalf("events after Close: %+v", got)
+	}
+	l.requestExit(sidecarTerminated(pod), decision) // after Close: nothing starts
+	l.requestExit(donePod(t, t.TempDir()), decision)
+	if !idle(l, time.Second) {
+		t.Fatal("a retry started after Close")
+	}
+}
+
+func exitFilePath(root string, pod *corev1.Pod) string {
+	return filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName, contract.ExitFile)
+}
+
+// fileAppears waits, at most d, for p to exist.
+func fileAppears(p string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
