@@ -113,8 +113,8 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 			t.Fatal(err)
 		}
 		// The dead plugin's socket is still there: the sidecar tries it, is refused, and
-		// keeps watching. Once it has, it is surely watching for the re-offer.
-		waitOutput(t, sc, "hand-off failed", 10*time.Second)
+		// keeps retrying it. Once it has, it is surely watching for the re-offer.
+		waitOutput(t, sc, "cannot take the hand-off yet", 10*time.Second)
 	}
 	seen, err := firstseen.Start(handoffDir, sockName)
 	if err != nil {
