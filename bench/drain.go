@@ -82,7 +82,7 @@ func (b *bench) dataLossWriting(iterations, offIterations int) error {
 			return err
 		}
 		totalLost += lost
-		fmt.Printf("  %-48s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, per, objs, lost, s)
+		fmt.Printf("  %-50s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, per, objs, lost, s)
 	}
 	fmt.Printf("  drain switched off (sidecar --drain=false), %d iterations each:\n", offIterations)
 	for _, sc := range drainScenarios[:2] {
@@ -90,7 +90,7 @@ func (b *bench) dataLossWriting(iterations, offIterations int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  %-48s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, offIterations, objs, lost, s)
+		fmt.Printf("  %-50s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, offIterations, objs, lost, s)
 	}
 	if totalLost > 0 {
 		return fmt.Errorf("%d objects lost or short with the drain on", totalLost)

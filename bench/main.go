@@ -136,7 +136,7 @@ func (s stats) String() string {
 	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
 	p := func(q float64) time.Duration { return c[min(len(c)-1, int(q*float64(len(c))))] }
 	r := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-	return fmt.Sprintf("min %s  p50 %s  p99 %s  max %s  (n=%d)", r(c[0]), r(p(0.5)), r(p(0.99)), r(c[len(c)-1]), len(c))
+	return fmt.Sprintf("min %s  p50 %s  p90 %s  p99 %s  max %s  (n=%d)", r(c[0]), r(p(0.5)), r(p(0.9)), r(p(0.99)), r(c[len(c)-1]), len(c))
 }
 
 // mountLatency: NodePublishVolume of every volume, sidecar start, until a stat through

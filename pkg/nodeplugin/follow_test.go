@@ -65,16 +65,6 @@ func (r *recordedEvents) PodEvent(pod csidriver.PodRef, warning bool, reason, ms
 	r.events = append(r.events, recordedEvent{pod, warning, reason, msg})
 }
 
-func (r *recordedEvents) reasons() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, e := range r.events {
-		out = append(out, e.reason)
-	}
-	return out
-}
-
 // cacheMiss is a pod watcher that knows no pod (API unreachable).
 type cacheMiss struct{}
 
