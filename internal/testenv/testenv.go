@@ -466,6 +466,13 @@ func (p *Pod) GcsfusePIDs() []int {
 
 // GcsfusePIDs lists the gcsfuse processes on this host whose arguments satisfy match.
 func GcsfusePIDs(match func(args []string) bool) []int {
+	return ProcessPIDs(func(args []string) bool {
+		return len(args) > 1 && filepath.Base(args[0]) == "gcsfuse" && match(args)
+	})
+}
+
+// ProcessPIDs lists the processes on this host whose command line (argv) satisfies match.
+func ProcessPIDs(match func(args []string) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -474,11 +481,10 @@ func GcsfusePIDs(match func(args []string) bool) []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
+		if err != nil || len(b) == 0 {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "gcsfuse" && match(args) {
+		if match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
 			pids = append(pids, pid)
 		}
 	}

@@ -240,21 +240,8 @@ func IgnoredContainers(pod *corev1.Pod) map[string]struct{} {
 // sidecar's termination message, which carries the failure reason; when the sidecar wrote
 // none it falls back to the kubelet's reason (for example "OOMKilled" or "Error").
 func SidecarFailure(pod *corev1.Pod) (failed bool, exitCode int32, message string) {
-	var st *corev1.ContainerStatus
-	switch SidecarMode(pod) {
-	case contract.ModeNative:
-		st = findStatus(pod.Status.InitContainerStatuses, contract.SidecarContainerName)
-	case contract.ModeLegacy:
-		st = findStatus(pod.Status.ContainerStatuses, contract.SidecarContainerName)
-	}
-	if st == nil {
-		return false, 0, ""
-	}
-	t := st.State.Terminated
-	if t == nil || t.ExitCode == 0 {
-		t = st.LastTerminationState.Terminated
-	}
-	if t == nil || t.ExitCode == 0 {
+	t := sidecarFailedTermination(pod)
+	if t == nil {
 		return false, 0, ""
 	}
 	message = strings.TrimSpace(t.Message)
@@ -269,6 +256,16 @@ func SidecarFailure(pod *corev1.Pod) (failed bool, exitCode int32, message strin
 // found the volumes its predecessor lost) has news for the user. It is "" when
 // SidecarFailure reports nothing.
 func SidecarFailedRun(pod *corev1.Pod) string {
+	t := sidecarFailedTermination(pod)
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d@%s/%s", t.ExitCode, t.StartedAt.UTC().Format(time.RFC3339), t.FinishedAt.UTC().Format(time.RFC3339))
+}
+
+// sidecarFailedTermination is the sidecar's latest non-zero termination: its current state,
+// else its last termination state (a restarted sidecar may never be seen terminated).
+func sidecarFailedTermination(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 	var st *corev1.ContainerStatus
 	switch SidecarMode(pod) {
 	case contract.ModeNative:
@@ -277,16 +274,16 @@ func SidecarFailedRun(pod *corev1.Pod) string {
 		st = findStatus(pod.Status.ContainerStatuses, contract.SidecarContainerName)
 	}
 	if st == nil {
-		return ""
+		return nil
 	}
 	t := st.State.Terminated
 	if t == nil || t.ExitCode == 0 {
 		t = st.LastTerminationState.Terminated
 	}
 	if t == nil || t.ExitCode == 0 {
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("%d@%s/%s", t.ExitCode, t.StartedAt.UTC().Format(time.RFC3339), t.FinishedAt.UTC().Format(time.RFC3339))
+	return t
 }
 
 // terminatedState returns the state in which a container last terminated, or nil if it has

@@ -320,27 +320,8 @@ func TestNodePluginRestart(t *testing.T) {
 		waitObjects(t, r.bucket, "part", 2, 120*time.Second)
 	}
 	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
-	old, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
-	if err != nil || len(old.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", old, err)
-	}
 	restarted := time.Now()
-	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
-		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old.Items[0].Name &&
-			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node plugin not back after %s", 90*time.Second)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	restartNodePlugin(t)
 	record(t, "node plugin delete -> new one ready", restarted, time.Now())
 	// The new plugin must also serve new volumes: it re-registered with the kubelet.
 	fresh := run{newBucket(t), podName(t, "after")}

@@ -47,25 +47,9 @@ func gcsfusePID(t *testing.T, bucket string) int {
 	return 0
 }
 
-// procsNamed lists the pids whose /proc/<pid>/comm is comm (the kernel truncates it to 15
-// bytes).
-func procsNamed(comm string) []int {
-	if len(comm) > 15 {
-		comm = comm[:15]
-	}
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err == nil && strings.TrimSpace(string(b)) == comm {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+// procsNamed lists the pids of the processes whose program is named name.
+func procsNamed(name string) []int {
+	return testenv.ProcessPIDs(func(args []string) bool { return filepath.Base(args[0]) == name })
 }
 
 // parentPID is the PPid of a process (0 when gone).
