@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 )
 
 const root = "/var/lib/kubelet"
@@ -137,5 +138,36 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := Listen("tcp://127.0.0.1:5000"); err == nil {
 		t.Fatal("tcp endpoint accepted")
+	}
+}
+
+// An identical second NodePublishVolume of a published target must succeed (CSI
+// idempotency). Republish compares the validated volumes with reflect.DeepEqual, so this
+// drives validatePublish and republish, the code after the mount check, with a request
+// carrying both mountOptions and fileCacheCapacity: their flags once came out in map order,
+// and about every other repeat was refused with AlreadyExists. The mount itself needs root
+// and a kubelet tree, so the publication is recorded as mountAndOffer would record it.
+func TestRepublishIdenticalRequestSucceeds(t *testing.T) {
+	const repeats = 100
+	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	req := &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw, "gid=3"),
+		VolumeContext: map[string]string{
+			contract.AttrBucketName: "bkt", contract.AttrMountOptions: "implicit-dirs,uid=1001", contract.AttrFileCacheCapacity: "1Gi",
+			contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1", contract.CtxPodName: "p", contract.CtxPodNamespace: "ns",
+		}}
+	s := newTestServer()
+	first, err := s.validatePublish(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.published[target] = &publication{volumeID: req.GetVolumeId(), volume: first.volume}
+	for i := 0; i < repeats; i++ {
+		again, err := s.validatePublish(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.republish(req, again, &fusemount.Info{}, s.log); err != nil {
+			t.Fatalf("repeat %d of an identical publish: %v (flags %q, published %q)", i, err, again.volume.Flags, first.volume.Flags)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,8 @@ func (e *Error) Error() string { return fmt.Sprintf("mount option %q: %s", e.Opt
 
 // Result is the translation of a set of options.
 type Result struct {
-	// Flags are gcsfuse command-line flags, "--name" or "--name=value", in input order.
+	// Flags are gcsfuse command-line flags, "--name" or "--name=value", in input order
+	// (for FromAttributes, the fixed order it documents).
 	Flags []string
 	// ReadOnly is set by the "ro" option.
 	ReadOnly bool
@@ -282,29 +284,45 @@ type Volume struct {
 // bucketFallback is the volume handle, used for PersistentVolumes that carry no bucketName.
 // Keys the kubelet adds (csi.storage.k8s.io/...) are accepted; any other unknown key is an
 // error, so a misspelt attribute is not silently ignored.
+//
+// The flags come out in a fixed order, never in map order: first the mount flags (in the
+// order given), then the mountOptions attribute (in its order), then the flag for
+// fileCacheCapacity. The node service compares a republished volume with the published one
+// field by field, so the same request must always give the same Flags; a fixed order also
+// makes a "given more than once" error name the same option every time. With several
+// unknown attributes, the error names the first in sorted order, for the same reason.
 func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback string) (*Volume, error) {
+	var unknown []string
+	for k := range attrs {
+		switch {
+		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity:
+		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
+		default:
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s)", unknown[0],
+			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity)
+	}
 	var opts []string
 	for _, f := range mountFlags {
 		opts = append(opts, Split(f)...)
 	}
-	bucket := bucketFallback
-	for k, v := range attrs {
-		switch {
-		case k == contract.AttrBucketName:
-			bucket = v
-		case k == contract.AttrMountOptions:
-			opts = append(opts, Split(v)...)
-		case k == contract.AttrFileCacheCapacity:
-			mib, err := capacityMiB(v)
-			if err != nil {
-				return nil, fmt.Errorf("volume attribute %s: %w", k, err)
-			}
-			opts = append(opts, "file-cache-max-size-mb="+strconv.FormatInt(mib, 10))
-		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
-		default:
-			return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s)", k,
-				contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity)
+	if v, ok := attrs[contract.AttrMountOptions]; ok {
+		opts = append(opts, Split(v)...)
+	}
+	if v, ok := attrs[contract.AttrFileCacheCapacity]; ok {
+		mib, err := capacityMiB(v)
+		if err != nil {
+			return nil, fmt.Errorf("volume attribute %s: %w", contract.AttrFileCacheCapacity, err)
 		}
+		opts = append(opts, "file-cache-max-size-mb="+strconv.FormatInt(mib, 10))
+	}
+	bucket := bucketFallback
+	if v, ok := attrs[contract.AttrBucketName]; ok {
+		bucket = v
 	}
 	if err := ValidateBucket(bucket); err != nil {
 		return nil, err

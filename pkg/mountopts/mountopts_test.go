@@ -114,6 +114,43 @@ func TestFromAttributes(t *testing.T) {
 	}
 }
 
+// FromAttributes must give the same flags in the same order for the same input: the node
+// service compares a republished volume with reflect.DeepEqual, so any run-to-run change in
+// order turns an identical, idempotent NodePublishVolume into AlreadyExists. Map iteration
+// order is random per range statement, so 100 calls catch an order that follows it.
+func TestFromAttributesDeterministic(t *testing.T) {
+	const calls = 100
+	attrs := map[string]string{
+		"bucketName":                       "bkt",
+		"mountOptions":                     "implicit-dirs,uid=1001",
+		"fileCacheCapacity":                "1Gi",
+		"csi.storage.k8s.io/pod.name":      "p",
+		"csi.storage.k8s.io/pod.uid":       "u",
+		"csi.storage.k8s.io/ephemeral":     "true",
+		"csi.storage.k8s.io/pod.namespace": "ns",
+	}
+	flags := []string{"gid=3"}
+	// The documented order: mount flags, then mountOptions, then fileCacheCapacity.
+	want := []string{"--gid=3", "--implicit-dirs", "--uid=1001", "--file-cache-max-size-mb=1024"}
+	for i := 0; i < calls; i++ {
+		v, err := FromAttributes(attrs, flags, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v.Flags, want) {
+			t.Fatalf("call %d: flags %q, want %q", i, v.Flags, want)
+		}
+	}
+	// Several unknown attributes: the error must name the same one every time.
+	bad := map[string]string{"bucketName": "bkt", "zeta": "1", "alpha": "1", "mid": "1", "beta": "1"}
+	for i := 0; i < calls; i++ {
+		_, err := FromAttributes(bad, nil, "")
+		if err == nil || !strings.Contains(err.Error(), `"alpha"`) {
+			t.Fatalf("call %d: error %v, want the first unknown attribute in sorted order (\"alpha\")", i, err)
+		}
+	}
+}
+
 func TestValidateBucket(t *testing.T) {
 	for b, ok := range map[string]bool{
 		"my-bucket": true, "a_b": true, "abc": true, "my.bucket.example.com": true,
