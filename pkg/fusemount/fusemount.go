@@ -100,20 +100,64 @@ func Lookup(path string) (*Info, error) {
 // retried until the deadline and then detached lazily, which keeps open files working
 // until they are closed and never blocks. A path that is not mounted is not an error.
 func Unmount(ctx context.Context, target string, busyWait time.Duration) error {
+	return unmount(ctx, target, busyWait, sysOps)
+}
+
+// Bounds on Unmount's loop, so that a mount table it cannot empty ends in an error.
+const (
+	// maxStackedMounts bounds the mounts removed from one target (each umount(2) takes
+	// the top one off). Real stacks are one or two deep; more means the table does not
+	// change when we unmount.
+	maxStackedMounts = 16
+	// maxStaleAnswers bounds the umount(2) calls that answer EINVAL or ENOENT while the
+	// mount table still lists the target. One such answer can be a race with another
+	// unmount; repeated ones mean a stale entry or a mount in another mount namespace,
+	// which no retry from here removes.
+	maxStaleAnswers = 3
+	// unmountFirstBackoff and unmountMaxBackoff pace the retries of a busy mount.
+	unmountFirstBackoff = 10 * time.Millisecond
+	unmountMaxBackoff   = 200 * time.Millisecond
+)
+
+// ops are the system calls unmount makes; tests replace them to reach states a real
+// kernel only shows on a broken node.
+type ops struct {
+	lookup  func(path string) (*Info, error)
+	unmount func(target string, flags int) error
+}
+
+var sysOps = ops{lookup: Lookup, unmount: unix.Unmount}
+
+// unmount is Unmount with its system calls given. Every turn of its loop either removes a
+// mount (at most maxStackedMounts), gets a stale answer (at most maxStaleAnswers), waits
+// for a busy mount (until busyWait is over or ctx ends) or returns.
+func unmount(ctx context.Context, target string, busyWait time.Duration, o ops) error {
 	deadline := time.Now().Add(busyWait)
-	backoff := 10 * time.Millisecond
+	backoff := unmountFirstBackoff
+	removed, stale := 0, 0
 	for {
-		m, err := Lookup(target)
+		m, err := o.lookup(target)
 		if err != nil {
 			return err
 		}
 		if m == nil {
 			return nil
 		}
-		err = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		if removed >= maxStackedMounts {
+			return fmt.Errorf("unmount %s: still mounted after %d unmounts (the mount table does not change)", target, removed)
+		}
+		err = o.unmount(target, unix.UMOUNT_NOFOLLOW)
 		switch {
-		case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			continue // look again: mounts may be stacked
+		case err == nil:
+			removed++ // look again: mounts may be stacked
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			// Not a mount point to the kernel, yet listed: another unmount may just have
+			// won the race (look again), or the entry is one we cannot remove.
+			stale++
+			if stale >= maxStaleAnswers {
+				return fmt.Errorf("unmount %s: the mount table lists it but umount answers %w %d times "+
+					"(a stale entry, or a mount in another mount namespace)", target, err, stale)
+			}
 		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) && ctx.Err() == nil:
 			t := time.NewTimer(backoff)
 			select {
@@ -121,11 +165,12 @@ func Unmount(ctx context.Context, target string, busyWait time.Duration) error {
 			case <-t.C:
 			}
 			t.Stop()
-			backoff = min(2*backoff, 200*time.Millisecond)
+			backoff = min(2*backoff, unmountMaxBackoff)
 		case errors.Is(err, unix.EBUSY):
-			if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := o.unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 				return fmt.Errorf("lazy unmount of busy %s: %w", target, err)
 			}
+			removed++
 		default:
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}

@@ -2,8 +2,11 @@ package fusemount
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,5 +72,108 @@ func TestMountRefusesSymlinkTarget(t *testing.T) {
 		f.Close()
 		_ = unix.Unmount(real, unix.MNT_DETACH)
 		t.Fatal("mounted through a symlink")
+	}
+}
+
+// unmountReturnBound is how long an Unmount against a table that never empties may take:
+// it must give up after a few attempts, not spin until the caller's deadline.
+const unmountReturnBound = 2 * time.Second
+
+// fakeTable is a mount table that always lists the target, with an umount(2) that answers
+// err; it counts the umount calls.
+type fakeTable struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+}
+
+func (f *fakeTable) ops() ops {
+	return ops{
+		lookup: func(string) (*Info, error) { return &Info{FSType: FSType, Source: "bkt"}, nil },
+		unmount: func(string, int) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.calls++
+			return f.err
+		},
+	}
+}
+
+func (f *fakeTable) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// unmountBounded runs unmount in a goroutine and fails the test if it does not return
+// within unmountReturnBound (the goroutine of a spinning unmount is then left behind; the
+// test binary ends with the failure).
+func unmountBounded(t *testing.T, o ops, busyWait time.Duration) error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- unmount(context.Background(), "/mnt/target", busyWait, o) }()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(unmountReturnBound):
+		t.Fatalf("unmount still running after %s: it loops on a mount it cannot remove", unmountReturnBound)
+		return nil
+	}
+}
+
+// A mount table entry that umount(2) says is not a mount (EINVAL: a stale entry, or a mount
+// in another mount namespace; ENOENT: the path is gone) can never be removed from here:
+// Unmount must say so with the errno wrapped, after a bounded number of attempts.
+func TestUnmountStaleEntryReturnsError(t *testing.T) {
+	for _, errno := range []error{unix.EINVAL, unix.ENOENT} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			f := &fakeTable{err: errno}
+			err := unmountBounded(t, f.ops(), time.Second)
+			if !errors.Is(err, errno) || !strings.Contains(err.Error(), "/mnt/target") {
+				t.Fatalf("unmount = %v, want an error naming the target and wrapping %v", err, errno)
+			}
+			if n := f.count(); n > maxStaleAnswers {
+				t.Fatalf("umount called %d times, want at most %d", n, maxStaleAnswers)
+			}
+		})
+	}
+}
+
+// A table that keeps listing the target although every umount(2) succeeds (a stack of
+// mounts deeper than any real one, or a table that lies) ends with an error too.
+func TestUnmountEndlessStackReturnsError(t *testing.T) {
+	f := &fakeTable{}
+	err := unmountBounded(t, f.ops(), time.Second)
+	if err == nil || !strings.Contains(err.Error(), "still mounted") {
+		t.Fatalf("unmount = %v, want a still-mounted error", err)
+	}
+	if n := f.count(); n > maxStackedMounts {
+		t.Fatalf("umount called %d times, want at most %d", n, maxStackedMounts)
+	}
+}
+
+// Stacked mounts are all removed: each umount(2) takes the top one off.
+func TestUnmountRemovesStackedMounts(t *testing.T) {
+	const depth = 3
+	var mu sync.Mutex
+	left := depth
+	o := ops{
+		lookup: func(string) (*Info, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if left == 0 {
+				return nil, nil
+			}
+			return &Info{FSType: FSType}, nil
+		},
+		unmount: func(string, int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			left--
+			return nil
+		},
+	}
+	if err := unmountBounded(t, o, time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
