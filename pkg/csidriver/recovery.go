@@ -14,6 +14,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // offerRecord is what a node plugin needs to mount and offer a volume again. It is written
@@ -33,22 +34,29 @@ func (s *NodeServer) offerPath(target string) string {
 	return filepath.Join(s.cfg.StateDir, hex.EncodeToString(sum[:12])+".json")
 }
 
+// saveOffer records rec in StateDir. It writes through podpath.WriteFileAtomic, whose temp
+// file is unique to the call (a dot name that RecoverOffers skips): two saves of one target
+// at once must not write into or rename each other's temp file.
 func (s *NodeServer) saveOffer(rec *offerRecord) error {
 	if s.cfg.StateDir == "" {
 		return nil
 	}
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
-		return err
+		return fmt.Errorf("create offer record directory: %w", err)
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode offer record of %s: %w", rec.Target, err)
 	}
-	p := s.offerPath(rec.Target)
-	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
-		return err
+	dir, err := podpath.OpenDir(s.cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("open offer record directory: %w", err)
 	}
-	return os.Rename(p+".tmp", p)
+	defer dir.Close()
+	if err := podpath.WriteFileAtomic(dir, filepath.Base(s.offerPath(rec.Target)), b, 0o600); err != nil {
+		return fmt.Errorf("save offer record of %s: %w", rec.Target, err)
+	}
+	return nil
 }
 
 func (s *NodeServer) dropOffer(rec *offerRecord) {

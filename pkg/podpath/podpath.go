@@ -6,6 +6,8 @@
 package podpath
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -129,20 +131,33 @@ func Chown(dir *os.File, name string, uid, gid int) error {
 	return nil
 }
 
+// Temp file naming for WriteFileAtomic.
+const (
+	// tempRandomBytes is the random part of a temp name (hex-encoded): enough that two
+	// writers, in this process or another, practically never pick the same name.
+	tempRandomBytes = 8
+	// maxTempAttempts bounds the names tried when a random name is taken, as
+	// os.CreateTemp does; a collision is already improbable, several in a row mean
+	// something else (a full directory) is wrong.
+	maxTempAttempts = 16
+)
+
 // WriteFileAtomic writes data to name inside dir through a temp file and a rename, so a
 // reader that wakes on the name never sees a partial file. It never follows a symlink: the
 // temp file is created with O_EXCL|O_NOFOLLOW and the rename replaces the name itself.
+//
+// Each call has its own temp file, "."+name+".tmp"+random, so concurrent writers of one
+// name (goroutines of one process, or processes sharing the directory) never write into,
+// rename or delete each other's temp file: the last rename wins with one complete content.
+// The leading "." makes the sidecar ignore temp files; a failed call removes its own.
 func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error {
 	if !validElement(name) {
 		return fmt.Errorf("invalid file name %q", name)
 	}
-	tmp := "." + name + ".tmp" + strconv.Itoa(os.Getpid())
-	_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
-	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	f, tmp, err := createTemp(dir, name, mode)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: filepath.Join(dir.Name(), tmp), Err: err}
+		return err
 	}
-	f := os.NewFile(uintptr(fd), tmp)
 	_, werr := f.Write(data)
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
@@ -154,6 +169,28 @@ func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error 
 		return &os.PathError{Op: "renameat", Path: filepath.Join(dir.Name(), name), Err: err}
 	}
 	return nil
+}
+
+// createTemp creates a new file "."+name+".tmp"+random inside dir with O_EXCL|O_NOFOLLOW
+// and returns it with its name.
+func createTemp(dir *os.File, name string, mode uint32) (*os.File, string, error) {
+	var lastErr error
+	for i := 0; i < maxTempAttempts; i++ {
+		var rnd [tempRandomBytes]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return nil, "", fmt.Errorf("temp name for %s: %w", filepath.Join(dir.Name(), name), err)
+		}
+		tmp := "." + name + ".tmp" + hex.EncodeToString(rnd[:])
+		fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err == nil {
+			return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), tmp)), tmp, nil
+		}
+		lastErr = &os.PathError{Op: "create", Path: filepath.Join(dir.Name(), tmp), Err: err}
+		if !errors.Is(err, unix.EEXIST) {
+			return nil, "", lastErr
+		}
+	}
+	return nil, "", fmt.Errorf("no free temp name for %s after %d attempts: %w", filepath.Join(dir.Name(), name), maxTempAttempts, lastErr)
 }
 
 // Exists reports whether name exists inside dir, without following a symlink (a symlink

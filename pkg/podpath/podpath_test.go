@@ -1,9 +1,11 @@
 package podpath
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -183,5 +185,88 @@ func TestExistsDoesNotFollowSymlinks(t *testing.T) {
 	}
 	if _, err := Exists(d, "../f"); err == nil {
 		t.Fatal("a path with a separator was accepted")
+	}
+}
+
+// concurrentWriters is how many goroutines write one file at once in the atomic-write
+// tests: far more than the two that once collided on a pid-named temp file.
+const concurrentWriters = 32
+
+// Writers of the same name in one process (the node plugin writes the exit file from
+// several goroutines) must not share a temp file: each succeeds, the file ends as one
+// writer's complete content, and no temp file is left behind.
+func TestWriteFileAtomicConcurrentWriters(t *testing.T) {
+	dir, err := OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	contents := make(map[string]bool, concurrentWriters)
+	datas := make([][]byte, concurrentWriters)
+	for i := range datas {
+		// Large enough that a write interleaved with another is not one write(2) apart.
+		datas[i] = []byte(strings.Repeat(fmt.Sprintf("writer %02d;", i), 4096))
+		contents[string(datas[i])] = true
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, concurrentWriters)
+	start := make(chan struct{})
+	for i := range datas {
+		wg.Add(1)
+		go func(data []byte) {
+			defer wg.Done()
+			<-start
+			errs <- WriteFileAtomic(dir, "exit", data, 0o644)
+		}(datas[i])
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent WriteFileAtomic: %v", err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir.Name(), "exit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !contents[string(got)] {
+		t.Errorf("final content (%d bytes) is no single writer's content", len(got))
+	}
+	entries, err := os.ReadDir(dir.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "exit" {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// A failed write (here: the name is taken by a directory, so the rename fails) removes its
+// temp file, and temp files start with "." so the sidecar never takes one for a socket.
+func TestWriteFileAtomicCleansUpOnError(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "exit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "exit", "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := WriteFileAtomic(dir, "exit", []byte("x"), 0o644); err == nil {
+		t.Fatal("rename over a non-empty directory succeeded")
+	}
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if e.Name() != "exit" {
+			t.Errorf("left behind: %s", e.Name())
+		}
 	}
 }
