@@ -13,10 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Event is a name that appeared in a watched directory.
+// Event is a name that appeared in a watched directory, or an overflow.
 type Event struct {
 	Dir  string // as given to Add
 	Name string
+	// Overflow (Dir and Name empty) says the kernel's event queue overflowed and dropped
+	// events, in any watched directory: inotify then cannot say which names appeared, so
+	// the consumer must list every watched directory again and treat what it finds as
+	// created. Without it, a burst of creations (many sockets at once) would lose names.
+	Overflow bool
 }
 
 // Watcher delivers Events on C until Close.
@@ -38,7 +43,7 @@ func New() (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inotify_init1: %w", err)
 	}
-	c := make(chan Event, 64)
+	c := make(chan Event, eventBuffer)
 	w := &Watcher{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), wds: map[int32]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go w.read()
 	return w, nil
@@ -77,10 +82,19 @@ func (w *Watcher) Close() error {
 	return err
 }
 
+// Buffer sizes of the reader.
+const (
+	// eventBuffer is C's capacity: a burst is queued here before the kernel's own queue
+	// (fs.inotify.max_queued_events) has to hold it.
+	eventBuffer = 64
+	// readBatch is how many events with maximal names one read(2) can return.
+	readBatch = 64
+)
+
 func (w *Watcher) read() {
 	defer close(w.done)
 	defer close(w.c)
-	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	buf := make([]byte, readBatch*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
 		n, err := w.f.Read(buf)
 		if err != nil {
@@ -89,10 +103,25 @@ func (w *Watcher) read() {
 			}
 			return
 		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
-			off += unix.SizeofInotifyEvent + int(ev.Len)
+		if !w.deliver(buf[:n]) {
+			return
+		}
+	}
+}
+
+// deliver sends the events of one read(2) on C, and reports false when Close stopped it.
+// An IN_Q_OVERFLOW record becomes an Overflow event; events that name nothing (a watch
+// removed, say) are dropped.
+func (w *Watcher) deliver(buf []byte) bool {
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		end := min(off+unix.SizeofInotifyEvent+int(ev.Len), len(buf))
+		nameBytes := buf[off+unix.SizeofInotifyEvent : end]
+		off = end
+		var out Event
+		if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+			out.Overflow = true
+		} else {
 			name := string(nameBytes)
 			for i := 0; i < len(name); i++ {
 				if name[i] == 0 {
@@ -104,13 +133,14 @@ func (w *Watcher) read() {
 				continue
 			}
 			w.mu.Lock()
-			dir := w.wds[ev.Wd]
+			out = Event{Dir: w.wds[ev.Wd], Name: name}
 			w.mu.Unlock()
-			select {
-			case w.c <- Event{Dir: dir, Name: name}:
-			case <-w.stop:
-				return
-			}
+		}
+		select {
+		case w.c <- out:
+		case <-w.stop:
+			return false
 		}
 	}
+	return true
 }

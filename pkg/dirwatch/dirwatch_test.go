@@ -1,10 +1,16 @@
 package dirwatch
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestReportsCreateAndRename(t *testing.T) {
@@ -66,5 +72,121 @@ func TestAddMissingDirFails(t *testing.T) {
 	defer w.Close()
 	if err := w.Add(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("watching a missing dir succeeded")
+	}
+}
+
+// overflowTestMaxQueue skips the real-overflow test where the kernel queue is so large
+// that filling it would make the test slow.
+const overflowTestMaxQueue = 1 << 17
+
+// eventWait bounds each wait for an event in these tests.
+const eventWait = 5 * time.Second
+
+// consume is a consumer as the sidecar is: it records the names created in dir, and on an
+// Overflow lists dir again and records what it finds. It stops once it has want names or
+// after an Overflow's rescan, and reports whether an Overflow came.
+func consume(t *testing.T, w *Watcher, dir string, want int) (map[string]bool, bool) {
+	t.Helper()
+	seen := map[string]bool{}
+	overflowed := false
+	for len(seen) < want {
+		select {
+		case ev, ok := <-w.C:
+			if !ok {
+				t.Fatal("C closed")
+			}
+			if !ev.Overflow {
+				seen[ev.Name] = true
+				continue
+			}
+			overflowed = true
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				seen[e.Name()] = true
+			}
+		case <-time.After(eventWait):
+			t.Fatalf("consumer saw %d of %d names, then no event for %s (overflowed: %v)", len(seen), want, eventWait, overflowed)
+		}
+	}
+	return seen, overflowed
+}
+
+// Far more names created than the kernel queues, while the consumer does not read: the
+// kernel drops events and queues IN_Q_OVERFLOW. The consumer must get an Overflow event,
+// and with its rescan see every name. Deterministic: the reader is blocked on a full C
+// the whole time the files are created, so the kernel queue must overflow.
+func TestOverflowThenRescanSeesEverything(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip("cannot read the inotify queue size:", err)
+	}
+	queue, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || queue > overflowTestMaxQueue {
+		t.Skipf("inotify queue size %q: too large to fill in a unit test", b)
+	}
+	dir := t.TempDir()
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	// More than C, one read(2) and the kernel queue can hold together.
+	files := queue + eventBuffer + readBatch + 100
+	for i := 0; i < files; i++ {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("f%06d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	seen, overflowed := consume(t, w, dir, files)
+	if !overflowed {
+		t.Fatal("no Overflow event although the kernel queue overflowed")
+	}
+	if len(seen) != files {
+		t.Fatalf("consumer saw %d names, want %d", len(seen), files)
+	}
+}
+
+// The kernel's IN_Q_OVERFLOW record (wd -1, no name) becomes an Overflow event, and the
+// events around it are still delivered.
+func TestDeliverOverflowRecord(t *testing.T) {
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	record := func(wd int32, mask uint32, name string) []byte {
+		n := 0
+		if name != "" {
+			n = (len(name) + 1 + 15) / 16 * 16 // NUL-padded, as the kernel does
+		}
+		b := make([]byte, unix.SizeofInotifyEvent+n)
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+		ev.Wd, ev.Mask, ev.Len = wd, mask, uint32(n)
+		copy(b[unix.SizeofInotifyEvent:], name)
+		return b
+	}
+	var buf []byte
+	buf = append(buf, record(1, unix.IN_CREATE, "a.sock")...)
+	buf = append(buf, record(-1, unix.IN_Q_OVERFLOW, "")...)
+	buf = append(buf, record(1, unix.IN_CREATE, "exit")...)
+	go w.deliver(buf)
+	want := []Event{{Name: "a.sock"}, {Overflow: true}, {Name: "exit"}}
+	for _, we := range want {
+		select {
+		case ev := <-w.C:
+			if ev.Name != we.Name || ev.Overflow != we.Overflow {
+				t.Fatalf("event %+v, want %+v", ev, we)
+			}
+		case <-time.After(eventWait):
+			t.Fatalf("no event, want %+v", we)
+		}
 	}
 }
