@@ -22,9 +22,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
@@ -102,6 +105,10 @@ type Sidecar struct {
 	// Run's goroutine touches it, as it does degraded.
 	failed   []string
 	degraded []*os.File // closed at shutdown, which ends their servers
+
+	// events, if set, replaces the watcher's channel in Run: tests feed it what the kernel
+	// only produces under load (an Overflow). Nil in production.
+	events func(watched <-chan dirwatch.Event) <-chan dirwatch.Event
 }
 
 // New returns a Sidecar.
@@ -189,37 +196,49 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			drain.Stop()
 		}
 	}()
+	events := w.C
+	if s.events != nil {
+		events = s.events(w.C)
+	}
 	for {
 		select {
-		case ev, ok := <-w.C:
+		case ev, ok := <-events:
 			if !ok {
 				return s.shutdown("inotify watcher ended", exitfile.Reason{}, s.fail("inotify watcher ended"))
 			}
-			switch {
-			case ev.Dir == s.cfg.TmpDir && ev.Name == contract.HandoffDir:
-				watchHandoff()
-			case ev.Dir == s.cfg.TmpDir && ev.Name == contract.ExitFile:
-				r, err := exitfile.Read(tmpDir)
-				if err != nil {
-					s.log.Warn("exit file unreadable; exiting anyway", "err", err)
-				}
-				return s.shutdown("exit file: "+r.Rule, r, 0)
-			case ev.Dir == s.cfg.TmpDir && ev.Name == contract.TerminatingFile:
-				t, err := s.readTerminating(tmpDir)
+			batch := []dirwatch.Event{ev}
+			if ev.Overflow {
+				// Events were dropped: what is in the directories now stands for them.
+				batch = s.rescanEvents(tmpDir, handoffDir)
+				s.log.Warn("inotify queue overflowed; listed the directories again", "names", len(batch))
+			}
+			for _, ev := range batch {
 				switch {
-				case drain == nil:
-					if err == nil {
-						s.log.Info("pod is being deleted", "graceSeconds", t.GraceSeconds, "deletionTimestamp", t.DeletionTimestamp)
+				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.HandoffDir:
+					watchHandoff()
+				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.ExitFile:
+					r, err := exitfile.Read(tmpDir)
+					if err != nil {
+						s.log.Warn("exit file unreadable; exiting anyway", "err", err)
 					}
-				case err == nil:
-					// The node plugin saw the deletion after our SIGTERM: its grace, not the
-					// spec's, is when the kubelet kills the app.
-					d, grace, source := drainDeadline(sigterm, s.cfg.Grace, &t)
-					drain.Reset(time.Until(d))
-					s.log.Info("drain deadline moved", "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+					return s.shutdown("exit file: "+r.Rule, r, 0)
+				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.TerminatingFile:
+					t, err := s.readTerminating(tmpDir)
+					switch {
+					case drain == nil:
+						if err == nil {
+							s.log.Info("pod is being deleted", "graceSeconds", t.GraceSeconds, "deletionTimestamp", t.DeletionTimestamp)
+						}
+					case err == nil:
+						// The node plugin saw the deletion after our SIGTERM: its grace, not the
+						// spec's, is when the kubelet kills the app.
+						d, grace, source := drainDeadline(sigterm, s.cfg.Grace, &t)
+						drain.Reset(time.Until(d))
+						s.log.Info("drain deadline moved", "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+					}
+				case ev.Dir == handoffPath && handoffDir != nil:
+					s.attach(ctx, handoffDir, ev.Name)
 				}
-			case ev.Dir == handoffPath && handoffDir != nil:
-				s.attach(ctx, handoffDir, ev.Name)
 			}
 		case res := <-s.exits:
 			s.volumeEnded(res)
@@ -250,6 +269,60 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			return s.shutdown("context ended", exitfile.Reason{}, 0)
 		}
 	}
+}
+
+// rescanEvents lists TmpDir and, once it is watched, the hand-off directory, after the
+// inotify queue overflowed, and returns what it finds as the create events it stands for,
+// for Run to handle exactly as those. The order matters: the hand-off directory first (its
+// event starts watching it, which lists its sockets), the exit file last (it ends the run,
+// so everything else found is acted on first). An unreadable directory is logged and
+// skipped: the names that can be listed are still acted on.
+func (s *Sidecar) rescanEvents(tmpDir, handoffDir *os.File) []dirwatch.Event {
+	var first, middle, last []dirwatch.Event
+	names, err := listDir(tmpDir)
+	if err != nil {
+		s.log.Error("cannot list the emptyDir after an inotify overflow", "dir", s.cfg.TmpDir, "err", err)
+	}
+	for _, n := range names {
+		ev := dirwatch.Event{Dir: s.cfg.TmpDir, Name: n}
+		switch n {
+		case contract.HandoffDir:
+			first = append(first, ev)
+		case contract.ExitFile:
+			last = append(last, ev)
+		default:
+			middle = append(middle, ev)
+		}
+	}
+	if handoffDir != nil {
+		handoffPath := filepath.Join(s.cfg.TmpDir, contract.HandoffDir)
+		names, err := listDir(handoffDir)
+		if err != nil {
+			s.log.Error("cannot list the hand-off directory after an inotify overflow", "dir", handoffPath, "err", err)
+		}
+		for _, n := range names {
+			middle = append(middle, dirwatch.Event{Dir: handoffPath, Name: n})
+		}
+	}
+	return append(append(first, middle...), last...)
+}
+
+// listDir returns the names in the pinned dir, sorted. It reads through a new descriptor
+// of the same directory, so the offset of dir, shared with the hand-off goroutines, is
+// left alone.
+func listDir(dir *os.File) ([]string, error) {
+	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: dir.Name(), Err: err}
+	}
+	d := os.NewFile(uintptr(fd), dir.Name())
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir.Name(), err)
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 // volumeEnded handles the end of one volume: a gcsfuse that exited, or an offer that could
