@@ -3,7 +3,8 @@
 # workload pods are deleted first (so the CSI driver unmounts their volumes while it still
 # runs), then every process is stopped by its pid, in order (the API server before etcd, or
 # it hangs for minutes), containers are killed, mounts under the kubelet and containerd state
-# dirs are unmounted, the saved iptables rules and sysctls are restored, and the cluster
+# dirs are unmounted, the cluster's network namespace is deleted, the saved iptables rules
+# and sysctls are restored, and the cluster
 # state (etcd data, kubelet dir, CNI state, logs are kept in $CLUSTER_DIR/logs.last) removed.
 # Safe to run when nothing is running. Never fails half way: each step is best effort.
 source "$(dirname "$0")/lib.sh"
@@ -78,7 +79,13 @@ if running containerd; then
 fi
 
 step "unmount and clean network state"
-[ -x "$K8S_BIN/kube-proxy" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1
+# The cluster's network namespace takes its iptables rules, its bridge and the veth with it.
+if netns_exists; then
+  ip netns del "$NETNS" 2>/dev/null || umount -l "/run/netns/$NETNS" 2>/dev/null
+  rm -f "/run/netns/$NETNS"
+fi
+ip link del "$HOST_VETH" 2>/dev/null
+ip route del unreachable "$SERVICE_CIDR" 2>/dev/null
 # Deepest first. FUSE mounts of killed sidecars answer "transport endpoint is not connected":
 # a lazy unmount detaches them anyway.
 findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)|^/run/containerd/|^/run/netns/|^/var/lib/containerd/io\.containerd\.grpc\.v1\.cri/' \

@@ -18,7 +18,24 @@ export KUBECONFIG=${E2E_KUBECONFIG:-$PKI/admin.kubeconfig}
 IMAGE_TAG=${IMAGE_TAG:-e2e}
 IMAGE_REPO=gcsfuse-csi.local
 NODE_NAME=$(hostname)
-NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for(i=1;i<=NF;i++) if($i=="src") print $(i+1)}')
+# The cluster runs in a network namespace of its own, made by cluster-up.sh: its own loopback
+# (etcd, the API server's components), its CNI bridge and pods, and NODE_IP on a veth whose
+# host end is HOST_IP. Nothing of the cluster listens on this machine's own addresses, and
+# test traffic (kubectl, the e2e tests, the emulator) stays on that veth, inside the machine.
+NETNS=gcsfuse-csi
+HOST_VETH=gcsfuse-host
+NODE_VETH=gcsfuse-node
+HOST_IP=10.241.0.1
+NODE_IP=10.241.0.2
+NET_PREFIX=24
+SERVICE_CIDR=10.96.0.0/16
+
+# nsexec CMD...: runs CMD inside the cluster's network namespace, and only there: unlike
+# `ip netns exec`, nsenter leaves the mount namespace alone, so the kubelet, containerd and
+# the node plugin share their mounts with each other and with this machine.
+NSEXEC=(nsenter "--net=/run/netns/$NETNS" --)
+nsexec() { "${NSEXEC[@]}" "$@"; }
+netns_exists() { [ -e "/run/netns/$NETNS" ]; }
 
 kctl() { "$K8S_BIN/kubectl" "$@"; }
 

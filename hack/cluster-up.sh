@@ -2,6 +2,8 @@
 # Starts a single-node Kubernetes cluster on this machine: containerd (Debian), etcd (Debian),
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by
 # k8s-build.sh at $K8S_VERSION). Imports the images from images.sh. Prints the KUBECONFIG.
+# Every component runs in the network namespace $NETNS (cluster-lib.sh): the node's address
+# is $NODE_IP on a veth, reachable from this machine only through its host end.
 #
 # Idempotent: a component already running (pid file + live process) is left alone. On failure
 # everything started so far is stopped again by cluster-down.sh. Every wait has a timeout.
@@ -17,7 +19,7 @@ done
 for t in containerd etcd runc iptables-save; do
   command -v "$t" >/dev/null || { echo "missing $t: run hack/cluster-deps.sh" >&2; exit 1; }
 done
-[ -n "$NODE_IP" ] || { echo "cannot find this node's IP (no default route?)" >&2; exit 1; }
+command -v ip >/dev/null || { echo "missing ip (iproute2)" >&2; exit 1; }
 
 up_ok=0
 on_exit() {
@@ -70,11 +72,15 @@ pki() {
     cert kube-proxy system:kube-proxy
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    # The components reach the API server on the namespace's loopback; kubectl and the tests,
+    # outside it, on the node's address.
     for u in admin:admin kubelet:kubelet-client controller-manager:controller-manager scheduler:scheduler kube-proxy:kube-proxy; do
+      server=https://127.0.0.1:6443
+      [ "${u%%:*}" = admin ] && server=https://$NODE_IP:6443
       cat > "${u%%:*}.kubeconfig" <<EOK
 apiVersion: v1
 kind: Config
-clusters: [{name: local, cluster: {server: "https://127.0.0.1:6443", certificate-authority: $PKI/ca.crt}}]
+clusters: [{name: local, cluster: {server: "$server", certificate-authority: $PKI/ca.crt}}]
 users: [{name: u, user: {client-certificate: $PKI/${u#*:}.crt, client-key: $PKI/${u#*:}.key}}]
 contexts: [{name: local, context: {cluster: local, user: u}}]
 current-context: local
@@ -153,6 +159,25 @@ start() { # NAME CMD...: start in the background, remember the pid
   echo $! > "$RUN/$n.pid"
 }
 
+# The cluster's network namespace: a veth pair, NODE_IP inside, HOST_IP on this side; no
+# default route inside, so nothing the cluster sends can leave the machine.
+netns_up() {
+  netns_exists && return
+  step "network namespace $NETNS: node $NODE_IP, host end $HOST_IP"
+  ip netns add "$NETNS"
+  ip link add "$HOST_VETH" type veth peer name "$NODE_VETH"
+  ip link set "$NODE_VETH" netns "$NETNS"
+  ip addr add "$HOST_IP/$NET_PREFIX" dev "$HOST_VETH"
+  ip link set "$HOST_VETH" up
+  nsexec ip link set lo up
+  nsexec ip addr add "$NODE_IP/$NET_PREFIX" dev "$NODE_VETH"
+  nsexec ip link set "$NODE_VETH" up
+  # Locally sent packets need a route before kube-proxy's DNAT rewrites them: Service IPs
+  # route to the host end, where an unreachable route drops any that no rule rewrote.
+  nsexec ip route add "$SERVICE_CIDR" via "$HOST_IP"
+  ip route replace unreachable "$SERVICE_CIDR"
+}
+
 # Host state the kubelet and kube-proxy change, saved once so cluster-down.sh restores it.
 save_host_state() {
   [ -f "$RUN/sysctl.saved" ] && return
@@ -174,10 +199,11 @@ save_host_state() {
 
 pki
 configs
+netns_up
 if ! running kube-apiserver; then
   for port in 2379 2380 6443 10250 10257 10259; do
-    if ss -Hltn "sport = :$port" | grep -q .; then
-      echo "port $port is busy: $(ss -Hltnp "sport = :$port")" >&2
+    if nsexec ss -Hltn "sport = :$port" | grep -q .; then
+      echo "port $port is busy in $NETNS: $(nsexec ss -Hltnp "sport = :$port")" >&2
       exit 1
     fi
   done
@@ -185,7 +211,7 @@ fi
 save_host_state
 
 step "start containerd"
-start containerd containerd --config "$ETC/containerd.toml"
+start containerd "${NSEXEC[@]}" containerd --config "$ETC/containerd.toml"
 waitfor containerd 30 ctr version
 step "import images"
 shopt -s nullglob
@@ -194,36 +220,36 @@ imgs=("$IMAGES_DIR"/*.tar)
 for t in "${imgs[@]}"; do ctr -n k8s.io images import "$t" >/dev/null; done
 
 step "start etcd"
-start etcd etcd --name local --data-dir "$CLUSTER_DIR/etcd" \
+start etcd "${NSEXEC[@]}" etcd --name local --data-dir "$CLUSTER_DIR/etcd" \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster local=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
-waitfor etcd 30 curl -sf http://127.0.0.1:2379/health
+waitfor etcd 30 nsexec curl -sf http://127.0.0.1:2379/health
 
 step "start kube-apiserver"
-start kube-apiserver "$K8S_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
+start kube-apiserver "${NSEXEC[@]}" "$K8S_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port=6443 \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
   --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC \
+  --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
   --enable-admission-plugins=NodeRestriction --allow-privileged=true --profiling=false
-waitfor kube-apiserver 120 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+waitfor kube-apiserver 120 nsexec curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
 
 step "start controller-manager, scheduler, kubelet, kube-proxy"
-start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
+start kube-controller-manager "${NSEXEC[@]}" "$K8S_BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
-start kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
+start kube-scheduler "${NSEXEC[@]}" "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
   --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false
-start kubelet "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
+start kubelet "${NSEXEC[@]}" "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
   --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet
-start kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
+start kube-proxy "${NSEXEC[@]}" "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
   --cluster-cidr=10.88.0.0/16 --proxy-mode=iptables --conntrack-max-per-core=0 \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
 node_ready() {
