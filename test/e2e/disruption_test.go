@@ -168,12 +168,7 @@ func TestDeleteWhileWriting(t *testing.T) {
 			return st != nil && st.State.Running != nil
 		})
 		time.Sleep(2 * time.Second) // mid-file
-		deleted := time.Now()
-		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitGone(t, name, 60*time.Second)
-		gone := time.Now()
+		deleted, gone := deletePod(t, name, nil, 60*time.Second)
 		expectObject(t, bucket, "slow.bin", size)
 		record(t, "delete -> pod gone (app needs ~4 s more)", deleted, gone)
 		checkDeletion(t, mode, tr, name, gone.Sub(deleted), 30)

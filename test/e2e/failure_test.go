@@ -198,17 +198,24 @@ func TestDeleteDuringInitWrite(t *testing.T) {
 	})
 	waitMarker(t, bucket, "seed.started", 90*time.Second)
 	time.Sleep(2 * time.Second) // mid-file
-	deleted := time.Now()
-	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, name, 60*time.Second)
-	gone := time.Now()
+	deleted, gone := deletePod(t, name, nil, 60*time.Second)
 	expectObject(t, bucket, "seed.bin", size)
 	record(t, "delete during init write -> pod gone", deleted, gone)
 	if took := gone.Sub(deleted); took > 25*time.Second {
 		t.Fatalf("pod took %s to go away: the sidecar held it to the end of the grace period", took)
 	}
+}
+
+// deletePod deletes the pod (with grace seconds, if not nil) and waits until it is gone, at
+// most d; it returns when the delete was sent and when the pod was seen gone.
+func deletePod(t *testing.T, name string, grace *int64, d time.Duration) (deleted, gone time.Time) {
+	t.Helper()
+	deleted = time.Now()
+	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: grace}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, name, d)
+	return deleted, time.Now()
 }
 
 // waitMarker waits until an object exists in the bucket.
@@ -244,12 +251,7 @@ func TestDeleteGracePeriod(t *testing.T) {
 			})
 			waitMarker(t, bucket, "long.started", 90*time.Second)
 			time.Sleep(2 * time.Second)
-			deleted := time.Now()
-			if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(40))}); err != nil {
-				t.Fatal(err)
-			}
-			waitGone(t, name, 60*time.Second)
-			gone := time.Now()
+			deleted, gone := deletePod(t, name, ptr(int64(40)), 60*time.Second)
 			expectObject(t, bucket, "long.bin", size)
 			record(t, "delete --grace-period=40 (spec 10) -> pod gone", deleted, gone)
 		})
@@ -264,12 +266,7 @@ func TestDeleteGracePeriod(t *testing.T) {
 					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "short.started"},
 			})
 			waitMarker(t, bucket, "short.started", 90*time.Second)
-			deleted := time.Now()
-			if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(3))}); err != nil {
-				t.Fatal(err)
-			}
-			waitGone(t, name, 30*time.Second)
-			gone := time.Now()
+			deleted, gone := deletePod(t, name, ptr(int64(3)), 30*time.Second)
 			record(t, "delete --grace-period=3 (spec 60) -> pod gone", deleted, gone)
 			if took := gone.Sub(deleted); took > 12*time.Second {
 				t.Fatalf("pod took %s to go away with --grace-period=3", took)
@@ -333,12 +330,8 @@ func TestEarlyDelete(t *testing.T) {
 				"-chunk-delay", "100ms", "-finish-on-term", "-marker", "early.started"},
 		})
 		waitMarker(t, bucket, "early.started", 90*time.Second)
-		deleted := time.Now()
-		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitGone(t, name, 60*time.Second)
-		record(t, "early delete -> pod gone", deleted, time.Now())
+		deleted, gone := deletePod(t, name, nil, 60*time.Second)
+		record(t, "early delete -> pod gone", deleted, gone)
 		expectObject(t, bucket, "early.bin", size)
 	})
 }
