@@ -2,18 +2,15 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // Timings of the "still writing" data-loss check. The writers get their SIGTERM a moment
@@ -34,7 +31,8 @@ type drainScenario struct {
 	name string
 	// mode is the sidecar mode; initContainers is set for a native sidecar serving an init
 	// container (the only native case where SIGTERM can come while a writer runs).
-	mode, initContainers string
+	mode           string
+	initContainers []string
 	// specGrace is the pod spec's grace (the sidecar's env); terminatingGrace, when > 0, is
 	// the deletion's grace the node plugin writes into the terminating file.
 	specGrace, terminatingGrace int
@@ -46,7 +44,7 @@ type drainScenario struct {
 }
 
 var drainScenarios = []drainScenario{
-	{name: "native SIGTERM, init container writing", mode: contract.ModeNative, initContainers: "seed", specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
+	{name: "native SIGTERM, init container writing", mode: contract.ModeNative, initContainers: []string{"seed"}, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
 	{name: "legacy deletion (SIGTERM, then exit file)", mode: contract.ModeLegacy, specGrace: 30, terminatingGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
 	{name: "deletion --grace-period 4 > spec 1, no exit file", mode: contract.ModeLegacy, specGrace: 1, terminatingGrace: 4, chunkDelay: slowChunkDelay},
 	{name: "deadline kill (SIGTERM, no deletion)", mode: contract.ModeLegacy, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
@@ -58,7 +56,7 @@ var drainScenarios = []drainScenario{
 // off, to show the check catches a loss.
 func (b *bench) dataLossWriting(iterations, offIterations int) error {
 	workload := filepath.Join(b.dir, "workload")
-	if err := goBuild(workload, "./test/e2e/workload"); err != nil {
+	if err := testenv.GoBuild(workload, "./test/e2e/workload"); err != nil {
 		return err
 	}
 	fmt.Printf("## data loss while writing: %d writer processes are mid-file when the trigger arrives; %d iterations\n", drainWriters, iterations)
@@ -116,14 +114,14 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 	if err := pod.Publish(ctx(), "data", bucket, "", false); err != nil {
 		return 0, 0, 0, err
 	}
-	side, err := startSidecar(b.sidecarBin, e, pod, sc, drain)
+	side, err := pod.StartSidecarWith(testenv.SidecarOptions{Mode: sc.mode, GraceSeconds: sc.specGrace,
+		InitContainers: sc.initContainers, Args: []string{"--drain=" + strconv.FormatBool(drain)}})
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer side.kill()
 	target := pod.Target("data")
 	if _, err := testenv.WaitReady(target, 20*time.Second); err != nil {
-		return 0, 0, 0, fmt.Errorf("%w\n%s", err, side.output())
+		return 0, 0, 0, fmt.Errorf("%w\n%s", err, side.Output())
 	}
 	writers := make([]*exec.Cmd, drainWriters)
 	for i := range writers {
@@ -135,7 +133,7 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 	}
 	time.Sleep(drainTriggerWait)
 	if sc.terminatingGrace > 0 {
-		dir, err := podpath.OpenDir(pod.TmpDir)
+		dir, err := pod.OpenTmpDir()
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -149,7 +147,7 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 	for _, w := range writers {
 		_ = w.Process.Signal(syscall.SIGTERM)
 	}
-	_ = side.cmd.Process.Signal(syscall.SIGTERM)
+	_ = side.Signal(syscall.SIGTERM)
 	for _, w := range writers {
 		_ = w.Wait() // a failed write shows as a short object below
 	}
@@ -158,10 +156,8 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 			return 0, 0, 0, err
 		}
 	}
-	select {
-	case <-side.done:
-	case <-time.After(drainExitBound):
-		return 0, 0, 0, fmt.Errorf("sidecar still running %s after the trigger\n%s", drainExitBound, side.output())
+	if _, err := side.Wait(drainExitBound); err != nil {
+		return 0, 0, 0, fmt.Errorf("after the trigger: %w\n%s", err, side.Output())
 	}
 	for i := range drainWriters {
 		o, err := b.emu.GetObject(bucket, fmt.Sprintf("part-%d.bin", i))
@@ -169,67 +165,5 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 			lost++
 		}
 	}
-	return drainWriters, lost, side.exited.Sub(t0), nil
-}
-
-// benchSidecar is a sidecar process started with a scenario's environment.
-type benchSidecar struct {
-	cmd    *exec.Cmd
-	log    string // its output, a file: no copying goroutine, readable at any time
-	done   chan struct{}
-	exited time.Time
-}
-
-func (s *benchSidecar) output() string {
-	b, _ := os.ReadFile(s.log)
-	return string(b)
-}
-
-func (s *benchSidecar) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
-}
-
-func startSidecar(bin string, e *testenv.Env, pod *testenv.Pod, sc drainScenario, drain bool) (*benchSidecar, error) {
-	cmd := exec.Command(bin, "--tmp-dir="+pod.TmpDir, "--gcsfuse="+e.GcsfuseBin,
-		"--termination-log="+filepath.Join(pod.TmpDir, "termination-log"), "--drain="+strconv.FormatBool(drain))
-	cmd.Env = []string{contract.EnvSidecarMode + "=" + sc.mode, contract.EnvGraceSeconds + "=" + strconv.Itoa(sc.specGrace)}
-	if sc.initContainers != "" {
-		cmd.Env = append(cmd.Env, contract.EnvInitContainers+"="+sc.initContainers)
-	}
-	log := filepath.Join(pod.TmpDir, "..", "sidecar.log")
-	out, err := os.Create(log)
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close() // the child has its own copy
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID},
-		Setpgid:    true,
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start sidecar: %w", err)
-	}
-	s := &benchSidecar{cmd: cmd, log: log, done: make(chan struct{})}
-	go func() { // owned by s: reaps the process
-		_ = cmd.Wait()
-		s.exited = time.Now()
-		close(s.done)
-	}()
-	return s, nil
-}
-
-// goBuild builds a package of this module into out.
-func goBuild(out, pkg string) error {
-	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
-	}
-	return os.Chmod(out, 0o755)
+	return drainWriters, lost, side.Exited.Sub(t0), nil
 }

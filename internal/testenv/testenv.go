@@ -151,15 +151,18 @@ func New(o Options) (*Env, error) {
 }
 
 // BuildSidecar builds cmd/gcsfuse-sidecar into out.
-func BuildSidecar(out string) error {
+func BuildSidecar(out string) error { return GoBuild(out, "./cmd/gcsfuse-sidecar") }
+
+// GoBuild builds a package of this module (a path relative to its root) into out.
+func GoBuild(out, pkg string) error {
 	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return fmt.Errorf("go env GOMOD: %w", err)
 	}
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/gcsfuse-sidecar")
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build sidecar: %v\n%s", err, b)
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
 	}
 	return os.Chmod(out, 0o755)
 }
