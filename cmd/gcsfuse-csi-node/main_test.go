@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
@@ -41,24 +41,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // freeAddr returns a local TCP address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -74,7 +56,7 @@ func freeAddr(t *testing.T) string {
 // child is the node plugin running as a process.
 type child struct {
 	cmd     *exec.Cmd
-	out     *lockedBuffer
+	out     *syncbuf.Buffer
 	done    chan struct{} // closed when the process has exited; err is then set
 	waitErr error
 }
@@ -149,7 +131,7 @@ current-context: down
 		"--kubelet-root="+dir, "--state-dir=-", "--kubeconfig="+kubeconfig,
 		"--pod-sync-timeout=200ms", "--metrics-addr="+metricsAddr)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	c := &child{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	c := &child{cmd: cmd, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.out, c.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
@@ -245,31 +245,10 @@ func (p *Pod) Unpublish(ctx context.Context, volume string) error {
 // Sidecar is a running sidecar process.
 type Sidecar struct {
 	Cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *syncbuf.Buffer
 	done   chan struct{}
 	err    error
 	Exited time.Time
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-	w  io.Writer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.w != nil {
-		_, _ = l.w.Write(p)
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // StartSidecar runs the real sidecar binary for the pod as uid/gid 65534 with no
@@ -301,7 +280,7 @@ func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
 	if len(o.InitContainers) > 0 {
 		cmd.Env = append(cmd.Env, contract.EnvInitContainers+"="+strings.Join(o.InitContainers, ","))
 	}
-	out := &lockedBuffer{w: o.Echo}
+	out := &syncbuf.Buffer{Echo: o.Echo}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID},

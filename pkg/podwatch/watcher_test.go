@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus"
@@ -330,24 +331,6 @@ func TestWatcherCallsHandlerOncePerPodUID(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a goroutine-safe log sink.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitUntil polls cond until it holds, failing the test after the deadline.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -425,7 +408,7 @@ func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
 		}
 		return true, nil, errors.New("apiserver unavailable")
 	})
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -490,7 +473,7 @@ func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
 		}
 		return true, nil, errors.New("apiserver unavailable")
 	})
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
