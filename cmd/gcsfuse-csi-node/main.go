@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,9 +31,13 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
 )
 
 var version = "dev"
+
+// runtimeAuto is the --runtime-endpoint value that looks for the runtime's usual sockets.
+const runtimeAuto = "auto"
 
 func main() { os.Exit(run()) }
 
@@ -44,7 +49,8 @@ func run() int {
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
-	runtimeEndpoint := flag.String("runtime-endpoint", "", "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: lets the sidecar of a stopping pod (deleted, evicted, past its deadline) end as soon as the containers that use its volumes have exited (empty: it ends at its drain deadline)")
+	runtimeEndpoint := flag.String("runtime-endpoint", runtimeAuto, "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: the node plugin learns from it the moment a pod's workload containers exit, and tells the sidecar at once (\""+runtimeAuto+"\": the first of "+strings.Join(containerexit.DefaultEndpoints, ", ")+" that exists; \"\": none, the API server alone, seconds later)")
+	runtimeEvents := flag.String("runtime-events", string(runtimewatch.ModeAuto), "how container exits are learnt: auto (the CRI event stream on runtimes that give each reader every event, containerd >= 2; else a node-wide ListContainers every 100 ms), events, poll")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
@@ -71,19 +77,42 @@ func run() int {
 		log.Error("metrics", "err", err)
 		return 1
 	}
-	// The lifecycle follows stopping pods in the runtime; it needs the API only to know
-	// which containers to wait for, and falls back to the runtime alone without it.
+	eventsMode, err := runtimewatch.ParseMode(*runtimeEvents)
+	if err != nil {
+		log.Error("--runtime-events", "err", err)
+		return 2
+	}
+	rtMetrics, err := runtimewatch.NewMetrics(reg)
+	if err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
+	// The lifecycle learns container exits from the runtime; it needs the API for the pod
+	// specs (restart policies, deletion), and follows stopping pods in the runtime alone
+	// without it.
 	lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Log: log, Metrics: metrics}
-	if *runtimeEndpoint != "" {
-		rt, err := containerexit.Dial(*runtimeEndpoint)
+	var rtWatch *runtimewatch.Watcher
+	criEndpoint := *runtimeEndpoint
+	if criEndpoint == runtimeAuto {
+		if criEndpoint = containerexit.Detect(containerexit.DefaultEndpoints); criEndpoint == "" {
+			log.Warn("no container runtime socket found", "looked for", strings.Join(containerexit.DefaultEndpoints, ", "))
+		}
+	}
+	if criEndpoint != "" {
+		rt, err := containerexit.Dial(criEndpoint)
 		if err != nil {
 			log.Error("container runtime", "err", err)
 			return 1
 		}
 		defer rt.Close()
-		lc.Runtime = rt
+		rtWatch, err = runtimewatch.New(runtimewatch.Config{Client: rt, Mode: eventsMode, OnChange: lc.ContainersChanged, Log: log, Metrics: rtMetrics})
+		if err != nil {
+			log.Error("runtime watch", "err", err)
+			return 2
+		}
+		lc.Runtime = rtWatch
 	} else {
-		log.Warn("no --runtime-endpoint: the node plugin cannot see the containers of a stopping pod (deleted, evicted, past its activeDeadlineSeconds, on a node shutting down) exit, so their sidecars serve until their drain deadline, near the end of the grace period, unless the API reports the workload done first")
+		log.Warn("no container runtime: the node plugin learns that a workload is done from the API server, a second or more after the runtime knows (a native sidecar is then stopped by the kubelet, about 2 s later per pod), and cannot see the containers of a stopping pod (deleted, evicted, past its activeDeadlineSeconds) exit, so their sidecars serve until their drain deadline")
 	}
 
 	var events csidriver.EventSink
@@ -153,6 +182,17 @@ func run() int {
 			}
 		}()
 	}
+	rtDone := make(chan struct{})
+	if rtWatch != nil {
+		go func() { // owned by run: ends with runCtx
+			defer close(rtDone)
+			if err := rtWatch.Run(runCtx); err != nil {
+				log.Error("runtime watch", "err", err)
+			}
+		}()
+	} else {
+		close(rtDone)
+	}
 	watchDone := make(chan struct{})
 	if newWatcher != nil {
 		go func() { // owned by run: ends with runCtx
@@ -172,7 +212,7 @@ func run() int {
 		}()
 	}
 	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
-		"runtimeEndpoint", *runtimeEndpoint, "gcsEndpoint", *gcsEndpoint)
+		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint)
 
 	code := 0
 	select {
@@ -200,6 +240,11 @@ func run() int {
 	case <-watchDone:
 	case <-time.After(podwatch.DefaultShutdownTimeout + time.Second):
 		log.Warn("pod watch still stopping; exiting anyway")
+	}
+	select { // runtime calls are bounded by containerexit.CallTimeout
+	case <-rtDone:
+	case <-time.After(containerexit.CallTimeout + time.Second):
+		log.Warn("runtime watch still stopping; exiting anyway")
 	}
 	return code
 }

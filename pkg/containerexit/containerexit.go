@@ -59,6 +59,8 @@ func (s State) Active() bool { return s != StateExited }
 type Container struct {
 	// ID is the runtime's container ID (without the "<runtime>://" prefix of the API).
 	ID string
+	// PodUID is the kubelet's pod UID label: the pod the container belongs to.
+	PodUID string
 	// Name is the pod spec's container name (the kubelet's io.kubernetes.container.name label).
 	Name string
 	// Attempt counts the kubelet's restarts of that container, from 0.
@@ -66,6 +68,12 @@ type Container struct {
 	State   State
 	// CreatedAt orders containers of the same name when attempts tie.
 	CreatedAt time.Time
+	// ExitCode is the exit code of an exited container when ExitKnown: a listing does not
+	// carry it, a status or an event does.
+	ExitCode  int32
+	ExitKnown bool
+	// FinishedAt is when an exited container exited, when a status or an event said.
+	FinishedAt time.Time
 }
 
 // Runtime is what the node plugin needs from the container runtime.
@@ -73,9 +81,10 @@ type Runtime interface {
 	// PodContainers lists every container of the pod with podUID, in any order, with one
 	// runtime call. A pod the runtime does not know yields an empty list and no error.
 	PodContainers(ctx context.Context, podUID string) ([]Container, error)
-	// ExitCode returns the exit code of an exited container. The listing does not carry
-	// exit codes, so this costs one more call; callers ask only when they report one.
-	ExitCode(ctx context.Context, containerID string) (int32, error)
+	// Status returns one container's state; for an exited container also its exit code
+	// and finish time. The listing does not carry those, so this costs one more call;
+	// callers ask only when they need them.
+	Status(ctx context.Context, containerID string) (Container, error)
 }
 
 var _ Runtime = (*CRI)(nil)
@@ -121,37 +130,55 @@ func (c *CRI) PodContainers(ctx context.Context, podUID string) ([]Container, er
 		if rc.GetLabels()[kubelettypes.KubernetesPodUIDLabel] != podUID {
 			continue // a runtime that ignored the filter must not mix pods up
 		}
-		name := rc.GetLabels()[kubelettypes.KubernetesContainerNameLabel]
-		if name == "" {
-			name = rc.GetMetadata().GetName()
-		}
-		out = append(out, Container{
-			ID:        rc.GetId(),
-			Name:      name,
-			Attempt:   rc.GetMetadata().GetAttempt(),
-			State:     fromCRI(rc.GetState()),
-			CreatedAt: time.Unix(0, rc.GetCreatedAt()),
-		})
+		out = append(out, fromListed(rc))
 	}
 	return out, nil
 }
 
-// ExitCode asks ContainerStatus for an exited container's exit code.
-func (c *CRI) ExitCode(ctx context.Context, containerID string) (int32, error) {
+// Status asks ContainerStatus for one container, with its exit code and finish time when
+// it has exited.
+func (c *CRI) Status(ctx context.Context, containerID string) (Container, error) {
 	if containerID == "" {
-		return 0, errors.New("container status: empty container ID")
+		return Container{}, errors.New("container status: empty container ID")
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: containerID})
 	if err != nil {
-		return 0, fmt.Errorf("container %s status: %w", containerID, err)
+		return Container{}, fmt.Errorf("container %s status: %w", containerID, err)
 	}
-	st := resp.GetStatus()
-	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
-		return 0, fmt.Errorf("container %s is %s, not exited", containerID, fromCRI(st.GetState()))
+	return fromStatus(resp.GetStatus()), nil
+}
+
+// fromListed converts a listed container; a container without the kubelet's labels (not
+// made by a kubelet) gets an empty PodUID.
+func fromListed(rc *runtimeapi.Container) Container {
+	name := rc.GetLabels()[kubelettypes.KubernetesContainerNameLabel]
+	if name == "" {
+		name = rc.GetMetadata().GetName()
 	}
-	return st.GetExitCode(), nil
+	return Container{
+		ID:        rc.GetId(),
+		PodUID:    rc.GetLabels()[kubelettypes.KubernetesPodUIDLabel],
+		Name:      name,
+		Attempt:   rc.GetMetadata().GetAttempt(),
+		State:     fromCRI(rc.GetState()),
+		CreatedAt: time.Unix(0, rc.GetCreatedAt()),
+	}
+}
+
+// fromStatus converts a container status (ContainerStatus, or one carried by an event),
+// which has the exit code of an exited container.
+func fromStatus(st *runtimeapi.ContainerStatus) Container {
+	c := fromListed(&runtimeapi.Container{Id: st.GetId(), Metadata: st.GetMetadata(), State: st.GetState(),
+		CreatedAt: st.GetCreatedAt(), Labels: st.GetLabels()})
+	if c.State == StateExited {
+		c.ExitCode, c.ExitKnown = st.GetExitCode(), true
+		if f := st.GetFinishedAt(); f > 0 {
+			c.FinishedAt = time.Unix(0, f)
+		}
+	}
+	return c
 }
 
 func fromCRI(s runtimeapi.ContainerState) State {

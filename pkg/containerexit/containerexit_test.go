@@ -73,14 +73,14 @@ func TestExitCode(t *testing.T) {
 		containerexittest.Container{ID: "r1", PodUID: "p", Name: "run", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 	)
 	c := dial(t, srv)
-	if code, err := c.ExitCode(context.Background(), "a1"); err != nil || code != 143 {
-		t.Fatalf("ExitCode(a1) = %d, %v; want 143", code, err)
+	if st, err := c.Status(context.Background(), "a1"); err != nil || !st.ExitKnown || st.ExitCode != 143 || st.Name != "app" || st.PodUID != "p" {
+		t.Fatalf("Status(a1) = %+v, %v; want app of pod p exited 143", st, err)
 	}
-	if _, err := c.ExitCode(context.Background(), "r1"); err == nil || !strings.Contains(err.Error(), "running") {
-		t.Fatalf("ExitCode(running) error = %v, want one saying it runs", err)
+	if st, err := c.Status(context.Background(), "r1"); err != nil || st.State != containerexit.StateRunning || st.ExitKnown {
+		t.Fatalf("Status(running) = %+v, %v; want running without an exit code", st, err)
 	}
-	if _, err := c.ExitCode(context.Background(), "gone"); err == nil {
-		t.Fatal("ExitCode(missing) succeeded")
+	if _, err := c.Status(context.Background(), "gone"); err == nil {
+		t.Fatal("Status(missing) succeeded")
 	}
 }
 

@@ -24,10 +24,6 @@ const (
 	// RuleNoSidecar: the pod has no gcsfuse sidecar (or has one that is neither a native
 	// sidecar nor a regular container), so there is nothing to end.
 	RuleNoSidecar Rule = "no-sidecar"
-	// RuleNativeKubeletHandles: the sidecar is a native sidecar (init container with
-	// restartPolicy Always). The kubelet SIGTERMs it once the regular containers have exited
-	// and the sidecar flushes and exits on SIGTERM, so the node plugin must not interfere.
-	RuleNativeKubeletHandles Rule = "native-kubelet-handles"
 	// RuleNoWorkload: every regular container is the sidecar or ignored. With no workload
 	// there is no moment at which "the workload is done", so the sidecar is left alone.
 	RuleNoWorkload Rule = "no-workload-containers"
@@ -76,18 +72,16 @@ type Decision struct {
 	WorkloadFinishedAt time.Time
 }
 
-// Decide reports whether the workload of pod is done, so that a legacy (regular container)
-// sidecar must be told to exit. It never mutates pod. It only reads the container and init
+// Decide reports whether the workload of pod is done, so that its sidecar must be told to
+// exit. The rules are the same in both modes: a native sidecar is an init container, so
+// the workload is the regular containers either way, and telling a native sidecar at once
+// spares the pod the kubelet's own, later, stop of it. It never mutates pod. It only reads the container and init
 // container names, the sidecar init container's restartPolicy, the pod's restartPolicy,
 // annotations, deletionTimestamp, phase and container statuses.
 func Decide(pod *corev1.Pod) Decision {
 	mode := SidecarMode(pod)
-	switch mode {
-	case "":
+	if mode == "" {
 		return Decision{Rule: RuleNoSidecar, Reason: "pod has no " + contract.SidecarContainerName + " container"}
-	case contract.ModeNative:
-		return Decision{Mode: mode, Rule: RuleNativeKubeletHandles,
-			Reason: "native sidecar: the kubelet stops it after the regular containers exit"}
 	}
 
 	d := Decision{Mode: mode}

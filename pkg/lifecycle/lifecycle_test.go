@@ -249,14 +249,34 @@ func TestDecide(t *testing.T) {
 			wantRule: RuleNoWorkload, wantMode: contract.ModeLegacy,
 		},
 		{
-			name:     "native sidecar is left to the kubelet",
+			name:     "native sidecar: told as soon as the workload is done",
 			pod:      nativePod([]string{"main"}, statuses(terminated("main", 0, t1))),
-			wantRule: RuleNativeKubeletHandles, wantMode: contract.ModeNative,
+			wantDone: true, wantRule: RuleNeverAllTerminated, wantMode: contract.ModeNative, wantAt: t1,
+		},
+		{
+			name:     "native sidecar: running workload",
+			pod:      nativePod([]string{"main"}, statuses(running("main"))),
+			wantRule: RuleWorkloadRunning, wantMode: contract.ModeNative,
+		},
+		{
+			name:     "native sidecar: OnFailure failure will be restarted",
+			pod:      nativePod([]string{"main"}, restart(corev1.RestartPolicyOnFailure), statuses(terminated("main", 1, t1))),
+			wantRule: RuleOnFailureWillRestart, wantMode: contract.ModeNative,
+		},
+		{
+			name:     "native sidecar: restartPolicy Always",
+			pod:      nativePod([]string{"main"}, restart(corev1.RestartPolicyAlways), statuses(terminated("main", 0, t1))),
+			wantRule: RuleRestartAlways, wantMode: contract.ModeNative,
+		},
+		{
+			name:     "native sidecar: init phase (regular containers not started)",
+			pod:      nativePod([]string{"main"}, initContainers("setup"), statuses(creating("main"))),
+			wantRule: RuleWorkloadRunning, wantMode: contract.ModeNative,
 		},
 		{
 			name:     "native sidecar while deleting",
 			pod:      nativePod([]string{"main"}, deleting(), statuses(terminated("main", 0, t1))),
-			wantRule: RuleNativeKubeletHandles, wantMode: contract.ModeNative,
+			wantDone: true, wantRule: RuleDeletingAllTerminated, wantMode: contract.ModeNative, wantAt: t1,
 		},
 		{
 			name: "no sidecar",

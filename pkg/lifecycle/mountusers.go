@@ -69,19 +69,17 @@ func InitContainersSucceeded(pod *corev1.Pod) bool {
 
 // NeedsRuntimeFollow reports whether pod is being deleted while containers that can use its
 // mounts may still run, so that only the container runtime can say when they have exited
-// (the kubelet reports no container status while it stops a pod). That is a legacy pod whose
-// workload has not terminated (Decide's RuleDeletingWorkloadRunning) and a native pod deleted
-// during its init phase (RuleDeletingInitRunning). The decision returned is not done; it
+// (the kubelet reports no container status while it stops a pod). That is a pod, in either mode,
+// whose workload has not terminated (Decide's RuleDeletingWorkloadRunning): a native sidecar
+// told when it has spares the pod the kubelet's late SIGTERM; and a native pod deleted during
+// its init phase (RuleDeletingInitRunning). The decision returned is not done; it
 // says why the pod must be followed.
 func NeedsRuntimeFollow(pod *corev1.Pod) (Decision, bool) {
 	if pod.DeletionTimestamp == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return Decision{}, false
 	}
-	switch SidecarMode(pod) {
-	case contract.ModeLegacy:
-		d := Decide(pod)
-		return d, d.Rule == RuleDeletingWorkloadRunning
-	case contract.ModeNative:
+	mode := SidecarMode(pod)
+	if mode == contract.ModeNative {
 		for _, name := range RegularInitContainers(pod) {
 			if terminatedState(findStatus(pod.Status.InitContainerStatuses, name), true) == nil {
 				return Decision{Mode: contract.ModeNative, Rule: RuleDeletingInitRunning,
@@ -89,5 +87,9 @@ func NeedsRuntimeFollow(pod *corev1.Pod) (Decision, bool) {
 			}
 		}
 	}
-	return Decision{}, false
+	if mode == "" {
+		return Decision{}, false
+	}
+	d := Decide(pod)
+	return d, d.Rule == RuleDeletingWorkloadRunning
 }

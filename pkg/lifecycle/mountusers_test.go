@@ -86,9 +86,10 @@ func TestNeedsRuntimeFollow(t *testing.T) {
 		{"native deleted during init", nativePod([]string{"main"}, withNativeInit, deleting(),
 			initStatuses(running("istio-proxy"), terminated("fetch", 0, t1), running("index"))), true, RuleDeletingInitRunning},
 		{"native deleted before any init status", nativePod([]string{"main"}, withNativeInit, deleting()), true, RuleDeletingInitRunning},
-		{"native deleted after init: the kubelet orders the stop", nativePod([]string{"main"}, withNativeInit, deleting(),
-			initStatuses(terminated("fetch", 0, t1), terminated("index", 0, t1)), statuses(running("main"))), false, ""},
-		{"native without regular init containers", nativePod([]string{"main"}, deleting(), statuses(running("main"))), false, ""},
+		{"native deleted after init, app running", nativePod([]string{"main"}, withNativeInit, deleting(),
+			initStatuses(terminated("fetch", 0, t1), terminated("index", 0, t1)), statuses(running("main"))), true, RuleDeletingWorkloadRunning},
+		{"native without regular init containers, app running", nativePod([]string{"main"}, deleting(), statuses(running("main"))), true, RuleDeletingWorkloadRunning},
+		{"native deleted, app terminated", nativePod([]string{"main"}, deleting(), statuses(terminated("main", 0, t1))), false, ""},
 		{"native in init, not deleted", nativePod([]string{"main"}, withNativeInit, initStatuses(running("fetch"))), false, ""},
 		{"terminal phase", legacyPod([]string{"app"}, deleting(), phase(corev1.PodFailed)), false, ""},
 	}

@@ -90,6 +90,22 @@ type follower struct {
 	terminating atomic.Bool
 	// finished is when the follow ended (zero while it runs); guarded by followers.mu.
 	finished time.Time
+	// wake makes the follower look at the runtime now: its containers changed.
+	wake chan struct{}
+}
+
+// wake tells the follower of uid, if one runs, that its containers changed.
+func (fs *followers) wake(uid types.UID) {
+	fs.mu.Lock()
+	f := fs.pods[uid]
+	fs.mu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case f.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 // target is what a follower watches.
@@ -166,7 +182,7 @@ func (l *Lifecycle) start(pod *corev1.Pod, t target, why FollowWhy) bool {
 		fs.mu.Unlock()
 		return false
 	}
-	f := &follower{}
+	f := &follower{wake: make(chan struct{}, 1)}
 	f.terminating.Store(why == WhySidecarTerminating)
 	fs.pods[pod.UID] = f
 	fs.wg.Add(1)
@@ -236,6 +252,7 @@ func (l *Lifecycle) follow(parent context.Context, f *follower, t target, log *s
 		}
 		select {
 		case <-tick.C:
+		case <-f.wake:
 		case <-ctx.Done():
 			if parent.Err() != nil {
 				log.Info("stopped following the pod: node plugin stopping", "result", followStopped,
@@ -284,12 +301,7 @@ func evaluate(cs []containerexit.Container, t target, terminating bool) (done bo
 
 // release writes the exit file through requestExit, with a reason naming the containers.
 func (l *Lifecycle) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
-	latest := map[string]containerexit.Container{}
-	for _, c := range cs {
-		if p, ok := latest[c.Name]; !ok || c.Attempt > p.Attempt || (c.Attempt == p.Attempt && c.CreatedAt.After(p.CreatedAt)) {
-			latest[c.Name] = c
-		}
-	}
+	latest := latestByName(cs)
 	names := slices.Clone(t.names)
 	if t.allButSidecar {
 		for name := range latest {
@@ -308,8 +320,8 @@ func (l *Lifecycle) release(parent context.Context, t target, cs []containerexit
 		case !ok:
 			parts = append(parts, name+" (never started)")
 		default:
-			if code, err := l.Runtime.ExitCode(ctx, c.ID); err == nil {
-				parts = append(parts, fmt.Sprintf("%s (exit %d)", name, code))
+			if st, err := l.Runtime.Status(ctx, c.ID); err == nil && st.ExitKnown {
+				parts = append(parts, fmt.Sprintf("%s (exit %d)", name, st.ExitCode))
 			} else {
 				log.Debug("no exit code for the reason", "container", name, "err", err)
 				parts = append(parts, name+" (exited)")

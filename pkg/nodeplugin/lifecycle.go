@@ -54,6 +54,8 @@ type Lifecycle struct {
 
 	exits     exitRequests
 	exitRetry exitRetryPolicy // zero: the Exit* constants
+	// released are the pods told from the runtime's view (ContainersChanged).
+	released releasedPods
 }
 
 // The pod watcher's callbacks Lifecycle implements.
@@ -64,13 +66,11 @@ var (
 	_ podwatch.InitHandler        = (*Lifecycle)(nil)
 )
 
-// WorkloadDone writes the exit file for a legacy sidecar. A native sidecar needs nothing:
-// the kubelet sends it SIGTERM once the regular containers have exited.
+// WorkloadDone writes the exit file, in both modes: the API reported the workload done.
+// With a runtime watch the sidecar has usually been told already (ContainersChanged); this
+// is the path without one, and a backstop. A native sidecar told before the kubelet stops it
+// ends the pod sooner than the kubelet's SIGTERM would.
 func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
-	if d.Mode != contract.ModeLegacy {
-		l.Log.Info("workload done; the kubelet stops the native sidecar", "pod", pod.Namespace+"/"+pod.Name, "rule", d.Rule, "reason", d.Reason)
-		return
-	}
 	l.requestExit(pod, d)
 }
 

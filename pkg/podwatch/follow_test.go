@@ -97,6 +97,11 @@ func TestWatcherReportsDeletionsAndInitPhase(t *testing.T) {
 	if nt.decision.Rule != lifecycle.RuleDeletingInitRunning || nt.decision.Mode != contract.ModeNative {
 		t.Errorf("native terminating decision = %+v", nt.decision)
 	}
+	// A native pod deleted while its app runs is followed too: the sidecar is told the
+	// moment the app has exited, not when the kubelet gets round to stopping it.
+	if nd := h.waitFor(t, "terminating", "native-done", "uid-native-done"); nd.decision.Rule != lifecycle.RuleDeletingWorkloadRunning {
+		t.Errorf("native (app running) terminating decision = %+v", nd.decision)
+	}
 	d := h.waitFor(t, "deleting", "native-done", "uid-native-done")
 	if g := d.pod.DeletionGracePeriodSeconds; g == nil || *g != 11 {
 		t.Errorf("PodDeleting got deletionGracePeriodSeconds %v, want 11", g)
@@ -127,7 +132,7 @@ func TestWatcherReportsDeletionsAndInitPhase(t *testing.T) {
 	want := map[string]int{
 		"init-done:uid-native-done": 1,
 		"deleting:uid-legacy":       1, "deleting:uid-native-init": 1, "deleting:uid-native-done": 1, "deleting:uid-sentinel": 1,
-		"terminating:uid-legacy": 1, "terminating:uid-native-init": 1, "terminating:uid-sentinel": 1,
+		"terminating:uid-legacy": 1, "terminating:uid-native-init": 1, "terminating:uid-native-done": 1, "terminating:uid-sentinel": 1,
 	}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("callbacks per UID = %v, want %v", counts, want)

@@ -111,7 +111,8 @@ func (m *Metrics) ObserveFollow(why, result string, d time.Duration) {
 	m.followSeconds.WithLabelValues(result).Observe(max(d, 0).Seconds())
 }
 
-func (m *Metrics) podDone(rule lifecycle.Rule) {
+// PodDone counts a pod whose workload was found done by rule, from the API or the runtime.
+func (m *Metrics) PodDone(rule lifecycle.Rule) {
 	if m != nil {
 		m.podsDone.WithLabelValues(string(rule)).Inc()
 	}

@@ -465,7 +465,7 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 			st.doneSent = true
 			log.Info("workload done, sidecar must exit", "rule", d.Rule, "mode", d.Mode, "reason", d.Reason,
 				"workloadFinishedAt", d.WorkloadFinishedAt)
-			w.metrics.podDone(d.Rule)
+			w.metrics.PodDone(d.Rule)
 			w.handler.WorkloadDone(pod.DeepCopy(), d)
 		} else {
 			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)

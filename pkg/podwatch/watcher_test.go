@@ -725,7 +725,7 @@ func TestMetrics(t *testing.T) {
 
 	var nilMetrics *Metrics
 	nilMetrics.ObserveExitLatency(contract.ModeNative, time.Second) // must not panic
-	nilMetrics.podDone(lifecycle.RuleNeverAllTerminated)
+	nilMetrics.PodDone(lifecycle.RuleNeverAllTerminated)
 	nilMetrics.sidecarFailed()
 }
 

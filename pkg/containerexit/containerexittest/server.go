@@ -30,8 +30,8 @@ type Container struct {
 	ExitCode         int32
 }
 
-// Server is a fake CRI runtime service: ListContainers (honouring the label selector) and
-// ContainerStatus. Its containers are changed with Set, SetState and Remove while clients
+// Server is a fake CRI runtime service: ListContainers (honouring the label selector),
+// ContainerStatus, Version and, once enabled, GetContainerEvents. Its containers are changed with Set, SetState and Remove while clients
 // poll it.
 type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
@@ -42,6 +42,124 @@ type Server struct {
 	containers map[string]*runtimeapi.ContainerStatus
 	calls      []string
 	failList   error
+	// version answers Version; events enables GetContainerEvents (off: Unimplemented, as
+	// containerd 1.6 answers); subs are the open streams.
+	version runtimeapi.VersionResponse
+	events  bool
+	subs    map[chan *runtimeapi.ContainerEventResponse]struct{}
+}
+
+// SetVersion sets the runtime name and version that Version answers.
+func (s *Server) SetVersion(name, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version = runtimeapi.VersionResponse{RuntimeName: name, RuntimeVersion: version}
+}
+
+// EnableEvents makes GetContainerEvents stream an event for every later Set, SetState and
+// Remove, with the statuses of the pod's containers, as containerd 2.x does.
+func (s *Server) EnableEvents() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = true
+}
+
+// Subscribers returns the number of open event streams.
+func (s *Server) Subscribers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs)
+}
+
+// CloseStreams ends every open event stream with an error, as a restarting runtime does.
+func (s *Server) CloseStreams() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
+		close(ch)
+		delete(s.subs, ch)
+	}
+}
+
+// Version answers the name and version set with SetVersion.
+func (s *Server) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, "Version")
+	return &runtimeapi.VersionResponse{RuntimeName: s.version.RuntimeName, RuntimeVersion: s.version.RuntimeVersion}, nil
+}
+
+// GetContainerEvents streams events until the client goes or CloseStreams; Unimplemented
+// unless EnableEvents was called.
+func (s *Server) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	s.mu.Lock()
+	s.calls = append(s.calls, "GetContainerEvents")
+	if !s.events {
+		s.mu.Unlock()
+		return status.Error(codes.Unimplemented, "GetContainerEvents is not implemented")
+	}
+	ch := make(chan *runtimeapi.ContainerEventResponse, 1024)
+	if s.subs == nil {
+		s.subs = map[chan *runtimeapi.ContainerEventResponse]struct{}{}
+	}
+	s.subs[ch] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subs, ch)
+		s.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev, ok := <-ch:
+			if !ok {
+				return status.Error(codes.Unavailable, "runtime restarting")
+			}
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// publishLocked sends an event about container id to every stream.
+func (s *Server) publishLocked(id, podUID string, typ runtimeapi.ContainerEventType, gone *runtimeapi.ContainerStatus) {
+	if !s.events {
+		return
+	}
+	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(),
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Metadata: &runtimeapi.PodSandboxMetadata{Uid: podUID}}}
+	for _, c := range s.containers {
+		if c.Labels[kubelettypes.KubernetesPodUIDLabel] == podUID {
+			ev.ContainersStatuses = append(ev.ContainersStatuses, cloneStatus(c))
+		}
+	}
+	if gone != nil {
+		ev.ContainersStatuses = append(ev.ContainersStatuses, cloneStatus(gone))
+	}
+	for ch := range s.subs {
+		select {
+		case ch <- ev:
+		default: // a stuck client loses events, like a runtime's full queue
+		}
+	}
+}
+
+func cloneStatus(c *runtimeapi.ContainerStatus) *runtimeapi.ContainerStatus {
+	return &runtimeapi.ContainerStatus{Id: c.Id, Metadata: c.Metadata, State: c.State, ExitCode: c.ExitCode,
+		CreatedAt: c.CreatedAt, Labels: maps.Clone(c.Labels)}
+}
+
+func eventType(state runtimeapi.ContainerState) runtimeapi.ContainerEventType {
+	switch state {
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT
+	}
+	return runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT
 }
 
 // NewServer serves an empty fake runtime until the test ends.
@@ -128,6 +246,7 @@ func (s *Server) Set(cs ...Container) {
 				kubelettypes.KubernetesContainerNameLabel: c.Name,
 			},
 		}
+		s.publishLocked(c.ID, c.PodUID, eventType(c.State), nil)
 	}
 }
 
@@ -137,6 +256,17 @@ func (s *Server) SetState(id string, state runtimeapi.ContainerState, exitCode i
 	defer s.mu.Unlock()
 	if c := s.containers[id]; c != nil {
 		c.State, c.ExitCode = state, exitCode
+		s.publishLocked(id, c.Labels[kubelettypes.KubernetesPodUIDLabel], eventType(state), nil)
+	}
+}
+
+// SetStateQuiet changes a container's state without an event, as a stale listing would
+// show it.
+func (s *Server) SetStateQuiet(id string, state runtimeapi.ContainerState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.containers[id]; c != nil {
+		c.State = state
 	}
 }
 
@@ -145,7 +275,10 @@ func (s *Server) Remove(ids ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		delete(s.containers, id)
+		if c := s.containers[id]; c != nil {
+			delete(s.containers, id)
+			s.publishLocked(id, c.Labels[kubelettypes.KubernetesPodUIDLabel], runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, c)
+		}
 	}
 }
 

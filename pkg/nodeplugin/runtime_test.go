@@ -1,0 +1,147 @@
+package nodeplugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
+)
+
+// watchRuntime puts a node-wide runtime watch in front of the env's fake runtime, as the node
+// plugin does: the Lifecycle reads container states from it, and it calls ContainersChanged.
+// version is what the fake runtime reports; events enables its event stream.
+func (e *env) watchRuntime(pods podCache, version string, events bool) *runtimewatch.Watcher {
+	e.t.Helper()
+	e.rt.SetVersion("containerd", version)
+	if events {
+		e.rt.EnableEvents()
+	}
+	cri, err := containerexit.Dial(e.rt.Endpoint)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cri.Close() })
+	w, err := runtimewatch.New(runtimewatch.Config{Client: cri, OnChange: e.l.ContainersChanged, Log: quiet,
+		// A resync far in the future: with events, only the stream can be quick.
+		ResyncInterval: time.Hour})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.l.Runtime, e.l.Pods = w, pods
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	for start := time.Now(); !w.Synced(); time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > testTimeout {
+			e.t.Fatal("runtime watch never listed the runtime")
+		}
+	}
+	return w
+}
+
+func withPolicy(p *corev1.Pod, policy corev1.RestartPolicy) *corev1.Pod {
+	p.Spec.RestartPolicy = policy
+	return p
+}
+
+// The moment the runtime shows the workload exited, the sidecar is told, in both modes and
+// from both sources, with a reason that says where the news came from. The API has not
+// reported anything yet (the pods have no status at all).
+func TestRuntimeExitTellsTheSidecarAtOnce(t *testing.T) {
+	for _, src := range []struct {
+		name, version string
+		events        bool
+		want          string
+	}{
+		{"poll (containerd 1.6)", "1.6.20~ds1", false, runtimewatch.SourcePoll},
+		{"events (containerd 2.x)", "v2.2.9", true, runtimewatch.SourceEvents},
+	} {
+		t.Run(src.name, func(t *testing.T) {
+			e := newEnv(t)
+			pods := podCache{
+				"native": withPolicy(nativePod("native"), corev1.RestartPolicyNever),
+				"legacy": withPolicy(legacyPod("legacy"), corev1.RestartPolicyOnFailure),
+			}
+			w := e.watchRuntime(pods, src.version, src.events)
+			if w.Source() != src.want {
+				t.Fatalf("source = %q, want %q", w.Source(), src.want)
+			}
+			e.mkEmptyDir("native")
+			e.mkEmptyDir("legacy")
+			e.rt.Set(ctr("native", "gcsfuse-sidecar", 0, running), ctr("native", "fetch", 0, exited), ctr("native", "main", 0, running),
+				ctr("legacy", "gcsfuse-sidecar", 0, running), ctr("legacy", "app", 0, running))
+			e.hold("native", holdFor, "main runs")
+			e.hold("legacy", 0, "app runs")
+
+			e.rt.SetState(id("native", "main", 0), exited, 3) // Never: any exit code is final
+			e.rt.SetState(id("legacy", "app", 0), exited, 0)  // OnFailure: 0 is final
+			for uid, rule := range map[types.UID]lifecycle.Rule{"native": lifecycle.RuleNeverAllTerminated, "legacy": lifecycle.RuleOnFailureAllSucceeded} {
+				r, took := e.waitExit(uid, releaseBound)
+				if r.Rule != string(rule) || !strings.Contains(r.Message, "container runtime") {
+					t.Errorf("%s: exit file %+v, want rule %s and a reason naming the runtime", uid, r, rule)
+				}
+				t.Logf("%s released %s after the exit", uid, took)
+			}
+			// Later changes of the same pods (the sidecar's own exit, removal) ask nothing again.
+			if err := removeExit(e, "native"); err != nil {
+				t.Fatal(err)
+			}
+			e.rt.SetState(id("native", "gcsfuse-sidecar", 0), exited, 0)
+			e.rt.Remove(id("native", "main", 0))
+			e.hold("native", holdFor, "the pod was already released once")
+		})
+	}
+}
+
+// The sidecar stays while anything may still use the mounts: an OnFailure container that
+// failed (it is restarted), restartPolicy Always, a second container still running, and a
+// container the runtime has not created yet while the API shows it waiting.
+func TestRuntimeExitKeepsTheSidecarWhileTheWorkloadMayRun(t *testing.T) {
+	e := newEnv(t)
+	twoApps := withPolicy(legacyPod("two"), corev1.RestartPolicyNever)
+	twoApps.Spec.Containers = append(twoApps.Spec.Containers, corev1.Container{Name: "second"})
+	notCreated := withPolicy(legacyPod("later"), corev1.RestartPolicyNever)
+	notCreated.Spec.Containers = append(notCreated.Spec.Containers, corev1.Container{Name: "second"})
+	notCreated.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "second", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	pods := podCache{
+		"onfailure": withPolicy(legacyPod("onfailure"), corev1.RestartPolicyOnFailure),
+		"always":    withPolicy(nativePod("always"), corev1.RestartPolicyAlways),
+		"two":       twoApps,
+		"later":     notCreated,
+	}
+	e.watchRuntime(pods, "v2.2.9", true)
+	for uid := range pods {
+		e.mkEmptyDir(uid)
+	}
+	failed := ctr("onfailure", "app", 0, exited)
+	failed.ExitCode = 1
+	e.rt.Set(failed, ctr("always", "main", 0, exited),
+		ctr("two", "app", 0, exited), ctr("two", "second", 0, running), ctr("later", "app", 0, exited))
+	for uid := range pods {
+		e.hold(uid, holdFor/4, string(uid)+": its workload may still run")
+	}
+	// The failed container's restart exits 0: now nothing will run again.
+	e.rt.Set(ctr("onfailure", "app", 1, exited))
+	if r, _ := e.waitExit("onfailure", releaseBound); r.Rule != string(lifecycle.RuleOnFailureAllSucceeded) {
+		t.Errorf("onfailure released with %+v", r)
+	}
+	e.rt.SetState(id("two", "second", 0), exited, 0)
+	e.waitExit("two", releaseBound)
+	e.hold("later", holdFor, "its second container was never created")
+}
+
+func removeExit(e *env, uid types.UID) error {
+	return os.Remove(filepath.Join(e.emptyDir(uid), contract.ExitFile))
+}
