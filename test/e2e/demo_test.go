@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,22 +18,39 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
+// demoRuns is how many times each demo case runs (E2E_DEMO_RUNS overrides): enough for a
+// median and a p90 on a noisy machine.
+const demoRuns = 10
+
 // TestDemo is the cluster demo of hack/demo-cluster.sh (run only with E2E_DEMO=1): an
 // Airflow-style pod (restartPolicy Never, writes a result file, exits) and a Job, each in
-// native and legacy mode, next to the same pod without a bucket, and a table of what a user
-// waits for.
+// native and legacy mode, next to the same pod without a bucket, each run demoRuns times
+// (interleaved, so that noise hits every case alike), and a table of what a user waits for:
+// medians and p90s, and the overhead against no volume side by side.
 func TestDemo(t *testing.T) {
 	if os.Getenv("E2E_DEMO") != "1" {
 		t.Skip("set E2E_DEMO=1 (hack/demo-cluster.sh)")
 	}
-	type row struct {
-		name, mode  string
-		mount, done time.Duration
-		phase       corev1.PodPhase
-		objects     string
+	runs := demoRuns
+	if v := os.Getenv("E2E_DEMO_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("E2E_DEMO_RUNS=%q: want a positive number", v)
+		}
+		runs = n
 	}
-	var rows []row
-	runOne := func(kind, mode string, withVolume bool) {
+	type sample struct {
+		mount, done time.Duration
+		together    bool
+	}
+	type result struct {
+		kind, mode string
+		samples    []sample
+		phase      corev1.PodPhase
+		objects    string
+	}
+	var results []*result
+	runOne := func(res *result, i int, withVolume bool) {
 		bucket := ""
 		var vols []volume
 		dir := "/tmp"
@@ -40,18 +59,18 @@ func TestDemo(t *testing.T) {
 			vols = []volume{{"bucket", bucket, mountPath}}
 			dir = mountPath
 		}
-		name := fmt.Sprintf("demo-%s-%s", kind, mode)
-		o := podOpts{mode: mode, restart: corev1.RestartPolicyNever, volumes: vols,
-			args: []string{"write", "-dir", dir, "-name", "result.json", "-bytes", strconv.Itoa(64 << 10)}}
+		name := fmt.Sprintf("demo-%s-%s-%d", res.kind, res.mode, i)
 		if !withVolume {
-			name = fmt.Sprintf("demo-%s-no-volume", kind)
+			name = fmt.Sprintf("demo-%s-none-%d", res.kind, i)
 		}
-		var sel metav1.ListOptions
+		o := podOpts{mode: res.mode, restart: corev1.RestartPolicyNever, volumes: vols,
+			args: []string{"write", "-dir", dir, "-name", "result.json", "-bytes", strconv.Itoa(64 << 10)}}
+		var smp sample
 		created := time.Now()
-		switch kind {
+		switch res.kind {
 		case "pod":
-			sel = metav1.ListOptions{FieldSelector: "metadata.name=" + name}
-			tr := track(t, sel)
+			tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			defer tr.stop()
 			if withVolume {
 				createPod(t, name, o)
 			} else {
@@ -62,12 +81,16 @@ func TestDemo(t *testing.T) {
 				}
 			}
 			p := waitPod(t, name, 120*time.Second, "terminal", terminal)
-			rows = append(rows, row{name: kind, mode: modeLabel(mode, withVolume), phase: p.Status.Phase,
-				mount:   appStart(t, name, appContainer).Sub(created),
-				done:    tr.when(name, "phase:"+string(p.Status.Phase)).Sub(appExit(t, name, appContainer)),
-				objects: bucketSummary(t, bucket)})
+			res.phase = p.Status.Phase
+			smp.mount = appStart(t, name, appContainer).Sub(created)
+			smp.done = tr.when(name, "phase:"+string(p.Status.Phase)).Sub(appExit(t, name, appContainer))
+			if withVolume {
+				smp.together = sidecarFirst(t, tr, name, p)
+			}
+			_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 		case "job":
 			tr := track(t, metav1.ListOptions{LabelSelector: "job-name=" + name})
+			defer tr.stop()
 			if withVolume {
 				createJob(t, name, o)
 			} else {
@@ -80,22 +103,66 @@ func TestDemo(t *testing.T) {
 			}
 			cond, at := waitJob(t, name, 120*time.Second)
 			pod := jobPod(t, tr)
-			rows = append(rows, row{name: kind, mode: modeLabel(mode, withVolume), phase: corev1.PodPhase("Job " + string(cond)),
-				mount: appStart(t, pod, appContainer).Sub(tr.when(pod, "phase:Pending")), // from the pod, not the Job: the Job controller adds its own delay
-				done:  at.Sub(appExit(t, pod, appContainer)), objects: bucketSummary(t, bucket)})
+			res.phase = corev1.PodPhase("Job " + string(cond))
+			// From the pod, not the Job: the Job controller adds its own delay.
+			smp.mount = appStart(t, pod, appContainer).Sub(tr.when(pod, "phase:Pending"))
+			smp.done = at.Sub(appExit(t, pod, appContainer))
+			if withVolume {
+				smp.together = sidecarFirst(t, tr, pod, waitPod(t, pod, 30*time.Second, "terminal", terminal))
+			}
+			_ = cs.BatchV1().Jobs(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
 		}
+		res.samples = append(res.samples, smp)
+		res.objects = bucketSummary(t, bucket)
 	}
 	for _, kind := range []string{"pod", "job"} {
-		runOne(kind, "", false)
-		runOne(kind, contract.ModeNative, true)
-		runOne(kind, contract.ModeLegacy, true)
+		for _, mode := range []string{"", contract.ModeNative, contract.ModeLegacy} {
+			results = append(results, &result{kind: kind, mode: mode})
+		}
+	}
+	for i := range runs {
+		for _, r := range results {
+			runOne(r, i, r.mode != "")
+		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-5s %-17s %22s %22s  %-13s %s\n", "kind", "sidecar", "pod created->app start", "app exit->pod/job done", "result", "objects in bucket")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "%-5s %-17s %21.2fs %21.2fs  %-13s %s\n", r.name, r.mode, r.mount.Seconds(), r.done.Seconds(), r.phase, r.objects)
+	fmt.Fprintf(&b, "\n%d runs per case (medians and p90, this host's clock); overhead = median minus the same kind's median without a volume\n", runs)
+	fmt.Fprintf(&b, "%-5s %-17s %-26s %-9s %-26s %-9s %-10s  %-13s %s\n", "kind", "sidecar", "pod created->app start",
+		"overhead", "app exit->pod/job done", "overhead", "same look", "result", "objects in bucket")
+	var base [2]time.Duration
+	for _, r := range results {
+		var mount, done []time.Duration
+		together := 0
+		for _, s := range r.samples {
+			mount, done = append(mount, s.mount), append(done, s.done)
+			if s.together {
+				together++
+			}
+		}
+		mp50, mp90 := percentiles(mount)
+		dp50, dp90 := percentiles(done)
+		look := "-"
+		if r.mode == "" {
+			base = [2]time.Duration{mp50, dp50}
+		} else {
+			look = fmt.Sprintf("%d/%d", together, len(r.samples))
+		}
+		fmt.Fprintf(&b, "%-5s %-17s p50 %5.2fs  p90 %5.2fs    %+7.2fs  p50 %5.2fs  p90 %5.2fs    %+7.2fs  %-10s  %-13s %s\n",
+			r.kind, modeLabel(r.mode, r.mode != ""), mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds(),
+			dp50.Seconds(), dp90.Seconds(), (dp50 - base[1]).Seconds(), look, r.phase, r.objects)
 	}
 	fmt.Print(b.String())
+}
+
+// percentiles returns the median and the 90th percentile (nearest rank).
+func percentiles(ds []time.Duration) (p50, p90 time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := func(p float64) time.Duration { return s[min(len(s)-1, int(math.Ceil(p*float64(len(s))))-1)] }
+	return rank(0.5), rank(0.9)
 }
 
 func modeLabel(mode string, withVolume bool) string {

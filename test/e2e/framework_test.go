@@ -376,6 +376,13 @@ func (tr *tracker) observe(p *corev1.Pod, typ watch.EventType) {
 		tr.mark(p.Name, "deleted", now)
 	}
 	tr.mark(p.Name, "phase:"+string(p.Status.Phase), now)
+	// "together": the first status that shows the app terminated already shows the sidecar
+	// terminated too, so the kubelet saw both gone in one look.
+	if st := containerStatus(p, appContainer); st != nil && st.State.Terminated != nil && tr.seen[p.Name]["terminated:"+appContainer].IsZero() {
+		if sc := containerStatus(p, contract.SidecarContainerName); sc != nil && sc.State.Terminated != nil {
+			tr.mark(p.Name, "together", now)
+		}
+	}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, c := range list {
 			if c.State.Running != nil {
@@ -541,6 +548,52 @@ func appExit(t *testing.T, pod, container string) time.Time {
 	}
 	ms, _ := strconv.ParseInt(m[len(m)-1][1], 10, 64)
 	return time.UnixMilli(ms)
+}
+
+// sidecarExitLine is the sidecar's last log line, with the time it was written.
+var sidecarExitLine = regexp.MustCompile(`(?m)^time=(\S+) level=\S+ msg="sidecar exiting"(.*)$`)
+
+// sidecarExit is when the sidecar logged that it exits (this host's clock), and the rest of
+// that line (the reason).
+func sidecarExit(t *testing.T, pod string) (time.Time, string) {
+	t.Helper()
+	m := sidecarExitLine.FindAllStringSubmatch(logs(pod, contract.SidecarContainerName), -1)
+	if len(m) == 0 {
+		return time.Time{}, ""
+	}
+	last := m[len(m)-1]
+	at, err := time.Parse(time.RFC3339Nano, last[1])
+	if err != nil {
+		t.Fatalf("sidecar exit line time %q: %v", last[1], err)
+	}
+	return at, last[2]
+}
+
+// sidecarFirst asserts the zero-overhead exit of a finished pod: the sidecar was told by the
+// node plugin (the exit file, not the kubelet's SIGTERM), had exited no later than this host
+// saw the kubelet's first status with the app terminated, and was never restarted. It
+// returns whether that first status already showed the sidecar gone ("together").
+func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
+	t.Helper()
+	at, rest := sidecarExit(t, pod)
+	if at.IsZero() {
+		t.Fatalf("no \"sidecar exiting\" line in the sidecar log:\n%s", logs(pod, contract.SidecarContainerName))
+	}
+	if !strings.Contains(rest, "exit file") {
+		t.Errorf("the sidecar did not end on the node plugin's exit file: %s", rest)
+	}
+	seen := tr.when(pod, "terminated:"+appContainer)
+	if seen.IsZero() {
+		t.Fatalf("never saw the app terminated in a status of %s", pod)
+	}
+	if at.After(seen) {
+		t.Errorf("the sidecar exited %s after the kubelet reported the app terminated: the kubelet looked before it was gone",
+			at.Sub(seen).Round(time.Millisecond))
+	}
+	if sc := containerStatus(p, contract.SidecarContainerName); sc == nil || sc.RestartCount != 0 {
+		t.Errorf("sidecar restarted after it exited: %s", describe(p))
+	}
+	return !tr.when(pod, "together").IsZero()
 }
 
 // ---------------------------------------------------------------------------- timings

@@ -116,6 +116,8 @@ func TestJobNever(t *testing.T) {
 					t.Fatalf("sidecar exit code %d, want 0 (a clean stop):\n%s\nsidecar log:\n%s", c, describe(p), logs(pod, contract.SidecarContainerName))
 				}
 				expectObject(t, bucket, "result.bin", 2*mib)
+				together := sidecarFirst(t, tr, pod, p)
+				t.Logf("the kubelet saw app and sidecar gone in the same status: %v", together)
 				exit := appExit(t, pod, appContainer)
 				record(t, "create -> app started", created, appStart(t, pod, appContainer))
 				record(t, "app exit -> pod "+string(tc.phase), exit, tr.when(pod, "phase:"+string(tc.phase)))
@@ -148,6 +150,9 @@ func TestJobOnFailure(t *testing.T) {
 		if st := containerStatus(p, appContainer); st.RestartCount < 1 {
 			t.Fatalf("app restarted %d times, want >= 1 (the first run fails on purpose)", st.RestartCount)
 		}
+		// The failed first run did not end the sidecar; the successful second one did, by
+		// itself, once.
+		sidecarFirst(t, tr, pod, p)
 		expectObject(t, bucket, "result.bin", mib)
 		record(t, "app exit -> job Complete", appExit(t, pod, appContainer), condAt)
 	})
