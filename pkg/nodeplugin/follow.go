@@ -36,11 +36,11 @@ const (
 	WhySidecarTerminating FollowWhy = "sidecar-terminating"
 )
 
-// Follow tuning. The runtime has no container event stream on the nodes this serves
-// (containerd 1.6), so it is polled, only for stopping pods, and only for a bounded time.
+// Follow tuning. A follower reads the runtime watch's node-wide state (Runtime), so a look
+// costs no runtime call; it looks on every change the watch reports, and every interval.
 const (
-	// FollowPollInterval is how often a followed pod's containers are listed: one
-	// ListContainers call per pod per interval. It bounds the extra time the sidecar serves.
+	// FollowPollInterval is how often a followed pod's containers are looked at without a
+	// change, and the least time between the two looks that release a pod.
 	FollowPollInterval = 100 * time.Millisecond
 	// followConfirmPolls is how many consecutive polls must find nothing running before the
 	// sidecar is released, so a container the kubelet is creating at that very moment
@@ -243,7 +243,10 @@ func (l *Lifecycle) follow(parent context.Context, f *follower, t target, log *s
 				doneSince = time.Now()
 			}
 			confirmed++
-			if confirmed >= followConfirmPolls {
+			// Two looks, at least a poll interval apart: a wake-up from the runtime watch
+			// may come right after a look, and a container the kubelet creates at that
+			// moment must still be seen.
+			if confirmed >= followConfirmPolls && time.Since(doneSince) >= FollowPollInterval {
 				l.release(parent, t, cs, doneSince, log)
 				log.Info("stopped following the pod: containers exited", "result", followReleased,
 					"durationMs", time.Since(start).Milliseconds())
