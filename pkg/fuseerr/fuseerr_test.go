@@ -9,17 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 )
 
 func mount(t *testing.T) (string, *os.File) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse")
-	}
+	needs.RootAndFUSE(t)
 	target := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)

@@ -11,16 +11,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
 )
 
 func requireRootFuse(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse")
-	}
+	needs.RootAndFUSE(t)
 }
 
 // A mount whose server never answers (nobody reads the descriptor) must still be seen by

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 )
@@ -20,7 +21,7 @@ var (
 
 func TestMain(m *testing.M) {
 	if miss := testenv.Prereqs(); miss != "" {
-		if os.Getenv("GCSFUSE_CSI_REQUIRE_INTEGRATION") == "1" {
+		if needs.Required() {
 			fmt.Fprintln(os.Stderr, "integration tests required but this machine lacks:", miss)
 			os.Exit(1)
 		}
