@@ -45,6 +45,9 @@ type ServerConfig struct {
 	CertFile, KeyFile string
 	// ShutdownTimeout bounds the graceful shutdown; in-flight requests are cut after it.
 	ShutdownTimeout time.Duration
+	// CertCheckInterval is how often, at most, the key pair's files are checked for a
+	// rotation; zero means CertCheckInterval.
+	CertCheckInterval time.Duration
 }
 
 // Server is the webhook's HTTPS server.
@@ -55,14 +58,21 @@ type Server struct {
 }
 
 // NewServer loads the certificate now, so a missing or bad key pair fails at startup rather
-// than at the first TLS handshake.
+// than at the first TLS handshake; a rotated pair is served from the first handshake after
+// its files change (see CertCheckInterval).
 func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if cfg.CertCheckInterval < 0 {
+		return nil, fmt.Errorf("negative certificate check interval %s", cfg.CertCheckInterval)
+	}
+	if cfg.CertCheckInterval == 0 {
+		cfg.CertCheckInterval = CertCheckInterval
+	}
+	certs, err := newCertReloader(cfg.CertFile, cfg.KeyFile, cfg.CertCheckInterval, log)
 	if err != nil {
-		return nil, fmt.Errorf("loading the TLS key pair %s, %s: %w", cfg.CertFile, cfg.KeyFile, err)
+		return nil, err
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
@@ -71,8 +81,8 @@ func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Serve
 		Addr:    cfg.Addr,
 		Handler: handler,
 		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{cert},
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: certs.GetCertificate,
 		},
 		// The API server's webhook timeout is at most 30s; nothing legitimate is slower.
 		ReadHeaderTimeout: 10 * time.Second,

@@ -28,12 +28,25 @@ import (
 // of the cert and key files and a pool that trusts it.
 func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	dir := t.TempDir()
+	certPEM, keyPEM, cert := newPair(t, 1)
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	replaceFile(t, certFile, certPEM)
+	replaceFile(t, keyFile, keyPEM)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// newPair makes a self-signed serving certificate for 127.0.0.1 with serial.
+func newPair(t *testing.T, serial int64) (certPEM, keyPEM []byte, cert *x509.Certificate) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
+		SerialNumber:          big.NewInt(serial),
 		Subject:               pkix.Name{CommonName: "gcsfuse-webhook.test"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(time.Hour),
@@ -51,21 +64,70 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if cert, err = x509.ParseCertificate(der); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), cert
+}
+
+// replaceFile writes data to path atomically, as a Secret volume update does.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rotated serving certificate is served from the next handshake on, without a restart;
+// a half-done rotation (new certificate, old key) keeps the previous pair serving.
+func TestServerReloadsARotatedCertificate(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	srv, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second,
+		CertCheckInterval: time.Nanosecond}, NewMux(newMutator(t, modern), nil), discardLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	certPEM, keyPEM, cert2 := newPair(t, 2)
+	pool.AddCert(cert2)
+	serial := func() int64 {
+		t.Helper()
+		conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	if s := serial(); s != 1 {
+		t.Fatalf("serving serial %d, want 1", s)
+	}
+	replaceFile(t, certFile, certPEM) // the key still belongs to the old certificate
+	if s := serial(); s != 1 {
+		t.Fatalf("half-rotated pair: serving serial %d, want the previous pair (1)", s)
+	}
+	replaceFile(t, keyFile, keyPEM)
+	if s := serial(); s != 2 {
+		t.Fatalf("after the rotation: serving serial %d, want 2", s)
+	}
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if s := serial(); s != 2 {
+		t.Fatalf("key file gone: serving serial %d, want the loaded pair (2)", s)
+	}
 }
 
 func TestServerTLS(t *testing.T) {

@@ -1,0 +1,89 @@
+package webhook
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// CertCheckInterval is how often, at most, the serving certificate's files are looked at
+// again: on the first TLS handshake after it has passed. A Secret volume updates its files
+// within a minute of the Secret's change (an atomic swap of its ..data link), so a rotated
+// certificate is served from the next handshake on, without a restart and without a
+// goroutine or a watch that could die.
+const CertCheckInterval = 5 * time.Second
+
+// certReloader serves the key pair from two files and loads them again when they change.
+type certReloader struct {
+	certFile, keyFile string
+	interval          time.Duration
+	log               *slog.Logger
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	stamp   string // what the files looked like when cert was loaded
+	checked time.Time
+	badFor  string // the stamp last reported as a bad pair, so it is logged once
+}
+
+// newCertReloader loads the pair now: a missing or bad pair fails at start.
+func newCertReloader(certFile, keyFile string, interval time.Duration, log *slog.Logger) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, interval: interval, log: log}
+	stamp, err := r.stampFiles()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	r.cert, r.stamp, r.checked = &cert, stamp, time.Now()
+	return r, nil
+}
+
+// stampFiles describes both files (size, modification time, inode), following links.
+func (r *certReloader) stampFiles() (string, error) {
+	s := ""
+	for _, f := range []string{r.certFile, r.keyFile} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return "", fmt.Errorf("TLS key pair: %w", err)
+		}
+		s += fmt.Sprintf("%d/%d/%v;", fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+	}
+	return s, nil
+}
+
+// GetCertificate is the tls.Config hook: the current pair, loaded again first when the
+// files changed since it was. A pair that does not load (a half-written update, a key that
+// does not match) is logged once and the previous one kept.
+func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.checked) < r.interval {
+		return r.cert, nil
+	}
+	r.checked = time.Now()
+	stamp, err := r.stampFiles()
+	if err != nil || stamp == r.stamp {
+		if err != nil && r.badFor != err.Error() {
+			r.badFor = err.Error()
+			r.log.Error("cannot look at the serving certificate; serving the one loaded before", "err", err)
+		}
+		return r.cert, nil
+	}
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		if r.badFor != stamp {
+			r.badFor = stamp
+			r.log.Error("the serving certificate changed but does not load; serving the one loaded before", "err", err)
+		}
+		return r.cert, nil
+	}
+	r.cert, r.stamp, r.badFor = &cert, stamp, ""
+	r.log.Info("serving certificate reloaded", "cert", r.certFile)
+	return r.cert, nil
+}
