@@ -28,6 +28,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
@@ -39,7 +40,10 @@ var version = "dev"
 // runtimeAuto is the --runtime-endpoint value that looks for the runtime's usual sockets.
 const runtimeAuto = "auto"
 
-func main() { os.Exit(run()) }
+func main() {
+	fusemount.RunProbeIfAsked() // the node plugin re-executes itself to stat a possibly dead mount
+	os.Exit(run())
+}
 
 func run() int {
 	endpoint := flag.String("endpoint", "unix:///csi/csi.sock", "CSI endpoint")

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/procs"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -454,24 +456,7 @@ func GcsfusePIDs(match func(args []string) bool) []int {
 }
 
 // ProcessPIDs lists the processes on this host whose command line (argv) satisfies match.
-func ProcessPIDs(match func(args []string) bool) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		if match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func ProcessPIDs(match func(args []string) bool) []int { return procs.PIDs(match) }
 
 // WaitReady waits until a stat through the target succeeds, at most d.
 func WaitReady(target string, d time.Duration) (time.Duration, error) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -115,20 +114,6 @@ func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// deadMount reports whether a FUSE mount lost its server: a stat then fails at once with
-// ENOTCONN. A live mount answers (or, not yet initialised, answers within moments; the stat
-// goroutine ends then, and we do not wait for it).
-func deadMount(target string) bool {
-	res := make(chan error, 1)
-	go func() { _, err := os.Stat(target); res <- err }()
-	select {
-	case err := <-res:
-		return errors.Is(err, syscall.ENOTCONN)
-	case <-time.After(2 * time.Second):
-		return false
-	}
-}
-
 func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, error) {
 	log := s.log.With("pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "podUID", rec.PodUID, "volume", rec.Volume.VolumeName)
 	unlock, err := s.lock(rec.Target)
@@ -144,7 +129,11 @@ func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, er
 		s.dropOffer(rec) // unpublished meanwhile
 		return false, nil
 	}
-	if !deadMount(rec.Target) {
+	dead, err := fusemount.Dead(ctx, rec.Target, fusemount.ProbeTimeout)
+	if err != nil {
+		return false, err
+	}
+	if !dead {
 		// The sidecar took the descriptor just before the old process ended.
 		s.dropOffer(rec)
 		return false, nil
