@@ -51,6 +51,14 @@ nsexec() { "${NSEXEC[@]}" "$@"; }
 netns_exists() { [ -e "/run/netns/$NETNS" ]; }
 
 kctl() { "$K8S_BIN/kubectl" "$@"; }
+# ctr ARGS...: the ctr of the containerd that cluster-up.sh started (it records it in
+# $RUN/ctr), else the one of the runtime chosen by $CONTAINERD. Without the cgroup v1
+# deprecation warning that 2.x's ctr prints on every call (containerd logs it once).
+ctr() {
+  local c=$CTRD_DIR/ctr
+  [ -f "$RUN/ctr" ] && c=$(cat "$RUN/ctr")
+  CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$c" --address "$CONTAINERD_SOCK" "$@"
+}
 
 # waitfor DESC TIMEOUT_SECONDS CMD...: polls CMD every 0.5 s until it succeeds or the timeout.
 waitfor() {
