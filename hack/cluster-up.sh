@@ -245,6 +245,11 @@ save_host_state() {
   mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
 }
 
+if running containerd && [ "$(cat "$RUN/ctr" 2>/dev/null)" != "$CTRD_DIR/ctr" ]; then
+  echo "the running containerd is not $CTRD_DIR/containerd (CONTAINERD=$CONTAINERD); run hack/cluster-down.sh first" >&2
+  up_ok=1 # leave that cluster alone
+  exit 1
+fi
 pki
 configs
 netns_up
@@ -295,15 +300,7 @@ containerd_state() {
   echo "$want" > "$CTRD_MARK"
 }
 
-if running containerd; then
-  if [ "$(cat "$RUN/ctr" 2>/dev/null)" != "$CTRD_DIR/ctr" ]; then
-    echo "a containerd from another runtime is running ($(cat "$RUN/ctr" 2>/dev/null)); run hack/cluster-down.sh first" >&2
-    up_ok=1 # leave it alone
-    exit 1
-  fi
-else
-  containerd_state
-fi
+running containerd || containerd_state
 versions
 step "start containerd ($CTRD_DIR/containerd)"
 # Its own directory first on PATH, for anything it resolves by name.
