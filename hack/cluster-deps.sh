@@ -24,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian's postinst may start the packaged daemons where an init system exists; the cluster
 # runs its own instances with its own configuration, so nothing else may hold their ports.
-step "cluster packages ready: containerd $(/usr/bin/containerd --version | awk '{print $3}'), runc $("$RUNC" --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+step "Debian packages ready: containerd (CONTAINERD=1.6) $(/usr/bin/containerd --version | awk '{print $3}'), runc $("$RUNC" --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
 if [ "$CONTAINERD" = 2 ]; then
   "$REPO_ROOT/hack/containerd-build.sh"
 fi
