@@ -309,7 +309,7 @@ echo "$CTRD_DIR/ctr" > "$RUN/ctr"
 waitfor containerd 30 ctr version
 # The CRI container event stream (GetContainerEvents): served by 2.x, unimplemented in 1.6.
 (cd "$REPO_ROOT" && go build -o "$RUN/crievents" ./hack/crievents)
-step "CRI $("$RUN/crievents" -endpoint "unix://$CONTAINERD_SOCK" -wait 1s || true)"
+step "CRI $("$RUN/crievents" -endpoint "unix://$CONTAINERD_SOCK" -wait 500ms || true)"
 step "import images"
 shopt -s nullglob
 imgs=("$IMAGES_DIR"/*.tar)
