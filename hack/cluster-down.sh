@@ -115,6 +115,15 @@ ip route del unreachable "$SERVICE_CIDR" 2>/dev/null
 findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)|^/run/containerd/|^/run/netns/|^/var/lib/containerd/' \
   | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 rm -f /run/netns/cni-* 2>/dev/null
+# The shared mounts and directories cluster-up.sh made for the runtimes' state dirs.
+if [ -f "$RUN/shared-mounts" ]; then
+  tac "$RUN/shared-mounts" | while read -r d; do umount "$d" 2>/dev/null || umount -l "$d" 2>/dev/null; done
+  rm -f "$RUN/shared-mounts"
+fi
+if [ -f "$RUN/created-dirs" ]; then
+  while read -r d; do rmdir "$d" 2>/dev/null; done < "$RUN/created-dirs"
+  rm -f "$RUN/created-dirs"
+fi
 ip link del cni0 2>/dev/null
 # iptables: back to the snapshot cluster-up.sh took. iptables-restore only rewrites the tables
 # the snapshot names (none when it was empty), so every table is first reset to empty with

@@ -294,13 +294,30 @@ containerd_state() {
       exit 1
     fi
     step "containerd state was written by ${have:-another containerd}; wiping it for $want"
-    rm -rf /var/lib/containerd /run/containerd
+    rm -rf /var/lib/containerd
+    find /run/containerd -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
   fi
   mkdir -p /var/lib/containerd
   echo "$want" > "$CTRD_MARK"
 }
 
+# The runtimes' state dirs, which the node plugin mounts with HostToContainer propagation
+# (deploy/base/node), must be shared (or slave) mounts, or the runtime refuses the container.
+# They are on a systemd host, where / is shared; where it is private, as on this VM, each is
+# made a shared mount of its own (a bind mount onto itself), undone by cluster-down.sh.
+shared_dirs() {
+  local d
+  for d in /run/containerd /run/crio; do
+    [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >> "$RUN/created-dirs"; }
+    findmnt -n -o PROPAGATION --target "$d" | grep -qE 'shared|slave' && continue
+    mount --bind "$d" "$d"
+    mount --make-shared "$d"
+    echo "$d" >> "$RUN/shared-mounts"
+    step "$d: a shared mount (/ is $(findmnt -n -o PROPAGATION /))"
+  done
+}
 running containerd || containerd_state
+shared_dirs
 versions
 step "start containerd ($CTRD_DIR/containerd)"
 # Its own directory first on PATH, for anything it resolves by name.
