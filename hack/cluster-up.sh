@@ -15,7 +15,8 @@
 # everything started so far is stopped again by cluster-down.sh. Every wait has a timeout.
 # Configuration that this VM needs (see /work/shared/research/local-cluster.md):
 # containerd restrict_oom_score_adj (no CAP_SYS_RESOURCE), cgroupfs driver on cgroup v1,
-# kubelet failSwapOn/failCgroupV1 false.
+# kubelet failSwapOn/failCgroupV1 false, /run/containerd and /run/crio shared mounts (/ is
+# private here).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
