@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the local single-node cluster runs on, from Debian packages: containerd and
-# runc (container runtime), etcd, the CNI plugins (bridge, host-local, portmap, loopback in
-# /usr/lib/cni), and the network tools the kubelet and kube-proxy call (iptables, conntrack,
-# ethtool, socat). Idempotent: apt runs only when a tool is missing.
+# Installs what the local single-node cluster runs on, from Debian packages: runc and
+# containerd 1.6 (the runtime of CONTAINERD=1.6), etcd, the CNI plugins (bridge, host-local,
+# portmap, loopback in /usr/lib/cni), and the network tools the kubelet and kube-proxy call
+# (iptables, conntrack, ethtool, socat); then, for the default runtime, containerd
+# $CONTAINERD_VERSION built from its Go module (containerd-build.sh, cached).
+# Idempotent: apt runs only when a tool is missing.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cluster-lib.sh"
 
 declare -A need=(
   [containerd]=containerd [runc]=runc [etcd]=etcd-server [iptables]=iptables
@@ -21,4 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian's postinst may start the packaged daemons where an init system exists; the cluster
 # runs its own instances with its own configuration, so nothing else may hold their ports.
-step "cluster packages ready: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+step "Debian packages ready: containerd (CONTAINERD=1.6) $(/usr/bin/containerd --version | awk '{print $3}'), runc $("$RUNC" --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+if [ "$CONTAINERD" = 2 ]; then
+  "$REPO_ROOT/hack/containerd-build.sh"
+fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stops the local cluster started by cluster-up.sh and returns the machine to how it was:
+# Stops the local cluster started by cluster-up.sh (either runtime: containerd 2.x or
+# CONTAINERD=1.6; the ctr of the one that runs is used) and returns the machine to how it was:
 # workload pods are deleted first (so the CSI driver unmounts their volumes while it still
 # runs), then every process is stopped by its pid, in order (the API server before etcd, or
 # it hangs for minutes), containers are killed, mounts under the kubelet and containerd state
@@ -73,9 +74,32 @@ if running containerd; then
     for id in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks rm -f "$id" >/dev/null 2>&1; done
     sleep 0.5
   done
+  # containerd 2.x keeps pod sandboxes in a store of their own (1.6 has no such command):
+  # removing one removes its pause container too.
+  for id in $(ctr -n k8s.io sandboxes ls 2>/dev/null | awk 'NR > 1 {print $1}'); do
+    ctr -n k8s.io sandboxes rm -f "$id" >/dev/null 2>&1
+  done
   for id in $(ctr -n k8s.io containers ls -q 2>/dev/null); do ctr -n k8s.io containers rm "$id" >/dev/null 2>&1; done
   # Sandboxes' network namespaces are released by containerd; the shims exit with their tasks.
   stop containerd
+fi
+rm -f "$RUN/ctr"
+# A shim of this containerd (1.6 or 2.x: they serve $CONTAINERD_SOCK) still alive, e.g. whose
+# task could not be removed, is stopped by its pid, and the containers it ran with it.
+shims() {
+  local p exe
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    exe=${exe% (deleted)}
+    [ "${exe##*/}" = containerd-shim-runc-v2 ] || continue
+    tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK" && echo "${p#/proc/}"
+  done
+}
+left=$(shims)
+if [ -n "$left" ]; then
+  step "stop containerd shims left: ${left//$'\n'/ }"
+  for pid in $left; do pkill -KILL -P "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; done
+  for ((i = 0; i < 50; i++)); do [ -z "$(shims)" ] && break; sleep 0.2; done
 fi
 
 step "unmount and clean network state"
@@ -88,9 +112,18 @@ ip link del "$HOST_VETH" 2>/dev/null
 ip route del unreachable "$SERVICE_CIDR" 2>/dev/null
 # Deepest first. FUSE mounts of killed sidecars answer "transport endpoint is not connected":
 # a lazy unmount detaches them anyway.
-findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)|^/run/containerd/|^/run/netns/|^/var/lib/containerd/io\.containerd\.grpc\.v1\.cri/' \
+findmnt -rn -o TARGET | grep -E '^/var/lib/kubelet(/|$)|^/run/containerd/|^/run/netns/|^/var/lib/containerd/' \
   | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 rm -f /run/netns/cni-* 2>/dev/null
+# The shared mounts and directories cluster-up.sh made for the runtimes' state dirs.
+if [ -f "$RUN/shared-mounts" ]; then
+  tac "$RUN/shared-mounts" | while read -r d; do umount "$d" 2>/dev/null || umount -l "$d" 2>/dev/null; done
+  rm -f "$RUN/shared-mounts"
+fi
+if [ -f "$RUN/created-dirs" ]; then
+  while read -r d; do rmdir "$d" 2>/dev/null; done < "$RUN/created-dirs"
+  rm -f "$RUN/created-dirs"
+fi
 ip link del cni0 2>/dev/null
 # iptables: back to the snapshot cluster-up.sh took. iptables-restore only rewrites the tables
 # the snapshot names (none when it was empty), so every table is first reset to empty with

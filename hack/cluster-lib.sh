@@ -5,6 +5,19 @@ K8S_VERSION=${K8S_VERSION:-1.34.4}
 K8S_VERSION=${K8S_VERSION#v}
 K8S_DIR=$GCSFUSE_CSI_CACHE/k8s-$K8S_VERSION
 K8S_BIN=$K8S_DIR/bin
+# Container runtime: CONTAINERD=2 (default) runs containerd $CONTAINERD_VERSION (lib.sh), built
+# from its Go module by containerd-build.sh; CONTAINERD=1.6 runs Debian's containerd 1.6 from
+# /usr/bin with the old (version 2) configuration. Either runs Debian's runc. The scripts call
+# every runtime binary by its absolute path.
+CONTAINERD=${CONTAINERD:-2}
+CONTAINERD_BIN=$GCSFUSE_CSI_CACHE/containerd-$CONTAINERD_VERSION/bin
+case $CONTAINERD in
+  2) CTRD_DIR=$CONTAINERD_BIN ;;
+  1.6) CTRD_DIR=/usr/bin ;;
+  *) echo "CONTAINERD=$CONTAINERD: want 2 (containerd v$CONTAINERD_VERSION) or 1.6 (Debian's)" >&2; exit 1 ;;
+esac
+RUNC=/usr/sbin/runc
+CONTAINERD_SOCK=/run/containerd/containerd.sock
 # Cluster state (etcd data, configs, logs, pids). Removed by cluster-down.sh, except the PKI,
 # which is kept so a warm `up` skips openssl (it is cheap either way).
 CLUSTER_DIR=${CLUSTER_DIR:-$GCSFUSE_CSI_CACHE/cluster}
@@ -38,6 +51,14 @@ nsexec() { "${NSEXEC[@]}" "$@"; }
 netns_exists() { [ -e "/run/netns/$NETNS" ]; }
 
 kctl() { "$K8S_BIN/kubectl" "$@"; }
+# ctr ARGS...: the ctr of the containerd that cluster-up.sh started (it records it in
+# $RUN/ctr), else the one of the runtime chosen by $CONTAINERD. Without the cgroup v1
+# deprecation warning that 2.x's ctr prints on every call (containerd logs it once).
+ctr() {
+  local c=$CTRD_DIR/ctr
+  [ -f "$RUN/ctr" ] && c=$(cat "$RUN/ctr")
+  CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$c" --address "$CONTAINERD_SOCK" "$@"
+}
 
 # waitfor DESC TIMEOUT_SECONDS CMD...: polls CMD every 0.5 s until it succeeds or the timeout.
 waitfor() {

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Starts a single-node Kubernetes cluster on this machine: containerd (Debian), etcd (Debian),
+# Starts a single-node Kubernetes cluster on this machine: containerd, etcd (Debian),
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by
-# k8s-build.sh at $K8S_VERSION). Imports the images from images.sh. Prints the KUBECONFIG.
+# k8s-build.sh at $K8S_VERSION). Imports the images from images.sh. Prints the versions of
+# every component, then the KUBECONFIG.
+#
+# Runtime: containerd $CONTAINERD_VERSION (lib.sh; built by containerd-build.sh, configuration
+# version 3) by default; `CONTAINERD=1.6 hack/cluster-up.sh` runs Debian's containerd 1.6 with
+# the version 2 configuration instead. Both run Debian's runc. Switching wipes containerd's
+# root and state dirs (only images are there; they are imported again).
 # Every component runs in the network namespace $NETNS (cluster-lib.sh): the node's address
 # is $NODE_IP on a veth, reachable from this machine only through its host end.
 #
@@ -9,14 +15,19 @@
 # everything started so far is stopped again by cluster-down.sh. Every wait has a timeout.
 # Configuration that this VM needs (see /work/shared/research/local-cluster.md):
 # containerd restrict_oom_score_adj (no CAP_SYS_RESOURCE), cgroupfs driver on cgroup v1,
-# kubelet failSwapOn/failCgroupV1 false.
+# kubelet failSwapOn/failCgroupV1 false, /run/containerd and /run/crio shared mounts (/ is
+# private here).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
   [ -x "$K8S_BIN/$b" ] || { echo "missing $K8S_BIN/$b: run hack/k8s-build.sh" >&2; exit 1; }
 done
-for t in containerd etcd runc iptables-save; do
+for b in containerd containerd-shim-runc-v2 ctr; do
+  [ -x "$CTRD_DIR/$b" ] || { echo "missing $CTRD_DIR/$b: run hack/cluster-deps.sh" >&2; exit 1; }
+done
+[ -x "$RUNC" ] || { echo "missing $RUNC: run hack/cluster-deps.sh" >&2; exit 1; }
+for t in etcd iptables-save; do
   command -v "$t" >/dev/null || { echo "missing $t: run hack/cluster-deps.sh" >&2; exit 1; }
 done
 command -v ip >/dev/null || { echo "missing ip (iproute2)" >&2; exit 1; }
@@ -92,12 +103,13 @@ EOK
 
 # ---------------------------------------------------------------------------- configuration
 configs() {
-  cat > "$ETC/containerd.toml" <<EOF2
+  if [ "$CONTAINERD" = 1.6 ]; then
+    cat > "$ETC/containerd.toml" <<EOF2
 version = 2
 root = "/var/lib/containerd"
 state = "/run/containerd"
 [grpc]
-  address = "/run/containerd/containerd.sock"
+  address = "$CONTAINERD_SOCK"
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
     sandbox_image = "$IMAGE_REPO/pause:$IMAGE_TAG"
@@ -108,12 +120,49 @@ state = "/run/containerd"
       default_runtime_name = "runc"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
         runtime_type = "io.containerd.runc.v2"
+        runtime_path = "$CTRD_DIR/containerd-shim-runc-v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
+          BinaryName = "$RUNC"
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "$ETC/cni"
 EOF2
+  else
+    # containerd 2.x: the same settings as the 1.6 configuration above. From configuration
+    # version 3 on, the CRI plugin is split in an "images" and a "runtime" plugin; version 4
+    # (containerd 2.3+; it reads 3 with a warning) moves the gRPC server into a plugin too.
+    # 2.x also reads /etc/containerd/conf.d/*.toml (a default a file cannot remove; nothing
+    # installs any there); never /etc/containerd/config.toml, like 1.6 given --config.
+    local ver grpc='[plugins."io.containerd.server.v1.grpc"]'
+    ver=$("$CTRD_DIR/containerd" config default 2>/dev/null | awk '$1 == "version" {print $3; exit}')
+    [ "${ver:-3}" -ge 4 ] || { ver=3; grpc='[grpc]'; }
+    cat > "$ETC/containerd.toml" <<EOF2
+version = $ver
+root = "/var/lib/containerd"
+state = "/run/containerd"
+$grpc
+  address = "$CONTAINERD_SOCK"
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "$IMAGE_REPO/pause:$IMAGE_TAG"
+  [plugins."io.containerd.cri.v1.runtime"]
+    # This VM's root lacks CAP_SYS_RESOURCE: lowering oom_score_adj fails in runc without it.
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        runtime_path = "$CTRD_DIR/containerd-shim-runc-v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          BinaryName = "$RUNC"
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$ETC/cni"
+EOF2
+  fi
   cat > "$ETC/cni/10-bridge.conflist" <<'EOF2'
 {"cniVersion": "0.4.0", "name": "gcsfuse-csi-bridge", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
@@ -197,6 +246,11 @@ save_host_state() {
   mv "$RUN/sysctl.saved.tmp" "$RUN/sysctl.saved"
 }
 
+if running containerd && [ "$(cat "$RUN/ctr" 2>/dev/null)" != "$CTRD_DIR/ctr" ]; then
+  echo "the running containerd is not $CTRD_DIR/containerd (CONTAINERD=$CONTAINERD); run hack/cluster-down.sh first" >&2
+  up_ok=1 # leave that cluster alone
+  exit 1
+fi
 pki
 configs
 netns_up
@@ -210,9 +264,70 @@ if ! running kube-apiserver; then
 fi
 save_host_state
 
-step "start containerd"
-start containerd "${NSEXEC[@]}" containerd --config "$ETC/containerd.toml"
+# versions: one block naming every component this cluster runs.
+versions() {
+  local cg=v2
+  [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || cg="v1 (cgroupfs driver$([ -d /sys/fs/cgroup/unified ] && echo ', hybrid'))"
+  echo "=== component versions:"
+  printf '    %-14s %s\n' \
+    containerd "$("$CTRD_DIR/containerd" --version | awk '{print $3}') ($CTRD_DIR/containerd, CONTAINERD=$CONTAINERD)" \
+    runc "$("$RUNC" --version | awk 'NR==1{print $3}') ($RUNC)" \
+    etcd "$(etcd --version 2>/dev/null | awk 'NR==1{print $3}') ($(command -v etcd))" \
+    kubernetes "apiserver $("$K8S_BIN/kube-apiserver" --version | awk '{print $2}'), kubelet $("$K8S_BIN/kubelet" --version | awk '{print $2}') ($K8S_BIN)" \
+    cni-plugins "$(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo unknown) (/usr/lib/cni)" \
+    kernel "$(uname -r)" \
+    cgroup "$cg"
+}
+
+# containerd's root and state dirs as written by one runtime may not be readable by the other
+# (2.x migrates 1.6's metadata forward; 1.6 does not read 2.x's back), so switching runtimes
+# (or versions) wipes them: they hold only the images, which are imported again below. The
+# runtime that wrote them is named in $CTRD_MARK.
+CTRD_MARK=/var/lib/containerd/.gcsfuse-csi-runtime
+containerd_state() {
+  local want have=""
+  want="$("$CTRD_DIR/containerd" --version | awk '{print $3}')"
+  [ -f "$CTRD_MARK" ] && have=$(cat "$CTRD_MARK")
+  [ "$have" = "$want" ] && return
+  if [ -n "$(find /var/lib/containerd /run/containerd -mindepth 1 -maxdepth 1 2>/dev/null | head -1)" ]; then
+    if findmnt -rn -o TARGET | grep -qE '^/(var/lib|run)/containerd/'; then
+      echo "mounts left under /var/lib/containerd or /run/containerd: run hack/cluster-down.sh" >&2
+      exit 1
+    fi
+    step "containerd state was written by ${have:-another containerd}; wiping it for $want"
+    rm -rf /var/lib/containerd
+    find /run/containerd -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
+  fi
+  mkdir -p /var/lib/containerd
+  echo "$want" > "$CTRD_MARK"
+}
+
+# The runtimes' state dirs, which the node plugin mounts with HostToContainer propagation
+# (deploy/base/node), must be shared (or slave) mounts, or the runtime refuses the container.
+# They are on a systemd host, where / is shared; where it is private, as on this VM, each is
+# made a shared mount of its own (a bind mount onto itself), undone by cluster-down.sh.
+shared_dirs() {
+  local d
+  for d in /run/containerd /run/crio; do
+    [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >> "$RUN/created-dirs"; }
+    findmnt -n -o PROPAGATION --target "$d" | grep -qE 'shared|slave' && continue
+    mount --bind "$d" "$d"
+    mount --make-shared "$d"
+    echo "$d" >> "$RUN/shared-mounts"
+    step "$d: a shared mount (/ is $(findmnt -n -o PROPAGATION /))"
+  done
+}
+running containerd || containerd_state
+shared_dirs
+versions
+step "start containerd ($CTRD_DIR/containerd)"
+# Its own directory first on PATH, for anything it resolves by name.
+start containerd "${NSEXEC[@]}" env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$ETC/containerd.toml"
+echo "$CTRD_DIR/ctr" > "$RUN/ctr"
 waitfor containerd 30 ctr version
+# The CRI container event stream (GetContainerEvents): served by 2.x, unimplemented in 1.6.
+(cd "$REPO_ROOT" && go build -o "$RUN/crievents" ./hack/crievents)
+step "CRI $("$RUN/crievents" -endpoint "unix://$CONTAINERD_SOCK" -wait 500ms || true)"
 step "import images"
 shopt -s nullglob
 imgs=("$IMAGES_DIR"/*.tar)
@@ -258,4 +373,4 @@ node_ready() {
 waitfor "node $NODE_NAME" 180 node_ready
 waitfor "default service account" 60 kctl -n default get serviceaccount default
 up_ok=1
-step "cluster v$K8S_VERSION up; export KUBECONFIG=$KUBECONFIG"
+step "cluster v$K8S_VERSION up ($(kctl get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')); export KUBECONFIG=$KUBECONFIG"

@@ -4,7 +4,8 @@
 #   deploy the driver -> go test ./test/e2e/... -> cluster down (always, by trap)
 # and prints each phase's duration. Exit code: the tests' (or the first failing phase's).
 #
-# Env: K8S_VERSION (default 1.34.4; 1.37.2 also supported), E2E_RUN (go test -run regexp),
+# Env: K8S_VERSION (default 1.34.4; 1.37.2 also supported), CONTAINERD (default 2: containerd
+#      $CONTAINERD_VERSION built from its module; 1.6: Debian's), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
@@ -23,7 +24,7 @@ phase() { # NAME CMD...: run one phase, timed
 }
 summary() {
   echo
-  echo "=== e2e phases (kubernetes v$K8S_VERSION)"
+  echo "=== e2e phases (kubernetes v$K8S_VERSION, containerd $([ "$CONTAINERD" = 1.6 ] && echo "1.6 (Debian)" || echo "v$CONTAINERD_VERSION"))"
   printf '    %s\n' "${phases[@]}"
 }
 finish() {

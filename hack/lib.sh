@@ -7,6 +7,13 @@ export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
 export GOCACHE=${GOCACHE:-$(go env GOCACHE)}
 GCSFUSE_VERSION=3.13.0
 GCSFUSE_TOOLCHAIN=go1.27.2
+# containerd of the local cluster (hack/containerd-build.sh builds it from its Go module).
+# v2.4.2: the newest release the module proxy has. cgroup v1, which this machine runs
+# (cgroupfs driver), is deprecated since containerd 2.2 but still supported by every 2.x
+# release here: removal is planned for no earlier than May 2029 (its RELEASES.md); 2.2+ only
+# logs a deprecation warning. Checked by running the cluster on it (hack/cluster-up.sh).
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}
+CONTAINERD_VERSION=${CONTAINERD_VERSION#v}
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"
