@@ -44,7 +44,7 @@ run_tests() {
   [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
   (
     cd "$REPO_ROOT" || exit 1
-    E2E_KUBECONFIG=$KUBECONFIG E2E_GCS_URL=http://$NODE_IP:14443 go test "${args[@]}" ./test/e2e/...
+    E2E_REQUIRE=1 E2E_KUBECONFIG=$KUBECONFIG E2E_GCS_URL=http://$NODE_IP:14443 go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   echo "=== test results:"

@@ -382,11 +382,16 @@ func (tr *tracker) observe(p *corev1.Pod, typ watch.EventType) {
 		tr.mark(p.Name, "deleted", now)
 	}
 	tr.mark(p.Name, "phase:"+string(p.Status.Phase), now)
-	// "together": the first status that shows the app terminated already shows the sidecar
-	// terminated too, so the kubelet saw both gone in one look.
-	if st := containerStatus(p, appContainer); st != nil && st.State.Terminated != nil && tr.seen[p.Name]["terminated:"+appContainer].IsZero() {
-		if sc := containerStatus(p, contract.SidecarContainerName); sc != nil && sc.State.Terminated != nil {
-			tr.mark(p.Name, "together", now)
+	// Per run of the app (its restart count): when a status first showed that run
+	// terminated, and whether that status already showed the sidecar terminated too
+	// ("together": the kubelet saw both gone in one look).
+	if st := containerStatus(p, appContainer); st != nil && st.State.Terminated != nil {
+		run := fmt.Sprintf("@%d", st.RestartCount)
+		if tr.seen[p.Name]["terminated:"+appContainer+run].IsZero() {
+			if sc := containerStatus(p, contract.SidecarContainerName); sc != nil && sc.State.Terminated != nil {
+				tr.mark(p.Name, "together"+run, now)
+			}
+			tr.mark(p.Name, "terminated:"+appContainer+run, now)
 		}
 	}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
@@ -588,9 +593,14 @@ func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
 	if !strings.Contains(rest, "exit file") {
 		t.Errorf("the sidecar did not end on the node plugin's exit file: %s", rest)
 	}
-	seen := tr.when(pod, "terminated:"+appContainer)
+	app := containerStatus(p, appContainer)
+	if app == nil || app.State.Terminated == nil {
+		t.Fatalf("the app has not terminated: %s", describe(p))
+	}
+	run := fmt.Sprintf("@%d", app.RestartCount) // the app's last run, the one that ended the workload
+	seen := tr.when(pod, "terminated:"+appContainer+run)
 	if seen.IsZero() {
-		t.Fatalf("never saw the app terminated in a status of %s", pod)
+		t.Fatalf("never saw the app's last run terminated in a status of %s", pod)
 	}
 	if at.After(seen) {
 		t.Errorf("the sidecar exited %s after the kubelet reported the app terminated: the kubelet looked before it was gone",
@@ -599,7 +609,7 @@ func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
 	if sc := containerStatus(p, contract.SidecarContainerName); sc == nil || sc.RestartCount != 0 {
 		t.Errorf("sidecar restarted after it exited: %s", describe(p))
 	}
-	return !tr.when(pod, "together").IsZero()
+	return !tr.when(pod, "together"+run).IsZero()
 }
 
 // ---------------------------------------------------------------------------- timings
