@@ -72,7 +72,11 @@ func TestDemo(t *testing.T) {
 			name = fmt.Sprintf("demo-%s-none-%d", res.kind, i)
 		}
 		o := podOpts{mode: res.mode, restart: corev1.RestartPolicyNever, volumes: vols,
-			args: []string{"write", "-dir", dir, "-name", "result.json", "-bytes", strconv.Itoa(64 << 10)}}
+			// A run time spread over the relist period too: the kubelet starts a native
+			// pod's app right after a relist, so an app of fixed length would always exit
+			// at the same phase of it.
+			args: []string{"write", "-dir", dir, "-name", "result.json", "-bytes", strconv.Itoa(64 << 10),
+				"-then", rand.N(kubeletRelistPeriod).String()}}
 		var smp sample
 		created := time.Now()
 		switch res.kind {

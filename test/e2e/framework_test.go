@@ -581,7 +581,8 @@ func sidecarExit(t *testing.T, pod string) (time.Time, string) {
 }
 
 // sidecarFirst asserts the zero-overhead exit of a finished pod: the sidecar was told by the
-// node plugin (the exit file, not the kubelet's SIGTERM), had exited no later than this host
+// node plugin from the container runtime's view (the exit file, not the kubelet's SIGTERM,
+// not the API's later statuses), had exited no later than this host
 // saw the kubelet's first status with the app terminated, and was never restarted. It
 // returns whether that first status already showed the sidecar gone ("together").
 func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
@@ -590,8 +591,8 @@ func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
 	if at.IsZero() {
 		t.Fatalf("no \"sidecar exiting\" line in the sidecar log:\n%s", logs(pod, contract.SidecarContainerName))
 	}
-	if !strings.Contains(rest, "exit file") {
-		t.Errorf("the sidecar did not end on the node plugin's exit file: %s", rest)
+	if !strings.Contains(rest, "exit file") || !strings.Contains(rest, "container runtime shows it") {
+		t.Errorf("the sidecar did not end on an exit file the node plugin wrote from the runtime's view: %s", rest)
 	}
 	app := containerStatus(p, appContainer)
 	if app == nil || app.State.Terminated == nil {

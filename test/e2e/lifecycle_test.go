@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +208,34 @@ func TestMissingBucket(t *testing.T) {
 		}
 		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	})
+}
+
+// TestRuntimeWatchSource: the node plugin learns container exits from the CRI event stream on
+// containerd 2.x and polls on containerd 1.x, and says which in its log. The runtime and its
+// version come from the node object, so the test holds on whichever runtime hack/ started.
+func TestRuntimeWatchSource(t *testing.T) {
+	ctx := context.Background()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	rt := nodes.Items[0].Status.NodeInfo.ContainerRuntimeVersion // e.g. containerd://2.4.2
+	name, version, _ := strings.Cut(rt, "://")
+	major, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(version, "v"), ".", 2)[0])
+	want := "polling the container runtime"
+	if name == "containerd" && major >= 2 {
+		want = "using the container runtime's event stream"
+	}
+	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	if err != nil || len(np.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", np, err)
+	}
+	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(np.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("runtime %s: the node plugin log does not say %q:\n%s", rt, want, b)
+	}
+	t.Logf("runtime %s: %s", rt, want)
 }

@@ -60,6 +60,7 @@ func run(cmd string, args []string) int {
 	prefix := fs.String("prefix", "part", "loop: file name prefix")
 	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
 	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
+	then := fs.Duration("then", 0, "write: keep working this long after the file is closed, then exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,6 +101,7 @@ func run(cmd string, args []string) int {
 			return 1
 		}
 		fmt.Printf("wrote %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
+		time.Sleep(*then)
 		return *exitCode
 	case "loop":
 		return loop(*dir, *prefix, *size, *every, *dur, term)
