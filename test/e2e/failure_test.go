@@ -249,10 +249,15 @@ func TestDeleteGracePeriod(t *testing.T) {
 				args: []string{"write", "-dir", mountPath, "-name", "long.bin", "-bytes", strconv.Itoa(size),
 					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "long.started"},
 			})
+			tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 			waitMarker(t, bucket, "long.started", 90*time.Second)
 			time.Sleep(2 * time.Second)
 			deleted, gone := deletePod(t, name, ptr(int64(40)), 60*time.Second)
 			expectObject(t, bucket, "long.bin", size)
+			// The sidecar, told when the app is gone, is not started again by the kubelet.
+			if !tr.when(name, "restarted:"+contract.SidecarContainerName).IsZero() {
+				t.Errorf("the kubelet restarted the sidecar of the deleted pod")
+			}
 			record(t, "delete --grace-period=40 (spec 10) -> pod gone", deleted, gone)
 		})
 		t.Run("shorter", func(t *testing.T) {

@@ -402,6 +402,9 @@ func (tr *tracker) observe(p *corev1.Pod, typ watch.EventType) {
 			if c.State.Terminated != nil {
 				tr.mark(p.Name, "terminated:"+c.Name, now)
 			}
+			if c.RestartCount > 0 {
+				tr.mark(p.Name, "restarted:"+c.Name, now)
+			}
 		}
 	}
 }
