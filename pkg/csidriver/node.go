@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,8 +68,8 @@ type NodeServer struct {
 	mu        sync.Mutex
 	inflight  map[string]bool
 	published map[string]*publication
-	// draining records, per pod UID, when its SidecarDraining Event was recorded.
-	draining map[string]time.Time
+	// draining records the pod UIDs whose SidecarDraining Event was recorded.
+	draining *expiring.Set[string]
 }
 
 // publication is what we remember about a published target, to answer repeated calls.
@@ -83,7 +85,7 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) *NodeServer {
 		cfg.UnmountBusyWait = 2 * time.Second
 	}
 	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		draining: map[string]time.Time{}}
+		draining: expiring.New[string](drainingMemory)}
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
@@ -342,19 +344,7 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 
 // firstDraining reports whether podUID has no SidecarDraining Event yet, and records one.
 func (s *NodeServer) firstDraining(podUID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for uid, at := range s.draining {
-		if now.Sub(at) > drainingMemory {
-			delete(s.draining, uid)
-		}
-	}
-	if _, seen := s.draining[podUID]; seen {
-		return false
-	}
-	s.draining[podUID] = now
-	return true
+	return s.draining.Add(podUID, time.Now())
 }
 
 func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -54,8 +56,10 @@ type Lifecycle struct {
 
 	exits     exitRequests
 	exitRetry exitRetryPolicy // zero: the Exit* constants
-	// released are the pods told from the runtime's view (ContainersChanged).
-	released releasedPods
+	// released are the pods told from the runtime's view (ContainersChanged); made on first
+	// use, so that a Lifecycle literal works.
+	released     *expiring.Set[types.UID]
+	releasedOnce sync.Once
 }
 
 // The pod watcher's callbacks Lifecycle implements.

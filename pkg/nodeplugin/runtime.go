@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
@@ -23,31 +23,6 @@ const unknownExitCode = -1
 // runtimeDoneMemory is how long a pod released from the runtime's view is remembered, so
 // that the later changes of its containers (the sidecar's exit, removals) do not ask again.
 const runtimeDoneMemory = 10 * time.Minute
-
-// releasedPods remembers the pods whose sidecar was told from the runtime's view.
-type releasedPods struct {
-	mu   sync.Mutex
-	pods map[types.UID]time.Time
-}
-
-// add records uid; false if it was already there.
-func (r *releasedPods) add(uid types.UID, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pods == nil {
-		r.pods = map[types.UID]time.Time{}
-	}
-	for u, at := range r.pods {
-		if now.Sub(at) > runtimeDoneMemory {
-			delete(r.pods, u)
-		}
-	}
-	if _, ok := r.pods[uid]; ok {
-		return false
-	}
-	r.pods[uid] = now
-	return true
-}
 
 // ContainersChanged is the runtime watch's callback (runtimewatch.Config.OnChange): the
 // containers of the pod with podUID changed in the runtime. The pod's spec comes from the
@@ -79,7 +54,8 @@ func (l *Lifecycle) ContainersChanged(podUID string) {
 	if !d.Done {
 		return
 	}
-	if !l.released.add(uid, time.Now()) {
+	l.releasedOnce.Do(func() { l.released = expiring.New[types.UID](runtimeDoneMemory) })
+	if !l.released.Add(uid, time.Now()) {
 		return
 	}
 	d.Reason = "the container runtime shows it: " + d.Reason

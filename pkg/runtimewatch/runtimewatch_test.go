@@ -119,22 +119,7 @@ func start(t *testing.T, name, version string, events bool, cfg runtimewatch.Con
 
 func (f *fixture) source(t *testing.T, src string) float64 {
 	t.Helper()
-	g, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range g {
-		if mf.GetName() != runtimewatch.MetricSource {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == src {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no %s{source=%q}", runtimewatch.MetricSource, src)
-	return 0
+	return metricValue(t, f.reg, runtimewatch.MetricSource, src)
 }
 
 func ctr(pod, name string, attempt uint32, state runtimeapi.ContainerState) containerexittest.Container {
@@ -326,17 +311,23 @@ var errDown = io.ErrUnexpectedEOF
 // errorCount reads the errors counter for op (0 when not yet counted).
 func errorCount(t *testing.T, reg *prometheus.Registry, op string) float64 {
 	t.Helper()
+	return metricValue(t, reg, runtimewatch.MetricErrors, op)
+}
+
+// metricValue reads the gauge or counter name whose one label has value (0 when absent).
+func metricValue(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+	t.Helper()
 	g, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range g {
-		if mf.GetName() != runtimewatch.MetricErrors {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == op {
-				return m.GetCounter().GetValue()
+			if m.GetLabel()[0].GetValue() == value {
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			}
 		}
 	}
