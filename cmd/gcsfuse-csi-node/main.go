@@ -150,11 +150,15 @@ func run() int {
 	// releases a sidecar while stopping still records its Event. The runtime closes last.
 	defer lc.Close(2 * time.Second)
 
-	ns := csidriver.NewNodeServer(csidriver.Config{
+	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: *gcsEndpoint, StateDir: offerDir(*stateDir, *kubeletRoot),
 		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
 	if n, err := ns.RecoverOffers(ctx); err != nil || n > 0 {
 		log.Info("recovered offers left by the previous node plugin", "volumes", n, "err", err)
 	}

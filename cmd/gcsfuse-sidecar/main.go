@@ -70,11 +70,15 @@ func run() int {
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	s := sidecar.New(sidecar.Config{
+	s, err := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: splitList(*initContainers),
 		TerminationLog: *termLog, Log: log, Metrics: metrics,
 	})
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
 	return s.Run(context.Background(), sigs)
 }
 

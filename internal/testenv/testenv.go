@@ -138,10 +138,13 @@ func New(o Options) (*Env, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ns := csidriver.NewNodeServer(csidriver.Config{
+	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: e.Emulator.Endpoint,
 	}, nil, o.Log)
+	if err != nil {
+		return fail(err)
+	}
 	e.nodeSrv = csidriver.NewGRPCServer(&csidriver.IdentityServer{}, ns, o.Log)
 	go func() { _ = e.nodeSrv.Serve(ln) }() // stopped by Close
 	e.conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))

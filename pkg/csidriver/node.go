@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -79,13 +81,46 @@ type publication struct {
 	offer    *handoff.Offer
 }
 
-// NewNodeServer returns a Node service. events may be nil.
-func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) *NodeServer {
-	if cfg.UnmountBusyWait <= 0 {
-		cfg.UnmountBusyWait = 2 * time.Second
+// DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
+const DefaultUnmountBusyWait = 2 * time.Second
+
+// Validate reports the first thing wrong with cfg, so that a node plugin started with a bad
+// flag fails at start with a message naming it, not at the first pod.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.NodeID == "":
+		return errors.New("node ID is empty")
+	case !filepath.IsAbs(cfg.KubeletRoot):
+		return fmt.Errorf("kubelet root %q is not an absolute path", cfg.KubeletRoot)
+	case cfg.SidecarUID < 0 || cfg.SidecarGID < 0:
+		return fmt.Errorf("sidecar uid/gid %d/%d: must not be negative", cfg.SidecarUID, cfg.SidecarGID)
+	case cfg.UnmountBusyWait < 0:
+		return fmt.Errorf("unmount busy wait %s is negative", cfg.UnmountBusyWait)
+	case cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir):
+		return fmt.Errorf("state directory %q is not an absolute path", cfg.StateDir)
+	}
+	if cfg.GCSEndpoint != "" {
+		u, err := url.Parse(cfg.GCSEndpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("GCS endpoint %q: want an http(s)://host[:port]/... URL", cfg.GCSEndpoint)
+		}
+	}
+	return nil
+}
+
+// NewNodeServer validates cfg and returns a Node service. events and log may be nil.
+func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node service: %w", err)
+	}
+	if cfg.UnmountBusyWait == 0 {
+		cfg.UnmountBusyWait = DefaultUnmountBusyWait
+	}
+	if log == nil {
+		log = slog.Default()
 	}
 	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		draining: expiring.New[string](drainingMemory)}
+		draining: expiring.New[string](drainingMemory)}, nil
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -25,8 +26,17 @@ func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.V
 	}
 }
 
+// mustNodeServer is NewNodeServer for a configuration the test knows to be valid.
+func mustNodeServer(cfg Config, events EventSink, log *slog.Logger) *NodeServer {
+	s, err := NewNodeServer(cfg, events, log)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 func newTestServer() *NodeServer {
-	return NewNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, GCSEndpoint: "http://emu/storage/v1/"},
+	return mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, GCSEndpoint: "http://emu/storage/v1/"},
 		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -168,6 +178,32 @@ func TestRepublishIdenticalRequestSucceeds(t *testing.T) {
 		}
 		if _, err := s.republish(req, again, &fusemount.Info{}, s.log); err != nil {
 			t.Fatalf("repeat %d of an identical publish: %v (flags %q, published %q)", i, err, again.volume.Flags, first.volume.Flags)
+		}
+	}
+}
+
+// A configuration that cannot work fails at start, naming what is wrong.
+func TestNewNodeServerValidates(t *testing.T) {
+	good := Config{NodeID: "n1", KubeletRoot: "/var/lib/kubelet", SidecarUID: 65534, SidecarGID: 65534}
+	if _, err := NewNodeServer(good, nil, nil); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	for _, tt := range []struct {
+		mutate func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.NodeID = "" }, "node ID"},
+		{func(c *Config) { c.KubeletRoot = "var/lib/kubelet" }, "kubelet root"},
+		{func(c *Config) { c.SidecarUID = -1 }, "uid"},
+		{func(c *Config) { c.UnmountBusyWait = -time.Second }, "busy wait"},
+		{func(c *Config) { c.StateDir = "offers" }, "state directory"},
+		{func(c *Config) { c.GCSEndpoint = "emulator:8080" }, "GCS endpoint"},
+		{func(c *Config) { c.GCSEndpoint = "ftp://emu/storage/v1/" }, "GCS endpoint"},
+	} {
+		cfg := good
+		tt.mutate(&cfg)
+		if _, err := NewNodeServer(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewNodeServer(%+v) error = %v, want one naming %q", cfg, err, tt.want)
 		}
 	}
 }

@@ -21,7 +21,7 @@ const concurrentSavers = 32
 // record, and no temp file is left in the state directory.
 func TestSaveOfferConcurrentWriters(t *testing.T) {
 	stateDir := filepath.Join(t.TempDir(), "state")
-	s := NewNodeServer(Config{NodeID: "n1", KubeletRoot: root, StateDir: stateDir}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, StateDir: stateDir}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	recs := make([]*offerRecord, concurrentSavers)
 	for i := range recs {
 		recs[i] = &offerRecord{Target: target, VolumeID: fmt.Sprintf("vol-%02d", i), PodUID: "uid-1",

@@ -28,7 +28,7 @@ func TestSanity(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ns := NewNodeServer(Config{NodeID: "sanity-node", KubeletRoot: filepath.Join(dir, "kubelet"), SidecarUID: 65534, SidecarGID: 65534}, nil, log)
+	ns := mustNodeServer(Config{NodeID: "sanity-node", KubeletRoot: filepath.Join(dir, "kubelet"), SidecarUID: 65534, SidecarGID: 65534}, nil, log)
 	srv := NewGRPCServer(&IdentityServer{Version: "test"}, ns, log)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()

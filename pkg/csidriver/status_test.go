@@ -34,7 +34,7 @@ func (r *recordedEvents) PodEvent(pod PodRef, warning bool, reason, msg string) 
 func TestOnStatusRefusedAndTerminating(t *testing.T) {
 	var hooked []PodRef
 	rec := &recordedEvents{}
-	s := NewNodeServer(Config{NodeID: "n1", KubeletRoot: root, OnTerminating: func(p PodRef) { hooked = append(hooked, p) }},
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, OnTerminating: func(p PodRef) { hooked = append(hooked, p) }},
 		rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pod := PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
 	vol := handoff.Volume{VolumeName: "data", Bucket: "bkt"}

@@ -19,7 +19,7 @@ import (
 )
 
 func quietSidecar() *Sidecar {
-	return New(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return newSidecar(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 func pinnedTemp(t *testing.T) (*os.File, string) {
@@ -262,7 +262,7 @@ func TestAdoptPredecessor(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "handoff", "again.sock"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{TmpDir: path, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := newSidecar(Config{TmpDir: path, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s.adoptPredecessor(dir)
 	if len(s.failed) != 1 || !strings.Contains(s.failed[0], "volume gone") || !strings.Contains(s.failed[0], `"bkt-gone"`) ||
 		!strings.Contains(s.failed[0], "previous container") {

@@ -26,7 +26,7 @@ const overflowWait = 5 * time.Second
 func overflowRun(t *testing.T) (tmp string, inject chan<- dirwatch.Event, code <-chan int) {
 	t.Helper()
 	tmp = t.TempDir()
-	s := New(Config{TmpDir: tmp, Mode: contract.ModeLegacy, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := newSidecar(Config{TmpDir: tmp, Mode: contract.ModeLegacy, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	in := make(chan dirwatch.Event)
 	ready := make(chan struct{})
 	s.events = func(<-chan dirwatch.Event) <-chan dirwatch.Event {
@@ -137,7 +137,7 @@ func TestRescanEventsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer handDir.Close()
-	s := New(Config{TmpDir: tmp, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := newSidecar(Config{TmpDir: tmp, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	for _, hd := range []*os.File{handDir, nil} {
 		evs := s.rescanEvents(tmpDir, hd)
 		names := map[string]bool{}

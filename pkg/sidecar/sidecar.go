@@ -112,7 +112,37 @@ type Sidecar struct {
 }
 
 // New returns a Sidecar.
-func New(cfg Config) *Sidecar {
+func New(cfg Config) (*Sidecar, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	return newSidecar(cfg), nil
+}
+
+// Validate reports the first thing wrong with cfg, so that a bad flag or environment fails
+// the container at start with a message naming it.
+func (cfg Config) Validate() error {
+	switch {
+	case !filepath.IsAbs(cfg.TmpDir):
+		return fmt.Errorf("the %s directory %q is not an absolute path", contract.TmpVolumeName, cfg.TmpDir)
+	case cfg.Mode != contract.ModeNative && cfg.Mode != contract.ModeLegacy:
+		return fmt.Errorf("mode %q: want %q or %q", cfg.Mode, contract.ModeNative, contract.ModeLegacy)
+	case cfg.GcsfusePath == "":
+		return errors.New("no gcsfuse binary")
+	case cfg.Grace < 0:
+		return fmt.Errorf("grace period %s is negative", cfg.Grace)
+	}
+	for _, d := range []string{cfg.CacheDir, cfg.BufferDir} {
+		if d != "" && !filepath.IsAbs(d) {
+			return fmt.Errorf("directory %q is not an absolute path", d)
+		}
+	}
+	return nil
+}
+
+// newSidecar fills defaults without validating: unit tests of single steps build partial
+// configurations.
+func newSidecar(cfg Config) *Sidecar {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}

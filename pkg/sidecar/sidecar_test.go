@@ -156,3 +156,27 @@ func TestExitResultFailure(t *testing.T) {
 		}
 	}
 }
+
+// A configuration that cannot work fails at start, naming what is wrong.
+func TestNewValidates(t *testing.T) {
+	good := Config{TmpDir: "/gcsfuse-tmp", Mode: contract.ModeNative, GcsfusePath: "/gcsfuse"}
+	if _, err := New(good); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	for _, tt := range []struct {
+		mutate func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.TmpDir = "" }, "not an absolute path"},
+		{func(c *Config) { c.Mode = "sometimes" }, "mode"},
+		{func(c *Config) { c.GcsfusePath = "" }, "gcsfuse"},
+		{func(c *Config) { c.Grace = -time.Second }, "negative"},
+		{func(c *Config) { c.CacheDir = "cache" }, "cache"},
+	} {
+		cfg := good
+		tt.mutate(&cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) error = %v, want one containing %q", cfg, err, tt.want)
+		}
+	}
+}
