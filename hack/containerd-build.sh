@@ -11,13 +11,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
 CTRD_BINS=(containerd containerd-shim-runc-v2 ctr)
-cached() {
-  local b
-  for b in "${CTRD_BINS[@]}"; do [ -x "$CONTAINERD_BIN/$b" ] || return 1; done
-  [ -f "$CONTAINERD_BIN/.built-v$CONTAINERD_VERSION" ]
-}
-
-if cached; then
+if bins_cached "$CONTAINERD_BIN" "$CONTAINERD_VERSION" "${CTRD_BINS[@]}"; then
   step "containerd v$CONTAINERD_VERSION binaries cached in $CONTAINERD_BIN"
   exit 0
 fi

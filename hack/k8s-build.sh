@@ -13,13 +13,7 @@ source "$(dirname "$0")/cluster-lib.sh"
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy)
 
-cached() {
-  local b
-  for b in "${K8S_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done
-  [ -f "$K8S_BIN/.built-v$K8S_VERSION" ]
-}
-
-if cached; then
+if bins_cached "$K8S_BIN" "$K8S_VERSION" "${K8S_BINS[@]}"; then
   step "kubernetes v$K8S_VERSION binaries cached in $K8S_BIN"
   exit 0
 fi
