@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 )
 
 // How a pod watch that ended early is started again.
@@ -22,8 +24,8 @@ var defaultWatchRestart = restartBackoff{first: watchRestartFirst, max: watchRes
 // the watch rides out API outages itself (it waits and retries), and should it still end
 // early (a bug), the error is logged and a new watch started after a capped backoff. run must
 // start a new watcher on each call (a podwatch.Watcher runs once).
-func superviseWatch(ctx context.Context, run func(context.Context) error, backoff restartBackoff, log *slog.Logger) {
-	wait := backoff.first
+func superviseWatch(ctx context.Context, run func(context.Context) error, restart restartBackoff, log *slog.Logger) {
+	pace := backoff.Doubling(restart.first, restart.max)
 	for {
 		err := run(ctx)
 		if ctx.Err() != nil {
@@ -32,6 +34,7 @@ func superviseWatch(ctx context.Context, run func(context.Context) error, backof
 			}
 			return
 		}
+		wait := pace.Step()
 		log.Error("pod watch ended; CSI calls are still served; starting it again", "err", err, "in", wait.String())
 		t := time.NewTimer(wait)
 		select {
@@ -40,6 +43,5 @@ func superviseWatch(ctx context.Context, run func(context.Context) error, backof
 			return
 		case <-t.C:
 		}
-		wait = min(2*wait, backoff.max)
 	}
 }

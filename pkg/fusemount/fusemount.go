@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
@@ -133,7 +135,7 @@ var sysOps = ops{lookup: Lookup, unmount: unix.Unmount}
 // for a busy mount (until busyWait is over or ctx ends) or returns.
 func unmount(ctx context.Context, target string, busyWait time.Duration, o ops) error {
 	deadline := time.Now().Add(busyWait)
-	backoff := unmountFirstBackoff
+	pace := backoff.Doubling(unmountFirstBackoff, unmountMaxBackoff)
 	removed, stale := 0, 0
 	for {
 		m, err := o.lookup(target)
@@ -159,13 +161,12 @@ func unmount(ctx context.Context, target string, busyWait time.Duration, o ops) 
 					"(a stale entry, or a mount in another mount namespace)", target, err, stale)
 			}
 		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) && ctx.Err() == nil:
-			t := time.NewTimer(backoff)
+			t := time.NewTimer(pace.Step())
 			select {
 			case <-ctx.Done():
 			case <-t.C:
 			}
 			t.Stop()
-			backoff = min(2*backoff, unmountMaxBackoff)
 		case errors.Is(err, unix.EBUSY):
 			if err := o.unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 				return fmt.Errorf("lazy unmount of busy %s: %w", target, err)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -187,14 +189,14 @@ func (l *Lifecycle) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.
 	gaveUp := false
 	defer func() { l.exits.release(pod.UID, gaveUp, time.Now()) }()
 	deadline := time.Now().Add(p.total)
-	wait := p.first
+	pace := backoff.Doubling(p.first, p.max)
 	attempts := 1
 	for {
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			break
 		}
-		timer := time.NewTimer(min(wait, remaining))
+		timer := time.NewTimer(min(pace.Step(), remaining))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -202,7 +204,6 @@ func (l *Lifecycle) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.
 			return
 		case <-timer.C:
 		}
-		wait = min(2*wait, p.max)
 		attempts++
 		outcome, err := l.tryExit(pod, d)
 		switch outcome {

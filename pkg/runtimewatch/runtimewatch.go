@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 )
 
@@ -192,7 +194,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}()
 
-	retry := streamRetryFirst
+	retry := backoff.Doubling(streamRetryFirst, streamRetryMax)
 	var retryAt time.Time
 	var gap <-chan time.Time // fires subscribeGap after a subscription
 	if useEvents {
@@ -213,7 +215,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.apply(ctx, e)
 		case <-gap:
 			gap = nil
-			retry = streamRetryFirst // the stream held: the next failure starts the backoff anew
+			retry = backoff.Doubling(streamRetryFirst, streamRetryMax) // the stream held: the next failure starts the backoff anew
 			w.relist(ctx)
 		case err := <-streamErr:
 			<-readerDone
@@ -225,9 +227,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.log.Warn("the runtime has no container event stream; polling it instead", "every", w.cfg.PollInterval.String(), "err", err)
 				useEvents = false
 			} else {
-				w.log.Warn("container event stream ended; polling until it is back", "retryIn", retry.String(), "err", err)
-				retryAt = time.Now().Add(retry)
-				retry = min(2*retry, streamRetryMax)
+				in := retry.Step()
+				w.log.Warn("container event stream ended; polling until it is back", "retryIn", in.String(), "err", err)
+				retryAt = time.Now().Add(in)
 			}
 			w.cfg.Metrics.streamError()
 			w.setSource(SourcePoll)

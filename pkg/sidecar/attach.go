@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
@@ -144,7 +146,7 @@ func (s *Sidecar) take(ctx context.Context, dir *os.File, sockName, vname string
 func (s *Sidecar) receive(ctx context.Context, dir *os.File, sockName string) (offered, error) {
 	log := s.log.With("socket", sockName)
 	giveUp := time.Now().Add(attachGiveUp)
-	backoff := attachBackoffMin
+	pace := backoff.Doubling(attachBackoffMin, attachBackoffMax)
 	seen := map[string]bool{}
 	for attempt := 1; ; attempt++ {
 		o, err := receiveOnce(ctx, dir, sockName)
@@ -169,14 +171,13 @@ func (s *Sidecar) receive(ctx context.Context, dir *os.File, sockName string) (o
 			seen[msg] = true
 			log.Warn("cannot take the hand-off yet; retrying", "err", err, "attempt", attempt)
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(pace.Step())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return offered{}, fmt.Errorf("sidecar stopping: %w", ctx.Err())
 		}
-		backoff = min(2*backoff, attachBackoffMax)
 	}
 }
 
