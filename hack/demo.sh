@@ -6,4 +6,4 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 bash hack/install-deps.sh
 step "demo"
-go run ./cmd/gcsfuse-csi-demo
+go run ./test/demo

@@ -1,9 +1,11 @@
-// Command gcsfuse-csi-demo shows the driver end to end on this machine, with no cluster: the
+// Command demo (hack/demo.sh) shows the driver end to end on this machine, with no cluster: the
 // embedded GCS emulator, the node plugin's CSI service, the real sidecar (uid 65534) and the
 // real gcsfuse on /dev/fuse. For each sidecar mode it mounts a bucket into a "pod", runs an
 // Airflow-style task as a separate process that writes its result and exits, and ends the
-// sidecar the way the cluster would: native by the kubelet's SIGTERM, legacy by the node
-// plugin's pod watcher seeing the app's container terminate. It prints the timings and the
+// sidecar by each of its two triggers: native by the kubelet's SIGTERM (on a cluster the
+// node plugin's exit file usually comes first, as soon as the runtime reports the app
+// gone: hack/demo-cluster.sh shows that), legacy by the node plugin's pod watcher seeing
+// the app's container terminate and writing the exit file. It prints the timings and the
 // objects that reached the bucket.
 package main
 
