@@ -204,8 +204,12 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			return
 		}
 		handoffDir = d
-		// Sockets created before the watch existed.
-		entries, _ := d.ReadDir(-1)
+		// Sockets created before the watch existed. A failed listing is logged; what it
+		// returned is still attached, and a later overflow rescan lists again.
+		entries, err := d.ReadDir(-1)
+		if err != nil {
+			s.log.Error("cannot list the hand-off directory; offers made before the watch may wait for a rescan", "err", err)
+		}
 		for _, e := range entries {
 			s.attach(ctx, handoffDir, e.Name())
 		}
