@@ -20,6 +20,7 @@ mkdir -p "$BIN"
 _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
 STATICCHECK_VERSION=v0.8.2
+DEADCODE_VERSION=v0.52.0
 
 # bins_cached DIR VERSION BIN...: true when every BIN is an executable in DIR and DIR records a
 # build of VERSION (.built-vVERSION, written last by the build scripts).

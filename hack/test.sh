@@ -14,6 +14,12 @@ if [ ! -x "$BIN/staticcheck" ] || ! "$BIN/staticcheck" -version 2>/dev/null | gr
   GOBIN=$BIN go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 
+if [ ! -x "$BIN/deadcode" ] || [ ! -f "$BIN/.deadcode-$DEADCODE_VERSION" ]; then
+  step "go install deadcode $DEADCODE_VERSION"
+  GOBIN=$BIN go install "golang.org/x/tools/cmd/deadcode@$DEADCODE_VERSION"
+  touch "$BIN/.deadcode-$DEADCODE_VERSION"
+fi
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
@@ -21,6 +27,9 @@ step "go vet"
 go vet ./...
 step "staticcheck"
 "$BIN/staticcheck" ./...
+step "deadcode (functions that nothing, not even a test, reaches)"
+dead=$("$BIN/deadcode" -test ./...)
+if [ -n "$dead" ]; then echo "$dead"; exit 1; fi
 
 step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1

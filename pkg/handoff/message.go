@@ -184,27 +184,3 @@ func ReadFrame(r io.Reader, prefix []byte, v any) error {
 	}
 	return DecodePayload(payload, v)
 }
-
-// DecodeVolume decodes and validates one complete Volume frame.
-func DecodeVolume(frame []byte) (*Volume, error) {
-	var v Volume
-	if err := ReadFrame(bytes.NewReader(frame), nil, &v); err != nil {
-		return nil, err
-	}
-	if err := v.Validate(); err != nil {
-		return nil, err
-	}
-	return &v, nil
-}
-
-// DecodeStatus decodes and validates one complete Status frame.
-func DecodeStatus(frame []byte) (*Status, error) {
-	var s Status
-	if err := ReadFrame(bytes.NewReader(frame), nil, &s); err != nil {
-		return nil, err
-	}
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}

@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"os"
@@ -210,4 +211,29 @@ func FuzzDecodeStatus(f *testing.F) {
 			t.Fatalf("accepted an invalid status: %+v", s)
 		}
 	})
+}
+
+// DecodeVolume decodes and validates one complete Volume frame, as the sidecar's receive
+// does in steps (the fuzz target's entry point).
+func DecodeVolume(frame []byte) (*Volume, error) {
+	var v Volume
+	if err := ReadFrame(bytes.NewReader(frame), nil, &v); err != nil {
+		return nil, err
+	}
+	if err := v.Validate(); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// DecodeStatus decodes and validates one complete Status frame.
+func DecodeStatus(frame []byte) (*Status, error) {
+	var s Status
+	if err := ReadFrame(bytes.NewReader(frame), nil, &s); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }
