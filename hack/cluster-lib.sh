@@ -3,6 +3,9 @@
 # small helpers for the local single-node Kubernetes cluster.
 K8S_VERSION=${K8S_VERSION:-1.34.4}
 K8S_VERSION=${K8S_VERSION#v}
+# Minor version, for the configuration that differs between releases (1.28 is the oldest run
+# here: the last release before native sidecars were on by default).
+K8S_MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
 K8S_DIR=$GCSFUSE_CSI_CACHE/k8s-$K8S_VERSION
 K8S_BIN=$K8S_DIR/bin
 # Container runtime: CONTAINERD=2 (default) runs containerd $CONTAINERD_VERSION (lib.sh), built

@@ -15,8 +15,8 @@
 # everything started so far is stopped again by cluster-down.sh. Every wait has a timeout.
 # Configuration that this VM needs (see /work/shared/research/local-cluster.md):
 # containerd restrict_oom_score_adj (no CAP_SYS_RESOURCE), cgroupfs driver on cgroup v1,
-# kubelet failSwapOn/failCgroupV1 false, /run/containerd and /run/crio shared mounts (/ is
-# private here).
+# kubelet failSwapOn/failCgroupV1 (1.31+) false, /run/containerd and /run/crio shared mounts
+# (/ is private here).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
@@ -172,13 +172,17 @@ EOF2
 EOF2
   # No cluster DNS: pods reach the API server by the kubernetes Service IP (kube-proxy).
   printf 'nameserver 127.0.0.1\n' > "$ETC/resolv.conf"
+  # Fields by release: failCgroupV1 exists from 1.31 on (cgroup v1 in maintenance mode; this
+  # machine runs v1); earlier kubelets run on cgroup v1 without being asked.
+  local kubelet_extra=""
+  if [ "$K8S_MINOR" -ge 31 ]; then kubelet_extra="failCgroupV1: false"; fi
   cat > "$ETC/kubelet.yaml" <<EOF2
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 cgroupDriver: cgroupfs
 failSwapOn: false
-failCgroupV1: false
+$kubelet_extra
 address: 0.0.0.0
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1

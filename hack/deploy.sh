@@ -2,7 +2,8 @@
 # Deploys the driver onto the running local cluster with `kubectl apply -k` (default overlay
 # deploy/overlays/local; DEPLOY_OVERLAY to change) and waits until it serves:
 #   1. a CA and the webhook's serving certificate (openssl, cached in $PKI/webhook),
-#   2. the manifests, the TLS Secret and the webhook's caBundle,
+#   2. the manifests, the TLS Secret and the webhook's caBundle (on an API server older than
+#      1.30, without the ValidatingAdmissionPolicy, which needs admissionregistration.k8s.io/v1),
 #   3. rollouts of the node plugin, the webhook and the emulator, and the driver registered
 #      with the kubelet (listed in the node's CSINode object).
 # Idempotent: re-running re-applies and restarts nothing that did not change.
@@ -30,8 +31,36 @@ if [ ! -f "$wpki/tls.crt" ]; then
   )
 fi
 
-step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
-kctl apply -k "$overlay"
+# The ValidatingAdmissionPolicy that guards native sidecars (deploy/base/webhook/
+# validating-policy.yaml) is admissionregistration.k8s.io/v1, served from Kubernetes 1.30 on.
+# An older API server (1.28, 1.29: v1beta1 there, off by default) cannot take it: there the
+# manifests are applied without it, and the output says so. Where v1 is served it is always
+# applied.
+vap_served() {
+  local res
+  res=$(kctl get --raw /apis/admissionregistration.k8s.io/v1) || {
+    echo "cannot list admissionregistration.k8s.io/v1 on the API server" >&2
+    exit 1
+  }
+  [[ $res == *'"name":"validatingadmissionpolicies"'* ]]
+}
+# without_vap: the kustomize output on stdin minus the policy and its binding.
+without_vap() {
+  awk '
+    function flush() { if (doc != "" && !drop) printf "%s", (n++ ? "---\n" : "") doc; doc = ""; drop = 0 }
+    /^---$/ { flush(); next }
+    /^kind: ValidatingAdmissionPolicy(Binding)?$/ { drop = 1 }
+    { doc = doc $0 "\n" }
+    END { flush() }'
+}
+if vap_served; then
+  step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
+  kctl apply -k "$overlay"
+else
+  server=$(kctl version -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1)
+  step "kubectl apply -k ${overlay#"$REPO_ROOT"/} WITHOUT the ValidatingAdmissionPolicy gcsfuse-native-sidecar and its binding: the API server ($server) does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+); native sidecars injected on this cluster are not guarded against later webhooks"
+  kctl kustomize "$overlay" | without_vap | kctl apply -f -
+fi
 kctl -n "$ns" create secret tls gcsfuse-webhook-tls --cert="$wpki/tls.crt" --key="$wpki/tls.key" \
   --dry-run=client -o yaml | kctl apply -f -
 ca=$(base64 -w0 < "$wpki/ca.crt")

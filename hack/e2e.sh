@@ -4,7 +4,9 @@
 #   deploy the driver -> go test ./test/e2e/... -> cluster down (always, by trap)
 # and prints each phase's duration. Exit code: the tests' (or the first failing phase's).
 #
-# Env: K8S_VERSION (default 1.34.4; 1.37.2 also supported), CONTAINERD (default 2: containerd
+# Env: K8S_VERSION (default 1.34.4; 1.37.2 and 1.28.15 also supported: on 1.28 the webhook
+#      injects legacy sidecars only and the native subtests skip, naming the kubelet version,
+#      and deploy.sh leaves out the ValidatingAdmissionPolicy), CONTAINERD (default 2: containerd
 #      $CONTAINERD_VERSION built from its module; 1.6: Debian's), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).

@@ -185,6 +185,7 @@ func TestSidecarRestarted(t *testing.T) {
 // placed after the sidecar is still writing. The kubelet SIGTERMs that init container and
 // the sidecar together; the sidecar must keep serving until the init container has exited.
 func TestDeleteDuringInitWrite(t *testing.T) {
+	needNative(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	const size = 6 * mib
@@ -431,7 +432,13 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	type run struct{ bucket, name string }
 	runs := map[string]run{}
+	if !nativeOK {
+		t.Run(contract.ModeNative, needNative)
+	}
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
+		if mode == contract.ModeNative && !nativeOK {
+			continue // skipped above, with the reason
+		}
 		r := run{newBucket(t), podName(t, mode)}
 		runs[mode] = r
 		createPod(t, r.name, podOpts{

@@ -32,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,7 +51,49 @@ var (
 	cs     kubernetes.Interface
 	gcsURL string
 	ns     string
+	// kubeletVersion is the oldest kubelet of the cluster's nodes (nodeInfo.kubeletVersion);
+	// nativeOK tells whether it runs native sidecars (SidecarContainers on by default,
+	// Kubernetes 1.29). The webhook's auto mode makes the same choice from the same field.
+	kubeletVersion *version.Version
+	nativeOK       bool
 )
+
+// nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
+var nativeSidecarMinVersion = version.MajorMinor(1, 29)
+
+// clusterVersions reads the oldest kubelet version of the nodes.
+func clusterVersions(ctx context.Context) error {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if len(nodes.Items) == 0 {
+		return fmt.Errorf("no nodes")
+	}
+	for _, n := range nodes.Items {
+		v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion)
+		if err != nil {
+			return fmt.Errorf("node %s: kubelet version %q: %w", n.Name, n.Status.NodeInfo.KubeletVersion, err)
+		}
+		if kubeletVersion == nil || v.LessThan(kubeletVersion) {
+			kubeletVersion = v
+		}
+	}
+	nativeOK = version.MajorMinor(kubeletVersion.Major(), kubeletVersion.Minor()).AtLeast(nativeSidecarMinVersion)
+	return nil
+}
+
+// needNative skips a test (or subtest) that runs a native sidecar on a cluster whose kubelet
+// predates native sidecars: the pod would not start (its sidecar, an init container without
+// restartPolicy Always there, never completes). Loud, naming the version: the legacy
+// subtests still run.
+func needNative(t *testing.T) {
+	t.Helper()
+	if !nativeOK {
+		t.Skipf("native sidecar: the cluster's kubelet is v%s, native sidecars need Kubernetes %s or newer (SidecarContainers on by default); legacy mode only on this cluster",
+			kubeletVersion, nativeSidecarMinVersion)
+	}
+}
 
 func TestMain(m *testing.M) {
 	kc := os.Getenv("E2E_KUBECONFIG")
@@ -89,6 +132,10 @@ func setup(kubeconfig string, m *testing.M) int {
 			}
 		}
 	}
+	if err := clusterVersions(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: kubelet versions:", err)
+		return 1
+	}
 	ns = fmt.Sprintf("gcsfuse-e2e-%d", rand.IntN(1e6))
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: create namespace:", err)
@@ -109,7 +156,8 @@ func setup(kubeconfig string, m *testing.M) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	fmt.Printf("e2e: namespace %s, emulator %s\n", ns, gcsURL)
+	fmt.Printf("e2e: namespace %s, emulator %s, kubelet v%s (native sidecar tests: %s)\n", ns, gcsURL, kubeletVersion,
+		map[bool]string{true: "run", false: "skipped, kubelet older than " + nativeSidecarMinVersion.String()}[nativeOK])
 	code := m.Run()
 	if os.Getenv("E2E_KEEP") == "" {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
@@ -655,10 +703,16 @@ func printTimings() {
 	}
 }
 
-// modes runs f once per sidecar mode, as subtests.
+// modes runs f once per sidecar mode, as subtests; the native one is skipped (needNative)
+// on a cluster whose kubelet predates native sidecars.
 func modes(t *testing.T, f func(t *testing.T, mode string)) {
 	for _, m := range []string{contract.ModeNative, contract.ModeLegacy} {
-		t.Run(m, func(t *testing.T) { f(t, m) })
+		t.Run(m, func(t *testing.T) {
+			if m == contract.ModeNative {
+				needNative(t)
+			}
+			f(t, m)
+		})
 	}
 }
 

@@ -239,3 +239,79 @@ func TestRuntimeWatchSource(t *testing.T) {
 	}
 	t.Logf("runtime %s: %s", rt, want)
 }
+
+// TestAutoMode: without the sidecar-mode annotation the webhook picks the mode by itself from
+// the versions: native where the API server and every kubelet are at 1.29 or newer, legacy
+// (a regular container) before. Either way the pod runs to completion with its object. Where
+// the mode is legacy, a pod whose init container reads the bucket is refused at admission
+// with the version that ruled native out; where it is native, that pod runs.
+func TestAutoMode(t *testing.T) {
+	want := contract.ModeLegacy
+	if nativeOK {
+		want = contract.ModeNative
+	}
+	t.Run("picks-"+want, func(t *testing.T) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		p := createPod(t, name, podOpts{
+			restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
+			args: []string{"write", "-dir", mountPath, "-name", "auto.bin", "-bytes", "4096"},
+		})
+		if got := p.Annotations[contract.AnnotationInjected]; got != want {
+			t.Fatalf("kubelet v%s: the webhook injected %q, want %q (annotations %v)", kubeletVersion, got, want, p.Annotations)
+		}
+		native := false
+		for _, c := range p.Spec.InitContainers {
+			if c.Name == contract.SidecarContainerName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				native = true
+			}
+		}
+		legacy := false
+		for _, c := range p.Spec.Containers {
+			legacy = legacy || c.Name == contract.SidecarContainerName
+		}
+		if native != (want == contract.ModeNative) || legacy != (want == contract.ModeLegacy) {
+			t.Fatalf("sidecar placement does not match mode %s: native init container %v, regular container %v", want, native, legacy)
+		}
+		t.Logf("kubelet v%s: the webhook picked %s", kubeletVersion, want)
+		p = waitPod(t, name, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+			t.Fatalf("pod %s, sidecar exit %d; want Succeeded, 0\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
+		}
+		expectObject(t, bucket, "auto.bin", 4096)
+	})
+	t.Run("init-container-reader", func(t *testing.T) {
+		t.Parallel()
+		bucket := newBucket(t)
+		upload(t, bucket, "input.bin", 1000)
+		name := podName(t, "")
+		vols := []volume{{"bucket", bucket, mountPath}}
+		ann, spec := podTemplate(podOpts{
+			restart: corev1.RestartPolicyNever, volumes: vols,
+			init: []corev1.Container{workloadContainer("reader", vols, "read", "-dir", mountPath, "-name", "input.bin", "-bytes", "1000")},
+			args: []string{"sleep", "-for", "1s"},
+		})
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
+		_, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+		if nativeOK {
+			if err != nil {
+				t.Fatalf("kubelet v%s: refused, but a native sidecar serves init containers: %v", kubeletVersion, err)
+			}
+			p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+			if p.Status.Phase != corev1.PodSucceeded {
+				t.Fatalf("pod %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
+			}
+			return
+		}
+		if err == nil {
+			t.Fatalf("kubelet v%s: pod admitted with a legacy sidecar and an init container reading the bucket: it would stay Pending forever", kubeletVersion)
+		}
+		for _, s := range []string{"reader", "older than " + nativeSidecarMinVersion.String()} {
+			if !strings.Contains(err.Error(), s) {
+				t.Fatalf("refusal does not contain %q: %v", s, err)
+			}
+		}
+		t.Logf("refused: %v", err)
+	})
+}
