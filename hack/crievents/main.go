@@ -11,15 +11,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 )
 
 func main() {
@@ -30,43 +25,39 @@ func main() {
 	os.Exit(run(*endpoint, *wait, *events))
 }
 
+// run reads the stream with the node plugin's own client (containerexit), so this check
+// and the node plugin agree on what "served" means.
 func run(endpoint string, wait time.Duration, want int) int {
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	rt, err := containerexit.Dial(endpoint)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crievents:", err)
 		return 1
 	}
-	defer conn.Close()
+	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	stream, err := runtimeapi.NewRuntimeServiceClient(conn).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 	n := 0
-	for err == nil {
-		var ev *runtimeapi.ContainerEventResponse
-		if ev, err = stream.Recv(); err == nil {
-			n++
-			fmt.Printf("event %s container %.12s pod %s/%s\n", ev.GetContainerEventType(), ev.GetContainerId(),
-				ev.GetPodSandboxStatus().GetMetadata().GetNamespace(), ev.GetPodSandboxStatus().GetMetadata().GetName())
-			if want > 0 && n >= want {
-				fmt.Printf("GetContainerEvents: served (%d events)\n", n)
-				return 0
-			}
+	err = rt.Events(ctx, func(ev containerexit.Event) {
+		n++
+		fmt.Printf("event %s container %.12s pod %s\n", ev.Kind, ev.ContainerID, ev.PodUID)
+		if want > 0 && n >= want {
+			cancel()
 		}
-	}
+	})
 	switch {
-	case status.Code(err) == codes.Unimplemented:
-		fmt.Printf("GetContainerEvents: unimplemented (%s)\n", status.Convert(err).Message())
+	case errors.Is(err, containerexit.ErrNoEvents):
+		fmt.Printf("GetContainerEvents: unimplemented (%v)\n", err)
 		return 3
-	case status.Code(err) == codes.DeadlineExceeded && want == 0:
-		fmt.Printf("GetContainerEvents: served (stream open for %s, %d events)\n", wait, n)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "crievents:", err)
+		return 1
+	case want > 0 && n >= want:
+		fmt.Printf("GetContainerEvents: served (%d events)\n", n)
 		return 0
-	case status.Code(err) == codes.DeadlineExceeded:
+	case want > 0:
 		fmt.Printf("GetContainerEvents: served, but %d of %d events in %s\n", n, want, wait)
 		return 1
-	case errors.Is(err, io.EOF):
-		fmt.Printf("GetContainerEvents: the runtime closed the stream after %d events\n", n)
-		return 1
 	}
-	fmt.Fprintln(os.Stderr, "crievents:", err)
-	return 1
+	fmt.Printf("GetContainerEvents: served (stream open for %s, %d events)\n", wait, n)
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -52,7 +53,11 @@ func (r *certReloader) stampFiles() (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("TLS key pair: %w", err)
 		}
-		s += fmt.Sprintf("%d/%d/%v;", fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		s += fmt.Sprintf("%d/%d/%d;", fi.Size(), fi.ModTime().UnixNano(), ino)
 	}
 	return s, nil
 }
