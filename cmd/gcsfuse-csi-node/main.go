@@ -94,7 +94,7 @@ func run() int {
 	// The lifecycle learns container exits from the runtime; it needs the API for the pod
 	// specs (restart policies, deletion), and follows stopping pods in the runtime alone
 	// without it.
-	lc := &nodeplugin.Lifecycle{KubeletRoot: *kubeletRoot, Log: log, Metrics: metrics}
+	lc := &nodeplugin.ExitCoordinator{KubeletRoot: *kubeletRoot, Log: log, Metrics: metrics}
 	var rtWatch *runtimewatch.Watcher
 	criEndpoint := *runtimeEndpoint
 	if criEndpoint == runtimeAuto {

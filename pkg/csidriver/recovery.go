@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -100,7 +101,9 @@ func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
 		}
 		if err != nil || p != s.offerPath(rec.Target) {
 			errs = append(errs, fmt.Errorf("offer record %s unusable: %v", e.Name(), err))
-			_ = os.Remove(p)
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove unusable offer record: %w", err))
+			}
 			continue
 		}
 		ok, err := s.recoverOne(ctx, &rec)

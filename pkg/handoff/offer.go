@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -115,7 +116,7 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 			fuse.Close()
 		}
 		o.ln.Close()
-		_ = podpath.Remove(o.dir, o.name)
+		o.removeSocket(log)
 		o.dir.Close()
 		close(o.done)
 	}()
@@ -141,9 +142,18 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 			cfg.OnHandedOff()
 		}
 		o.ln.Close()
-		_ = podpath.Remove(o.dir, o.name)
+		o.removeSocket(log)
 		o.relay(ctx, conn, cfg.OnStatus, log)
 		return
+	}
+}
+
+// removeSocket removes the offer's socket. One left behind would have a restarted sidecar
+// knock on a listener that is gone (it retries, then reports the volume failed), so a
+// failure is worth a line; the socket being gone already is not.
+func (o *Offer) removeSocket(log *slog.Logger) {
+	if err := podpath.Remove(o.dir, o.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("cannot remove the hand-off socket", "socket", o.name, "err", err)
 	}
 }
 

@@ -110,7 +110,7 @@ const (
 )
 
 // tryExit makes one attempt: it writes the exit file unless one is already there.
-func (l *Lifecycle) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOutcome, error) {
+func (l *ExitCoordinator) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOutcome, error) {
 	dir, err := exitfile.OpenDir(l.KubeletRoot, string(pod.UID))
 	if errors.Is(err, os.ErrNotExist) {
 		return exitNoDir, err
@@ -162,7 +162,7 @@ func sidecarGone(pod *corev1.Pod) bool {
 // askAPI asks the API server whether the pod's sidecar is gone: the pod no longer exists
 // (or its name now belongs to another pod), or its status shows the sidecar ended for good.
 // known is false when the API could not answer (no client, unreachable, timeout).
-func (l *Lifecycle) askAPI(ctx context.Context, pod *corev1.Pod, timeout time.Duration) (gone, known bool) {
+func (l *ExitCoordinator) askAPI(ctx context.Context, pod *corev1.Pod, timeout time.Duration) (gone, known bool) {
 	if l.API == nil {
 		return false, false
 	}
@@ -184,7 +184,7 @@ func (l *Lifecycle) askAPI(ctx context.Context, pod *corev1.Pod, timeout time.Du
 // the retry budget is spent; then, if the sidecar may still be alive, it reports that it
 // could not be told. sawDir says whether an earlier attempt found the emptyDir: once seen,
 // its disappearance means the kubelet tore the pod's volumes down, sidecar included.
-func (l *Lifecycle) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.Decision, sawDir bool, lastErr error, log *slog.Logger) {
+func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.Decision, sawDir bool, lastErr error, log *slog.Logger) {
 	p := l.exitRetry.orDefaults()
 	gaveUp := false
 	defer func() { l.exits.release(pod.UID, gaveUp, time.Now()) }()
@@ -243,7 +243,7 @@ func (l *Lifecycle) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.
 }
 
 // exitRequested logs and reports an exit file just written.
-func (l *Lifecycle) exitRequested(pod *corev1.Pod, d lifecycle.Decision, log *slog.Logger, attrs ...any) {
+func (l *ExitCoordinator) exitRequested(pod *corev1.Pod, d lifecycle.Decision, log *slog.Logger, attrs ...any) {
 	lag := time.Duration(0)
 	if !d.WorkloadFinishedAt.IsZero() {
 		lag = time.Since(d.WorkloadFinishedAt)
@@ -252,10 +252,10 @@ func (l *Lifecycle) exitRequested(pod *corev1.Pod, d lifecycle.Decision, log *sl
 	l.event(pod, false, contract.EventSidecarExitRequested, fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
 }
 
-// goOwned runs f in a goroutine that Lifecycle.Close stops (it cancels f's ctx) and waits
+// goOwned runs f in a goroutine that ExitCoordinator.Close stops (it cancels f's ctx) and waits
 // for, within Close's bound. It returns false, without running f, once Close has begun.
 // The goroutine joins the runtime followers (follow.go): the same context and WaitGroup.
-func (l *Lifecycle) goOwned(f func(ctx context.Context)) bool {
+func (l *ExitCoordinator) goOwned(f func(ctx context.Context)) bool {
 	fs := &l.follows
 	fs.mu.Lock()
 	defer fs.mu.Unlock()

@@ -109,12 +109,12 @@ func sidecarTerminated(pod *corev1.Pod) *corev1.Pod {
 
 var decision = lifecycle.Decision{Mode: contract.ModeLegacy, Rule: "test-rule", Reason: "every workload container terminated"}
 
-func newLifecycle(root string, events *eventLog, total time.Duration) *Lifecycle {
-	return &Lifecycle{KubeletRoot: root, Events: events, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), exitRetry: fastRetry(total)}
+func newCoordinator(root string, events *eventLog, total time.Duration) *ExitCoordinator {
+	return &ExitCoordinator{KubeletRoot: root, Events: events, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), exitRetry: fastRetry(total)}
 }
 
 // idle waits, at most d, until no goroutine of l runs; false if one still does.
-func idle(l *Lifecycle, d time.Duration) bool {
+func idle(l *ExitCoordinator, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() { l.follows.wg.Wait(); close(done) }()
 	select {
@@ -158,7 +158,7 @@ func requireExitFile(t *testing.T, root string, pod *corev1.Pod) {
 func TestExitRetriedUntilTheEmptyDirAppears(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
-	l := newLifecycle(root, events, time.Minute)
+	l := newCoordinator(root, events, time.Minute)
 	defer l.Close(time.Second)
 	pod := donePod(t, root)
 
@@ -180,7 +180,7 @@ func TestExitRetriedUntilTheEmptyDirAppears(t *testing.T) {
 func TestExitRetriedUntilTheEmptyDirIsWritable(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
-	l := newLifecycle(root, events, time.Minute)
+	l := newCoordinator(root, events, time.Minute)
 	defer l.Close(time.Second)
 	pod := donePod(t, root)
 	makeEmptyDir(t, root, pod)
@@ -247,7 +247,7 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			events := &eventLog{}
-			l := newLifecycle(root, events, time.Minute) // a budget the test never reaches
+			l := newCoordinator(root, events, time.Minute) // a budget the test never reaches
 			defer l.Close(time.Second)
 			pod, client := tc.setup(t, root, donePod(t, root))
 			if client != nil {
@@ -270,7 +270,7 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 func TestExitRequestedOnceWhenCalledTwice(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
-	l := newLifecycle(root, events, time.Minute)
+	l := newCoordinator(root, events, time.Minute)
 	defer l.Close(time.Second)
 	pod := donePod(t, root)
 	makeEmptyDir(t, root, pod)
@@ -304,7 +304,7 @@ func TestExitRequestedOnceWhenCalledTwice(t *testing.T) {
 func TestExitFailedReportedOnceForALiveSidecar(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
-	l := newLifecycle(root, events, 200*time.Millisecond)
+	l := newCoordinator(root, events, 200*time.Millisecond)
 	defer l.Close(time.Second)
 	pod := donePod(t, root) // no emptyDir, ever
 	l.API = fake.NewClientset(pod.DeepCopy()).CoreV1()
@@ -328,7 +328,7 @@ func TestExitFailedReportedOnceForALiveSidecar(t *testing.T) {
 func TestCloseStopsExitRetries(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
-	l := newLifecycle(root, events, time.Minute)
+	l := newCoordinator(root, events, time.Minute)
 	pod := donePod(t, root)
 
 	l.requestExit(pod, decision)

@@ -121,7 +121,7 @@ type target struct {
 
 // WorkloadTerminating starts following a pod deleted while containers may still use its
 // mounts (podwatch.TerminationHandler).
-func (l *Lifecycle) WorkloadTerminating(pod *corev1.Pod, d lifecycle.Decision) {
+func (l *ExitCoordinator) WorkloadTerminating(pod *corev1.Pod, d lifecycle.Decision) {
 	l.Follow(pod, WhyDeleted)
 }
 
@@ -129,7 +129,7 @@ func (l *Lifecycle) WorkloadTerminating(pod *corev1.Pod, d lifecycle.Decision) {
 // handoff.StateTerminating. The pod is looked up in the pod watcher's cache; when it is not
 // there (API unreachable, or the cache not synced yet), every container of the pod but the
 // sidecar is followed, in the runtime alone.
-func (l *Lifecycle) SidecarTerminating(ref csidriver.PodRef) {
+func (l *ExitCoordinator) SidecarTerminating(ref csidriver.PodRef) {
 	uid := types.UID(ref.UID)
 	if l.Pods != nil {
 		if pod, ok := l.Pods.PodByUID(uid); ok && lifecycle.SidecarMode(pod) != "" {
@@ -146,14 +146,14 @@ func (l *Lifecycle) SidecarTerminating(ref csidriver.PodRef) {
 // exit file; or until its grace period plus a margin has passed. A second call for the same
 // pod starts nothing; with WhySidecarTerminating it tells the running follower that the
 // kubelet is stopping the pod. It reports whether a follower was started.
-func (l *Lifecycle) Follow(pod *corev1.Pod, why FollowWhy) bool {
+func (l *ExitCoordinator) Follow(pod *corev1.Pod, why FollowWhy) bool {
 	if lifecycle.SidecarMode(pod) == "" {
 		return false
 	}
 	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: podGrace(pod)}, why)
 }
 
-func (l *Lifecycle) start(pod *corev1.Pod, t target, why FollowWhy) bool {
+func (l *ExitCoordinator) start(pod *corev1.Pod, t target, why FollowWhy) bool {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "why", why)
 	if l.Runtime == nil {
 		log.Debug("no container runtime configured; the sidecar ends at its drain deadline")
@@ -202,7 +202,7 @@ func (l *Lifecycle) start(pod *corev1.Pod, t target, why FollowWhy) bool {
 
 // follow polls the runtime until the containers have exited (then requests the exit), the
 // deadline passes or parent is cancelled; it returns the result.
-func (l *Lifecycle) follow(parent context.Context, f *follower, t target, log *slog.Logger) string {
+func (l *ExitCoordinator) follow(parent context.Context, f *follower, t target, log *slog.Logger) string {
 	start := time.Now()
 	deadline := start.Add(t.grace + followMargin)
 	followed := "every container but the sidecar"
@@ -303,7 +303,7 @@ func evaluate(cs []containerexit.Container, t target, terminating bool) (done bo
 }
 
 // release writes the exit file through requestExit, with a reason naming the containers.
-func (l *Lifecycle) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
+func (l *ExitCoordinator) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
 	latest := latestByName(cs)
 	names := slices.Clone(t.names)
 	if t.allButSidecar {
@@ -373,7 +373,7 @@ func graceSeconds(pod *corev1.Pod) int64 {
 }
 
 // Close stops following pods and waits for the followers, at most d.
-func (l *Lifecycle) Close(d time.Duration) {
+func (l *ExitCoordinator) Close(d time.Duration) {
 	fs := &l.follows
 	fs.mu.Lock()
 	if !fs.stopped {

@@ -85,7 +85,7 @@ type env struct {
 	t      *testing.T
 	root   string
 	rt     *containerexittest.Server
-	l      *Lifecycle
+	l      *ExitCoordinator
 	events *recordedEvents
 	reg    *prometheus.Registry
 }
@@ -104,7 +104,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, root: t.TempDir(), rt: srv, events: &recordedEvents{}, reg: reg}
-	e.l = &Lifecycle{KubeletRoot: e.root, Events: e.events, Log: quiet, Runtime: cri, Metrics: metrics}
+	e.l = &ExitCoordinator{KubeletRoot: e.root, Events: e.events, Log: quiet, Runtime: cri, Metrics: metrics}
 	t.Cleanup(func() { e.l.Close(testTimeout) })
 	return e
 }
@@ -447,7 +447,7 @@ func TestFollowerEndsAtDeadline(t *testing.T) {
 	}
 }
 
-// Close stops every follower and later triggers start none; a Lifecycle without a runtime
+// Close stops every follower and later triggers start none; an ExitCoordinator without a runtime
 // follows nothing.
 func TestCloseStopsFollowers(t *testing.T) {
 	e := newEnv(t)
@@ -463,7 +463,7 @@ func TestCloseStopsFollowers(t *testing.T) {
 	if e.l.Follow(legacyPod("uid-later"), WhyDeleted) {
 		t.Error("Follow started a follower after Close")
 	}
-	if (&Lifecycle{Log: quiet}).Follow(pod, WhyDeleted) {
+	if (&ExitCoordinator{Log: quiet}).Follow(pod, WhyDeleted) {
 		t.Error("Follow started a follower without a runtime")
 	}
 }

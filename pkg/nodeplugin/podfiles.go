@@ -17,7 +17,7 @@ import (
 // PodDeleting writes contract.TerminatingFile for a pod being deleted
 // (podwatch.DeletionHandler): a draining sidecar serves until the grace the kubelet applies,
 // which kubectl delete --grace-period can make shorter or longer than the spec's.
-func (l *Lifecycle) PodDeleting(pod *corev1.Pod) {
+func (l *ExitCoordinator) PodDeleting(pod *corev1.Pod) {
 	t := exitfile.Terminating{GraceSeconds: graceSeconds(pod)}
 	if pod.DeletionTimestamp != nil {
 		t.DeletionTimestamp = pod.DeletionTimestamp.Time
@@ -28,7 +28,7 @@ func (l *Lifecycle) PodDeleting(pod *corev1.Pod) {
 // InitContainersSucceeded writes contract.InitDoneFile for a native-sidecar pod whose
 // regular init containers all exited 0 (podwatch.InitHandler): a SIGTERM that the sidecar
 // gets from then on comes after every container that can use the mounts has exited.
-func (l *Lifecycle) InitContainersSucceeded(pod *corev1.Pod) {
+func (l *ExitCoordinator) InitContainersSucceeded(pod *corev1.Pod) {
 	b, err := json.Marshal(struct {
 		WrittenAt time.Time `json:"writtenAt"`
 	}{time.Now()})
@@ -44,7 +44,7 @@ func (l *Lifecycle) InitContainersSucceeded(pod *corev1.Pod) {
 // writePodFile writes one file into the pod's gcsfuse-tmp emptyDir. A pod whose emptyDir is
 // gone (already cleaned up) or was never created is skipped silently: its sidecar is not
 // running to read the file.
-func (l *Lifecycle) writePodFile(pod *corev1.Pod, name string, write func(*os.File) error) {
+func (l *ExitCoordinator) writePodFile(pod *corev1.Pod, name string, write func(*os.File) error) {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "file", name)
 	dir, err := podpath.OpenDir(l.KubeletRoot, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if errors.Is(err, os.ErrNotExist) {

@@ -32,7 +32,7 @@ const runtimeDoneMemory = 10 * time.Minute
 // told at once, in both modes: a native sidecar that exits by itself the moment its
 // workload has exited costs a Job ~0.2 s, one the kubelet has to stop ~2 s. A follower of a
 // stopping pod, if any, looks again now.
-func (l *Lifecycle) ContainersChanged(podUID string) {
+func (l *ExitCoordinator) ContainersChanged(podUID string) {
 	uid := types.UID(podUID)
 	l.follows.wake(uid)
 	if l.Pods == nil || l.Runtime == nil {
@@ -68,7 +68,7 @@ func (l *Lifecycle) ContainersChanged(podUID string) {
 // exit code and time the runtime gives, every other state as running. A container the
 // runtime does not list keeps its API status (not created yet, or already removed). The
 // sidecar's own status is left as the API has it.
-func (l *Lifecycle) withRuntimeStates(ctx context.Context, pod *corev1.Pod, cs []containerexit.Container) *corev1.Pod {
+func (l *ExitCoordinator) withRuntimeStates(ctx context.Context, pod *corev1.Pod, cs []containerexit.Container) *corev1.Pod {
 	latest := latestByName(cs)
 	view := pod.DeepCopy()
 	for _, name := range lifecycle.WorkloadContainers(pod) {
@@ -97,7 +97,7 @@ func (l *Lifecycle) withRuntimeStates(ctx context.Context, pod *corev1.Pod, cs [
 
 // exitOf returns an exited container's exit code and finish time, asking the runtime when
 // its listing did not carry them.
-func (l *Lifecycle) exitOf(ctx context.Context, c containerexit.Container) (int32, time.Time) {
+func (l *ExitCoordinator) exitOf(ctx context.Context, c containerexit.Container) (int32, time.Time) {
 	if !c.ExitKnown {
 		st, err := l.Runtime.Status(ctx, c.ID)
 		if err != nil || !st.ExitKnown {

@@ -18,7 +18,7 @@ import (
 )
 
 // watchRuntime puts a node-wide runtime watch in front of the env's fake runtime, as the node
-// plugin does: the Lifecycle reads container states from it, and it calls ContainersChanged.
+// plugin does: the ExitCoordinator reads container states from it, and it calls ContainersChanged.
 // version is what the fake runtime reports; events enables its event stream.
 func (e *env) watchRuntime(pods podCache, version string, events bool) *runtimewatch.Watcher {
 	e.t.Helper()

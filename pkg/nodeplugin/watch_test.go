@@ -25,7 +25,7 @@ const node = "node-a"
 
 // runWatcher runs a pod watcher on a fake API with l as its handler and lookup, and returns
 // the client once the watch is established (the fake does not replay what it missed).
-func runWatcher(t *testing.T, l *Lifecycle) *fake.Clientset {
+func runWatcher(t *testing.T, l *ExitCoordinator) *fake.Clientset {
 	t.Helper()
 	client := fake.NewClientset()
 	watching := make(chan struct{})

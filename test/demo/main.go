@@ -120,7 +120,7 @@ func runPod(e *testenv.Env, mode string) (row, error) {
 		k8sPod = pod.PodObject(corev1.RestartPolicyNever)
 		client = fake.NewClientset(k8sPod)
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		w := podwatch.New(client, "test-node", &nodeplugin.Lifecycle{KubeletRoot: e.Root, Log: quiet}, podwatch.WithLogger(quiet))
+		w := podwatch.New(client, "test-node", &nodeplugin.ExitCoordinator{KubeletRoot: e.Root, Log: quiet}, podwatch.WithLogger(quiet))
 		wctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go func() { _ = w.Run(wctx) }() // ends with wctx

@@ -162,7 +162,7 @@ func TestPodWatcherEndsLegacySidecar(t *testing.T) {
 
 	k8sPod := pod.PodObject(corev1.RestartPolicyNever)
 	client := fake.NewClientset(k8sPod)
-	w := podwatch.New(client, "test-node", &nodeplugin.Lifecycle{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
+	w := podwatch.New(client, "test-node", &nodeplugin.ExitCoordinator{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
 	wctx, cancel := context.WithCancel(context.Background())
 	werr := make(chan error, 1)
 	go func() { werr <- w.Run(wctx) }()

@@ -34,8 +34,10 @@ func (e Events) PodEvent(pod csidriver.PodRef, warning bool, reason, message str
 	e.Recorder.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: podUID(pod.UID)}, typ, reason, message)
 }
 
-// Lifecycle acts on the pod watcher's decisions (podwatch.Handler).
-type Lifecycle struct {
+// ExitCoordinator acts on the pod watcher's decisions (podwatch.Handler): it tells each
+// sidecar when to exit (the exit file), follows stopping pods in the runtime, and records the
+// Events that say why. The rules it acts on are pkg/lifecycle's; this is the part with I/O.
+type ExitCoordinator struct {
 	KubeletRoot string
 	Events      csidriver.EventSink
 	Log         *slog.Logger
@@ -57,24 +59,24 @@ type Lifecycle struct {
 	exits     exitRequests
 	exitRetry exitRetryPolicy // zero: the Exit* constants
 	// released are the pods told from the runtime's view (ContainersChanged); made on first
-	// use, so that a Lifecycle literal works.
+	// use, so that an ExitCoordinator literal works.
 	released     *expiring.Set[types.UID]
 	releasedOnce sync.Once
 }
 
-// The pod watcher's callbacks Lifecycle implements.
+// The pod watcher's callbacks ExitCoordinator implements.
 var (
-	_ podwatch.Handler            = (*Lifecycle)(nil)
-	_ podwatch.TerminationHandler = (*Lifecycle)(nil)
-	_ podwatch.DeletionHandler    = (*Lifecycle)(nil)
-	_ podwatch.InitHandler        = (*Lifecycle)(nil)
+	_ podwatch.Handler            = (*ExitCoordinator)(nil)
+	_ podwatch.TerminationHandler = (*ExitCoordinator)(nil)
+	_ podwatch.DeletionHandler    = (*ExitCoordinator)(nil)
+	_ podwatch.InitHandler        = (*ExitCoordinator)(nil)
 )
 
 // WorkloadDone writes the exit file, in both modes: the API reported the workload done.
 // With a runtime watch the sidecar has usually been told already (ContainersChanged); this
 // is the path without one, and a backstop. A native sidecar told before the kubelet stops it
 // ends the pod sooner than the kubelet's SIGTERM would.
-func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
+func (l *ExitCoordinator) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 	l.requestExit(pod, d)
 }
 
@@ -88,7 +90,7 @@ func (l *Lifecycle) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 // the sidecar is gone, or ExitRetryFor passes; only then, and only for a sidecar that may
 // still run, is SidecarExitFailed recorded, once. The first attempt is made at once on the
 // caller's goroutine: it is a small local write, and the common case needs no goroutine.
-func (l *Lifecycle) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
+func (l *ExitCoordinator) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule, "mode", d.Mode)
 	if sidecarGone(pod) {
 		log.Info("workload done; the sidecar has already ended, nothing to tell")
@@ -117,12 +119,12 @@ func (l *Lifecycle) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
 }
 
 // SidecarFailed records a Warning Event naming the sidecar's reason.
-func (l *Lifecycle) SidecarFailed(pod *corev1.Pod, code int32, message string) {
+func (l *ExitCoordinator) SidecarFailed(pod *corev1.Pod, code int32, message string) {
 	l.Log.Warn("sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "code", code, "message", message)
 	l.event(pod, true, contract.EventSidecarFailed, fmt.Sprintf("%s exited with code %d: %s", contract.SidecarContainerName, code, message))
 }
 
-func (l *Lifecycle) event(pod *corev1.Pod, warning bool, reason, msg string) {
+func (l *ExitCoordinator) event(pod *corev1.Pod, warning bool, reason, msg string) {
 	if l.Events != nil {
 		l.Events.PodEvent(csidriver.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, warning, reason, msg)
 	}
