@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then runs formatting, vet, staticcheck, unit
-# tests with the race detector, the fuzz seeds, csi-sanity, the integration tests (real
-# /dev/fuse mounts, real gcsfuse, the emulator; root required) and, when present and not
+# tests with the race detector, the fuzz seeds, the integration tests (real /dev/fuse
+# mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
+# among them, publish and unpublish included) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
 # of them on containerd 2.x, then the lifecycle ones on containerd 1.6.
 source "$(dirname "$0")/lib.sh"

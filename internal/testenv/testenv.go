@@ -79,6 +79,7 @@ type Env struct {
 	Root        string // kubelet root
 	Emulator    *emulator.Server
 	Node        csi.NodeClient
+	Endpoint    string // the node plugin's CSI endpoint (unix://...)
 	Log         *slog.Logger
 	SidecarBin  string
 	GcsfuseBin  string
@@ -134,6 +135,7 @@ func New(o Options) (*Env, error) {
 		e.emulatorOwn = true
 	}
 	sock := filepath.Join(root, "csi.sock")
+	e.Endpoint = "unix://" + sock
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return fail(err)
@@ -147,7 +149,7 @@ func New(o Options) (*Env, error) {
 	}
 	e.nodeSrv = csidriver.NewGRPCServer(&csidriver.IdentityServer{}, ns, o.Log)
 	go func() { _ = e.nodeSrv.Serve(ln) }() // stopped by Close
-	e.conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e.conn, err = grpc.NewClient(e.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fail(err)
 	}
