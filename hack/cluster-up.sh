@@ -44,6 +44,7 @@ on_exit() {
 trap on_exit EXIT
 
 mkdir -p "$PKI" "$LOGS" "$RUN" "$ETC/cni" "$CLUSTER_DIR/etcd"
+chmod 700 "$CLUSTER_DIR/etcd" # etcd warns about a data dir that others can read
 
 # ---------------------------------------------------------------------------- certificates
 pki() {
