@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the local single-node cluster runs on, from Debian packages: runc and
-# containerd 1.6 (the runtime of CONTAINERD=1.6), etcd, the CNI plugins (bridge, host-local,
+# containerd 1.6 (the runtime of CONTAINERD=1.6), the CNI plugins (bridge, host-local,
 # portmap, loopback in /usr/lib/cni), and the network tools the kubelet and kube-proxy call
 # (iptables, conntrack, ethtool, socat); then, for the default runtime, containerd
-# $CONTAINERD_VERSION built from its Go module (containerd-build.sh, cached).
+# $CONTAINERD_VERSION built from its Go module (containerd-build.sh, cached), and etcd
+# $ETCD_VERSION, the one Kubernetes $K8S_VERSION pins, built from its Go module
+# (etcd-build.sh, cached; Debian's etcd-server 3.4 is too old, see lib.sh).
 # Idempotent: apt runs only when a tool is missing.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
 declare -A need=(
-  [containerd]=containerd [runc]=runc [etcd]=etcd-server [iptables]=iptables
+  [containerd]=containerd [runc]=runc [iptables]=iptables
   [conntrack]=conntrack [ethtool]=ethtool [socat]=socat [openssl]=openssl [curl]=curl
 )
 missing=()
@@ -24,7 +26,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian's postinst may start the packaged daemons where an init system exists; the cluster
 # runs its own instances with its own configuration, so nothing else may hold their ports.
-step "Debian packages ready: containerd (CONTAINERD=1.6) $(/usr/bin/containerd --version | awk '{print $3}'), runc $("$RUNC" --version | awk 'NR==1{print $3}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+step "Debian packages ready: containerd (CONTAINERD=1.6) $(/usr/bin/containerd --version | awk '{print $3}'), runc $("$RUNC" --version | awk 'NR==1{print $3}')"
+# One build after the other (each takes both cores).
 if [ "$CONTAINERD" = 2 ]; then
   "$REPO_ROOT/hack/containerd-build.sh"
 fi
+"$REPO_ROOT/hack/etcd-build.sh"

@@ -20,6 +20,11 @@ case $CONTAINERD in
   *) echo "CONTAINERD=$CONTAINERD: want 2 (containerd v$CONTAINERD_VERSION) or 1.6 (Debian's)" >&2; exit 1 ;;
 esac
 RUNC=/usr/sbin/runc
+# etcd at the version Kubernetes $K8S_VERSION pins (etcd_version_for, lib.sh), built from its Go
+# module by etcd-build.sh.
+ETCD_VERSION=${ETCD_VERSION:-$(etcd_version_for "$K8S_MINOR")}
+ETCD_VERSION=${ETCD_VERSION#v}
+ETCD_BIN=$GCSFUSE_CSI_CACHE/etcd-$ETCD_VERSION/bin
 CONTAINERD_SOCK=/run/containerd/containerd.sock
 # Cluster state (etcd data, configs, logs, pids). Removed by cluster-down.sh, except the PKI,
 # which is kept so a warm `up` skips openssl (it is cheap either way).

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Starts a single-node Kubernetes cluster on this machine: containerd, etcd (Debian),
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by
-# k8s-build.sh at $K8S_VERSION). Imports the images from images.sh. Prints the versions of
-# every component, then the KUBECONFIG.
+# Starts a single-node Kubernetes cluster on this machine: containerd, etcd $ETCD_VERSION (the
+# one Kubernetes $K8S_VERSION pins, built by etcd-build.sh), kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by k8s-build.sh at
+# $K8S_VERSION). Imports the images from images.sh. Prints the versions of every component,
+# then the KUBECONFIG. Fails if the API server's watch cache lags behind etcd ("Too large
+# resource version", the symptom of an etcd too old for it).
 #
 # Runtime: containerd $CONTAINERD_VERSION (lib.sh; built by containerd-build.sh, configuration
 # version 3) by default; `CONTAINERD=1.6 hack/cluster-up.sh` runs Debian's containerd 1.6 with
@@ -27,9 +29,8 @@ for b in containerd containerd-shim-runc-v2 ctr; do
   [ -x "$CTRD_DIR/$b" ] || { echo "missing $CTRD_DIR/$b: run hack/cluster-deps.sh" >&2; exit 1; }
 done
 [ -x "$RUNC" ] || { echo "missing $RUNC: run hack/cluster-deps.sh" >&2; exit 1; }
-for t in etcd iptables-save; do
-  command -v "$t" >/dev/null || { echo "missing $t: run hack/cluster-deps.sh" >&2; exit 1; }
-done
+[ -x "$ETCD_BIN/etcd" ] || { echo "missing $ETCD_BIN/etcd: run hack/cluster-deps.sh" >&2; exit 1; }
+command -v iptables-save >/dev/null || { echo "missing iptables-save: run hack/cluster-deps.sh" >&2; exit 1; }
 command -v ip >/dev/null || { echo "missing ip (iproute2)" >&2; exit 1; }
 
 up_ok=0
@@ -43,6 +44,7 @@ on_exit() {
 trap on_exit EXIT
 
 mkdir -p "$PKI" "$LOGS" "$RUN" "$ETC/cni" "$CLUSTER_DIR/etcd"
+chmod 700 "$CLUSTER_DIR/etcd" # etcd warns about a data dir that others can read
 
 # ---------------------------------------------------------------------------- certificates
 pki() {
@@ -276,7 +278,7 @@ versions() {
   printf '    %-14s %s\n' \
     containerd "$("$CTRD_DIR/containerd" --version | awk '{print $3}') ($CTRD_DIR/containerd, CONTAINERD=$CONTAINERD)" \
     runc "$("$RUNC" --version | awk 'NR==1{print $3}') ($RUNC)" \
-    etcd "$(etcd --version 2>/dev/null | awk 'NR==1{print $3}') ($(command -v etcd))" \
+    etcd "$("$ETCD_BIN/etcd" --version | awk 'NR==1{print $3}') ($ETCD_BIN/etcd)" \
     kubernetes "apiserver $("$K8S_BIN/kube-apiserver" --version | awk '{print $2}'), kubelet $("$K8S_BIN/kubelet" --version | awk '{print $2}') ($K8S_BIN)" \
     cni-plugins "$(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null || echo unknown) (/usr/lib/cni)" \
     kernel "$(uname -r)" \
@@ -338,8 +340,10 @@ imgs=("$IMAGES_DIR"/*.tar)
 [ ${#imgs[@]} -gt 0 ] || { echo "no images in $IMAGES_DIR: run hack/images.sh" >&2; exit 1; }
 for t in "${imgs[@]}"; do ctr -n k8s.io images import "$t" >/dev/null; done
 
-step "start etcd"
-start etcd "${NSEXEC[@]}" etcd --name local --data-dir "$CLUSTER_DIR/etcd" \
+step "start etcd ($ETCD_BIN/etcd)"
+# etcd reads ETCD_<FLAG> variables as flags: ETCD_VERSION (our override, lib.sh) would be its
+# --version.
+start etcd "${NSEXEC[@]}" env -u ETCD_VERSION "$ETCD_BIN/etcd" --name local --data-dir "$CLUSTER_DIR/etcd" \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster local=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
@@ -356,6 +360,37 @@ start kube-apiserver "${NSEXEC[@]}" "$K8S_BIN/kube-apiserver" --etcd-servers=htt
   --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
   --enable-admission-plugins=NodeRestriction --allow-privileged=true --profiling=false
 waitfor kube-apiserver 120 nsexec curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+# The watch cache check, in the background while the node comes up (checked at the end by
+# watch_cache_check): a fresh watch (no resourceVersion) of pods in a namespace that has none,
+# which the API server serves once its watch cache has caught up with etcd. With an etcd whose
+# watch progress requests it does not use (Debian's 3.4) the cache of a resource without writes
+# never catches up: the watch fails after 3 s with "Too large resource version" (and the API
+# server logs that error every second from about a minute on). Bounded: 5 s on the server, 20 s
+# in kubectl.
+watch_probe_log=$LOGS/watch-probe.log
+(
+  t0=$(date +%s%N)
+  rc=0
+  kctl --request-timeout=20s get --raw "/api/v1/namespaces/gcsfuse-csi-no-pods/pods?watch=1&timeoutSeconds=5" > "$watch_probe_log" 2>&1 || rc=$?
+  echo "$(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc" > "$RUN/watch-probe.result"
+) &
+watch_probe=$!
+watch_cache_check() {
+  local res
+  wait "$watch_probe" || true
+  res=$(cat "$RUN/watch-probe.result" 2>/dev/null || echo "no result")
+  if grep -q "Too large resource version" "$watch_probe_log" "$LOGS/kube-apiserver.log"; then
+    echo "kube-apiserver: \"Too large resource version\": its watch cache lags behind etcd $ETCD_VERSION ($ETCD_BIN/etcd), so fresh watches and consistent reads fail after 3 s; Kubernetes v$K8S_VERSION wants the etcd it pins (etcd_version_for in hack/lib.sh; ETCD_VERSION overrides it):" >&2
+    grep -h "Too large resource version" "$watch_probe_log" "$LOGS/kube-apiserver.log" | head -3 | cut -c1-300 >&2
+    exit 1
+  fi
+  if [[ $res != *", rc=0" ]] || [ -s "$watch_probe_log" ]; then
+    echo "a fresh watch of pods in a namespace without any failed or saw something ($res):" >&2
+    head -c 500 "$watch_probe_log" >&2
+    exit 1
+  fi
+  step "watch cache in step with etcd: a fresh watch ran its 5 s ($res); no \"Too large resource version\" logged"
+}
 
 step "start controller-manager, scheduler, kubelet, kube-proxy"
 start kube-controller-manager "${NSEXEC[@]}" "$K8S_BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
@@ -376,5 +411,6 @@ node_ready() {
 }
 waitfor "node $NODE_NAME" 180 node_ready
 waitfor "default service account" 60 kctl -n default get serviceaccount default
+watch_cache_check
 up_ok=1
 step "cluster v$K8S_VERSION up ($(kctl get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')); export KUBECONFIG=$KUBECONFIG"

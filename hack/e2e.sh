@@ -7,7 +7,8 @@
 # Env: K8S_VERSION (default 1.34.4; 1.37.2 and 1.28.15 also supported: on 1.28 the webhook
 #      injects legacy sidecars only and the native subtests skip, naming the kubelet version,
 #      and deploy.sh leaves out the ValidatingAdmissionPolicy), CONTAINERD (default 2: containerd
-#      $CONTAINERD_VERSION built from its module; 1.6: Debian's), E2E_RUN (go test -run regexp),
+#      $CONTAINERD_VERSION built from its module; 1.6: Debian's), ETCD_VERSION (default: the one
+#      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"

@@ -14,6 +14,20 @@ GCSFUSE_TOOLCHAIN=go1.27.2
 # logs a deprecation warning. Checked by running the cluster on it (hack/cluster-up.sh).
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION#v}
+# etcd of the local cluster (hack/etcd-build.sh builds it from its Go module), by Kubernetes
+# minor version: the etcd each release pins in its build/dependencies.yaml (1.28.15: 3.5.15,
+# 1.34.4: 3.6.5, 1.37.2: 3.7.0; the nearest pin below for releases in between). Debian's
+# etcd-server 3.4.23 is too old: below 3.4.31 / 3.5.13 the API server (1.34 here) does not
+# use etcd's watch progress requests (a bug of earlier releases), so its watch cache of a
+# quiet resource lags behind etcd: a fresh watch or consistent read waits 3 s and fails ("Too
+# large resource version"), logged every second; and kubeadm of 1.34 wants at least 3.5.24.
+# ETCD_VERSION=X.Y.Z overrides the choice.
+etcd_version_for() { # K8S_MINOR
+  if [ "$1" -ge 37 ]; then echo 3.7.0
+  elif [ "$1" -ge 34 ]; then echo 3.6.5
+  else echo 3.5.15
+  fi
+}
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"

@@ -369,7 +369,9 @@ func track(t *testing.T, selector metav1.ListOptions) *tracker {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &tracker{pods: map[string]*corev1.Pod{}, seen: map[string]map[string]time.Time{}, cancel: cancel, stopped: make(chan struct{})}
 	// List, then watch from the list's resourceVersion: a watch without one is a consistent
-	// read that, with Debian's etcd 3.4 (no progress requests), the API server delays ~3 s.
+	// read, which the API server serves only once its watch cache has caught up with etcd
+	// (with an etcd too old for it, like Debian's 3.4, it fails after 3 s; hack/cluster-up.sh
+	// refuses such an etcd).
 	list, err := cs.CoreV1().Pods(ns).List(ctx, selector)
 	if err != nil {
 		cancel()
