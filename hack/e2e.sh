@@ -52,6 +52,13 @@ run_tests() {
   local rc=${PIPESTATUS[0]}
   echo "=== test results:"
   grep -E '^\s*--- (PASS|FAIL|SKIP)' "$CLUSTER_DIR/e2e-test.log" || true
+  # cluster-up checks the API server's watch cache at start; a lag that begins later in the
+  # run (the etcd it talks to falling behind) fails the run too, naming the first lines.
+  if grep -q "Too large resource version" "$LOGS/kube-apiserver.log" 2>/dev/null; then
+    echo "kube-apiserver logged \"Too large resource version\" during the run: its watch cache fell behind etcd:" >&2
+    grep -h "Too large resource version" "$LOGS/kube-apiserver.log" | head -3 | cut -c1-300 >&2
+    [ "$rc" = 0 ] && rc=1
+  fi
   return "$rc"
 }
 
