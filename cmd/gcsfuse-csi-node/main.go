@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -55,6 +56,7 @@ func run() int {
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	runtimeEndpoint := flag.String("runtime-endpoint", runtimeAuto, "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: the node plugin learns from it the moment a pod's workload containers exit, and tells the sidecar at once (\""+runtimeAuto+"\": the first of "+strings.Join(containerexit.DefaultEndpoints, ", ")+" that exists; \"\": none, the API server alone, seconds later)")
 	runtimeEvents := flag.String("runtime-events", string(runtimewatch.ModeAuto), "how container exits are learnt: auto (the CRI event stream on runtimes that give each reader every event, containerd >= 2; else a node-wide ListContainers every 100 ms), events, poll")
+	machineType := flag.String("machine-type", machineTypeAuto, "machine type given to every gcsfuse (--machine-type), sparing it the GCE metadata lookups it makes at each start: \""+machineTypeAuto+"\" (this Node's node.kubernetes.io/instance-type label, or \"unknown\" without one), \""+machineTypeLookup+"\" (gcsfuse asks the metadata server), or an instance type; a volume's mountOptions may set its own")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
@@ -121,6 +123,7 @@ func run() int {
 
 	var events csidriver.EventSink
 	var newWatcher func() *podwatch.Watcher
+	var nodes corev1client.NodeInterface
 	if *watchPods {
 		cfg, err := restConfig(*kubeconfig)
 		if err != nil {
@@ -137,6 +140,7 @@ func run() int {
 		events = nodeplugin.Events{Recorder: rec}
 		lc.Events = events
 		lc.API = client.CoreV1()
+		nodes = client.CoreV1().Nodes()
 		current := &currentWatcher{}
 		lc.Pods = current
 		newWatcher = func() *podwatch.Watcher {
@@ -152,7 +156,7 @@ func run() int {
 
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: *gcsEndpoint, StateDir: offerDir(*stateDir, *kubeletRoot),
+		GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
 		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
 	if err != nil {

@@ -35,6 +35,9 @@ type Config struct {
 	SidecarUID, SidecarGID int
 	// GCSEndpoint is a driver-level storage endpoint (an emulator); empty means real GCS.
 	GCSEndpoint string
+	// MachineType is given to every gcsfuse as --machine-type unless the volume sets one
+	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself.
+	MachineType string
 	// UnmountBusyWait is how long a busy mount is retried before a lazy unmount.
 	UnmountBusyWait time.Duration
 	// StateDir keeps a record of each offer the sidecar has not taken yet, so that a
@@ -103,6 +106,11 @@ func (cfg Config) Validate() error {
 		u, err := url.Parse(cfg.GCSEndpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("GCS endpoint %q: want an http(s)://host[:port]/... URL", cfg.GCSEndpoint)
+		}
+	}
+	if cfg.MachineType != "" {
+		if _, err := mountopts.Parse([]string{"machine-type=" + cfg.MachineType}); err != nil {
+			return fmt.Errorf("machine type: %w", err)
 		}
 	}
 	return nil
@@ -223,7 +231,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 			VolumeName: target.VolumeName,
 			Bucket:     opts.Bucket,
 			ReadOnly:   req.GetReadonly() || roAccess || opts.ReadOnly,
-			Flags:      opts.Flags,
+			Flags:      withMachineType(opts.Flags, s.cfg.MachineType),
 			Endpoint:   s.cfg.GCSEndpoint,
 		},
 	}, nil

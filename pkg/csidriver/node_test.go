@@ -199,6 +199,8 @@ func TestNewNodeServerValidates(t *testing.T) {
 		{func(c *Config) { c.StateDir = "offers" }, "state directory"},
 		{func(c *Config) { c.GCSEndpoint = "emulator:8080" }, "GCS endpoint"},
 		{func(c *Config) { c.GCSEndpoint = "ftp://emu/storage/v1/" }, "GCS endpoint"},
+		{func(c *Config) { c.MachineType = "n2 standard" }, "machine type"},
+		{func(c *Config) { c.MachineType = "n2,implicit-dirs" }, "machine type"},
 	} {
 		cfg := good
 		tt.mutate(&cfg)

@@ -62,6 +62,9 @@ var (
 	pathPattern    = regexp.MustCompile(`^[A-Za-z0-9._~@+/-]+$`)
 	projectPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
 	regexPattern   = regexp.MustCompile(`^[^\s,]+$`)
+	// machineTypePattern takes the instance types clouds put in a Node's
+	// node.kubernetes.io/instance-type label: n2-standard-4, m5.large, Standard_D2s_v3.
+	machineTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 )
 
 func intRange(min, max float64) spec   { return spec{kind: kInt, min: min, max: max} }
@@ -113,6 +116,9 @@ var allowed = map[string]spec{
 	"log-format":                             enum("text", "json"),
 	"client-protocol":                        enum("http1", "http2", "grpc"),
 	"profile":                                enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
+	// machine-type spares gcsfuse its metadata-server lookups at start; the node plugin sets
+	// it from the Node (csidriver.Config.MachineType) unless a volume does.
+	"machine-type": {kind: kPattern, pattern: machineTypePattern},
 }
 
 // owned are flags the driver sets itself; naming them gets a specific refusal.

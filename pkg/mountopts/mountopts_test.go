@@ -25,6 +25,8 @@ func TestParse(t *testing.T) {
 		{name: "only-dir", in: []string{"only-dir=data/2024"}, want: []string{"--only-dir=data/2024"}},
 		{name: "duration", in: []string{"max-retry-sleep=30s"}, want: []string{"--max-retry-sleep=30s"}},
 		{name: "enum", in: []string{"log-severity=debug"}, want: []string{"--log-severity=debug"}},
+		{name: "machine type", in: []string{"machine-type=Standard_D2s_v3"}, want: []string{"--machine-type=Standard_D2s_v3"}},
+		{name: "machine type with a slash", in: []string{"machine-type=zones/x/machineTypes/n2"}, wantErr: "machine-type"},
 		{name: "driver owned endpoint", in: []string{"custom-endpoint=http://evil/"}, wantErr: "set by the driver"},
 		{name: "driver owned key file", in: []string{"key-file=/etc/passwd"}, wantErr: "set by the driver"},
 		{name: "driver owned temp dir", in: []string{"temp-dir=/"}, wantErr: "set by the driver"},

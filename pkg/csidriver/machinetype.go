@@ -1,0 +1,34 @@
+package csidriver
+
+import (
+	"slices"
+	"strings"
+)
+
+// Machine types, and why the node plugin passes one.
+//
+// gcsfuse tunes a few defaults for some GCE machine types, which it learns by asking the GCE
+// metadata server for the instance's machine type, twice per start (before the mount, and
+// again once it knows the bucket), each time up to two attempts of 50 ms. Where that server
+// does not answer at once (a pod whose DNS does not resolve metadata.google.internal
+// quickly: any cluster outside GCE, most pod networks), every volume's start waits for the
+// timeouts: ~200 ms measured on the local cluster, before the app may start. The node
+// plugin knows the node's instance type from its Node object and passes it, so gcsfuse
+// skips the lookups and tunes exactly as it would have.
+
+// MachineTypeUnknown is passed when the node has no instance type (no cloud provider sets
+// the label): gcsfuse then skips the lookup and applies no machine-specific tuning, which
+// is what a failed lookup gives too.
+const MachineTypeUnknown = "unknown"
+
+// machineTypeFlag is gcsfuse's flag; a volume's mountOptions may set it too.
+const machineTypeFlag = "--machine-type="
+
+// withMachineType returns flags with --machine-type=mt added, unless mt is empty (gcsfuse
+// looks it up itself) or the volume chose its own. flags is not modified.
+func withMachineType(flags []string, mt string) []string {
+	if mt == "" || slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, machineTypeFlag) }) {
+		return flags
+	}
+	return append(slices.Clip(flags), machineTypeFlag+mt)
+}

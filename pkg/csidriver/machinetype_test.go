@@ -1,0 +1,51 @@
+package csidriver
+
+import (
+	"io"
+	"log/slog"
+	"reflect"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// The node's machine type reaches every gcsfuse as --machine-type, so that gcsfuse skips its
+// metadata lookups at start; a volume that sets its own keeps it, and with none configured
+// nothing is added (gcsfuse looks it up itself).
+func TestPublishPassesTheMachineType(t *testing.T) {
+	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	for _, tt := range []struct {
+		name, machineType string
+		options           []string
+		want              []string
+	}{
+		{"node's type", "n2-standard-4", []string{"implicit-dirs"}, []string{"--implicit-dirs", "--machine-type=n2-standard-4"}},
+		{"unknown node", MachineTypeUnknown, nil, []string{"--machine-type=unknown"}},
+		{"volume's own wins", "n2-standard-4", []string{"machine-type=a3-highgpu-8g"}, []string{"--machine-type=a3-highgpu-8g"}},
+		{"lookup: nothing added", "", []string{"implicit-dirs"}, []string{"--implicit-dirs"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, MachineType: tt.machineType},
+				nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			r, err := s.validatePublish(&csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw, tt.options...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.volume.Flags, tt.want) {
+				t.Fatalf("flags = %q, want %q", r.volume.Flags, tt.want)
+			}
+		})
+	}
+}
+
+// withMachineType never writes into the caller's slice: the flags of one volume must not
+// show up in another's.
+func TestWithMachineTypeDoesNotAlias(t *testing.T) {
+	base := make([]string, 1, 4)
+	base[0] = "--implicit-dirs"
+	a := withMachineType(base, "a")
+	b := withMachineType(base, "b")
+	if a[1] != "--machine-type=a" || b[1] != "--machine-type=b" || len(base) != 1 {
+		t.Fatalf("a = %q, b = %q, base = %q", a, b, base)
+	}
+}
