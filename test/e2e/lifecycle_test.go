@@ -315,3 +315,34 @@ func TestAutoMode(t *testing.T) {
 		t.Logf("refused: %v", err)
 	})
 }
+
+// TestMachineType: the node plugin gives every gcsfuse the node's machine type (the Node's
+// instance-type label, "unknown" without one), which spares gcsfuse its metadata-server
+// lookups at start (~210 ms per mount where the GCE metadata server does not answer).
+func TestMachineType(t *testing.T) {
+	ctx := context.Background()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	want := "unknown"
+	for _, l := range []string{corev1.LabelInstanceTypeStable, corev1.LabelInstanceType} {
+		if v := nodes.Items[0].Labels[l]; v != "" {
+			want = v
+			break
+		}
+	}
+	bucket := newBucket(t)
+	name := podName(t, "")
+	createPod(t, name, podOpts{mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
+		args: []string{"write", "-dir", mountPath, "-name", "m.bin", "-bytes", "1024"}})
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
+	}
+	l := logs(name, contract.SidecarContainerName)
+	if !strings.Contains(l, "--machine-type="+want) {
+		t.Fatalf("node machine type %q: gcsfuse was not started with --machine-type=%s; sidecar log:\n%s", want, want, l)
+	}
+	expectObject(t, bucket, "m.bin", 1024)
+}
