@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"testing"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -42,20 +44,7 @@ func (f fakeVersions) MinKubeletVersion(nodeName string) (*version.Version, erro
 	if v, ok := f.nodes[nodeName]; ok && nodeName != "" {
 		return version.ParseGeneric(v)
 	}
-	var lowest *version.Version
-	for _, s := range f.nodes {
-		v, err := version.ParseGeneric(s)
-		if err != nil {
-			return nil, err
-		}
-		if lowest == nil || v.LessThan(lowest) {
-			lowest = v
-		}
-	}
-	if lowest == nil {
-		return nil, errNoNodes
-	}
-	return lowest, nil
+	return lowestVersion(slices.Collect(maps.Values(f.nodes)), version.ParseGeneric)
 }
 
 // modern is a cluster where native sidecars work everywhere; old one where they do not.

@@ -188,9 +188,14 @@ func (k *KubeClusterVersions) MinKubeletVersion(nodeName string) (*version.Versi
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
+	return lowestVersion(nodes, kubeletVersion)
+}
+
+// lowestVersion is the lowest of the versions parse reads from items; errNoNodes for none.
+func lowestVersion[T any](items []T, parse func(T) (*version.Version, error)) (*version.Version, error) {
 	var lowest *version.Version
-	for _, n := range nodes {
-		v, err := kubeletVersion(n)
+	for _, it := range items {
+		v, err := parse(it)
 		if err != nil {
 			return nil, err
 		}
