@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
@@ -78,6 +80,14 @@ func run() int {
 	defer stop()
 
 	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
 	metrics, err := podwatch.NewMetrics(reg)
 	if err != nil {
 		log.Error("metrics", "err", err)
@@ -121,6 +131,15 @@ func run() int {
 		log.Warn("no container runtime: the node plugin learns that a workload is done from the API server, a second or more after the runtime knows (a native sidecar is then stopped by the kubelet, about 2 s later per pod), and cannot see the containers of a stopping pod (deleted, evicted, past its activeDeadlineSeconds) exit, so their sidecars serve until their drain deadline")
 	}
 
+	var ns *csidriver.NodeServer // set below, before the metrics server starts
+	nodeMetrics, err := csidriver.NewMetrics(reg, func() int { return ns.PublishedVolumes() })
+	if err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
+	// gatherers is what the metrics endpoint serves: the node plugin's own metrics and, with
+	// the pod watch, the gcsfuse metrics of every pod of the node (pkg/podmetrics).
+	gatherers := prometheus.Gatherers{reg}
 	var events csidriver.EventSink
 	var newWatcher func() *podwatch.Watcher
 	var nodes corev1client.NodeInterface
@@ -143,6 +162,16 @@ func run() int {
 		nodes = client.CoreV1().Nodes()
 		current := &currentWatcher{}
 		lc.Pods = current
+		if err := podwatch.RegisterPodsTracked(reg, func() int { return len(current.driverPods()) }); err != nil {
+			log.Error("metrics", "err", err)
+			return 1
+		}
+		podMetrics, err := podmetrics.New(podmetrics.Config{KubeletRoot: *kubeletRoot, Pods: current.metricsPods, Log: log}, reg)
+		if err != nil {
+			log.Error("pod metrics", "err", err)
+			return 2
+		}
+		gatherers = append(gatherers, podMetrics)
 		newWatcher = func() *podwatch.Watcher {
 			w := podwatch.New(client, *nodeID, lc, podwatch.WithLogger(log), podwatch.WithMetrics(metrics),
 				podwatch.WithSyncTimeout(*podSyncTimeout))
@@ -154,10 +183,10 @@ func run() int {
 	// releases a sidecar while stopping still records its Event. The runtime closes last.
 	defer lc.Close(2 * time.Second)
 
-	ns, err := csidriver.NewNodeServer(csidriver.Config{
+	ns, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
-		OnTerminating: lc.SidecarTerminating,
+		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics,
 	}, events, log)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
@@ -216,7 +245,7 @@ func run() int {
 	}
 	var msrv *http.Server
 	if *metricsAddr != "" {
-		msrv = &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		msrv = &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := msrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- err
@@ -292,4 +321,23 @@ func (c *currentWatcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 		return w.PodByUID(uid)
 	}
 	return nil, false
+}
+
+// driverPods lists the pods of the current watch that use the driver.
+func (c *currentWatcher) driverPods() []*corev1.Pod {
+	if w := c.w.Load(); w != nil {
+		return w.DriverPods()
+	}
+	return nil
+}
+
+// metricsPods lists the pods whose sidecar metrics the node plugin re-exports.
+func (c *currentWatcher) metricsPods() []podmetrics.Pod {
+	var out []podmetrics.Pod
+	for _, p := range c.driverPods() {
+		if mp, ok := podmetrics.FromPod(p); ok {
+			out = append(out, mp)
+		}
+	}
+	return out
 }

@@ -100,6 +100,8 @@ type Options struct {
 	// SidecarBin is a prebuilt sidecar; empty builds one.
 	SidecarBin string
 	Log        *slog.Logger
+	// NodeMetrics, if set, records the node plugin's volume metrics.
+	NodeMetrics *csidriver.Metrics
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -142,7 +144,7 @@ func New(o Options) (*Env, error) {
 	}
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: e.Emulator.Endpoint,
+		GCSEndpoint: e.Emulator.Endpoint, Metrics: o.NodeMetrics,
 	}, nil, o.Log)
 	if err != nil {
 		return fail(err)

@@ -101,6 +101,10 @@ const (
 	TakenFile = "taken"
 	// VolumesDir holds the sidecar's per-volume temp dirs.
 	VolumesDir = "volumes"
+	// MetricsSocket is the sidecar's unix socket serving, over HTTP GET /metrics, the
+	// metrics of its gcsfuse processes (pkg/gcsfusemetrics), one series set per volume. The
+	// node plugin reads it; no network port of the pod is involved.
+	MetricsSocket = "metrics.sock"
 )
 
 // Volume attributes and CSI context keys.

@@ -48,6 +48,8 @@ type Config struct {
 	// mounts, and only the node plugin can tell the sidecar when they have exited. It is
 	// called from the volume's hand-off goroutine and must not block.
 	OnTerminating func(pod PodRef)
+	// Metrics, if set, records volume readiness, failures and call durations (metrics.go).
+	Metrics *Metrics
 }
 
 // drainingMemory is how long the SidecarDraining Event of a pod is remembered, so that the
@@ -241,7 +243,8 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 // pod's sidecar on a socket in the pod's gcsfuse-tmp emptyDir. It returns as soon as the
 // mount exists: the sidecar may not be running yet (a native sidecar starts after volumes
 // are set up), and the kernel holds file system calls until gcsfuse answers.
-func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (_ *csi.NodePublishVolumeResponse, err error) {
+	defer func(start time.Time) { s.cfg.Metrics.call("NodePublishVolume", start, err) }(time.Now())
 	r, err := s.validatePublish(req)
 	if err != nil {
 		return nil, err
@@ -274,6 +277,7 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 // mountAndOffer mounts rec.Target with a new FUSE connection, offers it in the pod's
 // hand-off directory and records the publication. The caller holds the target's lock.
 func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog.Logger) error {
+	publishedAt := time.Now()
 	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", rec.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -309,7 +313,7 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
 		OnHandedOff: func() { s.dropOffer(rec) },
-		OnStatus:    func(st *handoff.Status) { s.onStatus(rec.Pod, vol, st, log) },
+		OnStatus:    func(st *handoff.Status) { s.cfg.Metrics.status(st, publishedAt); s.onStatus(rec.Pod, vol, st, log) },
 		Log:         log,
 	})
 	if err != nil {
@@ -398,7 +402,8 @@ func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {
 
 // NodeUnpublishVolume stops the offer, unmounts (lazily if still busy after a bounded
 // wait) and removes the target. A target that is absent or not mounted is a success.
-func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (_ *csi.NodeUnpublishVolumeResponse, err error) {
+	defer func(start time.Time) { s.cfg.Metrics.call("NodeUnpublishVolume", start, err) }(time.Now())
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}

@@ -10,10 +10,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -231,4 +233,36 @@ func ReadFile(dir *os.File, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	return buf[:n], nil
+}
+
+// DialUnix connects to the unix socket name inside dir without following a symlink: the
+// socket is opened with O_PATH|O_NOFOLLOW, checked to be a socket, and connected to through
+// that descriptor's /proc/self/fd link, so a name swapped for a symlink (to a host socket)
+// after the check is never reached. The connection ends at deadline.
+func DialUnix(dir *os.File, name string, deadline time.Time) (net.Conn, error) {
+	if !validElement(name) {
+		return nil, fmt.Errorf("invalid socket name %q", name)
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", filepath.Join(dir.Name(), name))
+	}
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.Dial("unix", "/proc/self/fd/"+strconv.Itoa(fd))
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }

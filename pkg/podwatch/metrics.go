@@ -22,7 +22,18 @@ const (
 	MetricWatchSynced = "gcsfuse_csi_pod_watch_synced"
 	// MetricWatchErrors counts failed list and watch requests of the pod watch, by op.
 	MetricWatchErrors = "gcsfuse_csi_pod_watch_errors_total"
+	// MetricPodsTracked is the number of this node's pods that use the driver, in the pod
+	// watch's cache.
+	MetricPodsTracked = "gcsfuse_csi_pods_tracked"
 )
+
+// RegisterPodsTracked exports MetricPodsTracked on reg, read from count at each scrape.
+func RegisterPodsTracked(reg prometheus.Registerer, count func() int) error {
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: MetricPodsTracked,
+		Help: "Pods of this node that use the driver, in the pod watch's cache.",
+	}, func() float64 { return float64(count()) }))
+}
 
 // FollowBuckets spans 100 ms to 10 min: a follow ends one or two runtime polls after the
 // containers exit, or at the pod's grace period plus a margin when they never do.

@@ -663,3 +663,19 @@ func sidecarExitLatency(pod *corev1.Pod) (mode string, d time.Duration, ok bool)
 	}
 	return mode, max(sidecarDone.Sub(workloadDone), 0), true
 }
+
+// DriverPods returns copies of the cached (trimmed, see Watcher) pods of this node that use
+// the driver (UsesDriver), or nil while the watch has not synced. Safe from any goroutine.
+func (w *Watcher) DriverPods() []*corev1.Pod {
+	ip := w.indexer.Load()
+	if ip == nil {
+		return nil
+	}
+	var out []*corev1.Pod
+	for _, obj := range (*ip).List() {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == w.nodeName && UsesDriver(pod) {
+			out = append(out, pod.DeepCopy())
+		}
+	}
+	return out
+}

@@ -174,6 +174,11 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	}
 	defer tmpDir.Close()
 	s.tmp = tmpDir
+	if stopMetrics, err := s.serveMetrics(tmpDir); err != nil {
+		s.log.Warn("cannot serve gcsfuse metrics; the volumes serve without them", "err", err)
+	} else {
+		defer stopMetrics()
+	}
 
 	if r, err := exitfile.Read(tmpDir); err == nil {
 		// The workload is already done: this is a container restarted after its end (a

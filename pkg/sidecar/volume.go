@@ -32,6 +32,8 @@ type volume struct {
 	cmd     *exec.Cmd
 	started time.Time
 	log     *slog.Logger
+	// metricsPort is where gcsfuse serves Prometheus metrics (0: not asked to).
+	metricsPort int
 
 	// conn is the hand-off connection: Status frames to the node plugin go there, one at
 	// a time (sendMu). The reaper closes it after the last one.
@@ -123,7 +125,8 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 			return nil, fmt.Errorf("create cache dir for %s: %w", v.VolumeName, err)
 		}
 	}
-	cmd := exec.Command(s.cfg.GcsfusePath, gcsfuseArgs(v, tempDir, cacheDir)...)
+	metricsPort := pickMetricsPort(s.log)
+	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir), metricsPort)...)
 	cmd.ExtraFiles = []*os.File{fuse}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}
 	// Pdeathsig: if the sidecar itself is killed, gcsfuse must not outlive it.
@@ -136,7 +139,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	}
 	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
-		exited: make(chan struct{}), spare: fuse}
+		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort}
 	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags)
 
 	logsDone := make(chan struct{})

@@ -1,0 +1,224 @@
+// Package podmetrics collects the gcsfuse metrics of this node's pods and re-exports them from
+// the node plugin. Each pod's sidecar serves its volumes' series on a unix socket in the pod's
+// gcsfuse-tmp emptyDir (contract.MetricsSocket); at each scrape of the node plugin the
+// Collector reads the sockets of the pods the pod watch knows, so the series of a pod that is
+// gone disappear with it, and labels every series with namespace, pod, volume and bucket.
+// A sidecar is run by the pod's user: the socket is reached without following symlinks, what
+// it returns is bounded in time and size, reduced to pkg/gcsfusemetrics's families and
+// labels, and a volume label that is not a volume of the pod is dropped.
+package podmetrics
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+const (
+	// DefaultPodTimeout bounds the read of one pod's socket: the sidecar itself waits at
+	// most 2 s per gcsfuse, in parallel.
+	DefaultPodTimeout = 3 * time.Second
+	// DefaultWorkers is how many pods are read at once.
+	DefaultWorkers = 8
+	// Labels added to every series.
+	LabelNamespace = "namespace"
+	LabelPod       = "pod"
+	// MetricErrors counts pods whose metrics could not be read, by reason.
+	MetricErrors = "gcsfuse_csi_pod_metrics_errors_total"
+	// MetricScrapeSeconds is how long the last collection of every pod's metrics took.
+	MetricScrapeSeconds = "gcsfuse_csi_pod_metrics_collect_seconds"
+)
+
+// Pod is a pod whose sidecar may serve metrics, and the volume names it may report.
+type Pod struct {
+	UID, Namespace, Name string
+	Volumes              []string
+}
+
+// FromPod returns the Pod of a cached pod that uses the driver: its CSI volumes of this
+// driver and its persistent volume claims (which may be buckets). ok is false for a pod
+// without such a volume.
+func FromPod(p *corev1.Pod) (Pod, bool) {
+	out := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name}
+	for _, v := range p.Spec.Volumes {
+		if (v.CSI != nil && v.CSI.Driver == contract.DriverName) || v.PersistentVolumeClaim != nil {
+			out.Volumes = append(out.Volumes, v.Name)
+		}
+	}
+	return out, len(out.Volumes) > 0 && out.UID != ""
+}
+
+// Config configures a Collector.
+type Config struct {
+	// KubeletRoot is the kubelet's root directory (/var/lib/kubelet).
+	KubeletRoot string
+	// Pods lists the pods to read at a scrape; it must be safe to call from any goroutine.
+	Pods func() []Pod
+	// PodTimeout bounds one pod's read (0: DefaultPodTimeout).
+	PodTimeout time.Duration
+	// Workers is how many pods are read at once (0: DefaultWorkers).
+	Workers int
+	Log     *slog.Logger
+}
+
+// Collector is a prometheus.Gatherer of every pod's gcsfuse series.
+type Collector struct {
+	cfg     Config
+	errors  *prometheus.CounterVec
+	seconds prometheus.Gauge
+}
+
+// New validates cfg and registers the collector's own metrics on reg.
+func New(cfg Config, reg prometheus.Registerer) (*Collector, error) {
+	switch {
+	case !filepath.IsAbs(cfg.KubeletRoot):
+		return nil, fmt.Errorf("podmetrics: kubelet root %q is not an absolute path", cfg.KubeletRoot)
+	case cfg.Pods == nil:
+		return nil, errors.New("podmetrics: no pod source")
+	case cfg.PodTimeout < 0 || cfg.Workers < 0:
+		return nil, errors.New("podmetrics: negative timeout or worker count")
+	}
+	if cfg.PodTimeout == 0 {
+		cfg.PodTimeout = DefaultPodTimeout
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	c := &Collector{cfg: cfg,
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricErrors,
+			Help: "Pods whose sidecar metrics socket could not be read at a scrape, by reason (dial, read, parse).",
+		}, []string{"reason"}),
+		seconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricScrapeSeconds,
+			Help: "Time the last collection of every pod's gcsfuse metrics took.",
+		}),
+	}
+	for _, col := range []prometheus.Collector{c.errors, c.seconds} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("podmetrics: register metrics: %w", err)
+		}
+	}
+	for _, r := range []string{"dial", "read", "parse"} {
+		c.errors.WithLabelValues(r)
+	}
+	return c, nil
+}
+
+// Gather implements prometheus.Gatherer: it reads every pod's socket (bounded in time and
+// concurrency) and returns their series. A pod that cannot be read is counted and left out;
+// it never fails the scrape.
+func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
+	start := time.Now()
+	pods := c.cfg.Pods()
+	results := make([][]*dto.MetricFamily, len(pods))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(c.cfg.Workers, len(pods)) {
+		wg.Go(func() { // ends when jobs is closed; each job bounded by PodTimeout
+			for i := range jobs {
+				results[i] = c.collectPod(pods[i])
+			}
+		})
+	}
+	for i := range pods {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	c.seconds.Set(time.Since(start).Seconds())
+	return gcsfusemetrics.Merge(results), nil
+}
+
+func (c *Collector) collectPod(p Pod) []*dto.MetricFamily {
+	log := c.cfg.Log.With("pod", p.Namespace+"/"+p.Name, "podUID", p.UID)
+	mfs, reason, err := c.read(p)
+	if err != nil {
+		if reason != "" {
+			c.errors.WithLabelValues(reason).Inc()
+			log.Debug("cannot read the sidecar's metrics", "reason", reason, "err", err)
+		}
+		return nil
+	}
+	out := gcsfusemetrics.Reduce(mfs, func(n string) string { return n }, gcsfusemetrics.LabelVolume, gcsfusemetrics.LabelBucket)
+	for _, mf := range out {
+		kept := mf.Metric[:0]
+		for _, m := range mf.Metric {
+			if !slices.Contains(p.Volumes, m.Label[0].GetValue()) { // Reduce put volume first
+				continue
+			}
+			m.Label = append([]*dto.LabelPair{
+				{Name: proto.String(LabelNamespace), Value: proto.String(p.Namespace)},
+				{Name: proto.String(LabelPod), Value: proto.String(p.Name)},
+			}, m.Label...)
+			kept = append(kept, m)
+		}
+		mf.Metric = kept
+	}
+	return out
+}
+
+// read fetches the pod's socket. reason is "" for a pod without a socket (no sidecar
+// running yet, or one of a release without metrics): not an error worth counting.
+func (c *Collector) read(p Pod) (map[string]*dto.MetricFamily, string, error) {
+	dir, err := podpath.OpenDir(c.cfg.KubeletRoot, "pods", p.UID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, "", err
+		}
+		return nil, "dial", err
+	}
+	defer dir.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PodTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	conn, err := podpath.DialUnix(dir, contract.MetricsSocket, deadline)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, "", err
+		}
+		return nil, "dial", err
+	}
+	defer conn.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sidecar/metrics", nil)
+	if err != nil {
+		return nil, "read", err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return nil, "read", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return nil, "read", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, "read", fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	mfs, err := gcsfusemetrics.Parse(resp.Body)
+	if err != nil {
+		return nil, "parse", err
+	}
+	return mfs, "", nil
+}

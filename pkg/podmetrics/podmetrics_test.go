@@ -1,0 +1,127 @@
+package podmetrics
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+)
+
+func tmpDir(t *testing.T, root, uid string) string {
+	d := filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// serveSidecar serves body on a metrics socket at path, as a sidecar would.
+func serveSidecar(t *testing.T, path, body string) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) })}
+	go func() { _ = srv.Serve(ln) }() // ends at cleanup
+	t.Cleanup(func() { srv.Close() })
+}
+
+const sidecarBody = `# TYPE gcsfuse_gcs_read_bytes_count counter
+gcsfuse_gcs_read_bytes_count{volume="data",bucket="b1"} 5000
+gcsfuse_gcs_read_bytes_count{volume="not-a-volume-of-the-pod",bucket="b1"} 7
+# TYPE gcsfuse_fs_ops_count counter
+gcsfuse_fs_ops_count{volume="data",bucket="b1",fs_op="WriteFile"} 6
+# TYPE go_goroutines gauge
+go_goroutines 12
+`
+
+func series(mfs []*dto.MetricFamily, name string) map[string]float64 {
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			var parts []string
+			for _, lp := range m.Label {
+				parts = append(parts, lp.GetName()+"="+lp.GetValue())
+			}
+			out[strings.Join(parts, ",")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func TestCollectorLabelsAndBoundsPodSeries(t *testing.T) {
+	root, err := os.MkdirTemp("", "pm") // short: a unix socket path has 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	serveSidecar(t, filepath.Join(tmpDir(t, root, "uid-a"), contract.MetricsSocket), sidecarBody)
+	tmpDir(t, root, "uid-nosock") // no sidecar yet: nothing, and no error
+	// A pod whose socket is a symlink to a socket elsewhere: never read.
+	elsewhere := filepath.Join(root, "host.sock")
+	serveSidecar(t, elsewhere, sidecarBody)
+	if err := os.Symlink(elsewhere, filepath.Join(tmpDir(t, root, "uid-link"), contract.MetricsSocket)); err != nil {
+		t.Fatal(err)
+	}
+	pods := []Pod{
+		{UID: "uid-a", Namespace: "ns", Name: "a", Volumes: []string{"data"}},
+		{UID: "uid-nosock", Namespace: "ns", Name: "nosock", Volumes: []string{"data"}},
+		{UID: "uid-link", Namespace: "ns", Name: "link", Volumes: []string{"data"}},
+	}
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{KubeletRoot: root, Pods: func() []Pod { return pods }}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := series(mfs, gcsfusemetrics.Prefix+"gcs_read_bytes_count")
+	want := map[string]float64{"namespace=ns,pod=a,volume=data,bucket=b1": 5000}
+	if len(got) != 1 || got["namespace=ns,pod=a,volume=data,bucket=b1"] != 5000 {
+		t.Fatalf("read bytes series = %v, want %v", got, want)
+	}
+	if ops := series(mfs, gcsfusemetrics.Prefix+"fs_ops_count"); ops["namespace=ns,pod=a,volume=data,bucket=b1,fs_op=WriteFile"] != 6 {
+		t.Errorf("fs_ops_count = %v", ops)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "go_goroutines" {
+			t.Error("a sidecar's non-gcsfuse series was re-exported")
+		}
+	}
+	if n := testutil.ToFloat64(c.errors.WithLabelValues("dial")); n != 1 {
+		t.Errorf("dial errors = %v, want 1 (the symlinked socket)", n)
+	}
+
+	// The pod is gone from the watch: its series are gone from the next scrape.
+	pods = pods[1:]
+	mfs, _ = c.Gather()
+	if got := series(mfs, gcsfusemetrics.Prefix+"gcs_read_bytes_count"); len(got) != 0 {
+		t.Errorf("series of a pod that is gone: %v", got)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, cfg := range []Config{
+		{KubeletRoot: "relative", Pods: func() []Pod { return nil }},
+		{KubeletRoot: "/var/lib/kubelet"},
+		{KubeletRoot: "/var/lib/kubelet", Pods: func() []Pod { return nil }, Workers: -1},
+	} {
+		if _, err := New(cfg, prometheus.NewRegistry()); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
