@@ -34,6 +34,9 @@ type volume struct {
 	log     *slog.Logger
 	// metricsPort is where gcsfuse serves Prometheus metrics (0: not asked to).
 	metricsPort int
+	// oomBase is the container's OOM kill count when gcsfuse started (oom.go).
+	oomBase   int64
+	oomBaseOK bool
 
 	// conn is the hand-off connection: Status frames to the node plugin go there, one at
 	// a time (sendMu). The reaper closes it after the last one.
@@ -140,6 +143,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
 		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort}
+	vol.oomBase, vol.oomBaseOK = oomKills()
 	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags)
 
 	logsDone := make(chan struct{})
@@ -251,7 +255,7 @@ func (vol *volume) finish(err error) {
 	default:
 		if ee != nil {
 			if ws, ok := ee.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signal() == syscall.SIGKILL {
-				how += " (OOM kill?)"
+				how += oomVerdict(vol.oomBase, vol.oomBaseOK)
 			}
 		}
 		res.Reason = fmt.Sprintf("gcsfuse died (%s)", how)
