@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
+)
+
+// The Grafana dashboard queries only metrics that exist (a rename breaks this test, not a
+// panel at 3 a.m.), and the README describes each of its panels.
+func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
+	known := map[string]bool{
+		podwatch.MetricPodsDone: true, podwatch.MetricSidecarFailures: true, podwatch.MetricExitLatency: true,
+		podwatch.MetricRuntimeFollows: true, podwatch.MetricRuntimeFollow: true, podwatch.MetricWatchSynced: true,
+		podwatch.MetricWatchErrors: true, podwatch.MetricPodsTracked: true,
+		runtimewatch.MetricSource: true, runtimewatch.MetricEvents: true, runtimewatch.MetricRelists: true, runtimewatch.MetricErrors: true,
+		csidriver.MetricVolumeReady: true, csidriver.MetricVolumeFailures: true, csidriver.MetricCallSeconds: true,
+		csidriver.MetricVolumesPublished: true,
+		podmetrics.MetricErrors: true, podmetrics.MetricScrapeSeconds: true,
+		"process_resident_memory_bytes": true, "process_cpu_seconds_total": true,
+	}
+	for name := range gcsfusemetrics.Families {
+		known[name] = true
+	}
+	data, err := os.ReadFile("../../deploy/monitoring/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Type, Title, Description string
+			Targets                  []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, found := strings.Cut(string(readme), "## Metrics")
+	if !found {
+		t.Fatal("README has no \"## Metrics\" section")
+	}
+	metric := regexp.MustCompile(`\b(gcsfuse_[a-z0-9_]+|process_[a-z_]+)`)
+	panels := 0
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		panels++
+		if p.Description == "" {
+			t.Errorf("panel %q has no description", p.Title)
+		}
+		if !strings.Contains(section, "**"+p.Title+"**") {
+			t.Errorf("README's Metrics section does not describe panel **%s**", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllString(tg.Expr, -1) {
+				base := m
+				for _, suf := range []string{"_bucket", "_count", "_sum"} {
+					if !known[base] && strings.HasSuffix(base, suf) && known[strings.TrimSuffix(base, suf)] {
+						base = strings.TrimSuffix(base, suf)
+					}
+				}
+				if !known[base] {
+					t.Errorf("panel %q queries %s, which no component exports", p.Title, m)
+				}
+			}
+		}
+	}
+	if panels < 10 {
+		t.Errorf("%d panels", panels)
+	}
+}
