@@ -16,7 +16,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 )
 
-func tmpDir(t *testing.T, root, uid string) string {
+func tmpDir(t testing.TB, root, uid string) string {
 	d := filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func tmpDir(t *testing.T, root, uid string) string {
 }
 
 // serveSidecar serves body on a metrics socket at path, as a sidecar would.
-func serveSidecar(t *testing.T, path, body string) {
+func serveSidecar(t testing.TB, path, body string) {
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
