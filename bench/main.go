@@ -4,6 +4,7 @@
 //
 //	go run ./bench                      # everything
 //	go run ./bench -only mount,exit     # some
+//	go run ./bench -only rss            # gcsfuse and sidecar memory per volume
 package main
 
 import (
@@ -32,7 +33,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "mount,exit,dataloss,writing,throughput", "comma-separated: mount, exit, dataloss (writers closed their files), writing (writers mid-file at the trigger), throughput")
+	only := flag.String("only", "mount,exit,dataloss,writing,throughput", "comma-separated: mount, exit, dataloss (writers closed their files), writing (writers mid-file at the trigger), throughput, rss (gcsfuse and sidecar memory: idle, streaming write, read with file cache)")
 	rounds := flag.Int("rounds", 10, "rounds for latency figures")
 	iterations := flag.Int("dataloss-iterations", 200, "iterations of each data-loss check")
 	offIterations := flag.Int("dataloss-off-iterations", 10, "writing: iterations per scenario with the sidecar's drain switched off")
@@ -63,6 +64,8 @@ func main() {
 			err = b.dataLossWriting(*iterations, *offIterations)
 		case "throughput":
 			err = b.throughput(*sizeMiB, *tpRounds)
+		case "rss":
+			err = b.rss(*sizeMiB, *tpRounds)
 		default:
 			err = fmt.Errorf("unknown benchmark %q", what)
 		}

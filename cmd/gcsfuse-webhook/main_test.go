@@ -26,15 +26,15 @@ func TestParseFlags(t *testing.T) {
 					t.Errorf("options = %+v", o)
 				}
 				want := corev1.ResourceList{
-					corev1.ResourceCPU:              resource.MustParse("250m"),
-					corev1.ResourceMemory:           resource.MustParse("256Mi"),
+					corev1.ResourceCPU:              resource.MustParse("100m"),
+					corev1.ResourceMemory:           resource.MustParse("128Mi"),
 					corev1.ResourceEphemeralStorage: resource.MustParse("5Gi"),
 				}
 				if !equal(o.config.Resources.Requests, want) {
 					t.Errorf("requests = %v, want %v", o.config.Resources.Requests, want)
 				}
-				if len(o.config.Resources.Limits) != 0 {
-					t.Errorf("limits = %v, want none", o.config.Resources.Limits)
+				if lim := (corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}); !equal(o.config.Resources.Limits, lim) {
+					t.Errorf("limits = %v, want %v", o.config.Resources.Limits, lim)
 				}
 			},
 		},
@@ -56,7 +56,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "missing required", args: nil, wantErr: "--sidecar-image, --tls-cert-file, --tls-key-file"},
 		{name: "bad quantity", args: append([]string{"--sidecar-cpu-limit=lots"}, required...), wantErr: "--sidecar-cpu-limit"},
 		{name: "negative quantity", args: append([]string{"--sidecar-memory-request=-1"}, required...), wantErr: "negative"},
-		{name: "request above limit", args: append([]string{"--sidecar-memory-limit=128Mi"}, required...), wantErr: "greater than"},
+		{name: "request above limit", args: append([]string{"--sidecar-memory-limit=64Mi"}, required...), wantErr: "greater than"},
 		{name: "bad log level", args: append([]string{"--log-level=loud"}, required...), wantErr: "--log-level"},
 		{name: "stray argument", args: append(required, "extra"), wantErr: "unexpected arguments"},
 	}
