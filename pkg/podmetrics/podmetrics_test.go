@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
@@ -123,5 +125,26 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(cfg, prometheus.NewRegistry()); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+}
+
+func TestFromPod(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: "gcs", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}},
+			{Name: "other-csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "other.example.com"}}},
+			{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}},
+			{Name: contract.TmpVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	p, ok := FromPod(pod)
+	if !ok || p.UID != "u" || strings.Join(p.Volumes, ",") != "gcs,claim" {
+		t.Fatalf("FromPod = %+v, %v", p, ok)
+	}
+	pod.Status.Phase = corev1.PodSucceeded
+	if _, ok := FromPod(pod); ok {
+		t.Error("a finished pod is read")
 	}
 }

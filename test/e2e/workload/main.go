@@ -2,7 +2,7 @@
 // one small static binary, so the images need neither a base image nor a registry.
 //
 //	workload pause                          sleep until SIGTERM/SIGINT (pod sandbox)
-//	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run] [-marker M]
+//	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run] [-marker M] [-also D2] [-read-back] [-then d]
 //	workload loop -dir D -prefix P -every d [-for d]   write P-0, P-1, ... until SIGTERM or -for
 //	workload read -dir D -name N -bytes B   check that a file has the expected content
 //	workload sleep -for d
@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // chunk is the write unit; Pattern fills it so the tests can verify content by size and
@@ -61,6 +63,8 @@ func run(cmd string, args []string) int {
 	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
 	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
 	then := fs.Duration("then", 0, "write: keep working this long after the file is closed, then exit")
+	also := fs.String("also", "", "write: write the same file into this directory too (a second volume)")
+	readBack := fs.Bool("read-back", false, "write: after closing the file, drop its cached pages and read it back through the mount (so gcsfuse reads exactly -bytes from the bucket)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -101,6 +105,23 @@ func run(cmd string, args []string) int {
 			return 1
 		}
 		fmt.Printf("wrote %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
+		if *also != "" {
+			if _, err := writeFile(filepath.Join(*also, *name), *size, *chunkDelay, term, *finishOnTerm); err != nil {
+				fmt.Fprintf(os.Stderr, "write %s in %s: %v\n", *name, *also, err)
+				return 1
+			}
+		}
+		if *readBack {
+			if err := dropCached(filepath.Join(*dir, *name)); err != nil {
+				fmt.Fprintf(os.Stderr, "drop cached pages of %s: %v\n", *name, err)
+				return 1
+			}
+			if err := readFile(filepath.Join(*dir, *name), *size); err != nil {
+				fmt.Fprintf(os.Stderr, "read back %s: %v\n", *name, err)
+				return 1
+			}
+			fmt.Printf("read back %s %d bytes ok\n", *name, *size)
+		}
 		time.Sleep(*then)
 		return *exitCode
 	case "loop":
@@ -160,6 +181,17 @@ func writeFile(path string, size int64, delay time.Duration, term <-chan os.Sign
 	}
 	// Close is where gcsfuse uploads: its error is the one that matters.
 	return off, f.Close()
+}
+
+// dropCached drops the kernel's cached pages of a file (they stay from the write), so that the
+// next read goes to gcsfuse.
+func dropCached(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
 func readFile(path string, size int64) error {
