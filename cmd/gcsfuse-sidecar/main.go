@@ -43,6 +43,9 @@ func run() int {
 		lvl = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if ns, name := os.Getenv(contract.EnvPodNamespace), os.Getenv(contract.EnvPodName); name != "" {
+		log = log.With("pod", ns+"/"+name) // every line names the pod; volume lines add the volume
+	}
 	if *mode != contract.ModeNative && *mode != contract.ModeLegacy {
 		log.Error("invalid mode", "mode", *mode, "want", contract.ModeNative+" or "+contract.ModeLegacy)
 		return 2

@@ -71,6 +71,10 @@ const (
 	// legacy one) unless InitDoneFile says the init phase is over. Empty: SIGTERM means every
 	// container that uses the mounts has exited.
 	EnvInitContainers = "GCSFUSE_INIT_CONTAINERS"
+	// EnvPodNamespace and EnvPodName name the sidecar's pod (downward API), so that every
+	// line it logs carries the pod.
+	EnvPodNamespace = "GCSFUSE_POD_NAMESPACE"
+	EnvPodName      = "GCSFUSE_POD_NAME"
 )
 
 // DefaultGraceSeconds is Kubernetes' default terminationGracePeriodSeconds.

@@ -549,6 +549,8 @@ func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequiremen
 		Env: []corev1.EnvVar{
 			{Name: contract.EnvGraceSeconds, Value: strconv.FormatInt(grace, 10)},
 			{Name: contract.EnvSidecarMode, Value: mode},
+			{Name: contract.EnvPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			{Name: contract.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		},
 		Resources:                res,
 		VolumeMounts:             mounts,

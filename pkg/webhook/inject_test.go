@@ -1062,8 +1062,8 @@ func TestInitContainersEnv(t *testing.T) {
 				t.Errorf("%s = %q, want [%q]", contract.EnvInitContainers, got, tt.want)
 			}
 			if tt.want == "" {
-				// The zero-overhead path: the sidecar's env is exactly the two base variables.
-				if want := []string{contract.EnvGraceSeconds, contract.EnvSidecarMode}; !reflect.DeepEqual(envNames(c), want) {
+				// The zero-overhead path: the sidecar's env is exactly the base variables.
+				if want := []string{contract.EnvGraceSeconds, contract.EnvSidecarMode, contract.EnvPodNamespace, contract.EnvPodName}; !reflect.DeepEqual(envNames(c), want) {
 					t.Errorf("env = %v, want %v", envNames(c), want)
 				}
 			}
