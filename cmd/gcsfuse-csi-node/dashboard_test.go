@@ -24,7 +24,7 @@ func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
 		runtimewatch.MetricSource: true, runtimewatch.MetricEvents: true, runtimewatch.MetricRelists: true, runtimewatch.MetricErrors: true,
 		csidriver.MetricVolumeReady: true, csidriver.MetricVolumeFailures: true, csidriver.MetricCallSeconds: true,
 		csidriver.MetricVolumesPublished: true,
-		podmetrics.MetricErrors: true, podmetrics.MetricScrapeSeconds: true,
+		podmetrics.MetricErrors:          true, podmetrics.MetricScrapeSeconds: true,
 		"process_resident_memory_bytes": true, "process_cpu_seconds_total": true,
 	}
 	for name := range gcsfusemetrics.Families {
