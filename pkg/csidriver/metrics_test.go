@@ -1,0 +1,78 @@
+package csidriver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+)
+
+// Node calls are timed by method and code, sidecar reports become ready samples and failure
+// counts, and the published volumes are exported.
+func TestMetricsRecordCallsAndStatuses(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var s *NodeServer
+	m, err := NewMetrics(reg, func() int { return s.PublishedVolumes() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, Metrics: m}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.published["/t1"] = &publication{}
+
+	if _, err := s.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{}); err == nil {
+		t.Fatal("an empty request was accepted")
+	}
+	if _, err := s.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{}); err == nil {
+		t.Fatal("an empty request was accepted")
+	}
+	if n := testutil.CollectAndCount(m.calls); n != 2 {
+		t.Errorf("%d call series, want NodePublishVolume and NodeUnpublishVolume", n)
+	}
+	if c := histCount(t, m.calls.WithLabelValues("NodePublishVolume", "InvalidArgument")); c != 1 {
+		t.Errorf("NodePublishVolume InvalidArgument count %d", c)
+	}
+
+	published := time.Now().Add(-300 * time.Millisecond)
+	m.status(&handoff.Status{State: handoff.StateStarted}, published)
+	m.status(&handoff.Status{State: handoff.StateExited}, published)
+	m.status(&handoff.Status{State: handoff.StateFailed}, published)
+	m.status(&handoff.Status{State: handoff.StateRefused}, published)
+	if c := histCount(t, m.ready); c != 1 {
+		t.Errorf("ready samples %d, want 1", c)
+	}
+	for _, r := range []string{FailureStart, FailureExited, FailureRefused} {
+		if v := testutil.ToFloat64(m.failures.WithLabelValues(r)); v != 1 {
+			t.Errorf("failures{reason=%s} = %v", r, v)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == MetricVolumesPublished && mf.Metric[0].GetGauge().GetValue() != 1 {
+			t.Errorf("%s = %v, want 1", MetricVolumesPublished, mf.Metric[0].GetGauge().GetValue())
+		}
+	}
+}
+
+func histCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	c, ok := o.(prometheus.Metric)
+	if !ok {
+		t.Fatal("not a metric")
+	}
+	var out dto.Metric
+	if err := c.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleCount()
+}
