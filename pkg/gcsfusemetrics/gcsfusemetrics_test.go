@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 )
 
 func addPrefix(n string) string { return Prefix + n }
@@ -126,5 +128,47 @@ func TestParseRefusesOversizedResponse(t *testing.T) {
 	big := strings.Repeat("# padding comment line to exceed the limit\n", MaxBytes/40+10)
 	if _, err := Parse(strings.NewReader(big)); err == nil {
 		t.Fatal("Parse read more than MaxBytes")
+	}
+}
+
+// The node plugin and the sidecar speak delimited protobuf: the same series come back.
+func TestProtobufRoundTrip(t *testing.T) {
+	f, err := os.Open("testdata/gcsfuse-v3.13.0.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	in, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := Reduce(in, addPrefix)
+	format := expfmt.NewFormat(expfmt.TypeProtoDelim)
+	var buf bytes.Buffer
+	if err := Encode(&buf, format, out); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(&buf, format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(out) {
+		t.Fatalf("%d families back, %d sent", len(back), len(out))
+	}
+	if v := back[Prefix+"gcs_read_bytes_count"].Metric[0].GetCounter().GetValue(); v != 5000 {
+		t.Errorf("read bytes %v after the round trip", v)
+	}
+	// Too many families: refused.
+	buf.Reset()
+	var many []*dto.MetricFamily
+	for i := range MaxFamilies + 1 {
+		many = append(many, &dto.MetricFamily{Name: proto.String(fmt.Sprintf("f%d", i)), Type: dto.MetricType_GAUGE.Enum(),
+			Metric: []*dto.Metric{{Gauge: &dto.Gauge{Value: proto.Float64(1)}}}})
+	}
+	if err := Encode(&buf, format, many); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(&buf, format); err == nil {
+		t.Error("more than MaxFamilies families decoded")
 	}
 }

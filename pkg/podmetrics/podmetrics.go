@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
@@ -209,6 +210,7 @@ func (c *Collector) read(p Pod) (map[string]*dto.MetricFamily, string, error) {
 		return nil, "read", err
 	}
 	req.Close = true
+	req.Header.Set("Accept", gcsfusemetrics.Accept)
 	if err := req.Write(conn); err != nil {
 		return nil, "read", err
 	}
@@ -220,7 +222,7 @@ func (c *Collector) read(p Pod) (map[string]*dto.MetricFamily, string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, "read", fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	mfs, err := gcsfusemetrics.Parse(resp.Body)
+	mfs, err := gcsfusemetrics.Decode(resp.Body, expfmt.ResponseFormat(resp.Header))
 	if err != nil {
 		return nil, "parse", err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,13 +27,26 @@ func tmpDir(t testing.TB, root, uid string) string {
 	return d
 }
 
-// serveSidecar serves body on a metrics socket at path, as a sidecar would.
+// serveSidecar serves body (text format) on a metrics socket at path, as a sidecar would: in
+// the format the client asks for.
 func serveSidecar(t testing.TB, path, body string) {
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) })}
+	parsed, err := gcsfusemetrics.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mfs []*dto.MetricFamily
+	for _, mf := range parsed {
+		mfs = append(mfs, mf)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		format := expfmt.NegotiateAccept(r.Header, expfmt.NewFormat(expfmt.TypeProtoDelim), expfmt.NewFormat(expfmt.TypeTextPlain))
+		w.Header().Set("Content-Type", string(format))
+		_ = gcsfusemetrics.Encode(w, format, mfs)
+	})}
 	go func() { _ = srv.Serve(ln) }() // ends at cleanup
 	t.Cleanup(func() { srv.Close() })
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -113,8 +114,9 @@ func (s *Sidecar) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	wg.Wait()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_ = gcsfusemetrics.Write(w, gcsfusemetrics.Merge(results)) // an error: the client went away
+	format := expfmt.NegotiateAccept(r.Header, expfmt.NewFormat(expfmt.TypeProtoDelim), expfmt.NewFormat(expfmt.TypeTextPlain))
+	w.Header().Set("Content-Type", string(format))
+	_ = gcsfusemetrics.Encode(w, format, gcsfusemetrics.Merge(results)) // an error: the client went away
 }
 
 // metricsVolumes are the volumes whose gcsfuse serves and was given a metrics port.
@@ -139,6 +141,7 @@ func scrapeGcsfuse(ctx context.Context, port int) (map[string]*dto.MetricFamily,
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Accept", gcsfusemetrics.Accept)
 	resp, err := metricsClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -147,7 +150,7 @@ func scrapeGcsfuse(ctx context.Context, port int) (map[string]*dto.MetricFamily,
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("gcsfuse metrics: HTTP %d", resp.StatusCode)
 	}
-	return gcsfusemetrics.Parse(resp.Body)
+	return gcsfusemetrics.Decode(resp.Body, expfmt.ResponseFormat(resp.Header))
 }
 
 // labelVolume reduces gcsfuse's families to the exported ones and puts volume and bucket first
