@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, then runs formatting, vet, staticcheck, unit
+# The test command: installs what is missing, then runs formatting, vet, staticcheck, the
+# Helm chart's checks (hack/chart.sh: lint, edge values, drift of deploy/base), unit
 # tests with the race detector, the fuzz seeds, the integration tests (real /dev/fuse
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
@@ -31,6 +32,9 @@ step "staticcheck"
 step "deadcode (functions that nothing, not even a test, reaches)"
 dead=$("$BIN/deadcode" -test ./...)
 if [ -n "$dead" ]; then echo "$dead"; exit 1; fi
+
+step "Helm chart: lint, edge values, bad values, deploy/base rendered from it (hack/chart.sh)"
+bash hack/chart.sh
 
 step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
