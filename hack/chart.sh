@@ -94,7 +94,7 @@ expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd
 expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
 expect "$r" "replicas" '^  replicas: 3$'
-expect "$r" "failure policy" 'failurePolicy: Ignore$'
+[ "$(grep -c 'failurePolicy: Ignore$' "$r")" = 2 ] || { echo "edge values: failure policy: webhook.failurePolicy=Ignore does not reach the inject entry" >&2; exit 1; }
 expect "$r" "log level" -- '--log-level=debug$'
 expect "$r" "tls secret" 'secretName: my-cert$'
 expect "$r" "cert-manager CA injection" 'cert-manager.io/inject-ca-from: storage-system/gcsfuse-webhook$'

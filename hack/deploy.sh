@@ -93,7 +93,7 @@ else
   fi
   tls_secret
   kctl patch mutatingwebhookconfiguration gcsfuse-webhook --type=json \
-    -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca\"}]" >/dev/null
+    -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca\"},{\"op\":\"add\",\"path\":\"/webhooks/1/clientConfig/caBundle\",\"value\":\"$ca\"}]" >/dev/null
 fi
 
 step "wait for rollouts"

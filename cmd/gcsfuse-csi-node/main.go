@@ -156,7 +156,7 @@ func run() int {
 
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
+		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
 		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
 	if err != nil {
@@ -287,6 +287,27 @@ type currentWatcher struct {
 func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
 
 // PodByUID implements nodeplugin.PodLookup.
+// hasSidecar is csidriver.Config.HasSidecar from the pod watcher's cache; nil without one.
+func hasSidecar(pods nodeplugin.PodLookup) csidriver.SidecarLookup {
+	if pods == nil {
+		return nil
+	}
+	return func(uid string) (bool, bool) {
+		pod, ok := pods.PodByUID(types.UID(uid))
+		if !ok {
+			return false, false
+		}
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range cs {
+				if c.Name == contract.SidecarContainerName {
+					return true, true
+				}
+			}
+		}
+		return false, true
+	}
+}
+
 func (c *currentWatcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	if w := c.w.Load(); w != nil {
 		return w.PodByUID(uid)

@@ -35,6 +35,9 @@ type Config struct {
 	SidecarUID, SidecarGID int
 	// GCSEndpoint is a driver-level storage endpoint (an emulator); empty means real GCS.
 	GCSEndpoint string
+	// HasSidecar, if set, lets NodePublishVolume refuse a pod that has no gcsfuse sidecar
+	// (sidecarcheck.go); nil: no check.
+	HasSidecar SidecarLookup
 	// MachineType is given to every gcsfuse as --machine-type unless the volume sets one
 	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself.
 	MachineType string
@@ -262,6 +265,10 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return s.republish(req, r, existing, log)
 	}
 
+	if err := s.checkSidecar(ctx, r.pod); err != nil {
+		log.Warn("refusing the mount", "err", err)
+		return nil, err
+	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
 		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime}
 	if err := s.mountAndOffer(ctx, rec, log); err != nil {
