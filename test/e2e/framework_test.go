@@ -56,6 +56,9 @@ var (
 	// Kubernetes 1.29). The webhook's auto mode makes the same choice from the same field.
 	kubeletVersion *version.Version
 	nativeOK       bool
+	// helmBin and helmChart are set (E2E_HELM, E2E_HELM_CHART) when hack/deploy.sh installed
+	// the driver with Helm: upgrades then go through it.
+	helmBin, helmChart string
 )
 
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
@@ -120,6 +123,11 @@ func setup(kubeconfig string, m *testing.M) int {
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	helmBin, helmChart = os.Getenv("E2E_HELM"), os.Getenv("E2E_HELM_CHART")
+	if (helmBin == "") != (helmChart == "") {
+		fmt.Fprintln(os.Stderr, "e2e: set both E2E_HELM and E2E_HELM_CHART, or neither")
+		return 1
+	}
 	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil || len(nodes.Items) == 0 {
