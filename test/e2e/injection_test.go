@@ -120,7 +120,9 @@ func createPV(t *testing.T, claim, bucket string) {
 	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create volume: %v", err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 }
 
 func waitClaimBound(t *testing.T, claim string) {
