@@ -176,7 +176,9 @@ func TestBuildRefusals(t *testing.T) {
 		{"external_account in a Secret", Config{}, baseAttrs(), key(func(k map[string]any) { k["type"] = "external_account" }), "only service_account keys"},
 		{"token_uri elsewhere", Config{}, baseAttrs(), key(func(k map[string]any) { k["token_uri"] = "https://evil.example/token" }), "not one of the node plugin's"},
 		{"other universe", Config{}, baseAttrs(), key(func(k map[string]any) { k["universe_domain"] = "evil.example" }), "universe_domain"},
-		{"not an RSA key", Config{}, baseAttrs(), key(func(k map[string]any) { k["private_key"] = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n" }), "no valid private_key"},
+		{"not an RSA key", Config{}, baseAttrs(), key(func(k map[string]any) {
+			k["private_key"] = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+		}), "no valid private_key"},
 		{"bad email", Config{}, baseAttrs(), key(func(k map[string]any) { k["client_email"] = "me@example.com" }), "client_email"},
 	}
 	for _, c := range cases {
