@@ -198,6 +198,10 @@ func (p *Plan) LogValue() slog.Value {
 type Error struct {
 	Volume, Bucket, Identity string
 	Reason                   string
+	// Precondition: the request is well-formed but the cluster did not give what the
+	// identity needs (the kubelet passed no token for the audience: the CSIDriver object
+	// lacks tokenRequests). Otherwise the volume's own attributes or Secret are at fault.
+	Precondition bool
 }
 
 func (e *Error) Error() string {
@@ -207,10 +211,6 @@ func (e *Error) Error() string {
 	}
 	return fmt.Sprintf("volume %s (bucket %s%s): %s", e.Volume, e.Bucket, who, e.Reason)
 }
-
-// CredentialAttributes are the volume attributes this package reads (for the allowlist of
-// every volume attribute).
-var CredentialAttributes = []string{contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL}
 
 // Build decides the volume's credentials from the node plugin's cfg (WithDefaults applied
 // and Validate passed) and the request.
@@ -264,7 +264,8 @@ func Build(cfg Config, req Request) (*Plan, error) {
 	}
 	token, expiry, err := serviceAccountToken(attrs, cfg.TokenAudience)
 	if err != nil {
-		return fail(identity, "%v", err)
+		var missing *missingToken
+		return nil, &Error{Volume: req.Volume, Bucket: req.Bucket, Identity: identity, Reason: err.Error(), Precondition: errors.As(err, &missing)}
 	}
 	if !path.IsAbs(req.SidecarDir) || path.Clean(req.SidecarDir) != req.SidecarDir {
 		return fail(identity, "internal error: the sidecar's credentials directory %q is not a clean absolute path", req.SidecarDir)
@@ -326,8 +327,8 @@ type fileFormat struct {
 func serviceAccountToken(attrs map[string]string, audience string) ([]byte, time.Time, error) {
 	raw, ok := attrs[contract.CtxSATokens]
 	if !ok || raw == "" {
-		return nil, time.Time{}, fmt.Errorf("the kubelet passed no service account token: the CSIDriver %s needs tokenRequests with audience %q (deploy/base/csidriver.yaml)",
-			contract.DriverName, audience)
+		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed no service account token: the CSIDriver %s needs tokenRequests with audience %q (deploy/base/csidriver.yaml)",
+			contract.DriverName, audience)}
 	}
 	if len(raw) > 4*maxTokenBytes {
 		return nil, time.Time{}, errors.New("the kubelet's service account tokens are too large")
@@ -346,14 +347,19 @@ func serviceAccountToken(attrs map[string]string, audience string) ([]byte, time
 			auds = append(auds, fmt.Sprintf("%q", a))
 		}
 		sort.Strings(auds)
-		return nil, time.Time{}, fmt.Errorf("the kubelet passed service account tokens for audiences [%s] but not %q: add it to the CSIDriver %s's tokenRequests",
-			strings.Join(auds, ", "), audience, contract.DriverName)
+		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed service account tokens for audiences [%s] but not %q: add it to the CSIDriver %s's tokenRequests",
+			strings.Join(auds, ", "), audience, contract.DriverName)}
 	}
 	if t.Token == "" || len(t.Token) > maxTokenBytes || !tokenPattern.MatchString(t.Token) {
 		return nil, time.Time{}, fmt.Errorf("the kubelet's service account token for audience %q is empty, too large or not a JWT", audience)
 	}
 	return []byte(t.Token), t.ExpirationTimestamp, nil
 }
+
+// missingToken: the kubelet gave no token for the audience (the CSIDriver's tokenRequests).
+type missingToken struct{ msg string }
+
+func (e *missingToken) Error() string { return e.msg }
 
 // serviceAccountKey is a Google service account key file, field by field: a field not
 // listed here refuses the key (allowlist).
