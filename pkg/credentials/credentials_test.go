@@ -279,6 +279,7 @@ func TestConfigsWorkWithGcsfusesAuthLibrary(t *testing.T) {
 		if err := os.WriteFile(f, plan.Config, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		//lint:ignore SA1019 the exact call gcsfuse v3.13.0 makes with --key-file (storageutil.GetClientAuthOptionsAndTokenSource)
 		creds, err := authcreds.DetectDefault(&authcreds.DetectOptions{CredentialsFile: f, Scopes: []string{"https://www.googleapis.com/auth/devstorage.full_control"}})
 		if err != nil {
 			t.Fatalf("%s: the library refused the file: %v", name, err)

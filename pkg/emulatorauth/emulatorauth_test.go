@@ -110,6 +110,7 @@ func tokenFrom(t *testing.T, file []byte) (string, error) {
 	if err := os.WriteFile(p, file, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	//lint:ignore SA1019 the exact call gcsfuse v3.13.0 makes with --key-file (storageutil.GetClientAuthOptionsAndTokenSource)
 	creds, err := authcreds.DetectDefault(&authcreds.DetectOptions{CredentialsFile: p, Scopes: []string{scope}})
 	if err != nil {
 		return "", err

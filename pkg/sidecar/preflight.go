@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
+	"cloud.google.com/go/auth"
 	authcreds "cloud.google.com/go/auth/credentials"
 )
 
@@ -42,7 +44,7 @@ func checkBucket(ctx context.Context, endpoint, bucket, keyFile, identity string
 	who := "anonymous access"
 	if keyFile != "" {
 		who = identity
-		creds, err := authcreds.DetectDefault(&authcreds.DetectOptions{CredentialsFile: keyFile, Scopes: []string{storageScope}})
+		creds, err := credentialsFrom(keyFile)
 		if err != nil {
 			return fmt.Errorf("bucket %q: the credentials of %s cannot be used: %s", bucket, who, clip(err.Error()))
 		}
@@ -69,6 +71,28 @@ func checkBucket(ctx context.Context, endpoint, bucket, keyFile, identity string
 		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, resp.Status, gcsMessage(body))
 	}
 	return nil
+}
+
+// credentialsFrom reads a credential file the node plugin wrote, as one of the two types it
+// writes (a service account key or an external_account configuration) and no other: the
+// type is checked, not trusted. gcsfuse reads the same file with
+// credentials.DetectDefault(CredentialsFile), which takes any type.
+func credentialsFrom(keyFile string) (*auth.Credentials, error) {
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("%s is not JSON", keyFile)
+	}
+	t := authcreds.CredType(head.Type)
+	if t != authcreds.ServiceAccount && t != authcreds.ExternalAccount {
+		return nil, fmt.Errorf("%s has type %q, want %s or %s", keyFile, head.Type, authcreds.ServiceAccount, authcreds.ExternalAccount)
+	}
+	return authcreds.NewCredentialsFromJSON(t, b, &authcreds.DetectOptions{Scopes: []string{storageScope}})
 }
 
 // gcsMessage is the message of a GCS JSON error body (": ..."), or "".

@@ -254,3 +254,24 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialsFromTakesOnlyTheNodePluginsTypes: the sidecar reads a credential file as
+// a service account key or an external_account configuration, never another type (an
+// executable-sourced or user credential planted in the emptyDir).
+func TestCredentialsFromTakesOnlyTheNodePluginsTypes(t *testing.T) {
+	dir := t.TempDir()
+	for body, ok := range map[string]bool{
+		`{"type":"authorized_user","client_id":"x","client_secret":"y","refresh_token":"z"}`: false,
+		`{"type":"impersonated_service_account"}`:                                            false,
+		`not json`: false,
+		`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k","subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"http://127.0.0.1:1/sts","credential_source":{"file":"/nonexistent"}}`: true,
+	} {
+		f := filepath.Join(dir, "credentials.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := credentialsFrom(f); (err == nil) != ok {
+			t.Errorf("credentialsFrom(%s) = %v, want ok=%v", body, err, ok)
+		}
+	}
+}
