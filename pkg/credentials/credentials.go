@@ -71,8 +71,12 @@ const (
 )
 
 var (
-	// providerPattern is a Workload Identity pool provider's resource name.
-	providerPattern = regexp.MustCompile(`^//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}$`)
+	// providerPattern is a Workload Identity pool provider's resource name, or a GKE
+	// cluster's identity namespace ("identitynamespace:PROJECT.svc.id.goog:<the cluster's
+	// identity provider URL>", the audience GKE's own tools exchange a pod's token for, which
+	// serves hostNetwork pods that the metadata server cannot tell apart).
+	providerPattern = regexp.MustCompile(`^(//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}|` +
+		`identitynamespace:[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog:https://container\.googleapis\.com/v1/projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63})$`)
 	// serviceAccountPattern is a Google service account's email.
 	serviceAccountPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}@[a-z0-9][a-z0-9-]{0,62}(\.[a-z0-9][a-z0-9-]{0,62}){0,4}\.gserviceaccount\.com$`)
 	// keyIDPattern is a service account key's ID (hex), or an emulator's.
@@ -125,7 +129,7 @@ func (c Config) WithDefaults() Config {
 // Validate reports the first thing wrong with c (after WithDefaults), naming the setting.
 func (c Config) Validate() error {
 	if c.Provider != "" && !providerPattern.MatchString(c.Provider) {
-		return fmt.Errorf("workload identity provider %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER", c.Provider)
+		return fmt.Errorf("workload identity provider %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER", c.Provider)
 	}
 	if c.TokenAudience == "" || len(c.TokenAudience) > 256 || strings.ContainsAny(c.TokenAudience, " \t\r\n\"") {
 		return fmt.Errorf("token audience %q: want a non-empty string without spaces or quotes", c.TokenAudience)
@@ -233,7 +237,7 @@ func Build(cfg Config, req Request) (*Plan, error) {
 	if !hasProvider {
 		provider = cfg.Provider
 	} else if !providerPattern.MatchString(provider) {
-		return fail(ksa, "volume attribute %s %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER",
+		return fail(ksa, "volume attribute %s %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER",
 			contract.AttrWorkloadIdentityProvider, provider)
 	}
 	if provider == "" {

@@ -306,6 +306,25 @@ func TestConfigsWorkWithGcsfusesAuthLibrary(t *testing.T) {
 	}
 }
 
+func TestGKEIdentityNamespaceProvider(t *testing.T) {
+	gke := "identitynamespace:my-project.svc.id.goog:https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1"
+	cfg := Config{Provider: gke, TokenAudience: "my-project.svc.id.goog"}.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	attrs := baseAttrs()
+	attrs[contract.CtxSATokens] = tokensAttr("my-project.svc.id.goog", testToken)
+	p, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: attrs, SidecarDir: sidecarDir})
+	if err != nil || !strings.Contains(string(p.Config), `"audience": "`+gke+`"`) {
+		t.Fatalf("%v %v", p, err)
+	}
+	for _, bad := range []string{"identitynamespace:my-project.svc.id.goog:https://evil.example/x", "identitynamespace:x:y"} {
+		if err := (Config{Provider: bad}).WithDefaults().Validate(); err == nil {
+			t.Errorf("accepted provider %q", bad)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	good := Config{Provider: testProvider, ServiceAccount: testSA}.WithDefaults()
 	if err := good.Validate(); err != nil {
