@@ -35,6 +35,7 @@ func run() int {
 	provider := flag.String("wif-provider", "", "Workload Identity provider the STS accepts as audience (--auth; empty: no STS)")
 	tokenAudience := flag.String("wif-token-audience", "gcsfuse.csi.storage", "audience a Kubernetes service account token must have (TokenReview)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for TokenReview (empty: in-cluster)")
+	adminFrom := flag.String("admin-from", "", "comma separated further addresses the admin API answers to (besides loopback and --host), e.g. the host end of the local cluster's veth")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var bs []string
@@ -45,7 +46,8 @@ func run() int {
 	}
 	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs}
 	if *auth {
-		cfg := emulatorauth.Config{TokenLifetime: *lifetime, Log: log, AdminAllowed: fromNode(*host)}
+		allowed := append([]string{*host}, strings.Split(*adminFrom, ",")...)
+		cfg := emulatorauth.Config{TokenLifetime: *lifetime, Log: log, AdminAllowed: fromNode(allowed)}
 		if *provider != "" {
 			rc, err := restConfig(*kubeconfig)
 			if err != nil {
@@ -78,16 +80,28 @@ func run() int {
 	return 0
 }
 
-// fromNode lets the admin API answer requests from this host only: the address it listens
-// on, or loopback. Pods (on the pod network) cannot set policies or mint tokens.
-func fromNode(host string) func(*http.Request) bool {
+// fromNode lets the admin API answer requests from the node only: loopback or one of the
+// allowed addresses (the one it listens on, and the host that runs the tests). Pods, on the
+// pod network, cannot set policies or mint tokens.
+func fromNode(allowed []string) func(*http.Request) bool {
 	return func(r *http.Request) bool {
 		h, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			return false
 		}
 		ip := net.ParseIP(h)
-		return ip != nil && (ip.IsLoopback() || h == host)
+		if ip == nil {
+			return false
+		}
+		if ip.IsLoopback() {
+			return true
+		}
+		for _, a := range allowed {
+			if a = strings.TrimSpace(a); a != "" && net.ParseIP(a).Equal(ip) {
+				return true
+			}
+		}
+		return false
 	}
 }
 
