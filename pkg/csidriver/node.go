@@ -415,7 +415,9 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 		return nil, err
 	}
 	if w.Token || w.Config {
-		log.Info("credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
+		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
+	} else {
+		log.Debug("republished: same volume, credentials unchanged")
 	}
 	if pub == nil {
 		log.Info("volume already mounted (published before this node plugin started)")

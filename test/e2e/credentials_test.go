@@ -437,9 +437,38 @@ func testRefresh(t *testing.T) {
 		expectObject(t, bucket, "p-"+strconv.Itoa(i), readSize)
 	}
 	reads := strings.Count(logs(pod, appContainer), "read input.bin at")
-	t.Logf("%d files written and %d reads over %s with 2-minute access tokens", n, reads, runFor)
+	// The emulator logs each access token it issues: more than one for this identity means
+	// gcsfuse exchanged the pod's token again when the first access token ran out.
+	issuedTo := strings.Count(emulatorLog(t), `msg="access token issued" identity=`+identity+" ")
+	if issuedTo < 2 {
+		t.Errorf("the emulator issued %d access tokens to %s over %s of 2-minute tokens: gcsfuse never refreshed", issuedTo, identity, runFor)
+	}
+	republished := strings.Count(nodePluginLog(t), `podUID=`+string(p.UID)) // every line the node plugin logged about this pod's volume
+	t.Logf("%d files written and %d reads over %s; %d access tokens issued to %s; %d node plugin log lines for the pod (republishes included)",
+		n, reads, runFor, issuedTo, identity, republished)
+	if ev := podEvents(pod); strings.Contains(ev, "FailedMount") {
+		t.Errorf("a republish failed:\n%s", ev)
+	}
 	deleteNow(t, pod)
 }
+
+// componentLog is the log of the first pod with the label in the driver's namespace.
+func componentLog(t *testing.T, selector string) string {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("pods %s: %v", selector, err)
+	}
+	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of %s: %v", pods.Items[0].Name, err)
+	}
+	return string(b)
+}
+
+func emulatorLog(t *testing.T) string   { return componentLog(t, "app=gcs-emulator") }
+func nodePluginLog(t *testing.T) string { return componentLog(t, "app=gcsfuse-csi-node") }
 
 // checkNoSecrets greps every log, Event and process flag of the driver for the secrets the
 // emulator issued or received.
