@@ -28,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
@@ -280,6 +281,7 @@ func TestCredentials(t *testing.T) {
 	t.Run("cases", func(t *testing.T) {
 		t.Run("federation", testFederation)
 		t.Run("secret-key", testSecretKey)
+		t.Run("secret-key-pv", testSecretKeyPV)
 		t.Run("refresh", testRefresh)
 	})
 	checkNoSecrets(t)
@@ -398,6 +400,61 @@ func testSecretKey(t *testing.T) {
 	e := waitEvent(t, bad, 60*time.Second, regexp.MustCompile(`^FailedMount$`), "volume bucket", bucket, `no key "key.json"`)
 	t.Logf("event: %s", e.Message)
 	deleteNow(t, bad)
+}
+
+// testSecretKeyPV: the same key on a PersistentVolume, whose nodePublishSecretRef names the
+// Secret's namespace; the pod mounts it through a claim.
+func testSecretKeyPV(t *testing.T) {
+	t.Parallel()
+	email := "e2e-pv-writer@emulator-project.iam.gserviceaccount.com"
+	key := admin(t, http.MethodPost, "serviceaccounts", map[string]string{"email": email})
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcs-pv-key"},
+		Data: map[string][]byte{contract.SecretKeyServiceAccount: key}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bucket := newBucket(t)
+	setPolicy(t, bucket, "serviceAccount:"+email)
+	pvName := bucket // cluster-scoped: unique per run like the bucket
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		StorageClassName:              "",
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: contract.DriverName, VolumeHandle: bucket,
+			NodePublishSecretRef: &corev1.SecretReference{Name: "gcs-pv-key", Namespace: ns},
+		}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "key-claim"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &empty, VolumeName: pvName,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := podName(t, "")
+	ann, spec := podTemplate(podOpts{mode: credMode(), restart: corev1.RestartPolicyNever,
+		args: []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(mib)}})
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "bucket", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "key-claim"}}})
+	spec.Containers[0].VolumeMounts = mounts([]volume{{"bucket", bucket, mountPath}})
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s", name, p.Status.Phase, describe(p), podEvents(name))
+	}
+	expectObject(t, bucket, "out.bin", mib)
+	deleteNow(t, name)
 }
 
 // testRefresh: a pod reads and writes through federation for 4.5 minutes, more than two
