@@ -82,7 +82,7 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set node.gcsEndpoint=http://10.0.0.1:4443/storage/v1/ --set 'node.extraArgs={-v}' \
   --set webhook.replicas=3,webhook.failurePolicy=Ignore,webhook.logLevel=debug \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
-  --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false > "$r"
+  --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= > "$r"
 expect "$r" "node image" 'image: registry.example.com:5000/team/gcsfuse-csi-node:v1.2.3$'
 expect "$r" "pull policy" 'imagePullPolicy: IfNotPresent$'
 expect "$r" "sidecar image reaches the webhook" -- '--sidecar-image=registry.example.com/team/sidecar:v1.2.3$'
@@ -90,6 +90,8 @@ expect "$r" "kubelet dir" -- '--kubelet-root=/var/snap/microk8s/common/var/lib/k
 refute "$r" "kubelet dir everywhere" '(^|[ =])/var/lib/kubelet'
 refute "$r" "no Namespace object by default" '^kind: Namespace$'
 refute "$r" "admission policy off" '^kind: ValidatingAdmissionPolicy'
+refute "$r" "no token request without an audience" '^  tokenRequests:'
+expect "$r" "no republish without a token" '^  requiresRepublish: false$'
 expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd/containerd.sock$'
 expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
@@ -52,6 +53,13 @@ func run() int {
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/"+contract.DriverName+"/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
+	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
+	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: one of the CSIDriver's tokenRequests")
+	wifTokenURL := flag.String("wif-token-url", credentials.DefaultTokenURL, "STS token exchange endpoint")
+	wifAllowedTokenURLs := flag.String("wif-allowed-token-urls", "", "comma separated further STS endpoints a volume may choose with the "+contract.AttrTokenURL+" attribute")
+	wifServiceAccount := flag.String("wif-service-account", "", "Google service account the federated identity impersonates by default (empty: none; a volume may set "+contract.AttrServiceAccount+")")
+	iamCredentialsURL := flag.String("iam-credentials-url", credentials.DefaultIAMCredentialsURL, "base URL of the IAM Credentials API (service account impersonation)")
+	keyTokenURIs := flag.String("key-token-uris", credentials.DefaultKeyTokenURI, "comma separated token_uri values a service account key from a Secret may carry")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	runtimeEndpoint := flag.String("runtime-endpoint", runtimeAuto, "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: the node plugin learns from it the moment a pod's workload containers exit, and tells the sidecar at once (\""+runtimeAuto+"\": the first of "+strings.Join(containerexit.DefaultEndpoints, ", ")+" that exists; \"\": none, the API server alone, seconds later)")
@@ -157,6 +165,11 @@ func run() int {
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
+		Credentials: credentials.Config{
+			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
+			AllowedTokenURLs: splitList(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
+			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: splitList(*keyTokenURIs),
+		},
 		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
 	if err != nil {
@@ -224,7 +237,8 @@ func run() int {
 		}()
 	}
 	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
-		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint)
+		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint,
+		"wifProvider", *wifProvider, "wifTokenURL", *wifTokenURL)
 
 	code := 0
 	select {
@@ -259,6 +273,17 @@ func run() int {
 		log.Warn("runtime watch still stopping; exiting anyway")
 	}
 	return code
+}
+
+// splitList parses a comma separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func offerDir(flagValue, kubeletRoot string) string {

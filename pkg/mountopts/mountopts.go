@@ -302,6 +302,8 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	for k := range attrs {
 		switch {
 		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity:
+		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL:
+			// pkg/credentials validates these.
 		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
 		default:
 			unknown = append(unknown, k)
@@ -309,8 +311,9 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s)", unknown[0],
-			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity)
+		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s, %s, %s, %s)", unknown[0],
+			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity,
+			contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
 	}
 	var opts []string
 	for _, f := range mountFlags {

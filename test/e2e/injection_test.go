@@ -43,7 +43,7 @@ func TestInjectionWithoutAnnotation(t *testing.T) {
 	t.Run("inline", func(t *testing.T) {
 		t.Parallel()
 		bucket := newBucket(t)
-		run(t, podName(t, ""), inlineVolume(volume{"bucket", bucket, mountPath}), bucket)
+		run(t, podName(t, ""), inlineVolume(volume{"bucket", bucket, mountPath}, nil, ""), bucket)
 	})
 	t.Run("claim", func(t *testing.T) {
 		t.Parallel()
