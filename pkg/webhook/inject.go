@@ -121,7 +121,11 @@ func isPodCreate(req *admissionv1.AdmissionRequest) bool {
 // inject returns the patch for pod (nil when there is nothing to do), warnings for the user
 // and the chosen mode. A *badRequestError is the user's mistake.
 func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string) ([]patchOp, []string, string, error) {
-	opted, set, err := optedIn(pod.Annotations)
+	ann, aliasWarnings, err := withIncumbentAliases(pod.Annotations)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	opted, set, err := optedIn(ann)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -133,11 +137,11 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
 				contract.DriverName, u.volumes(), contract.AnnotationInject))
 		}
-		return nil, append(found, ignoredAnnotationWarnings(pod.Annotations)...), "", nil
+		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 	case !set:
 		u := driverUsage(ctx, m.cfg.Claims, namespace, pod.Spec.Volumes)
 		if !u.uses() {
-			return nil, append(u.warnings, ignoredAnnotationWarnings(pod.Annotations)...), "", nil
+			return nil, append(append(u.warnings, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 		}
 		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
 		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
@@ -148,8 +152,8 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		// "/spec" exists in the object, which the patch paths below rely on.
 		return nil, nil, "", badRequest("the pod has no containers")
 	}
-	warnings := append(found, unknownAnnotationWarnings(pod.Annotations)...)
-	opts, err := parseOptions(pod.Annotations, m.cfg.Resources)
+	warnings := append(append(found, aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return nil, nil, "", err
 	}
