@@ -144,3 +144,38 @@ func claimVolumeOf(name, claim string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
 }
+
+// TestIncumbentManifest: a pod written for the GKE driver (its opt-in and resource
+// annotations, its volume attributes) runs with only the driver name changed.
+func TestIncumbentManifest(t *testing.T) {
+	bucket := newBucket(t)
+	name := podName(t, "")
+	vol := inlineVolume(volume{"bucket", bucket, mountPath}, map[string]string{
+		"metadataCacheTTLSeconds": "600", "gcsfuseLoggingSeverity": "warning", "fileCacheForRangeRead": "false",
+		"skipCSIBucketAccessCheck": "true", "disableMetrics": "false"}, "")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
+		"gke-gcsfuse/volumes": "true", "gke-gcsfuse/memory-limit": "1Gi"}}, Spec: corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{workloadContainer(appContainer, []volume{{"bucket", bucket, mountPath}},
+			"write", "-dir", mountPath, "-name", "gke.bin", "-bytes", "1024")},
+		Volumes: []corev1.Volume{vol},
+	}}
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	if p.Annotations[contract.AnnotationInjected] == "" {
+		t.Fatalf("not injected: %v", p.Annotations)
+	}
+	p = waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+		t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
+	}
+	l := logs(name, contract.SidecarContainerName)
+	for _, f := range []string{"--metadata-cache-ttl-secs=600", "--log-severity=warning"} {
+		if !strings.Contains(l, f) {
+			t.Errorf("gcsfuse not started with %s; sidecar log:\n%s", f, l)
+		}
+	}
+	expectObject(t, bucket, "gke.bin", 1024)
+}
