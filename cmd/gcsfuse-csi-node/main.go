@@ -31,6 +31,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
@@ -167,8 +168,8 @@ func run() int {
 		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
 		Credentials: credentials.Config{
 			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
-			AllowedTokenURLs: splitList(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
-			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: splitList(*keyTokenURIs),
+			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
+			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
 		},
 		OnTerminating: lc.SidecarTerminating,
 	}, events, log)
@@ -273,17 +274,6 @@ func run() int {
 		log.Warn("runtime watch still stopping; exiting anyway")
 	}
 	return code
-}
-
-// splitList parses a comma separated list, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func offerDir(flagValue, kubeletRoot string) string {

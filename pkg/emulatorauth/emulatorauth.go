@@ -241,15 +241,24 @@ func accessTokenResponse(w http.ResponseWriter, tok string, lifetime time.Durati
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// serveToken is the OAuth 2.0 token endpoint for service account JWT grants (RFC 7523).
-func (l *Layer) serveToken(w http.ResponseWriter, r *http.Request) {
+// postForm reads a POSTed form (bounded) into r.PostForm, or answers the OAuth error and
+// returns false.
+func postForm(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		oauthError(w, http.StatusMethodNotAllowed, "invalid_request", "POST only")
-		return
+		return false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if err := r.ParseForm(); err != nil {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "unreadable form")
+		return false
+	}
+	return true
+}
+
+// serveToken is the OAuth 2.0 token endpoint for service account JWT grants (RFC 7523).
+func (l *Layer) serveToken(w http.ResponseWriter, r *http.Request) {
+	if !postForm(w, r) {
 		return
 	}
 	if gt := r.PostForm.Get("grant_type"); gt != grantJWTBearer {
@@ -358,13 +367,7 @@ func (l *Layer) serveSTS(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusNotFound, "invalid_request", "this emulator has no STS (no --wif-provider)")
 		return
 	}
-	if r.Method != http.MethodPost {
-		oauthError(w, http.StatusMethodNotAllowed, "invalid_request", "POST only")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := r.ParseForm(); err != nil {
-		oauthError(w, http.StatusBadRequest, "invalid_request", "unreadable form")
+	if !postForm(w, r) {
 		return
 	}
 	f := r.PostForm

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/secretscan"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -577,7 +578,7 @@ func checkNoSecrets(t *testing.T) {
 	sources["driver process flags"] = flags.String()
 	checked := 0
 	for _, s := range issued {
-		for _, part := range secretParts(s) {
+		for _, part := range secretscan.Parts(s) {
 			checked++
 			for name, text := range sources {
 				if strings.Contains(text, part) {
@@ -595,19 +596,4 @@ func totalLen(m map[string]string) int {
 		n += len(s)
 	}
 	return n
-}
-
-// secretParts splits a PEM key into its base64 lines (any one leaking is a leak); other
-// secrets are checked whole.
-func secretParts(s string) []string {
-	if !strings.Contains(s, "PRIVATE KEY") {
-		return []string{s}
-	}
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if len(l) > 20 && !strings.HasPrefix(l, "-----") {
-			out = append(out, l)
-		}
-	}
-	return out
 }

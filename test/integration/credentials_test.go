@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/secretscan"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -161,28 +162,13 @@ func (a *authEnv) assertNoSecrets(t *testing.T, outputs map[string]string) {
 	}
 	for name, out := range outputs {
 		for _, s := range issued {
-			for _, part := range secretParts(s) {
+			for _, part := range secretscan.Parts(s) {
 				if strings.Contains(out, part) {
 					t.Errorf("%s contains a secret the emulator issued or received (%d bytes)", name, len(s))
 				}
 			}
 		}
 	}
-}
-
-// secretParts splits a PEM key into its base64 lines (any one leaking is a leak); other
-// secrets are checked whole.
-func secretParts(s string) []string {
-	if !strings.Contains(s, "PRIVATE KEY") {
-		return []string{s}
-	}
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if len(l) > 20 && !strings.HasPrefix(l, "-----") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func checkCredentialFiles(t *testing.T, pod *testenv.Pod, want ...string) {
