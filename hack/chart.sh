@@ -82,7 +82,8 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set node.gcsEndpoint=http://10.0.0.1:4443/storage/v1/ --set 'node.extraArgs={-v}' \
   --set webhook.replicas=3,webhook.failurePolicy=Ignore,webhook.logLevel=debug \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
-  --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= > "$r"
+  --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= \
+  --set node.metricsPort=0 --set-string node.podAnnotations.team=storage > "$r"
 expect "$r" "node image" 'image: registry.example.com:5000/team/gcsfuse-csi-node:v1.2.3$'
 expect "$r" "pull policy" 'imagePullPolicy: IfNotPresent$'
 expect "$r" "sidecar image reaches the webhook" -- '--sidecar-image=registry.example.com/team/sidecar:v1.2.3$'
@@ -92,6 +93,8 @@ refute "$r" "no Namespace object by default" '^kind: Namespace$'
 refute "$r" "admission policy off" '^kind: ValidatingAdmissionPolicy'
 refute "$r" "no token request without an audience" '^  tokenRequests:'
 expect "$r" "no republish without a token" '^  requiresRepublish: false$'
+refute "$r" "metrics off" 'metrics-addr|prometheus.io/scrape'
+expect "$r" "pod annotations" '^        team: storage$'
 expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd/containerd.sock$'
 expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
