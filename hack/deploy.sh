@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Deploys the driver onto the running local cluster with `kubectl apply -k` (default overlay
-# deploy/overlays/local; DEPLOY_OVERLAY to change) and waits until it serves:
+# Deploys the driver onto the running local cluster and waits until it serves: by default
+# the Helm chart (deploy/chart/gcsfuse-csi, values deploy/overlays/local/values.yaml) plus the
+# emulator (deploy/overlays/local/emulator); DEPLOY_WITH=kustomize applies the kustomize
+# overlay instead (deploy/overlays/local; DEPLOY_OVERLAY to change):
 #   1. a CA and the webhook's serving certificate (openssl, cached in $PKI/webhook),
 #   2. the manifests, the TLS Secret and the webhook's caBundle (on an API server older than
 #      1.30, without the ValidatingAdmissionPolicy, which needs admissionregistration.k8s.io/v1),
@@ -53,19 +55,46 @@ without_vap() {
     { doc = doc $0 "\n" }
     END { flush() }'
 }
-if vap_served; then
-  step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
-  kctl apply -k "$overlay"
-else
-  server=$(kctl version -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1)
-  step "kubectl apply -k ${overlay#"$REPO_ROOT"/} WITHOUT the ValidatingAdmissionPolicy gcsfuse-native-sidecar and its binding: the API server ($server) does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+); native sidecars injected on this cluster are not guarded against later webhooks"
-  kctl kustomize "$overlay" | without_vap | kctl apply -f -
-fi
-kctl -n "$ns" create secret tls gcsfuse-webhook-tls --cert="$wpki/tls.crt" --key="$wpki/tls.key" \
-  --dry-run=client -o yaml | kctl apply -f -
 ca=$(base64 -w0 < "$wpki/ca.crt")
-kctl patch mutatingwebhookconfiguration gcsfuse-webhook --type=json \
-  -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca\"}]" >/dev/null
+tls_secret() {
+  kctl -n "$ns" create secret tls gcsfuse-webhook-tls --cert="$wpki/tls.crt" --key="$wpki/tls.key" \
+    --dry-run=client -o yaml | kctl apply -f -
+}
+server=$(kctl version -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1)
+no_vap="the API server ($server) does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+); native sidecars injected on this cluster are not guarded against later webhooks"
+if [ "${DEPLOY_WITH:-helm}" = helm ]; then
+  ensure_helm
+  chart=$REPO_ROOT/deploy/chart/gcsfuse-csi
+  values=$REPO_ROOT/deploy/overlays/local/values.yaml
+  # Helm keeps its release record in the namespace, so the namespace comes first, with the
+  # Pod Security label the privileged node plugin needs (the chart's createNamespace is
+  # for kustomize's rendering).
+  kctl create namespace "$ns" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  kctl label namespace "$ns" pod-security.kubernetes.io/enforce=privileged app.kubernetes.io/part-of=gcsfuse-csi --overwrite >/dev/null
+  tls_secret
+  set_vap=()
+  if vap_served; then
+    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/}"
+  else
+    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/} --set admissionPolicy.enabled=false: $no_vap"
+    set_vap=(--set admissionPolicy.enabled=false)
+  fi
+  "$HELM_DIR/helm" upgrade --install gcsfuse-csi "$chart" --kubeconfig "$KUBECONFIG" --namespace "$ns" \
+    -f "$values" --set webhook.tls.caBundle="$ca" "${set_vap[@]}"
+  step "kubectl apply -k deploy/overlays/local/emulator"
+  kctl apply -k "$REPO_ROOT/deploy/overlays/local/emulator"
+else
+  if vap_served; then
+    step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
+    kctl apply -k "$overlay"
+  else
+    step "kubectl apply -k ${overlay#"$REPO_ROOT"/} WITHOUT the ValidatingAdmissionPolicy gcsfuse-native-sidecar and its binding: $no_vap"
+    kctl kustomize "$overlay" | without_vap | kctl apply -f -
+  fi
+  tls_secret
+  kctl patch mutatingwebhookconfiguration gcsfuse-webhook --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$ca\"},{\"op\":\"add\",\"path\":\"/webhooks/1/clientConfig/caBundle\",\"value\":\"$ca\"}]" >/dev/null
+fi
 
 step "wait for rollouts"
 kctl -n "$ns" rollout status daemonset/gcsfuse-csi-node --timeout=120s

@@ -47,7 +47,11 @@ run_tests() {
   [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
   (
     cd "$REPO_ROOT" || exit 1
-    E2E_REQUIRE=1 E2E_KUBECONFIG=$KUBECONFIG E2E_GCS_URL=http://$NODE_IP:14443 go test "${args[@]}" ./test/e2e/...
+    helm_env=()
+    if [ "${DEPLOY_WITH:-helm}" = helm ]; then
+      helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$REPO_ROOT/deploy/chart/gcsfuse-csi")
+    fi
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   echo "=== test results:"

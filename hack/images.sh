@@ -17,6 +17,14 @@ if [ ! -x "$gcsfuse_bin" ]; then
   exit 1
 fi
 
+# Every image carries the CA bundle: without it gcsfuse cannot reach Google Cloud Storage
+# over TLS (an image built on a host without one used to ship without it, silently).
+ca_bundle=/etc/ssl/certs/ca-certificates.crt
+if [ ! -s "$ca_bundle" ]; then
+  echo "missing $ca_bundle (Debian's ca-certificates): run hack/install-deps.sh first" >&2
+  exit 1
+fi
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$IMAGES_DIR"
@@ -51,7 +59,7 @@ rootfs() {
   chmod 1777 "$r/tmp"
   printf 'root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$r/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
-  [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
+  cp "$ca_bundle" "$r/etc/ssl/certs/"
   echo "$r"
 }
 

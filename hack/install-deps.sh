@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the data path needs, idempotently: fuse3 (fusermount3) from apt and the real
+# Installs what the data path needs, idempotently: fuse3 (fusermount3) and ca-certificates
+# (the images' CA bundle) from apt and the real
 # gcsfuse, pinned, built statically with `go install` into $GCSFUSE_CSI_CACHE/bin (the same
 # binary goes into the sidecar image). Safe to re-run: each step is skipped when done.
 source "$(dirname "$0")/lib.sh"
 
 need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+# The CA bundle every image carries: without it gcsfuse cannot talk TLS to Google Cloud Storage.
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "apt-get install ${need_apt[*]}"
   apt-get update -qq

@@ -35,6 +35,18 @@ _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
 STATICCHECK_VERSION=v0.8.2
 DEADCODE_VERSION=v0.52.0
+# Helm renders and lints the chart (hack/chart.sh) and installs the driver on the local
+# cluster; v4 is the maintained major; built from its module like the other tools.
+HELM_VERSION=4.3.2
+HELM_DIR=$GCSFUSE_CSI_CACHE/helm-$HELM_VERSION
+# ensure_helm: build helm into $HELM_DIR unless it is there (~3 min cold).
+ensure_helm() {
+  bins_cached "$HELM_DIR" "$HELM_VERSION" helm && return 0
+  step "go install helm v$HELM_VERSION"
+  mkdir -p "$HELM_DIR"
+  GOBIN=$HELM_DIR CGO_ENABLED=0 go install "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" || return 1
+  touch "$HELM_DIR/.built-v$HELM_VERSION"
+}
 
 # bins_cached DIR VERSION BIN...: true when every BIN is an executable in DIR and DIR records a
 # build of VERSION (.built-vVERSION, written last by the build scripts).

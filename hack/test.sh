@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, then runs formatting, vet, staticcheck, unit
+# The test command: installs what is missing, then runs formatting, vet, staticcheck, the
+# Helm chart's checks (hack/chart.sh: lint, edge values, drift of deploy/base), unit
 # tests with the race detector, the fuzz seeds, the integration tests (real /dev/fuse
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
@@ -32,6 +33,9 @@ step "deadcode (functions that nothing, not even a test, reaches)"
 dead=$("$BIN/deadcode" -test ./...)
 if [ -n "$dead" ]; then echo "$dead"; exit 1; fi
 
+step "Helm chart: lint, edge values, bad values, deploy/base rendered from it (hack/chart.sh)"
+bash hack/chart.sh
+
 step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
@@ -40,8 +44,9 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   step "end-to-end tests on a local cluster"
   bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
-  # on a real one (Debian's containerd 1.6) with the lifecycle tests.
-  step "lifecycle end-to-end tests on containerd 1.6 (the polling path)"
-  CONTAINERD=1.6 E2E_RUN="$E2E_POLLING_TESTS" bash hack/e2e.sh
+  # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
+  # there with the kustomize overlay, the first run having installed the Helm chart.
+  step "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize"
+  CONTAINERD=1.6 DEPLOY_WITH=kustomize E2E_RUN="$E2E_POLLING_TESTS" bash hack/e2e.sh
 fi
 step "all tests passed"

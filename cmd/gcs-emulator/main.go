@@ -1,38 +1,118 @@
 // Command gcs-emulator serves an in-memory GCS API (fake-gcs-server) for the demo, the tests
-// and local clusters.
+// and local clusters; with --auth, behind pkg/emulatorauth's token checks (a token
+// endpoint, an STS that validates Kubernetes tokens with the API server's TokenReview, and
+// per-bucket policies).
 package main
 
 import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulatorauth"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+func run() int {
 	host := flag.String("host", "127.0.0.1", "address to listen on and advertise")
 	port := flag.Int("port", 4443, "port to listen on")
 	buckets := flag.String("buckets", "", "comma-separated buckets to create at start")
+	auth := flag.Bool("auth", false, "check tokens: buckets with a policy (set through the admin API) answer only authorized bearer tokens")
+	lifetime := flag.Duration("token-lifetime", emulatorauth.DefaultTokenLifetime, "lifetime of the access tokens it issues (--auth)")
+	provider := flag.String("wif-provider", "", "Workload Identity provider the STS accepts as audience (--auth; empty: no STS)")
+	tokenAudience := flag.String("wif-token-audience", "gcsfuse.csi.storage", "audience a Kubernetes service account token must have (TokenReview)")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for TokenReview (empty: in-cluster)")
+	adminFrom := flag.String("admin-from", "", "comma separated further addresses the admin API answers to (besides loopback and --host), e.g. the host end of the local cluster's veth")
 	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var bs []string
 	for _, b := range strings.Split(*buckets, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			bs = append(bs, b)
 		}
 	}
-	srv, err := emulator.Start(*host, *port, bs...)
+	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs}
+	if *auth {
+		allowed := append([]string{*host}, strings.Split(*adminFrom, ",")...)
+		cfg := emulatorauth.Config{TokenLifetime: *lifetime, Log: log, AdminAllowed: fromNode(allowed)}
+		if *provider != "" {
+			rc, err := restConfig(*kubeconfig)
+			if err != nil {
+				log.Error("the STS needs the Kubernetes API for TokenReview", "err", err)
+				return 1
+			}
+			cs, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				log.Error("kubernetes client", "err", err)
+				return 1
+			}
+			cfg.Provider, cfg.TokenAudience, cfg.Reviewer = *provider, *tokenAudience, emulatorauth.TokenReviewer{Client: cs.AuthenticationV1()}
+		}
+		opts.Wrap = func(base string, storage http.Handler) (http.Handler, error) {
+			cfg.BaseURL = base
+			return emulatorauth.New(cfg, storage)
+		}
+	}
+	srv, err := emulator.StartWith(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gcs-emulator:", err)
-		os.Exit(1)
+		return 1
 	}
-	slog.Info("GCS emulator ready", "endpoint", srv.Endpoint, "buckets", bs)
+	log.Info("GCS emulator ready", "endpoint", srv.Endpoint, "buckets", bs, "auth", *auth, "tokenLifetime", lifetime.String(),
+		"wifProvider", *provider, "tokenURL", srv.URL+"/token", "stsURL", srv.URL+"/sts/v1/token")
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	srv.Stop()
+	return 0
+}
+
+// fromNode lets the admin API answer requests from the node only: loopback or one of the
+// allowed addresses (the one it listens on, and the host that runs the tests). Pods, on the
+// pod network, cannot set policies or mint tokens.
+func fromNode(allowed []string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		h, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			return false
+		}
+		ip := net.ParseIP(h)
+		if ip == nil {
+			return false
+		}
+		if ip.IsLoopback() {
+			return true
+		}
+		for _, a := range allowed {
+			if a = strings.TrimSpace(a); a != "" && net.ParseIP(a).Equal(ip) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, err
+	}
+	c.Timeout = 10 * time.Second
+	return c, nil
 }

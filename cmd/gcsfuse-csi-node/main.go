@@ -29,8 +29,10 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
@@ -54,6 +56,13 @@ func run() int {
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/"+contract.DriverName+"/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
+	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
+	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: one of the CSIDriver's tokenRequests")
+	wifTokenURL := flag.String("wif-token-url", credentials.DefaultTokenURL, "STS token exchange endpoint")
+	wifAllowedTokenURLs := flag.String("wif-allowed-token-urls", "", "comma separated further STS endpoints a volume may choose with the "+contract.AttrTokenURL+" attribute")
+	wifServiceAccount := flag.String("wif-service-account", "", "Google service account the federated identity impersonates by default (empty: none; a volume may set "+contract.AttrServiceAccount+")")
+	iamCredentialsURL := flag.String("iam-credentials-url", credentials.DefaultIAMCredentialsURL, "base URL of the IAM Credentials API (service account impersonation)")
+	keyTokenURIs := flag.String("key-token-uris", credentials.DefaultKeyTokenURI, "comma separated token_uri values a service account key from a Secret may carry")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster when running in a pod)")
 	watchPods := flag.Bool("watch-pods", true, "watch this node's pods to end legacy sidecars (needs API access)")
 	runtimeEndpoint := flag.String("runtime-endpoint", runtimeAuto, "CRI endpoint of this node, e.g. unix:///run/containerd/containerd.sock: the node plugin learns from it the moment a pod's workload containers exit, and tells the sidecar at once (\""+runtimeAuto+"\": the first of "+strings.Join(containerexit.DefaultEndpoints, ", ")+" that exists; \"\": none, the API server alone, seconds later)")
@@ -185,7 +194,12 @@ func run() int {
 
 	ns, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
+		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
+		Credentials: credentials.Config{
+			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
+			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
+			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
+		},
 		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics,
 	}, events, log)
 	if err != nil {
@@ -253,7 +267,8 @@ func run() int {
 		}()
 	}
 	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
-		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint)
+		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint,
+		"wifProvider", *wifProvider, "wifTokenURL", *wifTokenURL)
 
 	code := 0
 	select {
@@ -316,6 +331,27 @@ type currentWatcher struct {
 func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
 
 // PodByUID implements nodeplugin.PodLookup.
+// hasSidecar is csidriver.Config.HasSidecar from the pod watcher's cache; nil without one.
+func hasSidecar(pods nodeplugin.PodLookup) csidriver.SidecarLookup {
+	if pods == nil {
+		return nil
+	}
+	return func(uid string) (bool, bool) {
+		pod, ok := pods.PodByUID(types.UID(uid))
+		if !ok {
+			return false, false
+		}
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range cs {
+				if c.Name == contract.SidecarContainerName {
+					return true, true
+				}
+			}
+		}
+		return false, true
+	}
+}
+
 func (c *currentWatcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	if w := c.w.Load(); w != nil {
 		return w.PodByUID(uid)

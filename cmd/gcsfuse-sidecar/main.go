@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sidecar"
 )
 
@@ -75,7 +75,7 @@ func run() int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	s, err := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
-		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: splitList(*initContainers),
+		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: mountopts.Split(*initContainers),
 		TerminationLog: *termLog, Log: log, Metrics: metrics,
 	})
 	if err != nil {
@@ -91,17 +91,6 @@ func existingDir(p string) string {
 		return p
 	}
 	return ""
-}
-
-// splitList parses a comma separated list, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func envOr(k, def string) string {

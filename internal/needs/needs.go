@@ -35,3 +35,15 @@ func RootAndFUSE(t testing.TB) {
 	}
 	t.Skipf("needs %s", missing)
 }
+
+// Root stops t unless it runs as root (chown, mounts): a skip, or a failure when Required.
+func Root(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if Required() {
+		t.Fatalf("this test needs root, and %s=1 says it must run here", EnvRequire)
+	}
+	t.Skip("needs root")
+}

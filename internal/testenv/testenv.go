@@ -31,6 +31,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -102,6 +103,10 @@ type Options struct {
 	Log        *slog.Logger
 	// NodeMetrics, if set, records the node plugin's volume metrics.
 	NodeMetrics *csidriver.Metrics
+	// Credentials is the node plugin's credential configuration.
+	Credentials credentials.Config
+	// Events, if set, receives the node plugin's Events.
+	Events csidriver.EventSink
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -144,8 +149,11 @@ func New(o Options) (*Env, error) {
 	}
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: e.Emulator.Endpoint, Metrics: o.NodeMetrics,
-	}, nil, o.Log)
+		GCSEndpoint: e.Emulator.Endpoint, Credentials: o.Credentials, Metrics: o.NodeMetrics,
+		// The sidecar runs on the host's paths here, not in a container with the emptyDir at
+		// contract.TmpMountPath.
+		SidecarTmpPath: func(podUID string) string { return e.podTmpDir(podUID) },
+	}, o.Events, o.Log)
 	if err != nil {
 		return fail(err)
 	}
@@ -189,7 +197,7 @@ func (e *Env) NewPod() (*Pod, error) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	uid := fmt.Sprintf("%x-%x", b[:4], b[4:])
-	p := &Pod{UID: uid, env: e, TmpDir: filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)}
+	p := &Pod{UID: uid, env: e, TmpDir: e.podTmpDir(uid)}
 	if err := os.MkdirAll(p.TmpDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -202,6 +210,10 @@ func (e *Env) NewPod() (*Pod, error) {
 		}
 	}
 	return p, os.Chmod(p.TmpDir, 0o777)
+}
+
+func (e *Env) podTmpDir(uid string) string {
+	return filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 }
 
 // Target is the kubelet's target path for a volume of the pod.
@@ -232,7 +244,12 @@ func (p *Pod) PublishRequest(volume, bucket, mountOptions string, readOnly bool)
 
 // Publish calls NodePublishVolume and remembers the target for Close.
 func (p *Pod) Publish(ctx context.Context, volume, bucket, mountOptions string, readOnly bool) error {
-	req := p.PublishRequest(volume, bucket, mountOptions, readOnly)
+	return p.PublishReq(ctx, p.PublishRequest(volume, bucket, mountOptions, readOnly))
+}
+
+// PublishReq calls NodePublishVolume with req (from PublishRequest, changed by the caller:
+// attributes, secrets) and remembers the target for Close.
+func (p *Pod) PublishReq(ctx context.Context, req *csi.NodePublishVolumeRequest) error {
 	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
 		return err
 	}

@@ -109,6 +109,13 @@ const (
 	// metrics of its gcsfuse processes (pkg/gcsfusemetrics), one series set per volume. The
 	// node plugin reads it; no network port of the pod is involved.
 	MetricsSocket = "metrics.sock"
+	// CredentialsDir, "<CredentialsDir>/<volume>/", holds the credential files the node
+	// plugin writes for one volume (mode 0700 and files 0600, owned by SidecarUID):
+	// CredentialsConfigFile, which gcsfuse reads with --key-file, and for Workload Identity
+	// Federation CredentialsTokenFile, the pod's service account token it points to.
+	CredentialsDir        = "credentials"
+	CredentialsConfigFile = "credentials.json"
+	CredentialsTokenFile  = "token"
 )
 
 // Volume attributes and CSI context keys.
@@ -118,6 +125,16 @@ const (
 	// AttrFileCacheCapacity sizes gcsfuse's file cache ("10Gi", "-1" = unlimited); its presence makes the webhook
 	// inject the CacheVolumeName emptyDir.
 	AttrFileCacheCapacity = "fileCacheCapacity"
+	// AttrWorkloadIdentityProvider is the Workload Identity Federation provider (the STS
+	// audience, "//iam.googleapis.com/projects/N/locations/global/workloadIdentityPools/P/providers/R")
+	// for this volume, overriding the node plugin's --wif-provider; pkg/credentials reads it.
+	AttrWorkloadIdentityProvider = "workloadIdentityProvider"
+	// AttrServiceAccount is the Google service account that the federated identity
+	// impersonates for this volume ("" with the node plugin's default: none).
+	AttrServiceAccount = "serviceAccount"
+	// AttrTokenURL is the STS token exchange URL for this volume: one of the node plugin's
+	// --wif-token-url and --wif-allowed-token-urls.
+	AttrTokenURL = "tokenURL"
 	// Keys the kubelet adds when the CSIDriver has podInfoOnMount: true.
 	CtxPodName      = "csi.storage.k8s.io/pod.name"
 	CtxPodNamespace = "csi.storage.k8s.io/pod.namespace"
@@ -126,6 +143,15 @@ const (
 	CtxEphemeral    = "csi.storage.k8s.io/ephemeral"
 	CtxSATokens     = "csi.storage.k8s.io/serviceAccount.tokens"
 )
+
+// SecretKeyServiceAccount is the key, in the Secret named by a volume's
+// nodePublishSecretRef, that holds a Google service account key (JSON).
+const SecretKeyServiceAccount = "key.json"
+
+// TokenAudience is the audience of the service account token the kubelet requests for the
+// node plugin (the CSIDriver's tokenRequests): a Workload Identity Federation provider must
+// accept it.
+const TokenAudience = "gcsfuse.csi.storage"
 
 // Event reasons the node plugin records on pods, one spelling everywhere, so users can
 // filter with kubectl get events --field-selector reason=...

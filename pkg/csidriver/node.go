@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
@@ -35,9 +37,21 @@ type Config struct {
 	SidecarUID, SidecarGID int
 	// GCSEndpoint is a driver-level storage endpoint (an emulator); empty means real GCS.
 	GCSEndpoint string
+	// HasSidecar, if set, lets NodePublishVolume refuse a pod that has no gcsfuse sidecar
+	// (sidecarcheck.go); nil: no check.
+	HasSidecar SidecarLookup
 	// MachineType is given to every gcsfuse as --machine-type unless the volume sets one
 	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself.
 	MachineType string
+	// Credentials configures Workload Identity Federation and the service account keys
+	// volumes may bring (pkg/credentials); its zero value means Application Default
+	// Credentials unless a volume says otherwise.
+	Credentials credentials.Config
+	// SidecarTmpPath, if set, says where the sidecar of the pod with the given UID sees its
+	// gcsfuse-tmp emptyDir (the credential configuration points there). Nil means
+	// contract.TmpMountPath, where the webhook mounts it; tests that run the sidecar on the
+	// host's paths set it.
+	SidecarTmpPath func(podUID string) string
 	// UnmountBusyWait is how long a busy mount is retried before a lazy unmount.
 	UnmountBusyWait time.Duration
 	// StateDir keeps a record of each offer the sidecar has not taken yet, so that a
@@ -104,6 +118,9 @@ func (cfg Config) Validate() error {
 	case cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir):
 		return fmt.Errorf("state directory %q is not an absolute path", cfg.StateDir)
 	}
+	if err := cfg.Credentials.WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
 	if cfg.GCSEndpoint != "" {
 		u, err := url.Parse(cfg.GCSEndpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -125,6 +142,10 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	}
 	if cfg.UnmountBusyWait == 0 {
 		cfg.UnmountBusyWait = DefaultUnmountBusyWait
+	}
+	cfg.Credentials = cfg.Credentials.WithDefaults()
+	if cfg.SidecarTmpPath == nil {
+		cfg.SidecarTmpPath = func(string) string { return contract.TmpMountPath }
 	}
 	if log == nil {
 		log = slog.Default()
@@ -178,6 +199,8 @@ type request struct {
 	pod    PodRef
 	volume handoff.Volume
 	opts   *mountopts.Volume
+	// creds is the volume's identity and the files that carry it (secret: never logged).
+	creds *credentials.Plan
 }
 
 func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*request, error) {
@@ -224,10 +247,23 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", target.VolumeName, err)
 	}
+	plan, err := credentials.Build(s.cfg.Credentials, credentials.Request{
+		Volume: target.VolumeName, Bucket: opts.Bucket, Attributes: attrs, Secrets: req.GetSecrets(),
+		SidecarDir: path.Join(s.cfg.SidecarTmpPath(target.PodUID), contract.CredentialsDir, target.VolumeName),
+	})
+	if err != nil {
+		code := codes.InvalidArgument
+		var ce *credentials.Error
+		if errors.As(err, &ce) && ce.Precondition {
+			code = codes.FailedPrecondition
+		}
+		return nil, status.Error(code, err.Error())
+	}
 	return &request{
 		target: target,
 		pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
 		opts:   opts,
+		creds:  plan,
 		volume: handoff.Volume{
 			Version:    handoff.Version,
 			VolumeName: target.VolumeName,
@@ -235,6 +271,8 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 			ReadOnly:   req.GetReadonly() || roAccess || opts.ReadOnly,
 			Flags:      withMachineType(opts.Flags, s.cfg.MachineType),
 			Endpoint:   s.cfg.GCSEndpoint,
+			KeyFile:    plan.KeyFile(),
+			Identity:   plan.Identity,
 		},
 	}, nil
 }
@@ -255,7 +293,8 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("pod", r.pod.Namespace+"/"+r.pod.Name, "podUID", r.pod.UID, "volume", r.target.VolumeName, "bucket", r.volume.Bucket)
+	log := s.log.With("pod", r.pod.Namespace+"/"+r.pod.Name, "podUID", r.pod.UID, "volume", r.target.VolumeName, "bucket", r.volume.Bucket,
+		"credentials", r.creds)
 
 	existing, err := fusemount.Lookup(target)
 	if err != nil {
@@ -265,8 +304,16 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return s.republish(req, r, existing, log)
 	}
 
+	if err := s.checkSidecar(ctx, r.pod); err != nil {
+		log.Warn("refusing the mount", "err", err)
+		return nil, err
+	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
 		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime}
+	// The credential files exist before the sidecar can be offered the volume.
+	if _, err := s.writeCredentials(r); err != nil {
+		return nil, err
+	}
 	if err := s.mountAndOffer(ctx, rec, log); err != nil {
 		return nil, err
 	}
@@ -278,14 +325,9 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 // hand-off directory and records the publication. The caller holds the target's lock.
 func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog.Logger) error {
 	publishedAt := time.Now()
-	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", rec.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	emptyDir, err := s.openEmptyDir(rec.PodUID)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return status.Errorf(codes.FailedPrecondition,
-				"pod %s has no %q emptyDir volume: is the sidecar injected? annotate the pod with %s: \"true\"",
-				rec.PodUID, contract.TmpVolumeName, contract.AnnotationInject)
-		}
-		return status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
+		return err
 	}
 	handoffDir, err := podpath.MkdirOpen(emptyDir, contract.HandoffDir, 0o755)
 	emptyDir.Close()
@@ -329,24 +371,76 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	return nil
 }
 
+// writeCredentials writes the volume's credential files into the pod's gcsfuse-tmp
+// emptyDir (nothing for Application Default Credentials).
+func (s *NodeServer) writeCredentials(r *request) (credentials.Written, error) {
+	if !r.creds.KeyFile() {
+		return credentials.Written{}, nil
+	}
+	emptyDir, err := s.openEmptyDir(r.target.PodUID)
+	if err != nil {
+		return credentials.Written{}, err
+	}
+	defer emptyDir.Close()
+	w, err := credentials.Write(emptyDir, r.target.VolumeName, r.creds, s.cfg.SidecarUID, s.cfg.SidecarGID)
+	if err != nil {
+		return w, status.Errorf(codes.Internal, "volume %s (bucket %s, identity %s): write credentials for the sidecar: %v",
+			r.target.VolumeName, r.volume.Bucket, r.creds.Identity, err)
+	}
+	return w, nil
+}
+
+func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
+	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", podUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"pod %s has no %q emptyDir volume: is the sidecar injected? annotate the pod with %s: \"true\"",
+				podUID, contract.TmpVolumeName, contract.AnnotationInject)
+		}
+		return nil, status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
+	}
+	return emptyDir, nil
+}
+
+// sameVolume compares a republished volume with the published one. The identity's wording
+// is left out: a rotated key (a new key ID in the same Secret) is the same volume, and
+// its new file is written.
+func sameVolume(a, b handoff.Volume) bool {
+	a.Identity, b.Identity = "", ""
+	return reflect.DeepEqual(a, b)
+}
+
 // republish answers a publish of a target that is already mounted: the same volume is a
-// success (CSI idempotency), anything else is AlreadyExists.
+// success (CSI idempotency), anything else is AlreadyExists. With requiresRepublish the
+// kubelet calls it periodically with a fresh service account token: the credential files
+// are rewritten (when they changed) and the running mount is left alone; gcsfuse reads
+// the token file again at each token exchange.
 func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
 	s.mu.Lock()
 	pub := s.published[target]
 	s.mu.Unlock()
 	if pub != nil {
-		if pub.volumeID != req.GetVolumeId() || !reflect.DeepEqual(pub.volume, r.volume) {
+		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-		return &csi.NodePublishVolumeResponse{}, nil
-	}
-	// Published before this process started: all we can compare is what mountinfo shows.
-	if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly {
+	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly {
+		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}
-	log.Info("volume already mounted (published before this node plugin started)")
+	w, err := s.writeCredentials(r)
+	if err != nil {
+		return nil, err
+	}
+	if w.Token || w.Config {
+		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
+	} else {
+		log.Debug("republished: same volume, credentials unchanged")
+	}
+	if pub == nil {
+		log.Info("volume already mounted (published before this node plugin started)")
+	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -362,7 +456,11 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 		s.event(pod, false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
 	case handoff.StateFailed:
 		log.Error("gcsfuse failed to start", "message", st.Message)
-		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s: gcsfuse failed to start: %s", volume, st.Message))
+		who := ""
+		if vol.Identity != "" {
+			who = ", identity " + vol.Identity
+		}
+		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s (bucket %s%s): gcsfuse failed to start: %s", volume, vol.Bucket, who, st.Message))
 	case handoff.StateExited:
 		log.Warn("gcsfuse exited", "message", st.Message)
 		msg := st.Message
@@ -438,6 +536,25 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	delete(s.published, target)
 	s.mu.Unlock()
 	s.dropOffer(&offerRecord{Target: target})
+	s.removeCredentials(target)
 	s.log.Info("volume unpublished", "target", target, "ms", time.Since(start).Milliseconds())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// removeCredentials deletes the credential files of an unpublished target's volume: the
+// token and key must not outlive the mount in the pod's emptyDir. Best effort: the
+// kubelet deletes the emptyDir with the pod anyway.
+func (s *NodeServer) removeCredentials(target string) {
+	t, err := podpath.ParseTarget(s.cfg.KubeletRoot, target)
+	if err != nil {
+		return
+	}
+	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", t.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	if err != nil {
+		return // the pod's emptyDir is gone already
+	}
+	defer emptyDir.Close()
+	if err := credentials.Remove(emptyDir, t.VolumeName); err != nil {
+		s.log.Warn("cannot remove the volume's credential files", "target", target, "err", err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 )
 
 const root = "/var/lib/kubelet"
@@ -207,5 +208,51 @@ func TestNewNodeServerValidates(t *testing.T) {
 		if _, err := NewNodeServer(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewNodeServer(%+v) error = %v, want one naming %q", cfg, err, tt.want)
 		}
+	}
+}
+
+// A republish may carry a rotated key (another identity wording) but not another kind of
+// credentials: the running gcsfuse cannot change how it authenticates.
+func TestSameVolumeIgnoresOnlyTheIdentityWording(t *testing.T) {
+	a := handoff.Volume{VolumeName: "data", Bucket: "b", KeyFile: true, Identity: "service account x (key 1)"}
+	b := a
+	b.Identity = "service account x (key 2)"
+	if !sameVolume(a, b) {
+		t.Error("a rotated key made the volume differ")
+	}
+	b.KeyFile = false
+	if sameVolume(a, b) {
+		t.Error("a volume that lost its key file is the same volume")
+	}
+}
+
+// Credential problems are refused at validation with a code that says whose fault it is:
+// the volume's (InvalidArgument) or the cluster's setup (FailedPrecondition: no token).
+func TestValidatePublishCredentialCodes(t *testing.T) {
+	s := newTestServer()
+	base := func() *csi.NodePublishVolumeRequest {
+		return &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target,
+			VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+			VolumeContext: map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1",
+				contract.AttrWorkloadIdentityProvider: "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"}}
+	}
+	if _, err := s.validatePublish(base()); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "tokenRequests") {
+		t.Errorf("no token: %v", err)
+	}
+	req := base()
+	req.VolumeContext[contract.AttrServiceAccount] = "not-an-email"
+	if _, err := s.validatePublish(req); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad service account: %v", err)
+	}
+	req = base()
+	req.VolumeContext[contract.CtxSATokens] = `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
+	r, err := s.validatePublish(req)
+	if err != nil || !r.volume.KeyFile || !strings.Contains(r.volume.Identity, "through //iam.googleapis.com") {
+		t.Errorf("federation: %+v %v", r, err)
+	}
+	// The kubelet's keys stay accepted, the credential attributes too; others are refused.
+	req.VolumeContext["serviceAcount"] = "typo"
+	if _, err := s.validatePublish(req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"serviceAcount"`) {
+		t.Errorf("misspelt attribute: %v", err)
 	}
 }

@@ -3,46 +3,98 @@
 package emulator
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 )
+
+// shutdownTimeout bounds Stop's wait for requests in flight.
+const shutdownTimeout = 2 * time.Second
 
 // Server is a running emulator.
 type Server struct {
 	*fakestorage.Server
 	// Endpoint is what gcsfuse's --custom-endpoint must be set to.
 	Endpoint string
+	// URL is the emulator's base URL (http://host:port).
+	URL  string
+	http *http.Server
+	done chan struct{}
+}
+
+// Options for StartWith.
+type Options struct {
+	Host string
+	// Port 0 picks a free one.
+	Port    int
+	Buckets []string
+	// Wrap, if set, wraps the storage API's handler (an auth layer); it gets the base URL.
+	Wrap func(baseURL string, storage http.Handler) (http.Handler, error)
 }
 
 // Start runs an in-memory emulator on host:port (port 0 picks a free one) with the buckets.
-// The public host equals the listen address: gcsfuse fails reads with "stale file handle"
-// when the emulator's advertised host differs from the endpoint it dialled.
 func Start(host string, port int, buckets ...string) (*Server, error) {
-	if port == 0 {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+	return StartWith(Options{Host: host, Port: port, Buckets: buckets})
+}
+
+// StartWith runs an in-memory emulator as o says. The public host equals the listen
+// address: gcsfuse fails reads with "stale file handle" when the emulator's advertised host
+// differs from the endpoint it dialled.
+func StartWith(o Options) (*Server, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("GCS emulator: listen on %s:%d: %w", o.Host, o.Port, err)
 	}
-	hp := net.JoinHostPort(host, strconv.Itoa(port))
+	port := ln.Addr().(*net.TCPAddr).Port
+	hp := net.JoinHostPort(o.Host, strconv.Itoa(port))
 	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
 		Scheme:      "http",
-		Host:        host,
+		Host:        o.Host,
 		Port:        uint16(port),
 		PublicHost:  hp,
 		ExternalURL: "http://" + hp,
-		NoListener:  false,
+		NoListener:  true,
 	})
 	if err != nil {
+		ln.Close()
 		return nil, fmt.Errorf("start GCS emulator on %s: %w", hp, err)
 	}
-	for _, b := range buckets {
+	for _, b := range o.Buckets {
 		srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: b})
 	}
-	return &Server{Server: srv, Endpoint: "http://" + hp + "/storage/v1/"}, nil
+	base := "http://" + hp
+	h := srv.HTTPHandler()
+	if o.Wrap != nil {
+		if h, err = o.Wrap(base, h); err != nil {
+			ln.Close()
+			srv.Stop()
+			return nil, err
+		}
+	}
+	s := &Server{Server: srv, Endpoint: base + "/storage/v1/", URL: base, done: make(chan struct{}),
+		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { // owned by s: ends when Stop closes the server
+		defer close(s.done)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Println("GCS emulator:", err)
+		}
+	}()
+	return s, nil
+}
+
+// Stop ends the HTTP server (bounded) and the emulator.
+func (s *Server) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := s.http.Shutdown(ctx); err != nil {
+		s.http.Close()
+	}
+	<-s.done
+	s.Server.Stop()
 }

@@ -42,7 +42,17 @@ type Volume struct {
 	Flags []string `json:"flags,omitempty"`
 	// Endpoint is the driver-level GCS endpoint (an emulator); empty means real GCS.
 	Endpoint string `json:"endpoint,omitempty"`
+	// KeyFile says gcsfuse reads its credentials with --key-file from the file the node
+	// plugin wrote, contract.CredentialsDir/<volume>/contract.CredentialsConfigFile in the
+	// emptyDir. Unset: Application Default Credentials (anonymous with an emulator Endpoint).
+	// The frame never carries a secret, only where the sidecar finds it.
+	KeyFile bool `json:"keyFile,omitempty"`
+	// Identity names who reads the bucket, for the sidecar's messages (never a secret).
+	Identity string `json:"identity,omitempty"`
 }
+
+// maxIdentity bounds Volume.Identity.
+const maxIdentity = 512
 
 // States a Status frame can carry.
 const (
@@ -79,6 +89,14 @@ func (v *Volume) Validate() error {
 	}
 	if v.Bucket == "" {
 		return errors.New("empty bucket name")
+	}
+	if len(v.Identity) > maxIdentity {
+		return fmt.Errorf("identity longer than %d bytes", maxIdentity)
+	}
+	for _, r := range v.Identity {
+		if r < ' ' || r == 0x7f {
+			return errors.New("identity has control characters")
+		}
 	}
 	return nil
 }

@@ -75,47 +75,48 @@ const maxMiB = 1 << 30
 
 // allowed is the allowlist: gcsfuse v3.13 flags a pod author may set, with their value types.
 var allowed = map[string]spec{
-	"implicit-dirs":                          {kind: kBool},
-	"enable-streaming-writes":                {kind: kBool},
-	"enable-buffered-read":                   {kind: kBool},
-	"enable-nonexistent-type-cache":          {kind: kBool},
-	"enable-metadata-prefetch":               {kind: kBool},
-	"strong-consistency-on-open":             {kind: kBool},
-	"file-cache-cache-file-for-range-read":   {kind: kBool},
-	"file-cache-enable-parallel-downloads":   {kind: kBool},
-	"uid":                                    intRange(0, math.MaxInt32),
-	"gid":                                    intRange(0, math.MaxInt32),
-	"file-mode":                              {kind: kOctal},
-	"dir-mode":                               {kind: kOctal},
-	"only-dir":                               {kind: kPattern, pattern: pathPattern},
-	"billing-project":                        {kind: kPattern, pattern: projectPattern},
-	"file-cache-include-regex":               {kind: kPattern, pattern: regexPattern},
-	"file-cache-exclude-regex":               {kind: kPattern, pattern: regexPattern},
-	"rename-dir-limit":                       intRange(0, 10_000_000),
-	"stat-cache-max-size-mb":                 intRange(-1, maxMiB),
-	"type-cache-max-size-mb":                 intRange(-1, maxMiB),
-	"metadata-cache-ttl-secs":                intRange(-1, math.MaxInt32),
-	"metadata-cache-negative-ttl-secs":       intRange(-1, math.MaxInt32),
-	"kernel-list-cache-ttl-secs":             intRange(-1, math.MaxInt32),
-	"max-conns-per-host":                     intRange(0, 100_000),
-	"max-idle-conns-per-host":                intRange(0, 100_000),
-	"sequential-read-size-mb":                intRange(1, 1024),
-	"file-cache-max-size-mb":                 intRange(-1, maxMiB),
-	"file-cache-parallel-downloads-per-file": intRange(1, 1000),
-	"file-cache-max-parallel-downloads":      intRange(-1, 100_000),
-	"file-cache-download-chunk-size-mb":      intRange(1, 1024),
-	"write-global-max-blocks":                intRange(-1, maxMiB),
-	"read-global-max-blocks":                 intRange(-1, maxMiB),
-	"max-retry-attempts":                     intRange(0, 1000),
-	"limit-bytes-per-sec":                    floatRange(-1, 1e13),
-	"limit-ops-per-sec":                      floatRange(-1, 1e9),
-	"retry-multiplier":                       floatRange(1, 100),
-	"max-retry-sleep":                        {kind: kDuration, max: float64(time.Hour)},
-	"http-client-timeout":                    {kind: kDuration, max: float64(time.Hour)},
-	"log-severity":                           enum("trace", "debug", "info", "warning", "error", "off"),
-	"log-format":                             enum("text", "json"),
-	"client-protocol":                        enum("http1", "http2", "grpc"),
-	"profile":                                enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
+	"implicit-dirs":                           {kind: kBool},
+	"enable-streaming-writes":                 {kind: kBool},
+	"enable-buffered-read":                    {kind: kBool},
+	"enable-nonexistent-type-cache":           {kind: kBool},
+	"enable-metadata-prefetch":                {kind: kBool},
+	"strong-consistency-on-open":              {kind: kBool},
+	"file-cache-cache-file-for-range-read":    {kind: kBool},
+	"file-cache-enable-parallel-downloads":    {kind: kBool},
+	"uid":                                     intRange(0, math.MaxInt32),
+	"gid":                                     intRange(0, math.MaxInt32),
+	"file-mode":                               {kind: kOctal},
+	"dir-mode":                                {kind: kOctal},
+	"only-dir":                                {kind: kPattern, pattern: pathPattern},
+	"billing-project":                         {kind: kPattern, pattern: projectPattern},
+	"file-cache-include-regex":                {kind: kPattern, pattern: regexPattern},
+	"file-cache-exclude-regex":                {kind: kPattern, pattern: regexPattern},
+	"rename-dir-limit":                        intRange(0, 10_000_000),
+	"stat-cache-max-size-mb":                  intRange(-1, maxMiB),
+	"type-cache-max-size-mb":                  intRange(-1, maxMiB),
+	"metadata-cache-ttl-secs":                 intRange(-1, math.MaxInt32),
+	"metadata-cache-negative-ttl-secs":        intRange(-1, math.MaxInt32),
+	"kernel-list-cache-ttl-secs":              intRange(-1, math.MaxInt32),
+	"max-conns-per-host":                      intRange(0, 100_000),
+	"max-idle-conns-per-host":                 intRange(0, 100_000),
+	"sequential-read-size-mb":                 intRange(1, 1024),
+	"file-cache-max-size-mb":                  intRange(-1, maxMiB),
+	"file-cache-parallel-downloads-per-file":  intRange(1, 1000),
+	"file-cache-max-parallel-downloads":       intRange(-1, 100_000),
+	"file-cache-download-chunk-size-mb":       intRange(1, 1024),
+	"write-global-max-blocks":                 intRange(-1, maxMiB),
+	"read-global-max-blocks":                  intRange(-1, maxMiB),
+	"max-retry-attempts":                      intRange(0, 1000),
+	"limit-bytes-per-sec":                     floatRange(-1, 1e13),
+	"limit-ops-per-sec":                       floatRange(-1, 1e9),
+	"retry-multiplier":                        floatRange(1, 100),
+	"max-retry-sleep":                         {kind: kDuration, max: float64(time.Hour)},
+	"http-client-timeout":                     {kind: kDuration, max: float64(time.Hour)},
+	"log-severity":                            enum("trace", "debug", "info", "warning", "error", "off"),
+	"log-format":                              enum("text", "json"),
+	"client-protocol":                         enum("http1", "http2", "grpc"),
+	"profile":                                 enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
+	"experimental-metadata-prefetch-on-mount": enum("disabled", "sync", "async"),
 	// machine-type spares gcsfuse its metadata-server lookups at start; the node plugin sets
 	// it from the Node (csidriver.Config.MachineType) unless a volume does.
 	"machine-type": {kind: kPattern, pattern: machineTypePattern},
@@ -293,7 +294,7 @@ type Volume struct {
 //
 // The flags come out in a fixed order, never in map order: first the mount flags (in the
 // order given), then the mountOptions attribute (in its order), then the flag for
-// fileCacheCapacity. The node service compares a republished volume with the published one
+// fileCacheCapacity, then the GKE driver's attributes (incumbent.go). The node service compares a republished volume with the published one
 // field by field, so the same request must always give the same Flags; a fixed order also
 // makes a "given more than once" error name the same option every time. With several
 // unknown attributes, the error names the first in sorted order, for the same reason.
@@ -302,6 +303,10 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	for k := range attrs {
 		switch {
 		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity:
+		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL:
+			// pkg/credentials validates these.
+		case incumbentAttrs[k] != nil:
+			// The GKE driver's attributes (incumbent.go).
 		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
 		default:
 			unknown = append(unknown, k)
@@ -309,8 +314,9 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s)", unknown[0],
-			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity)
+		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s, %s, %s, %s)", unknown[0],
+			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity,
+			contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
 	}
 	var opts []string
 	for _, f := range mountFlags {
@@ -326,6 +332,11 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 		}
 		opts = append(opts, "file-cache-max-size-mb="+strconv.FormatInt(mib, 10))
 	}
+	aliased, err := incumbentOptions(attrs)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, aliased...)
 	bucket := bucketFallback
 	if v, ok := attrs[contract.AttrBucketName]; ok {
 		bucket = v

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,6 +90,58 @@ func MkdirOpen(dir *os.File, name string, mode uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
 }
 
+// OpenSub opens the directory name inside dir without following a symlink. An error
+// wrapping os.ErrNotExist means there is none.
+func OpenSub(dir *os.File, name string) (*os.File, error) {
+	if !validElement(name) {
+		return nil, fmt.Errorf("invalid directory name %q", name)
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+}
+
+// RemoveDir removes the empty directory name inside dir (a symlink there is not followed:
+// rmdir of a symlink fails).
+func RemoveDir(dir *os.File, name string) error {
+	if !validElement(name) {
+		return fmt.Errorf("invalid directory name %q", name)
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, unix.AT_REMOVEDIR); err != nil {
+		return &os.PathError{Op: "rmdir", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// SameFile reports whether name inside dir is a regular file (not a symlink) owned by
+// uid/gid with mode that holds exactly data.
+func SameFile(dir *os.File, name string, data []byte, mode uint32, uid, gid int) (bool, error) {
+	if !validElement(name) {
+		return false, fmt.Errorf("invalid file name %q", name)
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != uid || int(st.Gid) != gid || st.Mode&0o7777 != mode || st.Size != int64(len(data)) {
+		return false, nil
+	}
+	buf := make([]byte, len(data)+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return n == len(data) && string(buf[:n]) == string(data), nil
+}
+
 // ProcPath returns a path that reaches name inside dir through /proc/self/fd. It lets calls
 // that only take a path (bind(2) of a unix socket, mount(2)) act on the pinned directory, and
 // it stays short: a kubelet pod path can exceed the 108-byte unix socket path limit.
@@ -153,6 +206,25 @@ const (
 // rename or delete each other's temp file: the last rename wins with one complete content.
 // The leading "." makes the sidecar ignore temp files; a failed call removes its own.
 func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error {
+	return writeFileAtomic(dir, name, data, mode, nil)
+}
+
+// WriteFileAtomicOwned is WriteFileAtomic for a file that must belong to uid/gid from the
+// moment it appears under its name: the temp file is chowned and its mode set (fchown,
+// fchmod on the descriptor, so the umask cannot widen it) before the rename.
+func WriteFileAtomicOwned(dir *os.File, name string, data []byte, mode uint32, uid, gid int) error {
+	return writeFileAtomic(dir, name, data, mode, func(f *os.File) error {
+		if err := unix.Fchown(int(f.Fd()), uid, gid); err != nil {
+			return fmt.Errorf("fchown: %w", err)
+		}
+		if err := unix.Fchmod(int(f.Fd()), mode); err != nil {
+			return fmt.Errorf("fchmod: %w", err)
+		}
+		return nil
+	})
+}
+
+func writeFileAtomic(dir *os.File, name string, data []byte, mode uint32, prepare func(*os.File) error) error {
 	if !validElement(name) {
 		return fmt.Errorf("invalid file name %q", name)
 	}
@@ -160,7 +232,13 @@ func WriteFileAtomic(dir *os.File, name string, data []byte, mode uint32) error 
 	if err != nil {
 		return err
 	}
-	_, werr := f.Write(data)
+	var werr error
+	if prepare != nil {
+		werr = prepare(f)
+	}
+	if werr == nil {
+		_, werr = f.Write(data)
+	}
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
@@ -193,6 +271,36 @@ func createTemp(dir *os.File, name string, mode uint32) (*os.File, string, error
 		}
 	}
 	return nil, "", fmt.Errorf("no free temp name for %s after %d attempts: %w", filepath.Join(dir.Name(), name), maxTempAttempts, lastErr)
+}
+
+// OwnedDir creates name inside dir if missing, opens it without following symlinks, and
+// makes it a directory of uid/gid with mode: the files the node plugin puts there for the
+// sidecar are then readable by the sidecar alone. An existing directory owned by anyone
+// but root or uid was made by someone else (a container of the pod may write the parent):
+// it is refused rather than trusted.
+func OwnedDir(dir *os.File, name string, mode uint32, uid, gid int) (*os.File, error) {
+	d, err := MkdirOpen(dir, name, mode)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		d.Close()
+		return nil, &os.PathError{Op: "fstat", Path: d.Name(), Err: err}
+	}
+	if st.Uid != 0 && int(st.Uid) != uid {
+		d.Close()
+		return nil, fmt.Errorf("%s is owned by uid %d, not root or %d: refusing to use it", d.Name(), st.Uid, uid)
+	}
+	if err := unix.Fchown(int(d.Fd()), uid, gid); err != nil {
+		d.Close()
+		return nil, &os.PathError{Op: "fchown", Path: d.Name(), Err: err}
+	}
+	if err := unix.Fchmod(int(d.Fd()), mode); err != nil {
+		d.Close()
+		return nil, &os.PathError{Op: "fchmod", Path: d.Name(), Err: err}
+	}
+	return d, nil
 }
 
 // Exists reports whether name exists inside dir, without following a symlink (a symlink

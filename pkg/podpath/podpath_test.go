@@ -6,7 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -268,5 +271,81 @@ func TestWriteFileAtomicCleansUpOnError(t *testing.T) {
 		if e.Name() != "exit" {
 			t.Errorf("left behind: %s", e.Name())
 		}
+	}
+}
+
+func TestWriteFileAtomicOwnedSetsOwnerAndModeBeforeTheName(t *testing.T) {
+	needs.Root(t)
+	root := t.TempDir()
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	if err := WriteFileAtomicOwned(d, "token", []byte("secret"), 0o600, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(filepath.Join(root, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if sys.Uid != 65534 || sys.Gid != 65534 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token: uid %d gid %d mode %v, want 65534 65534 0600", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+	// A symlink planted under the name is replaced, never followed.
+	outside := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(outside, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "token")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "token")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomicOwned(d, "token", []byte("new"), 0o600, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "host" {
+		t.Fatalf("the host file was written through the symlink: %q", b)
+	}
+}
+
+func TestOwnedDirRefusesAForeignDirectory(t *testing.T) {
+	needs.Root(t)
+	root := t.TempDir()
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := OwnedDir(d, "creds", 0o700, 65534, 65534)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	st, _ := os.Lstat(filepath.Join(root, "creds"))
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 65534 || st.Mode().Perm() != 0o700 {
+		t.Fatalf("creds: uid %d mode %v", sys.Uid, st.Mode().Perm())
+	}
+	// Made beforehand by another user of the pod: refused.
+	if err := os.Mkdir(filepath.Join(root, "other"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(root, "other"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OwnedDir(d, "other", 0o700, 65534, 65534); err == nil || !strings.Contains(err.Error(), "owned by uid 1000") {
+		t.Fatalf("OwnedDir used a directory of uid 1000: %v", err)
+	}
+	// A symlink is not followed.
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OwnedDir(d, "link", 0o700, 65534, 65534); err == nil {
+		t.Fatal("OwnedDir followed a symlink")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -73,14 +75,14 @@ func TestDrainDecision(t *testing.T) {
 
 func TestGcsfuseArgs(t *testing.T) {
 	v := &handoff.Volume{Bucket: "bkt", Flags: []string{"--implicit-dirs", "--file-cache-max-size-mb=100"}, Endpoint: "http://e/storage/v1/"}
-	got := gcsfuseArgs(v, "/t/tmp", "/c/data")
+	got := gcsfuseArgs(v, "/t/tmp", "/c/data", "")
 	want := []string{"--foreground", "--temp-dir=/t/tmp", "--custom-endpoint=http://e/storage/v1/", "--anonymous-access",
 		"--cache-dir=/c/data", "--implicit-dirs", "--file-cache-max-size-mb=100", "bkt", "/dev/fd/3"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("args = %q\nwant %q", got, want)
 	}
 	// Real GCS, no file cache asked: no endpoint flags, no cache dir.
-	got = gcsfuseArgs(&handoff.Volume{Bucket: "bkt"}, "/t", "/c")
+	got = gcsfuseArgs(&handoff.Volume{Bucket: "bkt"}, "/t", "/c", "")
 	if want := []string{"--foreground", "--temp-dir=/t", "bkt", "/dev/fd/3"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("args = %q, want %q", got, want)
 	}
@@ -128,17 +130,89 @@ func TestCheckBucket(t *testing.T) {
 	}))
 	defer srv.Close()
 	ep := srv.URL + "/storage/v1/"
-	if err := checkBucket(context.Background(), ep, "there"); err != nil {
+	if err := checkBucket(context.Background(), ep, "there", "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkBucket(context.Background(), ep, "gone"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := checkBucket(context.Background(), ep, "gone", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("missing bucket: %v", err)
 	}
-	if err := checkBucket(context.Background(), ep, "broken"); err == nil || !strings.Contains(err.Error(), "500") {
+	if err := checkBucket(context.Background(), ep, "broken", "", ""); err == nil || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("server error: %v", err)
 	}
-	if err := checkBucket(context.Background(), "http://127.0.0.1:1/storage/v1/", "x"); err == nil || !strings.Contains(err.Error(), "unreachable") {
+	if err := checkBucket(context.Background(), "http://127.0.0.1:1/storage/v1/", "x", "", ""); err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("unreachable endpoint: %v", err)
+	}
+}
+
+// TestCheckBucketWithCredentials: with a key file the check carries the access token the
+// credentials give (got the way gcsfuse gets it), and a refusal names the identity.
+func TestCheckBucketWithCredentials(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/sts":
+			_ = r.ParseForm()
+			if r.Form.Get("subject_token") != "good.subject.token" {
+				w.WriteHeader(http.StatusBadRequest)
+				w.Write([]byte(`{"error":"invalid_grant","error_description":"the subject token was refused"}`))
+				return
+			}
+			w.Write([]byte(`{"access_token":"access-1","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":120}`))
+		case r.Header.Get("Authorization") != "Bearer access-1":
+			w.WriteHeader(http.StatusUnauthorized)
+		case r.URL.Path == "/storage/v1/b/mine":
+			w.Write([]byte(`{"name":"mine"}`))
+		default:
+			w.WriteHeader(http.StatusForbidden)
+			w.Write([]byte(`{"error":{"code":403,"message":"ns/app does not have storage.objects.list access"}}`))
+		}
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	conf := `{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",
+		"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"` + srv.URL + `/sts",
+		"credential_source":{"file":"` + token + `","format":{"type":"text"}}}`
+	keyFile := filepath.Join(dir, "credentials.json")
+	if err := os.WriteFile(keyFile, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("good.subject.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ep := srv.URL + "/storage/v1/"
+	if err := checkBucket(context.Background(), ep, "mine", keyFile, "sa ns/app"); err != nil {
+		t.Fatal(err)
+	}
+	err := checkBucket(context.Background(), ep, "theirs", keyFile, "sa ns/app")
+	if err == nil || !strings.Contains(err.Error(), `bucket "theirs": sa ns/app may not read it (403 Forbidden): ns/app does not have`) {
+		t.Fatalf("forbidden bucket: %v", err)
+	}
+	// Anonymous (no key file) on a bucket that wants a token.
+	if err := checkBucket(context.Background(), ep, "mine", "", ""); err == nil || !strings.Contains(err.Error(), "anonymous access is not accepted") {
+		t.Fatalf("anonymous: %v", err)
+	}
+	if err := os.WriteFile(token, []byte("bad.subject.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = checkBucket(context.Background(), ep, "mine", keyFile, "sa ns/app")
+	if err == nil || !strings.Contains(err.Error(), "sa ns/app was refused an access token") || !strings.Contains(err.Error(), "the subject token was refused") {
+		t.Fatalf("refused token: %v", err)
+	}
+	if strings.Contains(err.Error(), "bad.subject.token") {
+		t.Fatalf("the error quotes the token: %v", err)
+	}
+}
+
+func TestGcsfuseArgsWithKeyFile(t *testing.T) {
+	v := &handoff.Volume{Bucket: "bkt", Endpoint: "http://e/storage/v1/", KeyFile: true}
+	got := gcsfuseArgs(v, "/t", "", "/tmp/credentials/data/credentials.json")
+	want := []string{"--foreground", "--temp-dir=/t", "--custom-endpoint=http://e/storage/v1/", "--key-file=/tmp/credentials/data/credentials.json", "bkt", "/dev/fd/3"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("args = %q\nwant %q", got, want)
+	}
+	got = gcsfuseArgs(&handoff.Volume{Bucket: "bkt", KeyFile: true}, "/t", "", "/k.json")
+	if want := []string{"--foreground", "--temp-dir=/t", "--key-file=/k.json", "bkt", "/dev/fd/3"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("args = %q, want %q", got, want)
 	}
 }
 
@@ -177,6 +251,27 @@ func TestNewValidates(t *testing.T) {
 		tt.mutate(&cfg)
 		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) error = %v, want one containing %q", cfg, err, tt.want)
+		}
+	}
+}
+
+// TestCredentialsFromTakesOnlyTheNodePluginsTypes: the sidecar reads a credential file as
+// a service account key or an external_account configuration, never another type (an
+// executable-sourced or user credential planted in the emptyDir).
+func TestCredentialsFromTakesOnlyTheNodePluginsTypes(t *testing.T) {
+	dir := t.TempDir()
+	for body, ok := range map[string]bool{
+		`{"type":"authorized_user","client_id":"x","client_secret":"y","refresh_token":"z"}`: false,
+		`{"type":"impersonated_service_account"}`:                                            false,
+		`not json`: false,
+		`{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k","subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"http://127.0.0.1:1/sts","credential_source":{"file":"/nonexistent"}}`: true,
+	} {
+		f := filepath.Join(dir, "credentials.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := credentialsFrom(f); (err == nil) != ok {
+			t.Errorf("credentialsFrom(%s) = %v, want ok=%v", body, err, ok)
 		}
 	}
 }

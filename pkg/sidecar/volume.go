@@ -84,10 +84,17 @@ func (r exitResult) describe() string { return describe(r.Volume, r.Bucket) + ":
 
 // gcsfuseArgs builds the command line. Driver-owned flags come first and are never taken
 // from the hand-off's Flags, which passed the allowlist.
-func gcsfuseArgs(v *handoff.Volume, tempDir, cacheDir string) []string {
+// keyFile is the credential file of a volume with v.KeyFile ("" otherwise).
+func gcsfuseArgs(v *handoff.Volume, tempDir, cacheDir, keyFile string) []string {
 	args := []string{"--foreground", "--temp-dir=" + tempDir}
 	if v.Endpoint != "" {
-		args = append(args, "--custom-endpoint="+v.Endpoint, "--anonymous-access")
+		args = append(args, "--custom-endpoint="+v.Endpoint)
+		if keyFile == "" {
+			args = append(args, "--anonymous-access")
+		}
+	}
+	if keyFile != "" {
+		args = append(args, "--key-file="+keyFile)
 	}
 	if cacheDir != "" && wantsFileCache(v.Flags) {
 		args = append(args, "--cache-dir="+cacheDir)
@@ -109,8 +116,12 @@ func wantsFileCache(flags []string) bool {
 // copy is kept as the volume's spare until gcsfuse is ready. On error the caller still owns
 // fuse and conn; on success the volume owns conn.
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
+	keyFile := ""
+	if v.KeyFile {
+		keyFile = filepath.Join(s.cfg.TmpDir, contract.CredentialsDir, v.VolumeName, contract.CredentialsConfigFile)
+	}
 	if v.Endpoint != "" {
-		if err := checkBucket(ctx, v.Endpoint, v.Bucket); err != nil {
+		if err := checkBucket(ctx, v.Endpoint, v.Bucket, keyFile, v.Identity); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +140,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		}
 	}
 	metricsPort := pickMetricsPort(s.log)
-	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir), metricsPort)...)
+	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir, keyFile), metricsPort)...)
 	cmd.ExtraFiles = []*os.File{fuse}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}
 	// Pdeathsig: if the sidecar itself is killed, gcsfuse must not outlive it.
@@ -144,7 +155,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
 		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort}
 	vol.oomBase, vol.oomBaseOK = oomKills()
-	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags)
+	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity)
 
 	logsDone := make(chan struct{})
 	go func() { // owned by vol: ends when the child's output closes

@@ -37,20 +37,21 @@ type podOptions struct {
 	resources corev1.ResourceRequirements
 }
 
-// optedIn reports whether the pod asks for injection. Only the exact strings "true" and
-// "false" are accepted: "yes" or "True" is more likely a mistake than a decision.
-func optedIn(annotations map[string]string) (bool, error) {
+// optedIn reports what the pod's opt-in annotation says, and whether it is there at all.
+// Only the exact strings "true" and "false" are accepted: "yes" or "True" is more likely a
+// mistake than a decision.
+func optedIn(annotations map[string]string) (opted, set bool, err error) {
 	v, ok := annotations[contract.AnnotationInject]
 	if !ok {
-		return false, nil
+		return false, false, nil
 	}
 	switch v {
 	case "true":
-		return true, nil
+		return true, true, nil
 	case "false":
-		return false, nil
+		return false, true, nil
 	default:
-		return false, badAnnotation(contract.AnnotationInject, v, `must be "true" or "false"`)
+		return false, true, badAnnotation(contract.AnnotationInject, v, `must be "true" or "false"`)
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package webhook is the mutating admission webhook that adds the gcsfuse sidecar to the pods
-// that opt in with the contract.AnnotationInject annotation.
+// that use the driver (an inline volume, or a claim bound to one of its volumes: claims.go)
+// or opt in with the contract.AnnotationInject annotation.
 //
 // The sidecar is injected as a native sidecar (an init container with restartPolicy: Always)
 // when the API server and every kubelet the pod can land on support it, so that it starts
@@ -37,6 +38,9 @@ type Config struct {
 	SidecarImage string
 	// Resources are the defaults for resources that the pod's annotations do not set.
 	Resources ResourceDefaults
+	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
+	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
+	Claims VolumeClaims
 }
 
 // Mutator computes the JSON patch that injects the sidecar into a pod.
@@ -85,7 +89,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	log := m.log.With("namespace", req.Namespace, "pod", name, "uid", string(req.UID))
 
-	ops, warnings, mode, err := m.inject(pod)
+	ops, warnings, mode, err := m.inject(ctx, pod, req.Namespace)
 	if err != nil {
 		var bad *badRequestError
 		if errors.As(err, &bad) {
@@ -116,21 +120,40 @@ func isPodCreate(req *admissionv1.AdmissionRequest) bool {
 
 // inject returns the patch for pod (nil when there is nothing to do), warnings for the user
 // and the chosen mode. A *badRequestError is the user's mistake.
-func (m *Mutator) inject(pod *corev1.Pod) ([]patchOp, []string, string, error) {
-	opted, err := optedIn(pod.Annotations)
+func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string) ([]patchOp, []string, string, error) {
+	ann, aliasWarnings, err := withIncumbentAliases(pod.Annotations)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if !opted {
-		return nil, ignoredAnnotationWarnings(pod.Annotations), "", nil
+	opted, set, err := optedIn(ann)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var found []string
+	switch {
+	case set && !opted:
+		// Opted out: respected, but a volume of the driver in that pod will not be served.
+		if u := driverUsage(ctx, m.cfg.Claims, namespace, pod.Spec.Volumes); u.uses() {
+			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
+				contract.DriverName, u.volumes(), contract.AnnotationInject))
+		}
+		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+	case !set:
+		u := driverUsage(ctx, m.cfg.Claims, namespace, pod.Spec.Volumes)
+		if !u.uses() {
+			return nil, append(append(u.warnings, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+		}
+		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
+		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
+		found = u.warnings
 	}
 	if len(pod.Spec.Containers) == 0 {
 		// The API server rejects such a pod anyway; saying so here also guarantees that
 		// "/spec" exists in the object, which the patch paths below rely on.
 		return nil, nil, "", badRequest("the pod has no containers")
 	}
-	warnings := unknownAnnotationWarnings(pod.Annotations)
-	opts, err := parseOptions(pod.Annotations, m.cfg.Resources)
+	warnings := append(append(found, aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -728,8 +728,12 @@ func TestGoodIgnoreContainers(t *testing.T) {
 }
 
 func TestNotInjected(t *testing.T) {
+	// A pod without a volume of the driver (an emptyDir in place of the bucket).
 	pod := func(mods ...func(*corev1.Pod)) *corev1.Pod {
-		return newPod(append([]func(*corev1.Pod){func(p *corev1.Pod) { delete(p.Annotations, contract.AnnotationInject) }}, mods...)...)
+		return newPod(append([]func(*corev1.Pod){func(p *corev1.Pod) {
+			delete(p.Annotations, contract.AnnotationInject)
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}}, mods...)...)
 	}
 	tests := []struct {
 		name        string
@@ -739,6 +743,11 @@ func TestNotInjected(t *testing.T) {
 		{name: "no annotation", pod: pod()},
 		{name: "no annotations at all", pod: pod(func(p *corev1.Pod) { p.Annotations = nil })},
 		{name: "opted out", pod: pod(annotate(contract.AnnotationInject, "false"))},
+		{
+			name:        "opted out with a volume of the driver",
+			pod:         pod(annotate(contract.AnnotationInject, "false"), func(p *corev1.Pod) { p.Spec.Volumes = []corev1.Volume{gcsVolume("data", nil)} }),
+			wantWarning: "opts out of the gcsfuse sidecar",
+		},
 		{
 			name:        "our annotations without the opt-in",
 			pod:         pod(annotate(contract.AnnotationCPULimit, "not-a-quantity")),

@@ -293,7 +293,8 @@ func TestGcsfuseKilled(t *testing.T) {
 	})
 }
 
-// TestNodePluginRestart: the node plugin is restarted (upgrade, crash) while pods have
+// TestNodePluginRestart: the node plugin is restarted (by `helm upgrade` where the driver
+// was installed with Helm, else by deleting its pod, as a crash would) while pods have
 // mounted volumes. The mounts belong to the pods' sidecars and must keep working; the new
 // plugin must still end legacy sidecars when the workload is done.
 func TestNodePluginRestart(t *testing.T) {
@@ -320,8 +321,14 @@ func TestNodePluginRestart(t *testing.T) {
 	}
 	ctx := context.Background()
 	restarted := time.Now()
-	restartNodePlugin(t)
-	record(t, "node plugin delete -> new one ready", restarted, time.Now())
+	if helmBin != "" {
+		// Installed with Helm (hack/deploy.sh): restart it the way an upgrade does.
+		upgradeNodePlugin(t)
+		record(t, "helm upgrade -> new node plugin ready", restarted, time.Now())
+	} else {
+		restartNodePlugin(t)
+		record(t, "node plugin delete -> new one ready", restarted, time.Now())
+	}
 	// The new plugin must also serve new volumes: it re-registered with the kubelet.
 	fresh := run{newBucket(t), podName(t, "after")}
 	createPod(t, fresh.name, podOpts{

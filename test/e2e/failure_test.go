@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -393,19 +394,45 @@ func TestUnclaimedOfferRestart(t *testing.T) {
 // restartNodePlugin deletes the node plugin pod and waits for its replacement to be ready.
 func restartNodePlugin(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
-	old, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
-	if err != nil || len(old.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", old, err)
-	}
-	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+	old := nodePluginPod(t)
+	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(context.Background(), old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	waitNewNodePlugin(t, old)
+}
+
+// upgradeNodePlugin rolls the node plugin with `helm upgrade` (the release's values, plus a
+// pod annotation that changes its template) and waits for the new pod.
+func upgradeNodePlugin(t *testing.T) {
+	t.Helper()
+	old := nodePluginPod(t)
+	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", "gcsfuse-csi",
+		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values",
+		"--set-string", "node.podAnnotations.e2e-upgraded="+strconv.FormatInt(time.Now().UnixNano(), 10)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	waitNewNodePlugin(t, old)
+}
+
+func nodePluginPod(t *testing.T) string {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(context.Background(), metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", pods, err)
+	}
+	return pods.Items[0].Name
+}
+
+// waitNewNodePlugin waits until a node plugin pod other than old is ready.
+func waitNewNodePlugin(t *testing.T, old string) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
-		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old.Items[0].Name &&
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old &&
 			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
 			return
 		}

@@ -56,6 +56,9 @@ var (
 	// Kubernetes 1.29). The webhook's auto mode makes the same choice from the same field.
 	kubeletVersion *version.Version
 	nativeOK       bool
+	// helmBin and helmChart are set (E2E_HELM, E2E_HELM_CHART) when hack/deploy.sh installed
+	// the driver with Helm: upgrades then go through it.
+	helmBin, helmChart string
 )
 
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
@@ -120,6 +123,11 @@ func setup(kubeconfig string, m *testing.M) int {
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	helmBin, helmChart = os.Getenv("E2E_HELM"), os.Getenv("E2E_HELM_CHART")
+	if (helmBin == "") != (helmChart == "") {
+		fmt.Fprintln(os.Stderr, "e2e: set both E2E_HELM and E2E_HELM_CHART, or neither")
+		return 1
+	}
 	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil || len(nodes.Items) == 0 {
@@ -214,10 +222,18 @@ type object struct {
 	MD5Hash string `json:"md5Hash"`
 }
 
-// objects lists the bucket through the emulator's JSON API.
+// objects lists the bucket through the emulator's JSON API (with a checker's token when
+// the bucket has a policy: see policed).
 func objects(t *testing.T, bucket string) map[string]object {
 	t.Helper()
-	resp, err := http.Get(gcsURL + "/storage/v1/b/" + bucket + "/o")
+	req, err := http.NewRequest(http.MethodGet, gcsURL+"/storage/v1/b/"+bucket+"/o", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isPoliced(bucket) {
+		req.Header.Set("Authorization", "Bearer "+checkerToken(t))
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("list %s: %v", bucket, err)
 	}
@@ -292,12 +308,24 @@ type podOpts struct {
 	// noToken turns off the service account token volume, so the kubelet can start the pod
 	// without the API server (which issues the token).
 	noToken bool
+	// serviceAccount is the pod's service account ("" the namespace's default).
+	serviceAccount string
+	// attrs are further attributes of every volume; secret names every volume's
+	// nodePublishSecretRef.
+	attrs  map[string]string
+	secret string
 }
 
-func inlineVolume(v volume) corev1.Volume {
-	return corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
-		Driver: contract.DriverName, VolumeAttributes: map[string]string{contract.AttrBucketName: v.bucket},
-	}}}
+func inlineVolume(v volume, extra map[string]string, secret string) corev1.Volume {
+	attrs := map[string]string{contract.AttrBucketName: v.bucket}
+	for k, val := range extra {
+		attrs[k] = val
+	}
+	src := &corev1.CSIVolumeSource{Driver: contract.DriverName, VolumeAttributes: attrs}
+	if secret != "" {
+		src.NodePublishSecretRef = &corev1.LocalObjectReference{Name: secret}
+	}
+	return corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{CSI: src}}
 }
 
 func mounts(vols []volume) []corev1.VolumeMount {
@@ -332,8 +360,9 @@ func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
 	if o.noToken {
 		spec.AutomountServiceAccountToken = ptr(false)
 	}
+	spec.ServiceAccountName = o.serviceAccount
 	for _, v := range o.volumes {
-		spec.Volumes = append(spec.Volumes, inlineVolume(v))
+		spec.Volumes = append(spec.Volumes, inlineVolume(v, o.attrs, o.secret))
 	}
 	return ann, spec
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 )
 
 func fakestorageBucket(name string) fakestorage.CreateBucketOpts {
@@ -79,9 +80,12 @@ func randomBytes(t *testing.T, n int) []byte {
 }
 
 // object returns an object's bytes from the emulator (nil if absent).
-func object(t *testing.T, bucket, name string) []byte {
+func object(t *testing.T, bucket, name string) []byte { return objectIn(t, emu, bucket, name) }
+
+// objectIn returns an object's bytes from emulator e (nil if absent).
+func objectIn(t *testing.T, e *emulator.Server, bucket, name string) []byte {
 	t.Helper()
-	o, err := emu.GetObject(bucket, name)
+	o, err := e.GetObject(bucket, name)
 	if err != nil {
 		return nil
 	}
@@ -90,7 +94,12 @@ func object(t *testing.T, bucket, name string) []byte {
 
 func requireObject(t *testing.T, bucket, name string, want []byte) {
 	t.Helper()
-	got := object(t, bucket, name)
+	requireObjectIn(t, emu, bucket, name, want)
+}
+
+func requireObjectIn(t *testing.T, e *emulator.Server, bucket, name string, want []byte) {
+	t.Helper()
+	got := objectIn(t, e, bucket, name)
 	if got == nil {
 		t.Fatalf("object %s/%s missing from the bucket", bucket, name)
 	}

@@ -3,7 +3,9 @@
 //
 //	workload pause                          sleep until SIGTERM/SIGINT (pod sandbox)
 //	workload write -dir D -name N -bytes B [-chunk-delay d] [-exit c] [-finish-on-term] [-fail-first-run] [-marker M] [-also D2] [-read-back] [-then d]
-//	workload loop -dir D -prefix P -every d [-for d]   write P-0, P-1, ... until SIGTERM or -for
+//	workload loop -dir D -prefix P -every d [-for d] [-read N -read-bytes B]
+//	                                        write P-0, P-1, ... until SIGTERM or -for (and
+//	                                        read and check N after each)
 //	workload read -dir D -name N -bytes B   check that a file has the expected content
 //	workload sleep -for d
 //
@@ -65,6 +67,8 @@ func run(cmd string, args []string) int {
 	then := fs.Duration("then", 0, "write: keep working this long after the file is closed, then exit")
 	also := fs.String("also", "", "write: write the same file into this directory too (a second volume)")
 	readBack := fs.Bool("read-back", false, "write: after closing the file, drop its cached pages and read it back through the mount (so gcsfuse reads exactly -bytes from the bucket)")
+	readName := fs.String("read", "", "loop: after each file, read and check this file (of -read-bytes pattern bytes)")
+	readBytes := fs.Int64("read-bytes", 1<<20, "loop: size of the -read file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -125,7 +129,7 @@ func run(cmd string, args []string) int {
 		time.Sleep(*then)
 		return *exitCode
 	case "loop":
-		return loop(*dir, *prefix, *size, *every, *dur, term)
+		return loop(*dir, *prefix, *size, *every, *dur, *readName, *readBytes, term)
 	case "read":
 		if err := readFile(filepath.Join(*dir, *name), *size); err != nil {
 			fmt.Fprintf(os.Stderr, "read %s: %v\n", *name, err)
@@ -217,7 +221,7 @@ func readFile(path string, size int64) error {
 	return nil
 }
 
-func loop(dir, prefix string, size int64, every, dur time.Duration, term <-chan os.Signal) int {
+func loop(dir, prefix string, size int64, every, dur time.Duration, readName string, readBytes int64, term <-chan os.Signal) int {
 	var deadline <-chan time.Time
 	if dur > 0 {
 		deadline = time.After(dur)
@@ -233,6 +237,13 @@ func loop(dir, prefix string, size int64, every, dur time.Duration, term <-chan 
 			return 1
 		}
 		fmt.Printf("wrote %s at %d\n", name, time.Now().UnixMilli())
+		if readName != "" {
+			if err := readFile(filepath.Join(dir, readName), readBytes); err != nil {
+				fmt.Fprintf(os.Stderr, "read %s: %v\n", readName, err)
+				return 1
+			}
+			fmt.Printf("read %s at %d\n", readName, time.Now().UnixMilli())
+		}
 		select {
 		case s := <-term:
 			fmt.Printf("signal %s after %d files\n", s, i+1)

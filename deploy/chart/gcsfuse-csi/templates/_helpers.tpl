@@ -1,0 +1,41 @@
+{{/* The label every object of the driver carries. */}}
+{{- define "gcsfuse-csi.labels" -}}
+app.kubernetes.io/part-of: gcsfuse-csi
+{{- end }}
+
+{{/* image REF: repository:tag of one of .Values.images. */}}
+{{- define "gcsfuse-csi.image" -}}
+{{ .repository }}:{{ .tag }}
+{{- end }}
+
+{{/* What both webhook entries share. */}}
+{{- define "gcsfuse-csi.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+# Another webhook that adds containers after us gets us called again; our re-invocation
+# leaves the sidecar of a pod we already injected in place and only re-checks the init
+# containers (the native sidecar's GCSFUSE_INIT_CONTAINERS; a legacy pod whose new init
+# container reads the bucket is refused). An unchanged pod gets no patch.
+reinvocationPolicy: IfNeeded
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+clientConfig:
+  {{- with .Values.webhook.tls.caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+  service:
+    name: gcsfuse-webhook
+    namespace: {{ .Release.Namespace }}
+    path: /inject
+    port: 443
+rules:
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["pods"]
+    scope: Namespaced
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: ["kube-system", {{ .Release.Namespace | quote }}]
+{{- end }}

@@ -1,0 +1,599 @@
+package e2e
+
+// Credentials on the real cluster (docs/credentials.md): a pod reads and writes its bucket
+// as its own Kubernetes service account (Workload Identity Federation: the kubelet's token,
+// exchanged by gcsfuse at the emulator's STS, which validates it with a TokenReview), or as
+// the service account whose key its volume's Secret holds; a bucket the identity may not
+// use fails with an Event naming volume, bucket and identity; a pod keeps reading and
+// writing across access token expiries; and no token or key reaches a log, an Event or a
+// flag.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/secretscan"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// localProvider is the Workload Identity provider the local overlay's emulator serves.
+const localProvider = "//iam.googleapis.com/projects/0/locations/global/workloadIdentityPools/local/providers/kubernetes"
+
+// checkerIdentity reads and writes every bucket with a policy, for the tests' own checks.
+const checkerIdentity = "user:e2e-checker"
+
+// kubeletRoot is where the local cluster's kubelet keeps pods.
+const kubeletRoot = "/var/lib/kubelet"
+
+var (
+	policedMu sync.Mutex
+	policed   = map[string]bool{}
+	// sidecarLogs collects the sidecar logs of the credential tests' pods before they are
+	// deleted, for the secrets check.
+	sidecarLogsMu sync.Mutex
+	sidecarLogs   []string
+)
+
+func isPoliced(bucket string) bool {
+	policedMu.Lock()
+	defer policedMu.Unlock()
+	return policed[bucket]
+}
+
+// admin calls the emulator's admin API (it answers to this node only).
+func admin(t *testing.T, method, path string, body any) []byte {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, gcsURL+"/_admin/"+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("emulator admin %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("emulator admin %s %s: %s %s", method, path, resp.Status, b)
+	}
+	return b
+}
+
+// setPolicy lets writers read and write bucket (and the checker).
+func setPolicy(t *testing.T, bucket string, writers ...string) {
+	t.Helper()
+	admin(t, http.MethodPut, "policies/"+bucket, map[string][]string{"writers": append(writers, checkerIdentity)})
+	policedMu.Lock()
+	policed[bucket] = true
+	policedMu.Unlock()
+}
+
+// checkerToken is a fresh access token of checkerIdentity.
+func checkerToken(t *testing.T) string {
+	t.Helper()
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.Unmarshal(admin(t, http.MethodPost, "tokens", map[string]string{"identity": checkerIdentity}), &tok); err != nil || tok.AccessToken == "" {
+		t.Fatalf("checker token: %v", err)
+	}
+	return tok.AccessToken
+}
+
+// uploadPoliced is upload for a bucket with a policy.
+func uploadPoliced(t *testing.T, bucket, name string, size int64) {
+	t.Helper()
+	u := fmt.Sprintf("%s/upload/storage/v1/b/%s/o?uploadType=media&name=%s", gcsURL, bucket, url.QueryEscape(name))
+	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(patternBytes(size)))
+	req.Header.Set("Authorization", "Bearer "+checkerToken(t))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upload %s/%s: %s %s", bucket, name, resp.Status, msg)
+	}
+}
+
+func createServiceAccount(t *testing.T, name string) string {
+	t.Helper()
+	_, err := cs.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create service account %s: %v", name, err)
+	}
+	return "system:serviceaccount:" + ns + ":" + name
+}
+
+// keepSidecarLog stores a pod's sidecar log for the secrets check.
+func keepSidecarLog(pod string) {
+	l := logs(pod, contract.SidecarContainerName)
+	sidecarLogsMu.Lock()
+	sidecarLogs = append(sidecarLogs, pod+":\n"+l)
+	sidecarLogsMu.Unlock()
+}
+
+func deleteNow(t *testing.T, pod string) {
+	t.Helper()
+	keepSidecarLog(pod)
+	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), pod, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+}
+
+// credDir is the volume's credentials directory of the pod, on this host.
+func credDir(p *corev1.Pod, volume string) string {
+	return filepath.Join(kubeletRoot, "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName,
+		contract.CredentialsDir, volume)
+}
+
+// checkOwned fails unless path is owned by the sidecar's user with mode (and no symlink).
+func checkOwned(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	st, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if sys.Uid != contract.SidecarUID || sys.Gid != contract.SidecarGID || st.Mode().Perm() != mode || st.Mode()&os.ModeSymlink != 0 {
+		t.Errorf("%s: mode %v uid %d gid %d, want %v owned by %d:%d", path, st.Mode(), sys.Uid, sys.Gid, mode, contract.SidecarUID, contract.SidecarGID)
+	}
+}
+
+// tokenClaims decodes a service account token's claims (no verification: the emulator's
+// STS has the API server do that).
+type tokenClaims struct {
+	Sub string   `json:"sub"`
+	Aud []string `json:"aud"`
+	Exp int64    `json:"exp"`
+	K8s struct {
+		Pod struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+func claimsOf(t *testing.T, token string) tokenClaims {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("the token file does not hold a JWT (%d parts)", len(parts))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatalf("token claims: %v", err)
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("token claims: %v", err)
+	}
+	return c
+}
+
+// waitToken waits for the pod's token file and checks the layout: directories 0700, files
+// 0600, all owned by the sidecar's user; the token is the pod's own (its service account,
+// the driver's audience, bound to this pod). It returns the token.
+func waitToken(t *testing.T, name, volume, identity string) string {
+	t.Helper()
+	p := waitPod(t, name, 90*time.Second, "running its app", appRunning)
+	dir := credDir(p, volume)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Lstat(filepath.Join(dir, contract.CredentialsTokenFile)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no token file in %s", dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	checkOwned(t, filepath.Dir(dir), 0o700)
+	checkOwned(t, dir, 0o700)
+	checkOwned(t, filepath.Join(dir, contract.CredentialsTokenFile), 0o600)
+	checkOwned(t, filepath.Join(dir, contract.CredentialsConfigFile), 0o600)
+	b, err := os.ReadFile(filepath.Join(dir, contract.CredentialsTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := string(b)
+	c := claimsOf(t, tok)
+	if c.Sub != identity || c.K8s.Pod.Name != name || c.K8s.Pod.UID != string(p.UID) || !containsString(c.Aud, contract.TokenAudience) {
+		t.Errorf("token of pod %s: sub %q pod %s/%s aud %v; want %s bound to this pod for %s", name, c.Sub, c.K8s.Pod.Name, c.K8s.Pod.UID, c.Aud, identity, contract.TokenAudience)
+	}
+	conf, _ := os.ReadFile(filepath.Join(dir, contract.CredentialsConfigFile))
+	if !strings.Contains(string(conf), `"file": "`+contract.TmpMountPath+"/"+contract.CredentialsDir+"/"+volume+"/"+contract.CredentialsTokenFile+`"`) {
+		t.Errorf("the external_account configuration does not point to the token in the sidecar's emptyDir:\n%s", conf)
+	}
+	// No app container sees the emptyDir that holds it.
+	for _, c := range p.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == contract.TmpVolumeName && c.Name != contract.SidecarContainerName {
+				t.Errorf("container %s mounts %s", c.Name, contract.TmpVolumeName)
+			}
+		}
+	}
+	return tok
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// exchange asks the emulator's STS for an access token for a Kubernetes token, as gcsfuse
+// does; it returns the HTTP status.
+func exchange(t *testing.T, token string) int {
+	t.Helper()
+	resp, err := http.PostForm(gcsURL+"/sts/v1/token", url.Values{
+		"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"}, "audience": {localProvider},
+		"subject_token_type": {"urn:ietf:params:oauth:token-type:jwt"}, "subject_token": {token},
+		"requested_token_type": {"urn:ietf:params:oauth:token-type:access_token"},
+		"scope":                {"https://www.googleapis.com/auth/devstorage.full_control"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func credMode() string {
+	if nativeOK {
+		return contract.ModeNative
+	}
+	return contract.ModeLegacy
+}
+
+// TestCredentials runs the credential cases in parallel, then checks that none of the
+// secrets the emulator issued or received (access tokens, Kubernetes tokens, keys, JWT
+// grants) appears in the logs of the node plugin, the webhook and the sidecars, in the
+// namespace's Events, or in the flags of the driver's processes.
+func TestCredentials(t *testing.T) {
+	needRoot(t) // reads the credential files on the node
+	t.Run("cases", func(t *testing.T) {
+		t.Run("federation", testFederation)
+		t.Run("secret-key", testSecretKey)
+		t.Run("secret-key-pv", testSecretKeyPV)
+		t.Run("refresh", testRefresh)
+	})
+	checkNoSecrets(t)
+}
+
+// testFederation: a pod's own service account reads and writes the bucket its policy
+// allows; the same service account on another bucket gets an Event naming volume, bucket
+// and identity and I/O errors; each pod has its own token, bound to it, readable only by
+// its sidecar's user, and worthless once the pod is gone.
+func testFederation(t *testing.T) {
+	t.Parallel()
+	identity := createServiceAccount(t, "wif-app")
+	allowed, denied := newBucket(t), newBucket(t)
+	setPolicy(t, allowed, identity)
+	setPolicy(t, denied, "system:serviceaccount:"+ns+":someone-else")
+	uploadPoliced(t, allowed, "input.bin", mib)
+	attrs := map[string]string{contract.AttrWorkloadIdentityProvider: localProvider}
+
+	okPod := podName(t, "allowed")
+	createPod(t, okPod, podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-app", attrs: attrs,
+		volumes: []volume{{"bucket", allowed, mountPath}},
+		args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(mib), "-then", "20s"},
+		extra:   []corev1.Container{workloadContainer("reader", []volume{{"bucket", allowed, mountPath}}, "read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib))},
+	})
+	okToken := waitToken(t, okPod, "bucket", identity)
+	pid := gcsfusePID(t, allowed)
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(cmdline), "\x00")
+	if want := "--key-file=" + contract.TmpMountPath + "/" + contract.CredentialsDir + "/bucket/" + contract.CredentialsConfigFile; !containsString(args, want) || containsString(args, "--anonymous-access") {
+		t.Errorf("gcsfuse args %q: want %s and no --anonymous-access", args, want)
+	}
+	p := waitPod(t, okPod, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", okPod, p.Status.Phase, describe(p), podEvents(okPod), logs(okPod, contract.SidecarContainerName))
+	}
+	expectObject(t, allowed, "out.bin", mib)
+
+	deniedPod := podName(t, "denied")
+	createPod(t, deniedPod, podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-app", attrs: attrs,
+		volumes: []volume{{"bucket", denied, mountPath}},
+		args:    []string{"sleep", "-for", "20s"},
+		extra:   []corev1.Container{workloadContainer("reader", []volume{{"bucket", denied, mountPath}}, "read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib))},
+	})
+	start := time.Now()
+	e := waitEvent(t, deniedPod, 60*time.Second, regexp.MustCompile(`^`+contract.EventGcsfuseFailed+`$`),
+		"volume bucket", denied, "Kubernetes service account "+ns+"/wif-app", identity+" does not have storage.objects.get access", "403")
+	record(t, "pod created -> denial Event", start, time.Now())
+	t.Logf("event: %s", e.Message)
+	deniedToken := waitToken(t, deniedPod, "bucket", identity)
+	if deniedToken == okToken {
+		t.Error("two pods got the same token")
+	}
+	p = waitPod(t, deniedPod, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodFailed {
+		t.Errorf("the pod reading a forbidden bucket ended %s, want Failed (I/O errors, not an empty directory)", p.Status.Phase)
+	}
+	if !strings.Contains(logs(deniedPod, "reader"), "input/output error") {
+		t.Errorf("the read of the forbidden bucket did not fail with an I/O error:\n%s", logs(deniedPod, "reader"))
+	}
+
+	// A pod's token is bound to it: once the pod is gone the STS refuses it.
+	if code := exchange(t, okToken); code != http.StatusOK {
+		t.Fatalf("the running pod's token was refused (%d) before its pod was deleted", code)
+	}
+	deleteNow(t, okPod)
+	deleteNow(t, deniedPod)
+	deadline := time.Now().Add(60 * time.Second)
+	for exchange(t, okToken) == http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the STS still accepts the token of a deleted pod")
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// testSecretKey: a service account key in a Secret (nodePublishSecretRef, resolved by the
+// kubelet in the pod's namespace) writes the bucket; a Secret without the key fails the
+// mount with an Event that says what to fix.
+func testSecretKey(t *testing.T) {
+	t.Parallel()
+	email := "e2e-key-writer@emulator-project.iam.gserviceaccount.com"
+	key := admin(t, http.MethodPost, "serviceaccounts", map[string]string{"email": email})
+	ctx := context.Background()
+	for name, data := range map[string]map[string][]byte{"gcs-key": {contract.SecretKeyServiceAccount: key}, "not-a-key": {"password": []byte("x")}} {
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bucket := newBucket(t)
+	setPolicy(t, bucket, "serviceAccount:"+email)
+	pod := podName(t, "key")
+	createPod(t, pod, podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, secret: "gcs-key",
+		volumes: []volume{{"bucket", bucket, mountPath}},
+		args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(2 * mib), "-then", "5s"},
+	})
+	running := waitPod(t, pod, 90*time.Second, "running its app", appRunning)
+	dir := credDir(running, "bucket")
+	checkOwned(t, dir, 0o700)
+	checkOwned(t, filepath.Join(dir, contract.CredentialsConfigFile), 0o600)
+	p := waitPod(t, pod, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s", pod, p.Status.Phase, describe(p), podEvents(pod))
+	}
+	expectObject(t, bucket, "out.bin", 2*mib)
+	deleteNow(t, pod)
+
+	bad := podName(t, "missing-key")
+	createPod(t, bad, podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, secret: "not-a-key",
+		volumes: []volume{{"bucket", bucket, mountPath}},
+		args:    []string{"write", "-dir", mountPath, "-name", "never.bin", "-bytes", "1"},
+	})
+	e := waitEvent(t, bad, 60*time.Second, regexp.MustCompile(`^FailedMount$`), "volume bucket", bucket, `no key "key.json"`)
+	t.Logf("event: %s", e.Message)
+	deleteNow(t, bad)
+}
+
+// testSecretKeyPV: the same key on a PersistentVolume, whose nodePublishSecretRef names the
+// Secret's namespace; the pod mounts it through a claim.
+func testSecretKeyPV(t *testing.T) {
+	t.Parallel()
+	email := "e2e-pv-writer@emulator-project.iam.gserviceaccount.com"
+	key := admin(t, http.MethodPost, "serviceaccounts", map[string]string{"email": email})
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gcs-pv-key"},
+		Data: map[string][]byte{contract.SecretKeyServiceAccount: key}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bucket := newBucket(t)
+	setPolicy(t, bucket, "serviceAccount:"+email)
+	pvName := bucket // cluster-scoped: unique per run like the bucket
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		StorageClassName:              "",
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: contract.DriverName, VolumeHandle: bucket,
+			NodePublishSecretRef: &corev1.SecretReference{Name: "gcs-pv-key", Namespace: ns},
+		}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "key-claim"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &empty, VolumeName: pvName,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := podName(t, "")
+	ann, spec := podTemplate(podOpts{mode: credMode(), restart: corev1.RestartPolicyNever,
+		args: []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(mib)}})
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "bucket", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "key-claim"}}})
+	spec.Containers[0].VolumeMounts = mounts([]volume{{"bucket", bucket, mountPath}})
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s", name, p.Status.Phase, describe(p), podEvents(name))
+	}
+	expectObject(t, bucket, "out.bin", mib)
+	deleteNow(t, name)
+}
+
+// testRefresh: a pod reads and writes through federation for 4.5 minutes, more than two
+// lifetimes of the emulator's 2-minute access tokens: gcsfuse exchanges the token file
+// again whenever its access token runs out, and no request fails.
+func testRefresh(t *testing.T) {
+	t.Parallel()
+	identity := createServiceAccount(t, "wif-long")
+	bucket := newBucket(t)
+	setPolicy(t, bucket, identity)
+	const readSize = 64 << 10
+	uploadPoliced(t, bucket, "input.bin", readSize)
+	pod := podName(t, "")
+	const every, runFor = 5 * time.Second, 270 * time.Second
+	createPod(t, pod, podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-long",
+		attrs:   map[string]string{contract.AttrWorkloadIdentityProvider: localProvider},
+		volumes: []volume{{"bucket", bucket, mountPath}},
+		args: []string{"loop", "-dir", mountPath, "-prefix", "p", "-bytes", strconv.Itoa(readSize), "-every", every.String(), "-for", runFor.String(),
+			"-read", "input.bin", "-read-bytes", strconv.Itoa(readSize)},
+	})
+	p := waitPod(t, pod, runFor+3*time.Minute, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\napp log:\n%s\n%s", pod, p.Status.Phase, describe(p), logs(pod, appContainer), podEvents(pod))
+	}
+	objs := objects(t, bucket)
+	n := 0
+	for name := range objs {
+		if strings.HasPrefix(name, "p-") {
+			n++
+		}
+	}
+	if want := int(runFor/every) - 2; n < want {
+		t.Fatalf("%d files written over %s, want at least %d", n, runFor, want)
+	}
+	for i := 0; i < n; i++ {
+		expectObject(t, bucket, "p-"+strconv.Itoa(i), readSize)
+	}
+	reads := strings.Count(logs(pod, appContainer), "read input.bin at")
+	// The emulator logs each access token it issues: more than one for this identity means
+	// gcsfuse exchanged the pod's token again when the first access token ran out.
+	issuedTo := strings.Count(emulatorLog(t), `msg="access token issued" identity=`+identity+" ")
+	if issuedTo < 2 {
+		t.Errorf("the emulator issued %d access tokens to %s over %s of 2-minute tokens: gcsfuse never refreshed", issuedTo, identity, runFor)
+	}
+	republished := strings.Count(nodePluginLog(t), `podUID=`+string(p.UID)) // every line the node plugin logged about this pod's volume
+	t.Logf("%d files written and %d reads over %s; %d access tokens issued to %s; %d node plugin log lines for the pod (republishes included)",
+		n, reads, runFor, issuedTo, identity, republished)
+	if ev := podEvents(pod); strings.Contains(ev, "FailedMount") {
+		t.Errorf("a republish failed:\n%s", ev)
+	}
+	deleteNow(t, pod)
+}
+
+// componentLog is the log of the first pod with the label in the driver's namespace.
+func componentLog(t *testing.T, selector string) string {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("pods %s: %v", selector, err)
+	}
+	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of %s: %v", pods.Items[0].Name, err)
+	}
+	return string(b)
+}
+
+func emulatorLog(t *testing.T) string   { return componentLog(t, "app=gcs-emulator") }
+func nodePluginLog(t *testing.T) string { return componentLog(t, "app=gcsfuse-csi-node") }
+
+// checkNoSecrets greps every log, Event and process flag of the driver for the secrets the
+// emulator issued or received.
+func checkNoSecrets(t *testing.T) {
+	var issued []string
+	if err := json.Unmarshal(admin(t, http.MethodGet, "issued", nil), &issued); err != nil || len(issued) == 0 {
+		t.Fatalf("the emulator issued nothing (%v): the check would prove nothing", err)
+	}
+	ctx := context.Background()
+	sources := map[string]string{}
+	for _, sel := range []string{"app=gcsfuse-csi-node", "app=gcsfuse-webhook"} {
+		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("pods %s: %v", sel, err)
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+				if err != nil {
+					t.Fatalf("logs of %s/%s: %v", p.Name, c.Name, err)
+				}
+				sources["log of "+p.Name+"/"+c.Name] = string(b)
+				spec, _ := json.Marshal(c)
+				sources["spec of "+p.Name+"/"+c.Name] = string(spec)
+			}
+		}
+	}
+	sidecarLogsMu.Lock()
+	sources["sidecar logs"] = strings.Join(sidecarLogs, "\n")
+	sidecarLogsMu.Unlock()
+	ev, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs strings.Builder
+	for _, e := range ev.Items {
+		fmt.Fprintf(&evs, "%s %s\n", e.Reason, e.Message)
+	}
+	sources["events"] = evs.String()
+	var flags strings.Builder
+	for _, pid := range testenv.ProcessPIDs(func(args []string) bool {
+		base := filepath.Base(args[0])
+		return base == "gcsfuse" || base == "gcsfuse-sidecar" || base == "gcsfuse-csi-node" || base == "gcsfuse-webhook"
+	}) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		flags.Write(b)
+		flags.WriteByte('\n')
+	}
+	sources["driver process flags"] = flags.String()
+	checked := 0
+	for _, s := range issued {
+		for _, part := range secretscan.Parts(s) {
+			checked++
+			for name, text := range sources {
+				if strings.Contains(text, part) {
+					t.Errorf("%s contains a secret the emulator issued or received (%d bytes)", name, len(s))
+				}
+			}
+		}
+	}
+	t.Logf("%d secrets (%d parts) checked against %d sources (%d bytes)", len(issued), checked, len(sources), totalLen(sources))
+}
+
+func totalLen(m map[string]string) int {
+	n := 0
+	for _, s := range m {
+		n += len(s)
+	}
+	return n
+}
