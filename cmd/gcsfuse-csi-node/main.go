@@ -192,9 +192,10 @@ func run() int {
 	// releases a sidecar while stopping still records its Event. The runtime closes last.
 	defer lc.Close(2 * time.Second)
 
+	initialMT, learnMT := initialMachineType(*machineType, nodes != nil, log)
 	ns, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: resolveMachineType(ctx, *machineType, nodes, *nodeID, log), StateDir: offerDir(*stateDir, *kubeletRoot),
+		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot),
 		Credentials: credentials.Config{
 			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
@@ -248,6 +249,15 @@ func run() int {
 	} else {
 		close(rtDone)
 	}
+	mtDone := make(chan struct{})
+	if learnMT {
+		go func() { // owned by run: ends with runCtx, or once the Node has answered
+			defer close(mtDone)
+			learnMachineType(runCtx, nodes, *nodeID, ns.SetMachineType, log)
+		}()
+	} else {
+		close(mtDone)
+	}
 	watchDone := make(chan struct{})
 	if newWatcher != nil {
 		go func() { // owned by run: ends with runCtx
@@ -292,6 +302,7 @@ func run() int {
 		_ = msrv.Shutdown(sctx)
 		cancel()
 	}
+	<-mtDone // each of its calls is bounded by nodeGetTimeout, and runCtx has ended
 	select { // the pod watch bounds its own shutdown; this bound is a backstop
 	case <-watchDone:
 	case <-time.After(podwatch.DefaultShutdownTimeout + time.Second):

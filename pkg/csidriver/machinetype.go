@@ -1,8 +1,11 @@
 package csidriver
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
 // Machine types, and why the node plugin passes one.
@@ -31,4 +34,23 @@ func withMachineType(flags []string, mt string) []string {
 		return flags
 	}
 	return append(slices.Clip(flags), machineTypeFlag+mt)
+}
+
+// withoutMachineType returns flags without --machine-type (a new slice).
+func withoutMachineType(flags []string) []string {
+	return slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, machineTypeFlag) })
+}
+
+// SetMachineType sets the machine type given to gcsfuse from the next publish on: the node
+// plugin learns it from its Node object, which may take a while when the API server is
+// away, and mounts are not held up for it. A republish of a volume published before still
+// matches it.
+func (s *NodeServer) SetMachineType(mt string) error {
+	if mt != "" {
+		if _, err := mountopts.Parse([]string{"machine-type=" + mt}); err != nil {
+			return fmt.Errorf("machine type: %w", err)
+		}
+	}
+	s.machineType.Store(&mt)
+	return nil
 }

@@ -49,3 +49,33 @@ func TestWithMachineTypeDoesNotAlias(t *testing.T) {
 		t.Fatalf("a = %q, b = %q, base = %q", a, b, base)
 	}
 }
+
+// A machine type learnt after a volume was published is used from the next publish on, and
+// the republish of that volume still matches it (the kubelet republishes every volume
+// periodically when the CSIDriver asks for tokens).
+func TestSetMachineTypeLaterKeepsRepublishMatching(t *testing.T) {
+	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	req := &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw, "implicit-dirs")}
+	before, err := s.validatePublish(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetMachineType("n2-standard-4"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.validatePublish(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"--implicit-dirs", "--machine-type=n2-standard-4"}; !reflect.DeepEqual(after.volume.Flags, want) {
+		t.Fatalf("flags after SetMachineType = %q, want %q", after.volume.Flags, want)
+	}
+	if !sameVolume(before.volume, after.volume) {
+		t.Fatal("the republish of a volume published before the machine type was learnt does not match it")
+	}
+	if err := s.SetMachineType("bad type"); err == nil {
+		t.Fatal("a bad machine type was accepted")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
@@ -41,7 +42,8 @@ type Config struct {
 	// (sidecarcheck.go); nil: no check.
 	HasSidecar SidecarLookup
 	// MachineType is given to every gcsfuse as --machine-type unless the volume sets one
-	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself.
+	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself, until
+	// SetMachineType gives one.
 	MachineType string
 	// Credentials configures Workload Identity Federation and the service account keys
 	// volumes may bring (pkg/credentials); its zero value means Application Default
@@ -91,6 +93,8 @@ type NodeServer struct {
 	published map[string]*publication
 	// draining records the pod UIDs whose SidecarDraining Event was recorded.
 	draining *expiring.Set[string]
+	// machineType is Config.MachineType, or what SetMachineType set since.
+	machineType atomic.Pointer[string]
 }
 
 // publication is what we remember about a published target, to answer repeated calls.
@@ -150,8 +154,10 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if log == nil {
 		log = slog.Default()
 	}
-	return &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		draining: expiring.New[string](drainingMemory)}, nil
+	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
+		draining: expiring.New[string](drainingMemory)}
+	ns.machineType.Store(&cfg.MachineType)
+	return ns, nil
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
@@ -269,7 +275,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 			VolumeName: target.VolumeName,
 			Bucket:     opts.Bucket,
 			ReadOnly:   req.GetReadonly() || roAccess || opts.ReadOnly,
-			Flags:      withMachineType(opts.Flags, s.cfg.MachineType),
+			Flags:      withMachineType(opts.Flags, *s.machineType.Load()),
 			Endpoint:   s.cfg.GCSEndpoint,
 			KeyFile:    plan.KeyFile(),
 			Identity:   plan.Identity,
@@ -408,6 +414,8 @@ func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
 // its new file is written.
 func sameVolume(a, b handoff.Volume) bool {
 	a.Identity, b.Identity = "", ""
+	// The driver's --machine-type may have been learnt between the publish and now.
+	a.Flags, b.Flags = withoutMachineType(a.Flags), withoutMachineType(b.Flags)
 	return reflect.DeepEqual(a, b)
 }
 

@@ -226,16 +226,8 @@ func TestRuntimeWatchSource(t *testing.T) {
 	if name == "containerd" && major >= 2 {
 		want = "using the container runtime's event stream"
 	}
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(np.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", np, err)
-	}
-	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(np.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), want) {
-		t.Fatalf("runtime %s: the node plugin log does not say %q:\n%s", rt, want, b)
+	if l := nodePluginLog(t); !strings.Contains(l, want) {
+		t.Fatalf("runtime %s: the node plugin log does not say %q:\n%s", rt, want, l)
 	}
 	t.Logf("runtime %s: %s", rt, want)
 }
@@ -332,6 +324,15 @@ func TestMachineType(t *testing.T) {
 			break
 		}
 	}
+	// The node plugin reads its Node in the background (it does not hold mounts up for it:
+	// after a restart during an API outage, TestAPIServerOutage, it learns it later).
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(nodePluginLog(t), "machineType="+want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node plugin has not learnt the machine type %q within 60 s:\n%s", want, nodePluginLog(t))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	bucket := newBucket(t)
 	name := podName(t, "")
 	createPod(t, name, podOpts{mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
@@ -346,3 +347,4 @@ func TestMachineType(t *testing.T) {
 	}
 	expectObject(t, bucket, "m.bin", 1024)
 }
+
