@@ -347,4 +347,3 @@ func TestMachineType(t *testing.T) {
 	}
 	expectObject(t, bucket, "m.bin", 1024)
 }
-
