@@ -322,35 +322,21 @@ func (s *scale) runPods(ctx context.Context, prefix string, buckets []string) (m
 		}
 		watchDone <- fmt.Errorf("pods not done within %s", s.timeout)
 	}()
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	errs := make(chan error, s.n)
-	for range createWorkers {
-		wg.Go(func() { // ends when jobs is closed
-			for i := range jobs {
-				name := fmt.Sprintf("%s-%03d", prefix, i)
-				t0 := time.Now()
-				created, err := s.cs.CoreV1().Pods(s.ns).Create(ctx, s.pod(name, buckets), metav1.CreateOptions{})
-				if err != nil {
-					errs <- fmt.Errorf("create %s: %w", name, err)
-					continue
-				}
-				s.mu.Lock()
-				s.uids = append(s.uids, string(created.UID))
-				s.mu.Unlock()
-				mu.Lock()
-				times[name] = podTimes{created: t0, createCall: time.Since(t0)}
-				mu.Unlock()
-			}
-		})
-	}
-	for i := range s.n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := inParallel(s.n, func(i int) error {
+		name := fmt.Sprintf("%s-%03d", prefix, i)
+		t0 := time.Now()
+		created, err := s.cs.CoreV1().Pods(s.ns).Create(ctx, s.pod(name, buckets), metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		s.mu.Lock()
+		s.uids = append(s.uids, string(created.UID))
+		s.mu.Unlock()
+		mu.Lock()
+		times[name] = podTimes{created: t0, createCall: time.Since(t0)}
+		mu.Unlock()
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	if err := <-watchDone; err != nil {
@@ -373,6 +359,30 @@ type burstResult struct {
 	apiServer       string
 }
 
+// inParallel runs fn(0) ... fn(n-1) on createWorkers goroutines, all of them to the end,
+// and returns the first error (nil for none).
+func inParallel(n int, fn func(i int) error) error {
+	jobs := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range createWorkers {
+		wg.Go(func() { // ends when jobs is closed
+			for i := range jobs {
+				if err := fn(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 // admissionBurst creates s.n opted-in pods at once with a node selector no node has: the
 // webhook admits them and they stay Pending, so the node is quiet and the figures are the
 // admission's alone. The pods are deleted before it returns.
@@ -384,32 +394,18 @@ func (s *scale) admissionBurst(ctx context.Context, buckets []string) (burstResu
 	}
 	start := time.Now()
 	var mu sync.Mutex
-	jobs := make(chan int)
-	errs := make(chan error, s.n)
-	var wg sync.WaitGroup
-	for range createWorkers {
-		wg.Go(func() { // ends when jobs is closed
-			for i := range jobs {
-				p := s.pod(fmt.Sprintf("burst-%03d", i), buckets)
-				p.Spec.NodeSelector = map[string]string{"gcsfuse-csi.scale/no-such-node": "true"}
-				t0 := time.Now()
-				if _, err := s.cs.CoreV1().Pods(s.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					continue
-				}
-				mu.Lock()
-				r.create = append(r.create, time.Since(t0))
-				mu.Unlock()
-			}
-		})
-	}
-	for i := range s.n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := inParallel(s.n, func(i int) error {
+		p := s.pod(fmt.Sprintf("burst-%03d", i), buckets)
+		p.Spec.NodeSelector = map[string]string{"gcsfuse-csi.scale/no-such-node": "true"}
+		t0 := time.Now()
+		if _, err := s.cs.CoreV1().Pods(s.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		mu.Lock()
+		r.create = append(r.create, time.Since(t0))
+		mu.Unlock()
+		return nil
+	}); err != nil {
 		return r, fmt.Errorf("admission burst: %w", err)
 	}
 	r.webhook = s.admissionLatencies(ctx, start)

@@ -191,10 +191,7 @@ func TestTwoVolumes(t *testing.T) {
 				"write", "-dir", "/second", "-name", "b.bin", "-bytes", strconv.Itoa(mib), "-chunk-delay", "50ms")},
 		})
 		tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
-		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-			t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
-		}
+		waitSucceeded(t, name)
 		expectObject(t, b1, "a.bin", mib)
 		expectObject(t, b2, "b.bin", mib)
 		record(t, "last app exit -> pod Succeeded", appExit(t, name, "late-writer"), tr.when(name, "phase:Succeeded"))
@@ -341,10 +338,7 @@ func TestNodePluginRestart(t *testing.T) {
 				needNative(t)
 			}
 			r := runs[mode]
-			p := waitPod(t, r.name, 120*time.Second, "terminal", terminal)
-			if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-				t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(r.name))
-			}
+			waitSucceeded(t, r.name)
 			if n := partFiles(t, r.bucket, "part", size); n < 10 {
 				t.Fatalf("only %d files written in 25 s across the restart", n)
 			}

@@ -528,6 +528,17 @@ func waitPod(t *testing.T, name string, d time.Duration, what string, cond func(
 	return nil
 }
 
+// waitSucceeded waits for the pod to end and fails the test unless it Succeeded with its
+// sidecar exiting 0, showing the pod and its Events.
+func waitSucceeded(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+		t.Fatalf("pod %s, sidecar exit %d; want Succeeded, 0\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
+	}
+	return p
+}
+
 func terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }

@@ -34,10 +34,7 @@ func TestInjectionWithoutAnnotation(t *testing.T) {
 		if p.Annotations[contract.AnnotationInjected] == "" {
 			t.Fatalf("no sidecar injected into a pod that uses the driver without the annotation (annotations %v)", p.Annotations)
 		}
-		p = waitPod(t, name, 120*time.Second, "terminal", terminal)
-		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-			t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
-		}
+		waitSucceeded(t, name)
 		expectObject(t, bucket, "auto.bin", 2048)
 	}
 	t.Run("inline", func(t *testing.T) {
@@ -167,10 +164,7 @@ func TestIncumbentManifest(t *testing.T) {
 	if p.Annotations[contract.AnnotationInjected] == "" {
 		t.Fatalf("not injected: %v", p.Annotations)
 	}
-	p = waitPod(t, name, 120*time.Second, "terminal", terminal)
-	if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-		t.Fatalf("pod %s, sidecar exit %d\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
-	}
+	waitSucceeded(t, name)
 	l := logs(name, contract.SidecarContainerName)
 	for _, f := range []string{"--metadata-cache-ttl-secs=600", "--log-severity=warning"} {
 		if !strings.Contains(l, f) {

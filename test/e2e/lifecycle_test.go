@@ -171,10 +171,7 @@ func TestBarePodNever(t *testing.T) {
 			volumes: []volume{{"bucket", bucket, mountPath}},
 			args:    []string{"write", "-dir", mountPath, "-name", "airflow-result.json", "-bytes", "4096"},
 		})
-		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
-		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-			t.Fatalf("pod %s, sidecar exit %d; want Succeeded, 0\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
-		}
+		waitSucceeded(t, name)
 		expectObject(t, bucket, "airflow-result.json", 4096)
 		record(t, "app exit -> pod Succeeded", appExit(t, name, appContainer), tr.when(name, "phase:Succeeded"))
 	})
@@ -267,10 +264,7 @@ func TestAutoMode(t *testing.T) {
 			t.Fatalf("sidecar placement does not match mode %s: native init container %v, regular container %v", want, native, legacy)
 		}
 		t.Logf("kubelet v%s: the webhook picked %s", kubeletVersion, want)
-		p = waitPod(t, name, 120*time.Second, "terminal", terminal)
-		if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
-			t.Fatalf("pod %s, sidecar exit %d; want Succeeded, 0\n%s\n%s", p.Status.Phase, sidecarExitCode(p), describe(p), podEvents(name))
-		}
+		waitSucceeded(t, name)
 		expectObject(t, bucket, "auto.bin", 4096)
 	})
 	t.Run("init-container-reader", func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
@@ -52,25 +53,7 @@ func scrapeNodePlugin(t *testing.T) map[string]*dto.MetricFamily {
 // sample sums the series of a family whose labels include want: counters and gauges by value,
 // histograms by sample count.
 func sample(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (sum float64, series int) {
-	mf := mfs[name]
-	if mf == nil {
-		return 0, 0
-	}
-next:
-	for _, m := range mf.Metric {
-		have := map[string]string{}
-		for _, lp := range m.Label {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for k, v := range want {
-			if have[k] != v {
-				continue next
-			}
-		}
-		series++
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-	}
-	return sum, series
+	return metricstest.Sum(mfs[name], want)
 }
 
 // TestMetrics: a Job writes a known number of bytes through its volume and reads them back.

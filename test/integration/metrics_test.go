@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -21,28 +22,12 @@ import (
 
 // value returns the sum of the series of family name whose labels include want.
 func value(mfs []*dto.MetricFamily, name string, want map[string]string) (float64, int) {
-	var sum float64
-	n := 0
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.Metric {
-			have := map[string]string{}
-			for _, lp := range m.Label {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue series
-				}
-			}
-			n++
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		if mf.GetName() == name {
+			return metricstest.Sum(mf, want)
 		}
 	}
-	return sum, n
+	return 0, 0
 }
 
 // gcsfuse's own metrics travel from each gcsfuse (its --prometheus-port on the loopback),
