@@ -87,10 +87,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	// during the rollout does only by chance.
 	gated := run{newBucket(t), podName(t, "gated")}
 	{
-		ann, spec := podTemplate(podOpts{
-			restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", gated.bucket, mountPath}},
-			args: []string{"write", "-dir", mountPath, "-name", "gated.bin", "-bytes", "100000"},
-		})
+		ann, spec := podTemplate(oneFile(gated.bucket, "gated.bin"))
 		spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: upgradeGate}}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: gated.name, Namespace: ns, Annotations: ann}, Spec: spec}
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -115,10 +112,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	go func() { upgradeDone <- cmd.Wait() }()
 	during := run{newBucket(t), podName(t, "during")}
 	time.Sleep(2 * time.Second) // helm is rendering and applying by now
-	createPod(t, during.name, podOpts{
-		restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", during.bucket, mountPath}},
-		args: []string{"write", "-dir", mountPath, "-name", "during.bin", "-bytes", "100000"},
-	})
+	createPod(t, during.name, oneFile(during.bucket, "during.bin"))
 	if err := <-upgradeDone; err != nil {
 		t.Fatalf("upgrade (%s): %v\n%s", upgradeCmd, err, upgradeOut.String())
 	}
@@ -132,10 +126,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 
 	ungate(t, gated.name)
 	after := run{newBucket(t), podName(t, "after")}
-	createPod(t, after.name, podOpts{
-		restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", after.bucket, mountPath}},
-		args: []string{"write", "-dir", mountPath, "-name", "after.bin", "-bytes", "100000"},
-	})
+	createPod(t, after.name, oneFile(after.bucket, "after.bin"))
 
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
 		t.Run("old-"+mode, func(t *testing.T) {
@@ -165,34 +156,34 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 				mode, said, last.Sub(upgraded).Round(100*time.Millisecond), prev)
 		})
 	}
-	t.Run("previous-sidecar-new-node-plugin", func(t *testing.T) {
-		waitSucceeded(t, gated.name)
-		expectObject(t, gated.bucket, "gated.bin", 100000)
-		if img := sidecarImage(t, gated.name); imageTag(img) != prev {
-			t.Fatalf("gated pod's sidecar is %s, want the previous release's (%s)", img, prev)
-		}
-	})
-	t.Run("during-rollout", func(t *testing.T) {
-		waitSucceeded(t, during.name)
-		expectObject(t, during.bucket, "during.bin", 100000)
-		t.Logf("pod created during the upgrade got sidecar %s", sidecarImage(t, during.name))
-	})
-	t.Run("after", func(t *testing.T) {
-		waitSucceeded(t, after.name)
-		expectObject(t, after.bucket, "after.bin", 100000)
-		if img := sidecarImage(t, after.name); imageTag(img) != newTag {
-			t.Fatalf("pod created after the upgrade has sidecar %s, want tag %s", img, newTag)
-		}
-	})
-	t.Run("no-exit-failure", func(t *testing.T) {
-		ev, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + contract.EventSidecarExitFailed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ev.Items {
-			t.Errorf("%s on %s: %s", e.Reason, e.InvolvedObject.Name, e.Message)
-		}
-	})
+	t.Run("previous-sidecar-new-node-plugin", func(t *testing.T) { checkOneFile(t, gated.name, gated.bucket, "gated.bin", prev) })
+	t.Run("during-rollout", func(t *testing.T) { checkOneFile(t, during.name, during.bucket, "during.bin", "") })
+	t.Run("after", func(t *testing.T) { checkOneFile(t, after.name, after.bucket, "after.bin", newTag) })
+	t.Run("no-exit-failure", noSidecarExitFailure)
+}
+
+// oneFileSize is what oneFile pods write.
+const oneFileSize = 100000
+
+// oneFile is a pod that writes one file of oneFileSize bytes into bucket and exits.
+func oneFile(bucket, file string) podOpts {
+	return podOpts{
+		restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
+		args: []string{"write", "-dir", mountPath, "-name", file, "-bytes", strconv.Itoa(oneFileSize)},
+	}
+}
+
+// checkOneFile waits for a oneFile pod to succeed and checks its file, and its sidecar's
+// image tag unless wantTag is "".
+func checkOneFile(t *testing.T, pod, bucket, file, wantTag string) {
+	t.Helper()
+	waitSucceeded(t, pod)
+	expectObject(t, bucket, file, oneFileSize)
+	img := sidecarImage(t, pod)
+	if wantTag != "" && imageTag(img) != wantTag {
+		t.Fatalf("pod %s has sidecar %s, want tag %s", pod, img, wantTag)
+	}
+	t.Logf("pod %s: sidecar %s, %s complete", pod, img, file)
 }
 
 // upgradeGate holds a pod from scheduling until the test removes it.
