@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
@@ -75,6 +76,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "PEM serving certificate (required)")
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "PEM serving key (required)")
 	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
+	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
@@ -103,6 +105,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		sort.Strings(missing)
 		return options{}, fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
 	}
+	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
 	}

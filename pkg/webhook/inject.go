@@ -16,12 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -41,6 +43,12 @@ type Config struct {
 	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
 	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
 	Claims VolumeClaims
+	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
+	// it does not list yet), for a SidecarImage in a private registry. A Secret is
+	// namespaced: each namespace with such pods needs one of that name (the kubelet pulls
+	// without a missing one and says so in an Event). Not added when the pod lends its own
+	// sidecar image.
+	SidecarPullSecrets []string
 }
 
 // Mutator computes the JSON patch that injects the sidecar into a pod.
@@ -58,6 +66,11 @@ func NewMutator(cfg Config, versions ClusterVersions, log *slog.Logger) (*Mutato
 	}
 	if err := cfg.Resources.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar resource defaults: %w", err)
+	}
+	for _, name := range cfg.SidecarPullSecrets {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return nil, fmt.Errorf("sidecar image pull secret %q: %s", name, strings.Join(errs, "; "))
+		}
 	}
 	if versions == nil {
 		return nil, errors.New("no ClusterVersions given")
@@ -213,6 +226,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		at := legacyIndex(regularAfter)
 		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
 	}
+	if !lent.found {
+		ops = append(ops, pullSecretOps(pod.Spec.ImagePullSecrets, m.cfg.SidecarPullSecrets)...)
+	}
 	if len(newVolumes) > 0 {
 		if len(pod.Spec.Volumes) == 0 {
 			ops = append(ops, addOp("/spec/volumes", newVolumes))
@@ -223,6 +239,28 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		}
 	}
 	return ops, warnings, mode, nil
+}
+
+// pullSecretOps adds the secrets the pod's imagePullSecrets do not name yet.
+func pullSecretOps(have []corev1.LocalObjectReference, secrets []string) []patchOp {
+	var add []corev1.LocalObjectReference
+	for _, s := range secrets {
+		if !slices.ContainsFunc(have, func(r corev1.LocalObjectReference) bool { return r.Name == s }) &&
+			!slices.ContainsFunc(add, func(r corev1.LocalObjectReference) bool { return r.Name == s }) {
+			add = append(add, corev1.LocalObjectReference{Name: s})
+		}
+	}
+	switch {
+	case len(add) == 0:
+		return nil
+	case len(have) == 0:
+		return []patchOp{addOp("/spec/imagePullSecrets", add)}
+	}
+	ops := make([]patchOp, 0, len(add))
+	for _, r := range add {
+		ops = append(ops, addOp("/spec/imagePullSecrets/-", r))
+	}
+	return ops
 }
 
 // annotationOp sets one annotation, creating the map when the pod has none.

@@ -1189,3 +1189,53 @@ func TestReinvocationAfterInitContainersChanged(t *testing.T) {
 		})
 	}
 }
+
+// A private registry for the sidecar: the configured pull secrets are added to the pod's
+// imagePullSecrets (once, after the pod's own), not when the pod lends its own sidecar
+// image, and a bad Secret name is refused at start.
+func TestSidecarPullSecrets(t *testing.T) {
+	cfg := testConfig()
+	cfg.SidecarPullSecrets = []string{"registry-a", "registry-b"}
+	m, err := NewMutator(cfg, modern, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := func(names ...string) []corev1.LocalObjectReference {
+		var out []corev1.LocalObjectReference
+		for _, n := range names {
+			out = append(out, corev1.LocalObjectReference{Name: n})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		have []corev1.LocalObjectReference
+		lent bool
+		want []corev1.LocalObjectReference
+	}{
+		{name: "none yet", want: refs("registry-a", "registry-b")},
+		{name: "pod has its own", have: refs("mine"), want: refs("mine", "registry-a", "registry-b")},
+		{name: "pod has one of them", have: refs("registry-b"), want: refs("registry-b", "registry-a")},
+		{name: "lent sidecar image", lent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, out := mustAdmit(t, m, newPod(func(p *corev1.Pod) {
+				p.Spec.ImagePullSecrets = tt.have
+				if tt.lent {
+					p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: contract.SidecarContainerName, Image: "example.com/own/sidecar:1"})
+				}
+			}))
+			want := tt.want
+			if tt.lent {
+				want = tt.have
+			}
+			if !reflect.DeepEqual(out.Spec.ImagePullSecrets, want) {
+				t.Fatalf("imagePullSecrets = %v, want %v", out.Spec.ImagePullSecrets, want)
+			}
+		})
+	}
+	cfg.SidecarPullSecrets = []string{"Not_A_Secret"}
+	if _, err := NewMutator(cfg, modern, discardLogger()); err == nil || !strings.Contains(err.Error(), "Not_A_Secret") {
+		t.Fatalf("NewMutator with a bad secret name: %v", err)
+	}
+}
