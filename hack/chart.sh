@@ -129,6 +129,12 @@ bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'
 bad unknownValue --set unknownValue=1
+# The admission policy on a cluster that cannot take it (Kubernetes < 1.30): refused at
+# install, saying what to set (--kube-version stands for the cluster's version).
+if out=$(helm template gcsfuse-csi "$chart" --namespace "$ns" --kube-version 1.29.4 2>&1) ||
+  ! grep -q "Kubernetes >= 1.30.*admissionPolicy.enabled=false" <<< "$out"; then
+  echo "admission policy on Kubernetes 1.29: not refused with the fix named:" >&2; echo "$out" | tail -3 >&2; exit 1
+fi
 bad pullSecrets --set 'images.sidecar.pullSecrets={Bad_Name}'
 bad imagePullSecrets --set 'imagePullSecrets[0].name=a b'
 step "chart checks passed"
