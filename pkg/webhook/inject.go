@@ -196,8 +196,8 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
-	newVolumes, mountCache := sidecarVolumes(pod)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, mountCache)
+	newVolumes, vols := sidecarVolumes(pod)
+	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -557,27 +557,42 @@ func wantsFileCache(volumes []corev1.Volume) bool {
 	return false
 }
 
-// sidecarVolumes returns the emptyDirs to add and whether the sidecar mounts a cache. A
-// volume the user already defined under one of our names is used as it is: that is how a
-// user puts the buffer or the cache on a PVC or a RAM disk.
-func sidecarVolumes(pod *corev1.Pod) ([]corev1.Volume, bool) {
+// sidecarMounts names the pod volumes the sidecar mounts as its buffer and cache ("" for no
+// cache).
+type sidecarMounts struct{ buffer, cache string }
+
+// sidecarVolumes returns the emptyDirs to add and the volumes the sidecar mounts. A pod may
+// bring its own buffer or cache volume (a bigger disk, a RAM disk) under our name or the GKE
+// driver's (incumbentBufferVolume, incumbentCacheVolume; ours wins where both are there);
+// the cache is mounted only when a volume of the pod asks for a file cache or the pod
+// brings one.
+func sidecarVolumes(pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
 	have := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		have[v.Name] = true
 	}
 	var add []corev1.Volume
-	for _, name := range []string{contract.TmpVolumeName, contract.BufferVolumeName} {
-		if !have[name] {
-			add = append(add, emptyDir(name))
-		}
+	if !have[contract.TmpVolumeName] {
+		add = append(add, emptyDir(contract.TmpVolumeName))
 	}
-	if have[contract.CacheVolumeName] {
-		return add, true
+	m := sidecarMounts{buffer: contract.BufferVolumeName}
+	switch {
+	case have[contract.BufferVolumeName]:
+	case have[incumbentBufferVolume]:
+		m.buffer = incumbentBufferVolume
+	default:
+		add = append(add, emptyDir(contract.BufferVolumeName))
 	}
-	if wantsFileCache(pod.Spec.Volumes) {
-		return append(add, emptyDir(contract.CacheVolumeName)), true
+	switch {
+	case have[contract.CacheVolumeName]:
+		m.cache = contract.CacheVolumeName
+	case have[incumbentCacheVolume]:
+		m.cache = incumbentCacheVolume
+	case wantsFileCache(pod.Spec.Volumes):
+		m.cache = contract.CacheVolumeName
+		add = append(add, emptyDir(contract.CacheVolumeName))
 	}
-	return add, false
+	return add, m
 }
 
 func emptyDir(name string) corev1.Volume {
@@ -594,13 +609,13 @@ func graceSeconds(pod *corev1.Pod) int64 {
 // buildSidecar is the full spec of the injected container. Its security context satisfies
 // the "restricted" Pod Security Standard so that opting in never makes a pod inadmissible
 // in a restricted namespace.
-func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequirements, mountCache bool) corev1.Container {
+func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequirements, vols sidecarMounts) corev1.Container {
 	mounts := []corev1.VolumeMount{
 		{Name: contract.TmpVolumeName, MountPath: contract.TmpMountPath},
-		{Name: contract.BufferVolumeName, MountPath: contract.BufferMountPath},
+		{Name: vols.buffer, MountPath: contract.BufferMountPath},
 	}
-	if mountCache {
-		mounts = append(mounts, corev1.VolumeMount{Name: contract.CacheVolumeName, MountPath: contract.CacheMountPath})
+	if vols.cache != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: vols.cache, MountPath: contract.CacheMountPath})
 	}
 	uid, gid := int64(contract.SidecarUID), int64(contract.SidecarGID)
 	yes, no := true, false
