@@ -7,14 +7,19 @@
 # shipped: tags gcsfuse-csi.local/<img>:<version>. Its sources (chart and local values
 # included) and images are cached in $PREVIOUS_RELEASE_DIR, keyed by the commit.
 #
-# Needs the commit in this clone's history: a shallow clone fails here, saying so (fetch the
-# history with `git fetch --unshallow`), rather than testing an upgrade from something else.
+# Needs the commit in this clone's history (a shallow clone fetches it from its origin): without
+# it this fails, saying so, rather than testing an upgrade from something else.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
 dir=$PREVIOUS_RELEASE_DIR
 marker=$dir/.built-$PREVIOUS_RELEASE_COMMIT
 if [ ! -f "$marker" ]; then
+  if ! git -C "$REPO_ROOT" cat-file -e "$PREVIOUS_RELEASE_COMMIT^{commit}" 2>/dev/null &&
+    [ "$(git -C "$REPO_ROOT" rev-parse --is-shallow-repository)" = true ]; then
+    step "shallow clone: fetching the history for the previous release's commit"
+    git -C "$REPO_ROOT" fetch --quiet --unshallow || true
+  fi
   if ! git -C "$REPO_ROOT" cat-file -e "$PREVIOUS_RELEASE_COMMIT^{commit}" 2>/dev/null; then
     echo "previous release $PREVIOUS_RELEASE: commit $PREVIOUS_RELEASE_COMMIT is not in this clone's history (shallow clone? git fetch --unshallow)" >&2
     exit 1
@@ -22,7 +27,7 @@ if [ ! -f "$marker" ]; then
   step "previous release $PREVIOUS_RELEASE: sources of ${PREVIOUS_RELEASE_COMMIT:0:12}"
   rm -rf "$dir"
   mkdir -p "$dir/src" "$dir/cache"
-  git -C "$REPO_ROOT" archive "$PREVIOUS_RELEASE_COMMIT" | tar -x -C "$dir/src"
+  git -C "$REPO_ROOT" archive "$PREVIOUS_RELEASE_COMMIT" -- . ":(exclude)demo" | tar -x -C "$dir/src"
   # Its images.sh writes to $GCSFUSE_CSI_CACHE/images: give it a cache of its own that shares
   # the pinned tools (gcsfuse) with ours.
   ln -s "$BIN" "$dir/cache/bin"
