@@ -10,6 +10,8 @@
 #      $CONTAINERD_VERSION built from its module; 1.6: Debian's), ETCD_VERSION (default: the one
 #      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
+#      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
+#      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -51,7 +53,7 @@ run_tests() {
     if [ "${DEPLOY_WITH:-helm}" = helm ]; then
       helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$REPO_ROOT/deploy/chart/gcsfuse-csi")
     fi
-    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   echo "=== test results:"
