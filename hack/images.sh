@@ -24,7 +24,7 @@ step "build and pack images $IMAGE_REPO/<name>:$IMAGE_TAG (go run ./hack/images)
 mkdir -p "$IMAGES_DIR"
 (
   cd "$REPO_ROOT" || exit 1
-  go run ./hack/images -repo "$IMAGE_REPO" -tag "$IMAGE_TAG" -images all -fast \
+  go run ./hack/images -repo "$IMAGE_REPO" -tag "$IMAGE_TAG" -images all -uncompressed \
     -platforms "linux/$(go env GOARCH)" -gcsfuse "$(go env GOARCH)=$gcsfuse_bin" -docker "$IMAGES_DIR"
 )
 ls -la "$IMAGES_DIR"

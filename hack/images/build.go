@@ -17,6 +17,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -99,13 +100,18 @@ func rootfsLayer(caBundle []byte, files []layerFile) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// ociImage makes the single-platform OCI image of one spec from its layer.
-func ociImage(s imageSpec, arch string, layerTar []byte, gzipLevel int) (v1.Image, error) {
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzipLevel), tarball.WithCompressedCaching)
-	if err != nil {
-		return nil, fmt.Errorf("layer of %s: %w", s.name, err)
+// ociImage makes the single-platform OCI image of one spec from its layer, gzipped, or
+// a plain tar when uncompressed (no gzip time; for the local cluster, read once from disk).
+func ociImage(s imageSpec, arch string, layerTar []byte, uncompressed bool) (v1.Image, error) {
+	layer := static.NewLayer(layerTar, types.OCIUncompressedLayer)
+	if !uncompressed {
+		var err error
+		layer, err = tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(layerTar)), nil
+		}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+		if err != nil {
+			return nil, fmt.Errorf("layer of %s: %w", s.name, err)
+		}
 	}
 	cfg := &v1.ConfigFile{
 		Architecture: arch,

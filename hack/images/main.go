@@ -14,7 +14,6 @@
 package main
 
 import (
-	"compress/gzip"
 	"context"
 	"flag"
 	"fmt"
@@ -57,9 +56,9 @@ type options struct {
 	dockerDir string
 	push      bool
 	insecure  bool
-	// fast: gzip at its fastest level (local images, read once by the local containerd);
-	// release images get the default level, for smaller pulls.
-	fast bool
+	// uncompressed: layers as plain tars (local images, read once by the local containerd:
+	// no gzip time); release images are gzipped, for smaller pulls.
+	uncompressed bool
 }
 
 func main() {
@@ -76,7 +75,7 @@ func main() {
 	flag.StringVar(&o.dockerDir, "docker", "", "write a `docker save` tar per image under this directory (one platform only)")
 	flag.BoolVar(&o.push, "push", false, "push each image's multi-platform index to REPO/<name>:TAG")
 	flag.BoolVar(&o.insecure, "insecure", false, "talk plain HTTP to the registry (loopback and private addresses do anyway)")
-	flag.BoolVar(&o.fast, "fast", false, "compress layers at gzip's fastest level")
+	flag.BoolVar(&o.uncompressed, "uncompressed", false, "layers as plain tars, not gzipped")
 	flag.Parse()
 
 	var err error
@@ -178,10 +177,6 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(work)
 
-	level := gzip.DefaultCompression
-	if o.fast {
-		level = gzip.BestSpeed
-	}
 	built := map[string]map[string]v1.Image{} // name -> arch -> image
 	for _, arch := range o.arches {
 		start := time.Now()
@@ -191,7 +186,7 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("go build linux/%s: %d binaries in %.1f s\n", arch, len(pkgs), time.Since(start).Seconds())
 		for _, s := range specs {
-			img, err := buildImage(s, arch, bins, o.gcsfuse[arch], ca, level)
+			img, err := buildImage(s, arch, bins, o.gcsfuse[arch], ca, o.uncompressed)
 			if err != nil {
 				return err
 			}
@@ -253,7 +248,7 @@ func nameOpts(o options) []name.Option {
 }
 
 // buildImage packs one image for one architecture from the binaries in bins.
-func buildImage(s imageSpec, arch, bins, gcsfuse string, ca []byte, level int) (v1.Image, error) {
+func buildImage(s imageSpec, arch, bins, gcsfuse string, ca []byte, uncompressed bool) (v1.Image, error) {
 	bin, err := os.ReadFile(filepath.Join(bins, s.bin))
 	if err != nil {
 		return nil, fmt.Errorf("binary of %s: %w", s.name, err)
@@ -273,7 +268,7 @@ func buildImage(s imageSpec, arch, bins, gcsfuse string, ca []byte, level int) (
 	if err != nil {
 		return nil, fmt.Errorf("layer of %s: %w", s.name, err)
 	}
-	return ociImage(s, arch, layerTar, level)
+	return ociImage(s, arch, layerTar, uncompressed)
 }
 
 // writeLayout writes idx as a fresh OCI image layout in dir.
