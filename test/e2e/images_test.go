@@ -31,7 +31,7 @@ func TestImages(t *testing.T) {
 			ctr := p.Spec.Containers[0]
 			st := containerStatus(&p, ctr.Name)
 			if ctr.Image != c.image || st == nil || !st.Ready || st.ImageID == "" {
-				t.Errorf("pod %s container %s: image %s (status %+v); want %s, ready", p.Name, ctr.Name, ctr.Image, st, c.image)
+				t.Errorf("pod %s container %s: image %s, ready %t; want %s, ready", p.Name, ctr.Name, ctr.Image, st != nil && st.Ready, c.image)
 			}
 		}
 	}
@@ -50,8 +50,11 @@ func TestImages(t *testing.T) {
 			}
 		}
 	}
-	if sidecar == nil || sidecar.Image != image("sidecar") {
-		t.Fatalf("injected sidecar %+v; want image %s", sidecar, image("sidecar"))
+	if sidecar == nil {
+		t.Fatalf("no %s container injected", contract.SidecarContainerName)
+	}
+	if sidecar.Image != image("sidecar") {
+		t.Fatalf("injected sidecar image %s; want %s (the chart's images.sidecar, passed to the webhook)", sidecar.Image, image("sidecar"))
 	}
 	p = waitSucceeded(t, name)
 	if st := containerStatus(p, contract.SidecarContainerName); st == nil || st.ImageID == "" {
