@@ -3,8 +3,8 @@
 // image holds), assembled with go-containerregistry. It writes
 //
 //   - -oci DIR: a standard OCI image layout per image (DIR/<name>), its index holding one
-//     manifest per platform (what hack/release-images.sh ships; `crane push`, `skopeo copy
-//     oci:DIR/<name>` or `ctr import` take it as is);
+//     manifest per platform (what hack/release-images.sh ships; `crane push DIR/<name> REF`
+//     or `skopeo copy oci:DIR/<name>:TAG` take it as is);
 //   - -docker DIR: a `docker save` tar per image (DIR/<name>.tar; one platform), what the
 //     local cluster's containerd imports (hack/images.sh);
 //   - -push: the multi-platform index of each image to $repo/<name>:$tag, with the
