@@ -10,6 +10,8 @@
 #      $CONTAINERD_VERSION built from its module; 1.6: Debian's), ETCD_VERSION (default: the one
 #      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
+#      E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
+#      hack/conformance.sh; =only runs it instead of the tests),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -69,7 +71,9 @@ run_tests() {
 mkdir -p "$CLUSTER_DIR"
 phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
 phase k8s-build "$hack/k8s-build.sh"
+if [ -n "${E2E_CONFORMANCE:-}" ]; then phase e2e.test-build "$hack/conformance-build.sh"; fi
 phase images "$hack/images.sh"
 phase cluster-up "$hack/cluster-up.sh"
 phase deploy "$hack/deploy.sh"
-phase test run_tests
+if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
+if [ -n "${E2E_CONFORMANCE:-}" ]; then phase conformance "$hack/conformance.sh"; fi

@@ -33,22 +33,9 @@ mkdir -p "$IMAGES_DIR"
 mkimage() {
   local ref=$1 root=$2 out=$3 user=$4
   shift 4
-  local ep t layer_sha cfg_sha
+  local ep
   ep=$(printf '"%s",' "$@")
-  ep="[${ep%,}]"
-  t=$(mktemp -d -p "$work")
-  # Reproducible layer: fixed order, owner and mtime, so an unchanged image keeps its digest.
-  tar --sort=name --numeric-owner --owner=0 --group=0 --mtime=@0 -C "$root" -cf "$t/layer.tar" .
-  layer_sha=$(sha256sum "$t/layer.tar" | cut -d' ' -f1)
-  mkdir "$t/$layer_sha"
-  mv "$t/layer.tar" "$t/$layer_sha/layer.tar"
-  printf '{"architecture":"amd64","os":"linux","config":{"User":"%s","Entrypoint":%s,"Env":["PATH=/"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-    "$user" "$ep" "$layer_sha" > "$t/config.json"
-  cfg_sha=$(sha256sum "$t/config.json" | cut -d' ' -f1)
-  mv "$t/config.json" "$t/$cfg_sha.json"
-  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg_sha" "$ref" "$layer_sha" > "$t/manifest.json"
-  tar -C "$t" -cf "$out.tmp" manifest.json "$cfg_sha.json" "$layer_sha"
-  mv "$out.tmp" "$out"
+  pack_image "$ref" "$root" "$out" "{\"User\":\"$user\",\"Entrypoint\":[${ep%,}],\"Env\":[\"PATH=/\"]}"
 }
 
 # rootfs NAME: a minimal root with /etc/passwd, /etc/group (uid 65534 resolves), /tmp and the

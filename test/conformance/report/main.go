@@ -57,6 +57,7 @@ type result struct {
 	state  string // passed, failed, known, skipped
 	reason string // skip reason, failure's first line, or the known failure's upstream reason
 	secs   float64
+	tags   []string // for a spec left out by the skip pattern: the tags it matched
 }
 
 func main() {
@@ -76,6 +77,12 @@ func main() {
 	}
 	if unexpected := write(os.Stdout, rs); unexpected > 0 {
 		fmt.Fprintf(os.Stderr, "report: %d failure(s) not listed in %s with an upstream reason\n", unexpected, *knownFile)
+		os.Exit(1)
+	}
+	if passed(rs) == 0 {
+		// Every test skipped (a driver definition that lost its inline volumes, say) is no
+		// evidence of anything: fail rather than print a green table.
+		fmt.Fprintln(os.Stderr, "report: no test of the driver passed")
 		os.Exit(1)
 	}
 }
@@ -158,7 +165,7 @@ func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]re
 				res.reason = strings.TrimSpace(strings.TrimPrefix(c.Skipped.Message, "skipped"))
 				res.reason = strings.TrimSpace(strings.TrimPrefix(res.reason, "-"))
 				if res.reason == "" {
-					res.reason = "not run: " + leftOutBy(c.Name, skip)
+					res.reason, res.tags = notRun, leftOutBy(c.Name, skip)
 				}
 			default:
 				res.state = "passed"
@@ -176,24 +183,22 @@ func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]re
 // tagRE finds the bracketed tags of a spec name ("[Slow]", "[Feature:X]").
 var tagRE = regexp.MustCompile(`\[[^\]]+\]`)
 
-// leftOutBy names why a spec without a skip message did not run: the tags of its name that the
-// run's skip pattern matches, else the focus.
-func leftOutBy(name string, skip *regexp.Regexp) string {
-	if skip != nil {
-		var hit []string
-		for _, t := range tagRE.FindAllString(name, -1) {
-			if skip.MatchString(t) {
-				hit = append(hit, t)
-			}
-		}
-		if len(hit) > 0 {
-			return "excluded by -ginkgo.skip (" + strings.Join(hit, " ") + ")"
-		}
-		if skip.MatchString(name) {
-			return "excluded by -ginkgo.skip"
+// notRun is the reason of every spec the run's patterns left out; leftOutBy names the tags
+// that did it, which the table counts.
+const notRun = "not run: excluded by -ginkgo.skip"
+
+// leftOutBy returns the tags of a spec name that the run's skip pattern matches.
+func leftOutBy(name string, skip *regexp.Regexp) []string {
+	var hit []string
+	if skip == nil {
+		return nil
+	}
+	for _, t := range tagRE.FindAllString(name, -1) {
+		if skip.MatchString(t) {
+			hit = append(hit, t)
 		}
 	}
-	return "outside -ginkgo.focus"
+	return hit
 }
 
 // firstLine is the first non-empty line of a failure, the suite's own summary of it.
@@ -225,6 +230,7 @@ func write(w io.Writer, rs []result) int {
 	type group struct {
 		n        int
 		patterns map[string]bool
+		tags     map[string]int
 	}
 	skips := map[string]*group{}
 	fmt.Fprintln(w, "| result | test | reason |")
@@ -235,11 +241,14 @@ func write(w io.Writer, rs []result) int {
 		case "skipped":
 			g := skips[r.reason]
 			if g == nil {
-				g = &group{patterns: map[string]bool{}}
+				g = &group{patterns: map[string]bool{}, tags: map[string]int{}}
 				skips[r.reason] = g
 			}
 			g.n++
 			g.patterns[pattern(r.name)] = true
+			for _, t := range uniq(r.tags) {
+				g.tags[t]++
+			}
 		case "known":
 			fmt.Fprintf(w, "| failed (known) | %s | %s |\n", r.name, r.reason)
 		default:
@@ -262,11 +271,42 @@ func write(w io.Writer, rs []result) int {
 			ps = append(ps, p)
 		}
 		sort.Strings(ps)
-		fmt.Fprintf(w, "| skipped: %d tests | %s | %s |\n", skips[k].n, strings.Join(ps, ", "), k)
+		reason := k
+		if len(skips[k].tags) > 0 {
+			ts := make([]string, 0, len(skips[k].tags))
+			for t, n := range skips[k].tags {
+				ts = append(ts, fmt.Sprintf("%s %d", t, n))
+			}
+			sort.Strings(ts)
+			reason += " (tests with " + strings.Join(ts, ", ") + ")"
+		}
+		fmt.Fprintf(w, "| skipped: %d tests | %s | %s |\n", skips[k].n, strings.Join(ps, ", "), reason)
 	}
 	fmt.Fprintf(w, "\npassed %d, failed %d (+%d known, listed with their upstream reason), skipped %d, of %d tests of the driver\n",
 		count["passed"], count["failed"], count["known"], count["skipped"], len(rs))
 	return count["failed"]
+}
+
+func passed(rs []result) int {
+	n := 0
+	for _, r := range rs {
+		if r.state == "passed" {
+			n++
+		}
+	}
+	return n
+}
+
+func uniq(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // patternRE finds the suite's test pattern in a spec name ("[Testpattern: Dynamic PV (default fs)]").
@@ -274,7 +314,7 @@ var patternRE = regexp.MustCompile(`\[Testpattern: [^\]]+\]`)
 
 func pattern(name string) string {
 	if p := patternRE.FindString(name); p != "" {
-		return strings.TrimSuffix(strings.TrimPrefix(p, "[Testpattern: "), "]")
+		return strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(p, "[Testpattern: "), "]"))
 	}
 	return "(no pattern)"
 }

@@ -40,7 +40,7 @@ func TestClassify(t *testing.T) {
 		"[Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should create read-only inline ephemeral volume":  {"passed", ""},
 		"[Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should support multiple inline ephemeral volumes": {"failed", "timed out waiting for the condition"},
 		"[Testpattern: Dynamic PV (default fs)] provisioning should provision storage":                                {"skipped", `Driver "d.example" does not support volume type "DynamicPV" - skipping`},
-		"[Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] should survive":                               {"skipped", "not run: excluded by -ginkgo.skip ([Disruptive])"},
+		"[Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] should survive":                               {"skipped", "not run: excluded by -ginkgo.skip"},
 		"[Testpattern: Pre-provisioned PV (default fs)] subPath should fail":                                          {"known", "gcsfuse has no hard links"},
 	}
 	for name, w := range want {
@@ -54,13 +54,16 @@ func TestClassify(t *testing.T) {
 		}
 	}
 
+	if n := passed(rs); n != 1 {
+		t.Errorf("passed: got %d, want 1", n)
+	}
 	var out bytes.Buffer
 	if n := write(&out, rs); n != 1 {
 		t.Errorf("unexpected failures: got %d, want 1 (the known one does not count)", n)
 	}
 	for _, s := range []string{
 		"passed 1, failed 1 (+1 known, listed with their upstream reason), skipped 2, of 5 tests",
-		"| skipped: 1 tests | Dynamic PV (default fs) | not run: excluded by -ginkgo.skip ([Disruptive]) |",
+		"| skipped: 1 tests | Dynamic PV (default fs) | not run: excluded by -ginkgo.skip (tests with [Disruptive] 1) |",
 		"| failed (known) | [Testpattern: Pre-provisioned PV (default fs)] subPath should fail | gcsfuse has no hard links |",
 	} {
 		if !strings.Contains(out.String(), s) {
