@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds Kubernetes' own e2e suite binary, e2e.test, and its test image binary agnhost from the k8s.io/kubernetes module at
-# $K8S_VERSION (the local cluster's) into $GCSFUSE_CSI_CACHE/k8s-<ver>/e2e/e2e.test, for
-# hack/conformance.sh. No release download is reachable here, only the Go module proxy.
+# Builds Kubernetes' own e2e suite binary, e2e.test, and the binary of its agnhost test image
+# from the k8s.io/kubernetes module at $K8S_VERSION (the local cluster's) into
+# $GCSFUSE_CSI_CACHE/k8s-<ver>/e2e, for hack/conformance.sh. No release download is reachable
+# here, only the Go module proxy.
 #
 # As in k8s-build.sh, k8s.io/kubernetes' own go.mod replaces its staging modules with
 # ./staging/... paths; a scratch module that requires it and maps every staging module to its
@@ -9,7 +10,8 @@
 # module imports what its e2e_test.go imports (tools.go, generated from that file) for
 # `go mod tidy` to pin them, and `go test -c` builds the binary.
 # Idempotent: skipped when the cached binary was built for the wanted version (.built-vX).
-# Runs under the machine's heavy-build lock (~8.5 min cold on 2 shared cores, the Kubernetes binaries built before, seconds warm).
+# Runs under the machine's heavy-build lock (/tmp/gcsfuse-heavy.lock): ~8.5 min cold on 2
+# shared cores after hack/k8s-build.sh (whose build cache it shares), nothing warm.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
@@ -54,7 +56,7 @@ ld="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
-step "e2e.test v$K8S_VERSION: go test -c (~8.5 min cold on 2 shared cores, the Kubernetes binaries built before)"
+step "e2e.test v$K8S_VERSION: go test -c (~8.5 min cold on 2 shared cores)"
 start=$(date +%s)
 CGO_ENABLED=0 go test -c -trimpath -ldflags "$ld" -o "$E2E_DIR/e2e.test" k8s.io/kubernetes/test/e2e
 step "e2e.test v$K8S_VERSION built in $(( $(date +%s) - start )) s ($(du -h "$E2E_DIR/e2e.test" | cut -f1))"

@@ -5,7 +5,9 @@
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
-# of them on containerd 2.x, then the lifecycle ones on containerd 1.6.
+# of them on containerd 2.x followed by Kubernetes' own storage e2e suite against the driver
+# (hack/conformance.sh, ~40 s warm; building its e2e.test costs ~8.5 min once), then the
+# lifecycle ones on containerd 1.6.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
@@ -41,8 +43,8 @@ export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
 
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
-  step "end-to-end tests on a local cluster"
-  bash hack/e2e.sh
+  step "end-to-end tests on a local cluster, then Kubernetes' storage e2e suite (hack/conformance.sh)"
+  E2E_CONFORMANCE=1 bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.
