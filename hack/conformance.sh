@@ -36,8 +36,9 @@ SKIP=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Serial\]|\[Slow\]|\[Flaky\]|\[Feature
 SUITE_TIMEOUT=40m
 OUT=${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}
 E2E_TEST=$K8S_DIR/e2e/e2e.test
-bucket=$(sed -n 's/^ *bucketName: *//p' "$driver_def")
+bucket=$(grep -oE 'bucketName: *[a-z0-9._-]+' "$driver_def" | head -1 | sed 's/.*: *//')
 gcs_url=${E2E_GCS_URL:-http://$NODE_IP:14443}
+[ -n "$bucket" ] || { echo "no bucketName in $driver_def" >&2; exit 1; }
 
 kctl get --raw /readyz >/dev/null 2>&1 || {
   echo "no cluster answers at $KUBECONFIG: run hack/cluster-up.sh and hack/deploy.sh first, or E2E_CONFORMANCE=only hack/e2e.sh" >&2
