@@ -34,6 +34,8 @@ FOCUS=${CONFORMANCE_FOCUS:-'External.Storage \[Driver: gcsfuse\.csi\.storage\]'}
 SKIP=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Serial\]|\[Slow\]|\[Flaky\]|\[Feature:[^]]+\]|\[FeatureGate:[^]]+\]|\[Alpha\]|\[Beta\]'}
 # The suite's own bound for the whole run; each test's waits are the framework's.
 SUITE_TIMEOUT=40m
+# Bound of each call to the emulator and the API server made here.
+CALL_TIMEOUT=30
 OUT=${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}
 E2E_TEST=$K8S_DIR/e2e/e2e.test
 bucket=$(grep -oE 'bucketName: *[a-z0-9._-]+' "$driver_def" | head -1 | sed 's/.*: *//')
@@ -50,7 +52,7 @@ kctl get --raw /readyz >/dev/null 2>&1 || {
 repo_list=$K8S_DIR/e2e/images/repo-list.yaml
 
 step "bucket $bucket in the emulator ($gcs_url)"
-code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+code=$(curl -sS --max-time "$CALL_TIMEOUT" -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
   --data "{\"name\":\"$bucket\"}" "$gcs_url/storage/v1/b?project=conformance")
 case $code in
   200 | 409) ;; # created, or there from an earlier run on this cluster
@@ -64,14 +66,14 @@ esac
 # run on a dry-run create).
 step "Pod Security: a restricted pod with the driver's inline volume is admitted, with the sidecar"
 psa_ns=conformance-psa-restricted
-kctl apply -f - >/dev/null <<EOF
+kctl apply --request-timeout="${CALL_TIMEOUT}s" -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
 metadata:
   name: $psa_ns
   labels: {pod-security.kubernetes.io/enforce: restricted}
 EOF
-containers=$(kctl -n "$psa_ns" create --dry-run=server -o jsonpath='{range .spec.initContainers[*]}{.name}{" "}{end}{range .spec.containers[*]}{.name}{" "}{end}' -f - <<EOF
+containers=$(kctl -n "$psa_ns" create --request-timeout="${CALL_TIMEOUT}s" --dry-run=server -o jsonpath='{range .spec.initContainers[*]}{.name}{" "}{end}{range .spec.containers[*]}{.name}{" "}{end}' -f - <<EOF
 apiVersion: v1
 kind: Pod
 metadata: {name: restricted-inline}
@@ -88,7 +90,7 @@ spec:
       csi: {driver: $DRIVER, volumeAttributes: {bucketName: $bucket}}
 EOF
 ) || true
-kctl delete namespace "$psa_ns" --wait=false >/dev/null
+kctl delete namespace "$psa_ns" --request-timeout="${CALL_TIMEOUT}s" --wait=false >/dev/null
 # A failed check fails the run at the end; the suite still runs, to show what else it breaks.
 psa_rc=0
 if ! echo " $containers " | grep -q " app "; then
