@@ -14,6 +14,8 @@
 #      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
 #      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
 #      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
+#      E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
+#      hack/conformance.sh; =only runs it instead of the tests),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -76,6 +78,7 @@ run_tests() {
 mkdir -p "$CLUSTER_DIR"
 phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
 phase k8s-build "$hack/k8s-build.sh"
+if [ -n "${E2E_CONFORMANCE:-}" ]; then phase e2e.test-build "$hack/conformance-build.sh"; fi
 phase images "$hack/images.sh"
 phase cluster-up "$hack/cluster-up.sh"
 if [ "${UPGRADE_FROM:-}" = previous ]; then
@@ -86,4 +89,5 @@ if [ "${UPGRADE_FROM:-}" = previous ]; then
 else
   phase deploy "$hack/deploy.sh"
 fi
-phase test run_tests
+if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
+if [ -n "${E2E_CONFORMANCE:-}" ]; then phase conformance "$hack/conformance.sh"; fi

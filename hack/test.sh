@@ -6,9 +6,10 @@
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
-# of them on containerd 2.x with images under a repository other than the default, the
-# upgrade from the previous release, then the lifecycle ones on containerd 1.6 with the default
-# names.
+# of them on containerd 2.x with images under a repository other than the default, followed
+# by Kubernetes' own storage e2e suite against the driver (hack/conformance.sh, ~40 s warm;
+# building its e2e.test costs ~8.5 min once), the upgrade from the previous release, then the
+# lifecycle ones on containerd 1.6 with the default names.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
@@ -50,9 +51,9 @@ go test -race -count=1 -timeout 20m ./...
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # Under a repository and tag other than the default, as a team installing from its own
   # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
-  # webhook injects run from them.
-  step "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG bash hack/e2e.sh
+  # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
+  step "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 bash hack/e2e.sh
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
   step "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"

@@ -1,0 +1,320 @@
+// Command report reads the JUnit report of Kubernetes' storage e2e suite (e2e.test
+// -report-dir) and prints what hack/conformance.sh shows: every test of one driver that ran,
+// passed or failed, and the skipped ones grouped by the reason the suite gave, as a
+// Markdown table that docs/conformance.md and README.md copy. It exits 1 when a test failed
+// that the known-failures file does not list with its upstream reason, so CI fails on a new
+// failure and not on a documented one.
+//
+// The suite's JUnit report lists every spec of the binary, thousands; only the driver's
+// ("[Driver: NAME]") are counted. A spec that the -ginkgo.focus/-ginkgo.skip patterns left
+// out carries no reason of its own ("skipped"): it is reported as excluded by the skip
+// pattern, with the tags of its name that the pattern matched.
+package main
+
+import (
+	"bufio"
+	"encoding/xml"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// suites is the root of a Ginkgo JUnit report.
+type suites struct {
+	Suites []struct {
+		Cases []testCase `xml:"testcase"`
+	} `xml:"testsuite"`
+}
+
+type testCase struct {
+	Name    string  `xml:"name,attr"`
+	Status  string  `xml:"status,attr"`
+	Time    float64 `xml:"time,attr"`
+	Skipped *struct {
+		Message string `xml:"message,attr"`
+	} `xml:"skipped"`
+	Failure *struct {
+		Text string `xml:",chardata"`
+	} `xml:"failure"`
+	Error *struct {
+		Text string `xml:",chardata"`
+	} `xml:"error"`
+}
+
+// known is one line of the known-failures file: a test name pattern and why it fails upstream.
+type known struct {
+	re     *regexp.Regexp
+	reason string
+}
+
+// result is one test of the driver, classified.
+type result struct {
+	name   string // without the common "[sig-storage] External Storage [Driver: X] " prefix
+	state  string // passed, failed, known, skipped
+	reason string // skip reason, failure's first line, or the known failure's upstream reason
+	secs   float64
+	tags   []string // for a spec left out by the skip pattern: the tags it matched
+}
+
+func main() {
+	junit := flag.String("junit", "", "JUnit report of e2e.test (junit_01.xml)")
+	driver := flag.String("driver", "", "driver name, as in the suite's [Driver: NAME]")
+	skip := flag.String("skip", "", "the -ginkgo.skip pattern of the run, to name why a spec was left out")
+	knownFile := flag.String("known", "", "known failures: one `REGEXP<TAB>upstream reason` a line, # comments")
+	flag.Parse()
+	if *junit == "" || *driver == "" {
+		fmt.Fprintln(os.Stderr, "report: -junit and -driver are required")
+		os.Exit(2)
+	}
+	rs, err := load(*junit, *driver, *skip, *knownFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(2)
+	}
+	if unexpected := write(os.Stdout, rs); unexpected > 0 {
+		fmt.Fprintf(os.Stderr, "report: %d failure(s) not listed in %s with an upstream reason\n", unexpected, *knownFile)
+		os.Exit(1)
+	}
+	if passed(rs) == 0 {
+		// Every test skipped (a driver definition that lost its inline volumes, say) is no
+		// evidence of anything: fail rather than print a green table.
+		fmt.Fprintln(os.Stderr, "report: no test of the driver passed")
+		os.Exit(1)
+	}
+}
+
+// load reads the report and the known failures and classifies the driver's tests.
+func load(junitPath, driver, skip, knownPath string) ([]result, error) {
+	f, err := os.Open(junitPath)
+	if err != nil {
+		return nil, fmt.Errorf("open report: %w", err)
+	}
+	defer f.Close()
+	var ks []known
+	if knownPath != "" {
+		if ks, err = readKnown(knownPath); err != nil {
+			return nil, err
+		}
+	}
+	var skipRE *regexp.Regexp
+	if skip != "" {
+		if skipRE, err = regexp.Compile(skip); err != nil {
+			return nil, fmt.Errorf("skip pattern %q: %w", skip, err)
+		}
+	}
+	return classify(f, driver, skipRE, ks)
+}
+
+// readKnown parses the known-failures file.
+func readKnown(path string) ([]known, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open known failures: %w", err)
+	}
+	defer f.Close()
+	var ks []known
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		pat, reason, ok := strings.Cut(line, "\t")
+		if !ok || strings.TrimSpace(reason) == "" {
+			return nil, fmt.Errorf("%s:%d: want REGEXP<TAB>upstream reason", path, n)
+		}
+		re, err := regexp.Compile(pat)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		ks = append(ks, known{re, strings.TrimSpace(reason)})
+	}
+	return ks, sc.Err()
+}
+
+// classify keeps the driver's It specs of the report and gives each its state and reason.
+func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]result, error) {
+	var s suites
+	if err := xml.NewDecoder(r).Decode(&s); err != nil {
+		return nil, fmt.Errorf("parse JUnit report: %w", err)
+	}
+	tag := "[Driver: " + driver + "]"
+	var rs []result
+	for _, su := range s.Suites {
+		for _, c := range su.Cases {
+			i := strings.Index(c.Name, tag)
+			if !strings.HasPrefix(c.Name, "[It] ") || i < 0 {
+				continue
+			}
+			res := result{name: strings.TrimSpace(c.Name[i+len(tag):]), secs: c.Time}
+			switch {
+			case c.Failure != nil || c.Error != nil:
+				res.state, res.reason = "failed", firstLine(c)
+				for _, k := range ks {
+					if k.re.MatchString(c.Name) {
+						res.state, res.reason = "known", k.reason
+						break
+					}
+				}
+			case c.Skipped != nil:
+				res.state = "skipped"
+				res.reason = strings.TrimSpace(strings.TrimPrefix(c.Skipped.Message, "skipped"))
+				res.reason = strings.TrimSpace(strings.TrimPrefix(res.reason, "-"))
+				if res.reason == "" {
+					res.reason, res.tags = notRun, leftOutBy(c.Name, skip)
+				}
+			default:
+				res.state = "passed"
+			}
+			rs = append(rs, res)
+		}
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("no test of %s in the report: was -storage.testdriver given?", tag)
+	}
+	sort.Slice(rs, func(a, b int) bool { return rs[a].name < rs[b].name })
+	return rs, nil
+}
+
+// tagRE finds the bracketed tags of a spec name ("[Slow]", "[Feature:X]").
+var tagRE = regexp.MustCompile(`\[[^\]]+\]`)
+
+// notRun is the reason of every spec the run's patterns left out; leftOutBy names the tags
+// that did it, which the table counts.
+const notRun = "not run: excluded by -ginkgo.skip"
+
+// leftOutBy returns the tags of a spec name that the run's skip pattern matches.
+func leftOutBy(name string, skip *regexp.Regexp) []string {
+	var hit []string
+	if skip == nil {
+		return nil
+	}
+	for _, t := range tagRE.FindAllString(name, -1) {
+		if skip.MatchString(t) {
+			hit = append(hit, t)
+		}
+	}
+	return hit
+}
+
+// firstLine is the first non-empty line of a failure, the suite's own summary of it.
+func firstLine(c testCase) string {
+	text := ""
+	if c.Failure != nil {
+		text = c.Failure.Text
+	} else {
+		text = c.Error.Text
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "[FAILED]")); l != "" {
+			return truncate(l, 200)
+		}
+	}
+	return "failed"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// write writes the table and the totals; it returns the number of failures not known.
+func write(w io.Writer, rs []result) int {
+	count := map[string]int{}
+	type group struct {
+		n        int
+		patterns map[string]bool
+		tags     map[string]int
+	}
+	skips := map[string]*group{}
+	fmt.Fprintln(w, "| result | test | reason |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range rs {
+		count[r.state]++
+		switch r.state {
+		case "skipped":
+			g := skips[r.reason]
+			if g == nil {
+				g = &group{patterns: map[string]bool{}, tags: map[string]int{}}
+				skips[r.reason] = g
+			}
+			g.n++
+			g.patterns[pattern(r.name)] = true
+			for _, t := range uniq(r.tags) {
+				g.tags[t]++
+			}
+		case "known":
+			fmt.Fprintf(w, "| failed (known) | %s | %s |\n", r.name, r.reason)
+		default:
+			fmt.Fprintf(w, "| %s (%.1f s) | %s | %s |\n", r.state, r.secs, r.name, r.reason)
+		}
+	}
+	reasons := make([]string, 0, len(skips))
+	for k := range skips {
+		reasons = append(reasons, k)
+	}
+	sort.Slice(reasons, func(a, b int) bool {
+		if skips[reasons[a]].n != skips[reasons[b]].n {
+			return skips[reasons[a]].n > skips[reasons[b]].n
+		}
+		return reasons[a] < reasons[b]
+	})
+	for _, k := range reasons {
+		ps := make([]string, 0, len(skips[k].patterns))
+		for p := range skips[k].patterns {
+			ps = append(ps, p)
+		}
+		sort.Strings(ps)
+		reason := k
+		if len(skips[k].tags) > 0 {
+			ts := make([]string, 0, len(skips[k].tags))
+			for t, n := range skips[k].tags {
+				ts = append(ts, fmt.Sprintf("%s %d", t, n))
+			}
+			sort.Strings(ts)
+			reason += " (tests with " + strings.Join(ts, ", ") + ")"
+		}
+		fmt.Fprintf(w, "| skipped: %d tests | %s | %s |\n", skips[k].n, strings.Join(ps, ", "), reason)
+	}
+	fmt.Fprintf(w, "\npassed %d, failed %d (+%d known, listed with their upstream reason), skipped %d, of %d tests of the driver\n",
+		count["passed"], count["failed"], count["known"], count["skipped"], len(rs))
+	return count["failed"]
+}
+
+func passed(rs []result) int {
+	n := 0
+	for _, r := range rs {
+		if r.state == "passed" {
+			n++
+		}
+	}
+	return n
+}
+
+func uniq(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// patternRE finds the suite's test pattern in a spec name ("[Testpattern: Dynamic PV (default fs)]").
+var patternRE = regexp.MustCompile(`\[Testpattern: [^\]]+\]`)
+
+func pattern(name string) string {
+	if p := patternRE.FindString(name); p != "" {
+		return strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(p, "[Testpattern: "), "]"))
+	}
+	return "(no pattern)"
+}

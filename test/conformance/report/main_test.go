@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// sample is shaped like e2e.test's junit_01.xml (Ginkgo v2, OmitFailureMessageAttr).
+const sample = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="6" disabled="0" errors="0" failures="2" time="90">
+  <testsuite name="Kubernetes e2e suite" package="/" tests="6">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="1"></testcase>
+    <testcase name="[It] [sig-storage] External Storage [Driver: d.example] [Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should create read-only inline ephemeral volume" status="passed" time="12.5"></testcase>
+    <testcase name="[It] [sig-storage] External Storage [Driver: d.example] [Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should support multiple inline ephemeral volumes" status="failed" time="30"><failure type="failed">[FAILED] timed out waiting for the condition&#xA;In [It] at: x.go:1</failure></testcase>
+    <testcase name="[It] [sig-storage] External Storage [Driver: d.example] [Testpattern: Dynamic PV (default fs)] provisioning should provision storage" status="skipped" time="0"><skipped message="skipped - Driver &#34;d.example&#34; does not support volume type &#34;DynamicPV&#34; - skipping"></skipped></testcase>
+    <testcase name="[It] [sig-storage] External Storage [Driver: d.example] [Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] should survive" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-storage] External Storage [Driver: d.example] [Testpattern: Pre-provisioned PV (default fs)] subPath should fail" status="failed" time="3"><failure type="failed">[FAILED] known one</failure></testcase>
+    <testcase name="[It] [sig-storage] Other thing should work" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>
+</testsuites>`
+
+// TestClassify: the driver's specs only, each with the state and the reason a reader needs;
+// a listed failure stops counting as one, an unlisted one makes the run fail.
+func TestClassify(t *testing.T) {
+	ks := []known{{regexp.MustCompile(`subPath should fail`), "gcsfuse has no hard links"}}
+	rs, err := classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Disruptive\]|\[Slow\]`), ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]result{}
+	for _, r := range rs {
+		got[r.name] = r
+	}
+	if len(got) != 5 {
+		t.Fatalf("want the driver's 5 specs, got %d: %v", len(got), rs)
+	}
+	want := map[string][2]string{
+		"[Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should create read-only inline ephemeral volume":  {"passed", ""},
+		"[Testpattern: CSI Ephemeral-volume (default fs)] ephemeral should support multiple inline ephemeral volumes": {"failed", "timed out waiting for the condition"},
+		"[Testpattern: Dynamic PV (default fs)] provisioning should provision storage":                                {"skipped", `Driver "d.example" does not support volume type "DynamicPV" - skipping`},
+		"[Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] should survive":                               {"skipped", "not run: excluded by -ginkgo.skip"},
+		"[Testpattern: Pre-provisioned PV (default fs)] subPath should fail":                                          {"known", "gcsfuse has no hard links"},
+	}
+	for name, w := range want {
+		r, ok := got[name]
+		if !ok {
+			t.Errorf("missing %q", name)
+			continue
+		}
+		if r.state != w[0] || r.reason != w[1] {
+			t.Errorf("%q: got %s %q, want %s %q", name, r.state, r.reason, w[0], w[1])
+		}
+	}
+
+	if n := passed(rs); n != 1 {
+		t.Errorf("passed: got %d, want 1", n)
+	}
+	var out bytes.Buffer
+	if n := write(&out, rs); n != 1 {
+		t.Errorf("unexpected failures: got %d, want 1 (the known one does not count)", n)
+	}
+	for _, s := range []string{
+		"passed 1, failed 1 (+1 known, listed with their upstream reason), skipped 2, of 5 tests",
+		"| skipped: 1 tests | Dynamic PV (default fs) | not run: excluded by -ginkgo.skip (tests with [Disruptive] 1) |",
+		"| failed (known) | [Testpattern: Pre-provisioned PV (default fs)] subPath should fail | gcsfuse has no hard links |",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+// TestNoDriverSpecs: a report without the driver's tests (the driver definition not loaded)
+// is an error, never an empty green table.
+func TestNoDriverSpecs(t *testing.T) {
+	if _, err := classify(strings.NewReader(sample), "other.example", nil, nil); err == nil {
+		t.Fatal("want an error for a report without the driver's specs")
+	}
+}
