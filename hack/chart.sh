@@ -68,8 +68,19 @@ done
 [ "$drift" = 0 ] || exit 1
 
 # expect RENDER WHAT PATTERN: fail unless RENDER (a file) matches PATTERN (grep -E).
-expect() { grep -Eq -- "$3" "$1" || { echo "edge values: $2: no line matches /$3/" >&2; exit 1; }; }
-refute() { ! grep -Eq -- "$3" "$1" || { echo "edge values: $2: a line matches /$3/:" >&2; grep -En -- "$3" "$1" | head -3 >&2; exit 1; }; }
+expect() { grep -Eq -- "$3" "$1" || { echo "${1##*/}: $2: no line matches /$3/" >&2; exit 1; }; }
+refute() { ! grep -Eq -- "$3" "$1" || { echo "${1##*/}: $2: a line matches /$3/:" >&2; grep -En -- "$3" "$1" | head -3 >&2; exit 1; }; }
+
+step "webhook high availability by default"
+d=$tmp/defaults.yaml
+helm template gcsfuse-csi "$chart" --namespace "$ns" > "$d"
+expect "$d" "two webhook replicas" '^  replicas: 2$'
+expect "$d" "a PodDisruptionBudget" '^kind: PodDisruptionBudget$'
+expect "$d" "drains evict one replica at a time" '^  maxUnavailable: 1$'
+expect "$d" "rolling update: the new replica ready before an old one stops" '^      maxUnavailable: 0$'
+expect "$d" "replicas spread over nodes" '^          preferredDuringSchedulingIgnoredDuringExecution:$'
+refute "$d" "no required anti-affinity (a one-node cluster could not schedule the second replica)" 'requiredDuringScheduling'
+expect "$d" "readiness probe" '^              path: /readyz$'
 
 step "helm template with edge values"
 r=$tmp/edge.yaml
@@ -81,6 +92,7 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set node.runtimeEndpoint=unix:///run/k3s/containerd/containerd.sock,node.machineType=lookup \
   --set node.gcsEndpoint=http://10.0.0.1:4443/storage/v1/ --set 'node.extraArgs={-v}' \
   --set webhook.replicas=3,webhook.failurePolicy=Ignore,webhook.logLevel=debug \
+  --set webhook.podDisruptionBudget.enabled=false \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
   --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= \
   --set node.metricsPort=0 --set-string node.podAnnotations.team=storage > "$r"
@@ -99,6 +111,7 @@ expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd
 expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
 expect "$r" "replicas" '^  replicas: 3$'
+refute "$r" "PodDisruptionBudget off" '^kind: PodDisruptionBudget$'
 [ "$(grep -c 'failurePolicy: Ignore$' "$r")" = 2 ] || { echo "edge values: failure policy: webhook.failurePolicy=Ignore does not reach the inject entry" >&2; exit 1; }
 expect "$r" "log level" -- '--log-level=debug$'
 expect "$r" "tls secret" 'secretName: my-cert$'
@@ -121,6 +134,7 @@ bad() { # WHAT ARGS...: helm template must fail and name WHAT
 bad kubeletDir --set kubeletDir=relative/path
 bad failurePolicy --set webhook.failurePolicy=Sometimes
 bad replicas --set webhook.replicas=0
+bad maxUnavailable --set webhook.podDisruptionBudget.maxUnavailable=0
 bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'

@@ -40,6 +40,7 @@ type options struct {
 	kubeconfig      string
 	versionRefresh  time.Duration
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	logLevel        slog.Level
 	config          webhook.Config
 }
@@ -78,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", webhook.DefaultShutdownDelay, "how long the webhook keeps serving, not ready, after SIGTERM, while the Service stops routing to it (0: none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	requests := map[corev1.ResourceName]*string{}
 	limits := map[corev1.ResourceName]*string{}
@@ -108,6 +110,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	}
 	if o.versionRefresh <= 0 || o.shutdownTimeout <= 0 {
 		return options{}, errors.New("--version-refresh-interval and --shutdown-timeout must be positive")
+	}
+	if o.shutdownDelay < 0 {
+		return options{}, errors.New("--shutdown-delay must not be negative")
 	}
 	var err error
 	if o.config.Resources.Requests, err = quantities(requests, "request"); err != nil {
@@ -185,12 +190,17 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	server, err := webhook.NewServer(webhook.ServerConfig{
+	// Ready (/readyz) once the node cache has synced, while the serving certificate is
+	// valid, and until SIGTERM: only then does the Service send this replica admissions.
+	var server *webhook.Server
+	ready := func() bool { return versions.Ready() && server.Ready() }
+	server, err = webhook.NewServer(webhook.ServerConfig{
 		Addr:            o.listen,
 		CertFile:        o.certFile,
 		KeyFile:         o.keyFile,
 		ShutdownTimeout: o.shutdownTimeout,
-	}, webhook.NewMux(mutator, versions.Ready), log)
+		ShutdownDelay:   o.shutdownDelay,
+	}, webhook.NewMux(mutator, ready), log)
 	if err != nil {
 		return err
 	}
