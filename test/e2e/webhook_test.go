@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -108,11 +109,14 @@ func (c *creations) finish() {
 }
 
 // TestWebhookRestart (issue 16, "Run"): the webhook is restarted the two ways a cluster
-// does it, a rolling update (`kubectl rollout restart`) and an eviction of one replica (a
-// drain), while opted-in pods are created continuously. With failurePolicy Fail, any moment
-// without a serving replica refuses a pod: every create must succeed, get its sidecar and,
-// for the real pods, complete with its object in the bucket. Fails with webhook.replicas=1
-// (the eviction leaves no replica until the new one is ready).
+// does it, a rolling update (`kubectl rollout restart`) and a drain (the node cordoned, one
+// replica evicted, its replacement Pending until the node is uncordoned), while opted-in pods
+// are created continuously. With failurePolicy Fail, any moment without a serving replica
+// refuses a pod: every create must succeed, get its sidecar and, for the real pods, complete
+// with its object in the bucket. During the drain the PodDisruptionBudget must refuse the
+// eviction of the last ready replica. Fails with webhook.replicas=1 (the drain leaves no
+// replica) and with --shutdown-delay=0 (an evicted or replaced replica refuses the
+// connections kube-proxy still sends it).
 func TestWebhookRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts the webhook")
@@ -134,9 +138,9 @@ func TestWebhookRestart(t *testing.T) {
 	record(t, "rollout restart -> all replicas new and ready", start, time.Now())
 
 	start = time.Now()
-	evicted := evictWebhookReplica(t)
+	drainOneWebhookReplica(t)
 	waitWebhookSettled(t)
-	record(t, "eviction of "+evicted+" -> replaced", start, time.Now())
+	record(t, "drain of one replica -> replaced after uncordon", start, time.Now())
 
 	time.Sleep(2 * time.Second)
 	c.finish()
@@ -159,6 +163,67 @@ func TestWebhookRestart(t *testing.T) {
 	}
 }
 
+// drainWindow is how long the drained node stays cordoned after the evicted replica is
+// gone: the webhook serves from the remaining replicas alone meanwhile.
+const drainWindow = 5 * time.Second
+
+// drainOneWebhookReplica does what `kubectl drain` does to one webhook replica: cordons its
+// node and evicts it through the Eviction API (the PodDisruptionBudget applies). On a
+// one-node cluster the replacement stays Pending until the node is uncordoned, so the
+// remaining replicas serve alone for drainWindow; a second eviction meanwhile must be
+// refused by the PodDisruptionBudget. The node is uncordoned at the end, also on failure.
+func drainOneWebhookReplica(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := cs.CoreV1().Pods(driverNamespace).List(ctx, metav1.ListOptions{LabelSelector: webhookSelector})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("webhook pods: %v (%d)", err, len(pods.Items))
+	}
+	victim := pods.Items[0]
+	cordon(t, victim.Spec.NodeName, true)
+	defer cordon(t, victim.Spec.NodeName, false)
+	if err := evict(ctx, victim.Name); err != nil {
+		t.Fatalf("evict %s: %v", victim.Name, err)
+	}
+	waitPodGone(t, driverNamespace, victim.Name, webhookSettleTimeout)
+	for _, p := range pods.Items[1:] {
+		if err := evict(ctx, p.Name); err == nil {
+			t.Errorf("a second replica, %s, was evicted while the first one's replacement is not ready: no PodDisruptionBudget?", p.Name)
+		} else if !apierrors.IsTooManyRequests(err) {
+			t.Errorf("evict %s: %v, want 429 from the PodDisruptionBudget", p.Name, err)
+		}
+	}
+	time.Sleep(drainWindow)
+}
+
+func evict(ctx context.Context, pod string) error {
+	return cs.CoreV1().Pods(driverNamespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: driverNamespace}})
+}
+
+// cordon marks node unschedulable (or schedulable again).
+func cordon(t *testing.T, node string, unschedulable bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable)
+	if _, err := cs.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Errorf("cordon %s (unschedulable=%t): %v", node, unschedulable, err)
+	}
+}
+
+// waitPodGone waits until the pod no longer exists.
+func waitPodGone(t *testing.T, namespace, name string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		_, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("pod %s/%s still there after %s", namespace, name, d)
+}
+
 // rolloutRestartWebhook does what `kubectl rollout restart deployment/gcsfuse-webhook`
 // does: a new pod template annotation, which rolls every replica.
 func rolloutRestartWebhook(t *testing.T) {
@@ -169,23 +234,6 @@ func rolloutRestartWebhook(t *testing.T) {
 		types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("rollout restart: %v", err)
 	}
-}
-
-// evictWebhookReplica evicts one webhook pod through the Eviction API, as a drain does
-// (the PodDisruptionBudget applies), and returns its name.
-func evictWebhookReplica(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	pods, err := cs.CoreV1().Pods(driverNamespace).List(ctx, metav1.ListOptions{LabelSelector: webhookSelector})
-	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("webhook pods: %v (%d)", err, len(pods.Items))
-	}
-	name := pods.Items[0].Name
-	if err := cs.CoreV1().Pods(driverNamespace).EvictV1(ctx, &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: driverNamespace}}); err != nil {
-		t.Fatalf("evict %s: %v", name, err)
-	}
-	return name
 }
 
 // waitWebhookSettled waits until the webhook Deployment has rolled out its current template
