@@ -92,7 +92,7 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set node.runtimeEndpoint=unix:///run/k3s/containerd/containerd.sock,node.machineType=lookup \
   --set node.gcsEndpoint=http://10.0.0.1:4443/storage/v1/ --set 'node.extraArgs={-v}' \
   --set webhook.replicas=3,webhook.failurePolicy=Ignore,webhook.logLevel=debug \
-  --set webhook.podDisruptionBudget.enabled=false \
+  --set webhook.podDisruptionBudget.enabled=false --set driverName=gcsfuse.csi.storage.gke.io \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
   --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= \
   --set node.metricsPort=0 --set-string node.podAnnotations.team=storage > "$r"
@@ -112,6 +112,16 @@ expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
 expect "$r" "replicas" '^  replicas: 3$'
 refute "$r" "PodDisruptionBudget off" '^kind: PodDisruptionBudget$'
+# driverName: the CSIDriver, the name the node plugin registers and its sockets, and what the
+# webhook (flag and matchConditions) takes as the driver's volumes; nowhere the default name.
+k=/var/snap/microk8s/common/var/lib/kubelet
+expect "$r" "driverName: CSIDriver" '^  name: gcsfuse\.csi\.storage\.gke\.io$'
+[ "$(grep -c -- '- --driver-name=gcsfuse\.csi\.storage\.gke\.io$' "$r")" = 2 ] || { echo "edge values: driverName does not reach both the node plugin and the webhook (--driver-name)" >&2; exit 1; }
+expect "$r" "driverName: registration socket" -- "--registration-socket=$k/plugins_registry/gcsfuse\.csi\.storage\.gke\.io-reg\.sock$"
+expect "$r" "driverName: kubelet CSI endpoint" -- "--kubelet-csi-endpoint=$k/plugins/gcsfuse\.csi\.storage\.gke\.io/csi\.sock$"
+expect "$r" "driverName: plugin directory" "^            path: $k/plugins/gcsfuse\.csi\.storage\.gke\.io$"
+[ "$(grep -c "v\.csi\.driver == 'gcsfuse\.csi\.storage\.gke\.io'" "$r")" = 2 ] || { echo "edge values: driverName does not reach both webhook matchConditions" >&2; exit 1; }
+refute "$r" "driverName: the default name left somewhere" "[ =/']gcsfuse\.csi\.storage('|/csi|-reg|$)"
 [ "$(grep -c 'failurePolicy: Ignore$' "$r")" = 2 ] || { echo "edge values: failure policy: webhook.failurePolicy=Ignore does not reach the inject entry" >&2; exit 1; }
 expect "$r" "log level" -- '--log-level=debug$'
 expect "$r" "tls secret" 'secretName: my-cert$'
@@ -135,6 +145,7 @@ bad kubeletDir --set kubeletDir=relative/path
 bad failurePolicy --set webhook.failurePolicy=Sometimes
 bad replicas --set webhook.replicas=0
 bad maxUnavailable --set webhook.podDisruptionBudget.maxUnavailable=0
+bad driverName --set driverName=efs.csi.aws.com
 bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
@@ -76,6 +77,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "PEM serving certificate (required)")
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "PEM serving key (required)")
 	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
+	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver get the sidecar")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
@@ -104,6 +106,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if len(missing) > 0 {
 		sort.Strings(missing)
 		return options{}, fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
+	}
+	if err := contract.ValidateDriverName(o.config.DriverName); err != nil {
+		return options{}, fmt.Errorf("--driver-name: %w", err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
@@ -230,7 +235,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("starting", "listen", o.listen, "sidecarImage", o.config.SidecarImage)
+	log.Info("starting", "listen", o.listen, "driver", o.config.DriverName, "sidecarImage", o.config.SidecarImage)
 	if err := run(ctx, o, log); err != nil {
 		log.Error("exiting", "error", err)
 		stop()
