@@ -131,6 +131,38 @@ expect "$r" "webhook service namespace" '^        namespace: storage-system$'
 expect "$r" "own namespace skipped" 'values: \["kube-system", "storage-system"\]'
 refute "$r" "no object left in the default namespace" 'namespace: gcsfuse-csi$'
 
+step "cert-manager option (rendered only: cert-manager is not installed here)"
+# show TEMPLATE ARGS...: one template's objects, rendered in namespace storage-system.
+show() { local t=$1; shift; helm template gcsfuse-csi "$chart" --namespace storage-system --show-only "templates/$t" "$@"; }
+# doc NAME: from stdin, the one object whose metadata.name is NAME.
+doc() { awk -v want="$1" '/^---$/ { if (keep) exit; buf = ""; next } { buf = buf $0 "\n" } /^  name: / && $2 == want && !keep { keep = 1; printf "%s", buf; next } keep { print }'; }
+cm=(--set webhook.tls.certManager.enabled=true --set webhook.tls.secretName=webhook-cert)
+show webhook/certificate.yaml "${cm[@]}" | doc gcsfuse-webhook > "$tmp/cert.yaml"
+show webhook/deployment.yaml "${cm[@]}" > "$tmp/cm-deploy.yaml"
+show webhook/mutating-webhook.yaml "${cm[@]}" > "$tmp/cm-mwc.yaml"
+show webhook/service.yaml "${cm[@]}" > "$tmp/cm-svc.yaml"
+expect "$tmp/cert.yaml" "the serving Certificate" '^kind: Certificate$'
+expect "$tmp/cm-svc.yaml" "the Service the DNS names name" '^  name: gcsfuse-webhook$'
+expect "$tmp/cm-mwc.yaml" "the webhook calls that Service" '^        name: gcsfuse-webhook$'
+expect "$tmp/cm-mwc.yaml" "in the release namespace" '^        namespace: storage-system$'
+dns=$(sed -n '/^  dnsNames:$/,/^  [a-z]/p' "$tmp/cert.yaml" | sed -n 's/^    - //p' | tr '\n' ' ')
+[ "$dns" = "gcsfuse-webhook gcsfuse-webhook.storage-system gcsfuse-webhook.storage-system.svc gcsfuse-webhook.storage-system.svc.cluster.local " ] ||
+  { echo "cert-manager: the Certificate's dnsNames are [$dns], not the webhook Service's names in storage-system" >&2; exit 1; }
+expect "$tmp/cert.yaml" "the Certificate writes the Secret the webhook mounts" '^  secretName: webhook-cert$'
+expect "$tmp/cm-deploy.yaml" "the webhook mounts that Secret" '^            secretName: webhook-cert$'
+expect "$tmp/cert.yaml" "signed by the chart's CA Issuer" '^    name: gcsfuse-webhook-ca-issuer$'
+show webhook/certificate.yaml "${cm[@]}" | doc gcsfuse-webhook-ca-issuer > "$tmp/ca.yaml"
+expect "$tmp/ca.yaml" "the CA Issuer" '^kind: Issuer$'
+expect "$tmp/ca.yaml" "the CA Issuer signs with the CA Certificate's Secret" '^    secretName: gcsfuse-webhook-ca$'
+expect "$tmp/cm-mwc.yaml" "CA injection from the Certificate" '^    cert-manager.io/inject-ca-from: storage-system/gcsfuse-webhook$'
+refute "$tmp/cm-mwc.yaml" "no caBundle to set by hand" '^ *caBundle:'
+show webhook/certificate.yaml "${cm[@]}" --set webhook.tls.certManager.issuerRef.name=corp-ca \
+  --set webhook.tls.certManager.issuerRef.kind=ClusterIssuer > "$tmp/cm-ref.yaml"
+refute "$tmp/cm-ref.yaml" "a given issuer: no Issuer of the chart's" '^kind: Issuer$'
+expect "$tmp/cm-ref.yaml" "a given issuer signs" '^    name: corp-ca$'
+expect "$tmp/cm-ref.yaml" "a given ClusterIssuer" '^    kind: ClusterIssuer$'
+refute "$d" "no cert-manager object by default" '^apiVersion: cert-manager.io/'
+
 step "bad values are refused, naming the value"
 bad() { # WHAT ARGS...: helm template must fail and name WHAT
   local what=$1 out
@@ -146,6 +178,8 @@ bad failurePolicy --set webhook.failurePolicy=Sometimes
 bad replicas --set webhook.replicas=0
 bad maxUnavailable --set webhook.podDisruptionBudget.maxUnavailable=0
 bad driverName --set driverName=efs.csi.aws.com
+bad kind --set webhook.tls.certManager.issuerRef.kind=Authority
+bad duration --set webhook.tls.certManager.duration=90days
 bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'
