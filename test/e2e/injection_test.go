@@ -205,8 +205,9 @@ func TestIncumbentDriverName(t *testing.T) {
 	if helmBin == "" {
 		t.Skip("the driver was not installed with Helm (E2E_HELM, E2E_HELM_CHART unset; DEPLOY_WITH=kustomize): this test switches driverName with helm upgrade")
 	}
-	switchDriverName(t, contract.IncumbentDriverName)
+	// Restored also when the switch itself fails, so that the next tests find the default.
 	t.Cleanup(func() { switchDriverName(t, contract.DriverName) })
+	switchDriverName(t, contract.IncumbentDriverName)
 
 	runIncumbentPod(t, podName(t, "inline"), newBucket(t), contract.IncumbentDriverName)
 
