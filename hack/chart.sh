@@ -95,10 +95,14 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set webhook.podDisruptionBudget.enabled=false --set driverName=gcsfuse.csi.storage.gke.io \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
   --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= \
-  --set node.metricsPort=0 --set-string node.podAnnotations.team=storage > "$r"
+  --set node.metricsPort=0 --set-string node.podAnnotations.team=storage \
+  --set 'images.sidecar.pullSecrets={team-registry,other-registry}' --set 'imagePullSecrets[0].name=team-registry' > "$r"
 expect "$r" "node image" 'image: registry.example.com:5000/team/gcsfuse-csi-node:v1.2.3$'
 expect "$r" "pull policy" 'imagePullPolicy: IfNotPresent$'
 expect "$r" "sidecar image reaches the webhook" -- '--sidecar-image=registry.example.com/team/sidecar:v1.2.3$'
+expect "$r" "sidecar pull secrets reach the webhook" -- '--sidecar-image-pull-secrets=team-registry,other-registry$'
+[ "$(grep -A1 -c '^      imagePullSecrets:$' "$r")" = 2 ] && [ "$(grep -c '^        - name: team-registry$' "$r")" = 2 ] ||
+  { echo "edge values: imagePullSecrets: not on both the node plugin and the webhook pods" >&2; exit 1; }
 expect "$r" "kubelet dir" -- '--kubelet-root=/var/snap/microk8s/common/var/lib/kubelet$'
 refute "$r" "kubelet dir everywhere" '(^|[ =])/var/lib/kubelet'
 refute "$r" "no Namespace object by default" '^kind: Namespace$'
@@ -184,4 +188,12 @@ bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'
 bad unknownValue --set unknownValue=1
+# The admission policy on a cluster that cannot take it (Kubernetes < 1.30): refused at
+# install, saying what to set (--kube-version stands for the cluster's version).
+if out=$(helm template gcsfuse-csi "$chart" --namespace "$ns" --kube-version 1.29.4 2>&1) ||
+  ! grep -q "Kubernetes >= 1.30.*admissionPolicy.enabled=false" <<< "$out"; then
+  echo "admission policy on Kubernetes 1.29: not refused with the fix named:" >&2; echo "$out" | tail -3 >&2; exit 1
+fi
+bad pullSecrets --set 'images.sidecar.pullSecrets={Bad_Name}'
+bad imagePullSecrets --set 'imagePullSecrets[0].name=a b'
 step "chart checks passed"

@@ -66,6 +66,16 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
   ensure_helm
   chart=$REPO_ROOT/deploy/chart/gcsfuse-csi
   values=$REPO_ROOT/deploy/overlays/local/values.yaml
+  release_args=()
+  if [ "${DEPLOY_RELEASE:-}" = previous ]; then
+    # The previous release's own chart and local values (hack/previous-release.sh), with
+    # its images, for the upgrade e2e test; running this script again without
+    # DEPLOY_RELEASE is the upgrade.
+    chart=$PREVIOUS_RELEASE_DIR/src/deploy/chart/gcsfuse-csi
+    values=$PREVIOUS_RELEASE_DIR/src/deploy/overlays/local/values.yaml
+    [ -d "$chart" ] || { echo "no previous release in $PREVIOUS_RELEASE_DIR: run hack/previous-release.sh" >&2; exit 1; }
+    for img in node webhook sidecar; do release_args+=(--set "images.$img.tag=$PREVIOUS_RELEASE"); done
+  fi
   # Helm keeps its release record in the namespace, so the namespace comes first, with the
   # Pod Security label the privileged node plugin needs (the chart's createNamespace is
   # for kustomize's rendering).
@@ -80,7 +90,7 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
     set_vap=(--set admissionPolicy.enabled=false)
   fi
   "$HELM_DIR/helm" upgrade --install gcsfuse-csi "$chart" --kubeconfig "$KUBECONFIG" --namespace "$ns" \
-    -f "$values" --set webhook.tls.caBundle="$ca" "${set_vap[@]}"
+    -f "$values" --set webhook.tls.caBundle="$ca" "${set_vap[@]}" "${release_args[@]}"
   step "kubectl apply -k deploy/overlays/local/emulator"
   kctl apply -k "$REPO_ROOT/deploy/overlays/local/emulator"
 else

@@ -10,6 +10,8 @@
 #      $CONTAINERD_VERSION built from its module; 1.6: Debian's), ETCD_VERSION (default: the one
 #      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
+#      UPGRADE_FROM=previous (install the previous release, hack/previous-release.sh, for
+#      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -51,6 +53,9 @@ run_tests() {
     if [ "${DEPLOY_WITH:-helm}" = helm ]; then
       helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$REPO_ROOT/deploy/chart/gcsfuse-csi")
     fi
+    if [ "${UPGRADE_FROM:-}" = previous ]; then
+      helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
+    fi
     env "${helm_env[@]}" E2E_REQUIRE=1 E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
@@ -71,5 +76,12 @@ phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
 phase k8s-build "$hack/k8s-build.sh"
 phase images "$hack/images.sh"
 phase cluster-up "$hack/cluster-up.sh"
-phase deploy "$hack/deploy.sh"
+if [ "${UPGRADE_FROM:-}" = previous ]; then
+  # The upgrade run: the previous release is installed, the test upgrades it to this tree
+  # with hack/deploy.sh (TestUpgradeFromPreviousRelease).
+  phase previous-release "$hack/previous-release.sh"
+  phase deploy env DEPLOY_RELEASE=previous "$hack/deploy.sh"
+else
+  phase deploy "$hack/deploy.sh"
+fi
 phase test run_tests

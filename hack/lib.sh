@@ -38,6 +38,12 @@ DEADCODE_VERSION=v0.52.0
 # Helm renders and lints the chart (hack/chart.sh) and installs the driver on the local
 # cluster; v4 is the maintained major; built from its module like the other tools.
 HELM_VERSION=4.3.2
+# The release before this tree: hack/previous-release.sh builds its images from this commit
+# (its own hack/images.sh, tag = its version) and hack/e2e.sh (UPGRADE_FROM=previous)
+# installs its chart, then upgrades to this tree (docs/upgrade.md).
+PREVIOUS_RELEASE=0.1.0
+PREVIOUS_RELEASE_COMMIT=22f65cf8d44a87a1cc36656a30fc9d8db57ea795
+PREVIOUS_RELEASE_DIR=$GCSFUSE_CSI_CACHE/release-$PREVIOUS_RELEASE
 HELM_DIR=$GCSFUSE_CSI_CACHE/helm-$HELM_VERSION
 # ensure_helm: build helm into $HELM_DIR unless it is there (~3 min cold).
 ensure_helm() {

@@ -5,7 +5,8 @@
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
-# of them on containerd 2.x, then the lifecycle ones on containerd 1.6.
+# of them on containerd 2.x, the upgrade from the previous release, then the lifecycle ones on
+# containerd 1.6.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
@@ -43,6 +44,10 @@ go test -race -count=1 -timeout 20m ./...
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   step "end-to-end tests on a local cluster"
   bash hack/e2e.sh
+  # Upgrade from the previous release (its chart and images, built from its commit): running
+  # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
+  step "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
+  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.

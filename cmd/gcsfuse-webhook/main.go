@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
@@ -78,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "PEM serving key (required)")
 	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
 	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver get the sidecar")
+	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
@@ -110,6 +112,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if err := contract.ValidateDriverName(o.config.DriverName); err != nil {
 		return options{}, fmt.Errorf("--driver-name: %w", err)
 	}
+	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
 	}

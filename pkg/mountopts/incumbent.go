@@ -40,21 +40,6 @@ func valueOption(name string) incumbentAlias {
 	return func(v string) ([]string, error) { return []string{name + "=" + v}, nil }
 }
 
-// onlyFalse accepts the attribute when it asks for nothing ("false"), and refuses "true"
-// with why.
-func onlyFalse(why string) incumbentAlias {
-	return func(v string) ([]string, error) {
-		b, err := strconv.ParseBool(v)
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("value %q is not true or false", v)
-		case b:
-			return nil, fmt.Errorf("%q is not supported: %s", v, why)
-		}
-		return nil, nil
-	}
-}
-
 var incumbentAttrs = map[string]incumbentAlias{
 	"fileCacheForRangeRead":     boolOption("file-cache-cache-file-for-range-read"),
 	"metadataStatCacheCapacity": sizeOption("stat-cache-max-size-mb"),
@@ -81,7 +66,16 @@ var incumbentAttrs = map[string]incumbentAlias{
 		}
 		return nil, nil
 	},
-	"disableMetrics": onlyFalse("this driver does not turn off a volume's gcsfuse metrics; drop the attribute"),
+	"disableMetrics": func(v string) ([]string, error) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("value %q is not true or false", v)
+		}
+		if b {
+			return []string{MetricsPortOption + "=0"}, nil
+		}
+		return nil, nil
+	},
 }
 
 // incumbentOptions returns the options the incumbent's attributes in attrs stand for, in

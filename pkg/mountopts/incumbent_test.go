@@ -31,7 +31,9 @@ func TestIncumbentAttributes(t *testing.T) {
 		{name: "bad severity", attrs: map[string]string{"gcsfuseLoggingSeverity": "chatty"}, wantErr: "gcsfuseLoggingSeverity"},
 		{name: "bad ttl", attrs: map[string]string{"metadataCacheTTLSeconds": "1h"}, wantErr: "metadataCacheTTLSeconds"},
 		{name: "bad bool", attrs: map[string]string{"fileCacheForRangeRead": "yes please"}, wantErr: "fileCacheForRangeRead"},
-		{name: "no equivalent", attrs: map[string]string{"disableMetrics": "true"}, wantErr: "disableMetrics"},
+		{name: "metrics off", attrs: map[string]string{"disableMetrics": "true"}, want: []string{NoMetricsFlag}},
+		{name: "bad metrics switch", attrs: map[string]string{"disableMetrics": "sometimes"}, wantErr: "disableMetrics"},
+		{name: "metrics off twice", attrs: map[string]string{contract.AttrMountOptions: "prometheus-port=0", "disableMetrics": "true"}, wantErr: "more than once"},
 		{name: "twice", attrs: map[string]string{contract.AttrMountOptions: "log-severity=info", "gcsfuseLoggingSeverity": "debug"}, wantErr: "more than once"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -120,13 +120,22 @@ var allowed = map[string]spec{
 	// machine-type spares gcsfuse its metadata-server lookups at start; the node plugin sets
 	// it from the Node (csidriver.Config.MachineType) unless a volume does.
 	"machine-type": {kind: kPattern, pattern: machineTypePattern},
+	// prometheus-port=0 turns off a volume's gcsfuse metrics (the incumbent's disableMetrics):
+	// the sidecar then gives that gcsfuse no port. Any other port is the driver's to choose.
+	MetricsPortOption: enum("0"),
 }
+
+// MetricsPortOption is the one driver-owned gcsfuse flag a volume may set, and only to 0.
+const MetricsPortOption = "prometheus-port"
+
+// NoMetricsFlag is the flag MetricsPortOption=0 becomes.
+const NoMetricsFlag = "--" + MetricsPortOption + "=0"
 
 // owned are flags the driver sets itself; naming them gets a specific refusal.
 var owned = map[string]bool{
 	"temp-dir": true, "cache-dir": true, "log-file": true, "config-file": true, "key-file": true,
 	"token-url": true, "reuse-token-from-url": true, "custom-endpoint": true,
-	"anonymous-access": true, "foreground": true, "prometheus-port": true, "o": true,
+	"anonymous-access": true, "foreground": true, "o": true,
 	"app-name": true, "ignore-interrupts": true, "s2a-address": true, "s2a-spiffe-id": true,
 	"log-rotate-max-file-size-mb": true, "log-rotate-backup-file-count": true,
 	"log-rotate-compress": true, "debug_invariants": true, "debug_mutex": true,
@@ -260,6 +269,9 @@ func (s spec) flag(name, value string, hasValue bool) (string, error) {
 		ok := false
 		for _, e := range s.enum {
 			ok = ok || e == value
+		}
+		if !ok && name == MetricsPortOption {
+			return "", fmt.Errorf("value %q: only 0 (no metrics for this volume); the driver chooses the port otherwise", value)
 		}
 		if !ok {
 			return "", fmt.Errorf("value %q is not one of %s", value, strings.Join(s.enum, ", "))

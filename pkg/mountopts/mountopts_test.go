@@ -27,6 +27,8 @@ func TestParse(t *testing.T) {
 		{name: "enum", in: []string{"log-severity=debug"}, want: []string{"--log-severity=debug"}},
 		{name: "machine type", in: []string{"machine-type=Standard_D2s_v3"}, want: []string{"--machine-type=Standard_D2s_v3"}},
 		{name: "machine type with a slash", in: []string{"machine-type=zones/x/machineTypes/n2"}, wantErr: "machine-type"},
+		{name: "metrics off", in: []string{"prometheus-port=0"}, want: []string{"--prometheus-port=0"}},
+		{name: "metrics port is the driver's", in: []string{"prometheus-port=9100"}, wantErr: "only 0"},
 		{name: "driver owned endpoint", in: []string{"custom-endpoint=http://evil/"}, wantErr: "set by the driver"},
 		{name: "driver owned key file", in: []string{"key-file=/etc/passwd"}, wantErr: "set by the driver"},
 		{name: "driver owned temp dir", in: []string{"temp-dir=/"}, wantErr: "set by the driver"},

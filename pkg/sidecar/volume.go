@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
 // readyMarker is what gcsfuse logs once it has answered the kernel's INIT: from then on the
@@ -139,7 +141,10 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 			return nil, fmt.Errorf("create cache dir for %s: %w", v.VolumeName, err)
 		}
 	}
-	metricsPort := pickMetricsPort(s.log)
+	metricsPort := 0
+	if !slices.Contains(v.Flags, mountopts.NoMetricsFlag) {
+		metricsPort = pickMetricsPort(s.log)
+	}
 	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir, keyFile), metricsPort)...)
 	cmd.ExtraFiles = []*os.File{fuse}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}

@@ -13,6 +13,15 @@ import (
 // (docs/migration.md); where a pod sets both spellings they must agree.
 const incumbentPrefix = "gke-gcsfuse/"
 
+// The GKE driver's names for a pod's own write-buffer and file-cache volumes; the sidecar
+// mounts them as it mounts contract.BufferVolumeName and contract.CacheVolumeName. (Its
+// gke-gcsfuse-tmp has no equivalent: the sidecar's tmp volume is the emptyDir the node
+// plugin reaches on the node, always ours.)
+const (
+	incumbentBufferVolume = "gke-gcsfuse-buffer"
+	incumbentCacheVolume  = "gke-gcsfuse-cache"
+)
+
 // incumbentAnnotations are the GKE driver's annotations with an equivalent here (the same
 // name after the prefix, the same meaning).
 var incumbentAnnotations = map[string]bool{

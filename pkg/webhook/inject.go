@@ -16,12 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -45,6 +47,12 @@ type Config struct {
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
 	// Empty: contract.DriverName.
 	DriverName string
+	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
+	// it does not list yet), for a SidecarImage in a private registry. A Secret is
+	// namespaced: each namespace with such pods needs one of that name (the kubelet pulls
+	// without a missing one and says so in an Event). Not added when the pod lends its own
+	// sidecar image.
+	SidecarPullSecrets []string
 }
 
 // Mutator computes the JSON patch that injects the sidecar into a pod.
@@ -62,6 +70,11 @@ func NewMutator(cfg Config, versions ClusterVersions, log *slog.Logger) (*Mutato
 	}
 	if err := cfg.Resources.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar resource defaults: %w", err)
+	}
+	for _, name := range cfg.SidecarPullSecrets {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return nil, fmt.Errorf("sidecar image pull secret %q: %s", name, strings.Join(errs, "; "))
+		}
 	}
 	if versions == nil {
 		return nil, errors.New("no ClusterVersions given")
@@ -193,8 +206,8 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
-	newVolumes, mountCache := sidecarVolumes(m.cfg.DriverName, pod)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, mountCache)
+	newVolumes, vols := sidecarVolumes(m.cfg.DriverName, pod)
+	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -223,6 +236,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		at := legacyIndex(regularAfter)
 		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
 	}
+	if !lent.found {
+		ops = append(ops, pullSecretOps(pod.Spec.ImagePullSecrets, m.cfg.SidecarPullSecrets)...)
+	}
 	if len(newVolumes) > 0 {
 		if len(pod.Spec.Volumes) == 0 {
 			ops = append(ops, addOp("/spec/volumes", newVolumes))
@@ -233,6 +249,28 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		}
 	}
 	return ops, warnings, mode, nil
+}
+
+// pullSecretOps adds the secrets the pod's imagePullSecrets do not name yet.
+func pullSecretOps(have []corev1.LocalObjectReference, secrets []string) []patchOp {
+	var add []corev1.LocalObjectReference
+	for _, s := range secrets {
+		if !slices.ContainsFunc(have, func(r corev1.LocalObjectReference) bool { return r.Name == s }) &&
+			!slices.ContainsFunc(add, func(r corev1.LocalObjectReference) bool { return r.Name == s }) {
+			add = append(add, corev1.LocalObjectReference{Name: s})
+		}
+	}
+	switch {
+	case len(add) == 0:
+		return nil
+	case len(have) == 0:
+		return []patchOp{addOp("/spec/imagePullSecrets", add)}
+	}
+	ops := make([]patchOp, 0, len(add))
+	for _, r := range add {
+		ops = append(ops, addOp("/spec/imagePullSecrets/-", r))
+	}
+	return ops
 }
 
 // annotationOp sets one annotation, creating the map when the pod has none.
@@ -529,27 +567,42 @@ func wantsFileCache(driver string, volumes []corev1.Volume) bool {
 	return false
 }
 
-// sidecarVolumes returns the emptyDirs to add and whether the sidecar mounts a cache. A
-// volume the user already defined under one of our names is used as it is: that is how a
-// user puts the buffer or the cache on a PVC or a RAM disk.
-func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, bool) {
+// sidecarMounts names the pod volumes the sidecar mounts as its buffer and cache ("" for no
+// cache).
+type sidecarMounts struct{ buffer, cache string }
+
+// sidecarVolumes returns the emptyDirs to add and the volumes the sidecar mounts. A pod may
+// bring its own buffer or cache volume (a bigger disk, a RAM disk) under our name or the GKE
+// driver's (incumbentBufferVolume, incumbentCacheVolume; ours wins where both are there);
+// the cache is mounted only when a volume of the pod asks for a file cache or the pod
+// brings one.
+func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
 	have := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		have[v.Name] = true
 	}
 	var add []corev1.Volume
-	for _, name := range []string{contract.TmpVolumeName, contract.BufferVolumeName} {
-		if !have[name] {
-			add = append(add, emptyDir(name))
-		}
+	if !have[contract.TmpVolumeName] {
+		add = append(add, emptyDir(contract.TmpVolumeName))
 	}
-	if have[contract.CacheVolumeName] {
-		return add, true
+	m := sidecarMounts{buffer: contract.BufferVolumeName}
+	switch {
+	case have[contract.BufferVolumeName]:
+	case have[incumbentBufferVolume]:
+		m.buffer = incumbentBufferVolume
+	default:
+		add = append(add, emptyDir(contract.BufferVolumeName))
 	}
-	if wantsFileCache(driver, pod.Spec.Volumes) {
-		return append(add, emptyDir(contract.CacheVolumeName)), true
+	switch {
+	case have[contract.CacheVolumeName]:
+		m.cache = contract.CacheVolumeName
+	case have[incumbentCacheVolume]:
+		m.cache = incumbentCacheVolume
+	case wantsFileCache(driver, pod.Spec.Volumes):
+		m.cache = contract.CacheVolumeName
+		add = append(add, emptyDir(contract.CacheVolumeName))
 	}
-	return add, false
+	return add, m
 }
 
 func emptyDir(name string) corev1.Volume {
@@ -566,13 +619,13 @@ func graceSeconds(pod *corev1.Pod) int64 {
 // buildSidecar is the full spec of the injected container. Its security context satisfies
 // the "restricted" Pod Security Standard so that opting in never makes a pod inadmissible
 // in a restricted namespace.
-func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequirements, mountCache bool) corev1.Container {
+func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequirements, vols sidecarMounts) corev1.Container {
 	mounts := []corev1.VolumeMount{
 		{Name: contract.TmpVolumeName, MountPath: contract.TmpMountPath},
-		{Name: contract.BufferVolumeName, MountPath: contract.BufferMountPath},
+		{Name: vols.buffer, MountPath: contract.BufferMountPath},
 	}
-	if mountCache {
-		mounts = append(mounts, corev1.VolumeMount{Name: contract.CacheVolumeName, MountPath: contract.CacheMountPath})
+	if vols.cache != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: vols.cache, MountPath: contract.CacheMountPath})
 	}
 	uid, gid := int64(contract.SidecarUID), int64(contract.SidecarGID)
 	yes, no := true, false

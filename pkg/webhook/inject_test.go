@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"reflect"
@@ -299,6 +300,10 @@ func TestVolumes(t *testing.T) {
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "fast-buffer"}}}
 	ramCache := corev1.Volume{Name: contract.CacheVolumeName, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}
+	gkeBuffer := corev1.Volume{Name: incumbentBufferVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "gke-buffer"}}}
+	gkeCache := corev1.Volume{Name: incumbentCacheVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}
 	otherDriver := corev1.Volume{Name: "other", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 		Driver: "other.csi.example.com", VolumeAttributes: map[string]string{contract.AttrMountOptions: "file-cache:max-size-mb:10"}}}}
 	tests := []struct {
@@ -307,6 +312,8 @@ func TestVolumes(t *testing.T) {
 		wantCache bool
 		// wantKept are user volumes that must come out unchanged.
 		wantKept []corev1.Volume
+		// bufferName and cacheName are the volumes the sidecar mounts (default: ours).
+		bufferName, cacheName string
 	}{
 		{name: "no cache asked", volumes: []corev1.Volume{gcsVolume("data", nil)}},
 		{name: "fileCacheCapacity", volumes: []corev1.Volume{gcsVolume("data", map[string]string{contract.AttrFileCacheCapacity: "10Gi"})}, wantCache: true},
@@ -318,6 +325,10 @@ func TestVolumes(t *testing.T) {
 		{name: "user cache in RAM without cache options", volumes: []corev1.Volume{gcsVolume("data", nil), ramCache}, wantCache: true, wantKept: []corev1.Volume{ramCache}},
 		{name: "user cache in RAM with cache options", volumes: []corev1.Volume{gcsVolume("data", map[string]string{contract.AttrFileCacheCapacity: "1Gi"}), ramCache}, wantCache: true, wantKept: []corev1.Volume{ramCache}},
 		{name: "pod without volumes", volumes: nil},
+		{name: "GKE driver's buffer and cache volumes", volumes: []corev1.Volume{gcsVolume("data", nil), gkeBuffer, gkeCache},
+			wantCache: true, wantKept: []corev1.Volume{gkeBuffer, gkeCache}, bufferName: incumbentBufferVolume, cacheName: incumbentCacheVolume},
+		{name: "ours win over the GKE driver's", volumes: []corev1.Volume{gcsVolume("data", nil), pvc, gkeBuffer, ramCache, gkeCache},
+			wantCache: true, wantKept: []corev1.Volume{pvc, ramCache}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -328,9 +339,10 @@ func TestVolumes(t *testing.T) {
 			for _, m := range c.VolumeMounts {
 				mounts[m.Name] = m.MountPath
 			}
-			want := map[string]string{contract.TmpVolumeName: contract.TmpMountPath, contract.BufferVolumeName: contract.BufferMountPath}
+			bufferName, cacheName := cmp.Or(tt.bufferName, contract.BufferVolumeName), cmp.Or(tt.cacheName, contract.CacheVolumeName)
+			want := map[string]string{contract.TmpVolumeName: contract.TmpMountPath, bufferName: contract.BufferMountPath}
 			if tt.wantCache {
-				want[contract.CacheVolumeName] = contract.CacheMountPath
+				want[cacheName] = contract.CacheMountPath
 			}
 			if !reflect.DeepEqual(mounts, want) {
 				t.Errorf("sidecar mounts = %v, want %v", mounts, want)
@@ -342,6 +354,11 @@ func TestVolumes(t *testing.T) {
 			}
 			if _, n := volumeByName(out, contract.CacheVolumeName); !tt.wantCache && n != 0 {
 				t.Errorf("a cache volume was added although no file cache was asked for")
+			}
+			if tt.bufferName == incumbentBufferVolume {
+				if _, n := volumeByName(out, contract.BufferVolumeName); n != 0 {
+					t.Errorf("a %s emptyDir was added beside the pod's %s", contract.BufferVolumeName, incumbentBufferVolume)
+				}
 			}
 			for _, kept := range tt.wantKept {
 				got, _ := volumeByName(out, kept.Name)
@@ -1187,5 +1204,55 @@ func TestReinvocationAfterInitContainersChanged(t *testing.T) {
 				t.Errorf("third invocation patched: %s", again.Patch)
 			}
 		})
+	}
+}
+
+// A private registry for the sidecar: the configured pull secrets are added to the pod's
+// imagePullSecrets (once, after the pod's own), not when the pod lends its own sidecar
+// image, and a bad Secret name is refused at start.
+func TestSidecarPullSecrets(t *testing.T) {
+	cfg := testConfig()
+	cfg.SidecarPullSecrets = []string{"registry-a", "registry-b"}
+	m, err := NewMutator(cfg, modern, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := func(names ...string) []corev1.LocalObjectReference {
+		var out []corev1.LocalObjectReference
+		for _, n := range names {
+			out = append(out, corev1.LocalObjectReference{Name: n})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		have []corev1.LocalObjectReference
+		lent bool
+		want []corev1.LocalObjectReference
+	}{
+		{name: "none yet", want: refs("registry-a", "registry-b")},
+		{name: "pod has its own", have: refs("mine"), want: refs("mine", "registry-a", "registry-b")},
+		{name: "pod has one of them", have: refs("registry-b"), want: refs("registry-b", "registry-a")},
+		{name: "lent sidecar image", lent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, out := mustAdmit(t, m, newPod(func(p *corev1.Pod) {
+				p.Spec.ImagePullSecrets = tt.have
+				if tt.lent {
+					p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: contract.SidecarContainerName, Image: "example.com/own/sidecar:1"})
+				}
+			}))
+			want := tt.want
+			if tt.lent {
+				want = tt.have
+			}
+			if !reflect.DeepEqual(out.Spec.ImagePullSecrets, want) {
+				t.Fatalf("imagePullSecrets = %v, want %v", out.Spec.ImagePullSecrets, want)
+			}
+		})
+	}
+	cfg.SidecarPullSecrets = []string{"Not_A_Secret"}
+	if _, err := NewMutator(cfg, modern, discardLogger()); err == nil || !strings.Contains(err.Error(), "Not_A_Secret") {
+		t.Fatalf("NewMutator with a bad secret name: %v", err)
 	}
 }

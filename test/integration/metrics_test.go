@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +130,83 @@ func readyCount(t *testing.T, reg *prometheus.Registry) uint64 {
 		}
 	}
 	return 0
+}
+
+// The incumbent's disableMetrics: "true" (an alias of prometheus-port=0): the volume serves
+// as usual, its gcsfuse has no metrics port (no listener, a single --prometheus-port=0 on
+// its command line), and the node plugin exports no series for it.
+func TestDisableMetricsVolumeServesWithoutMetrics(t *testing.T) {
+	const bucket = "bkt-no-metrics"
+	emu.CreateBucketWithOpts(fakestorageBucket(bucket))
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", bucket, "", false)
+	req.VolumeContext["disableMetrics"] = "true"
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("NodePublishVolume: %v", err)
+	}
+	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pod.Target("data")
+	if _, err := testenv.WaitReady(target, 20*time.Second); err != nil {
+		t.Fatalf("mount not ready: %v\nsidecar output:\n%s", err, sc.Output())
+	}
+	data := randomBytes(t, 4096)
+	if err := os.WriteFile(filepath.Join(target, "f.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	requireObject(t, bucket, "f.bin", data)
+
+	args := gcsfuseArgsServing(t, target)
+	var ports []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "--prometheus-port") {
+			ports = append(ports, a)
+		}
+	}
+	if len(ports) != 1 || ports[0] != "--prometheus-port=0" {
+		t.Fatalf("gcsfuse metrics flags %q, want only --prometheus-port=0 (args %q)", ports, args)
+	}
+	pods := []podmetrics.Pod{{UID: pod.UID, Namespace: "team-a", Name: "quiet", Volumes: []string{"data"}}}
+	c, err := podmetrics.New(podmetrics.Config{KubeletRoot: e.Root, Pods: func() []podmetrics.Pod { return pods }}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ := c.Gather()
+	if _, n := value(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"volume": "data"}); n != 0 {
+		t.Errorf("%d gcsfuse series for a volume with disableMetrics", n)
+	}
+	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("sidecar exit %d, %v", code, err)
+	}
+}
+
+// gcsfuseArgsServing is the command line of the gcsfuse process whose mount point is target.
+func gcsfuseArgsServing(t *testing.T, target string) []string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil || !bytes.Contains(b, []byte("gcsfuse")) {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) == "gcsfuse" && slices.Contains(args, "/dev/fd/3") && slices.Contains(args, "bkt-no-metrics") {
+			return args
+		}
+	}
+	t.Fatalf("no gcsfuse process serving %s", target)
+	return nil
 }
