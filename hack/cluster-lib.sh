@@ -35,9 +35,13 @@ RUN=$CLUSTER_DIR/run
 ETC=$CLUSTER_DIR/etc
 IMAGES_DIR=$GCSFUSE_CSI_CACHE/images
 export KUBECONFIG=${E2E_KUBECONFIG:-$PKI/admin.kubeconfig}
-# Tag of every image we build; pods use imagePullPolicy Never.
+# Every image we build is $IMAGE_REPO/<name>:$IMAGE_TAG: images.sh names them so, the local
+# cluster imports them (pods use imagePullPolicy Never: no registry is asked, whatever the
+# name), deploy.sh installs the driver with them and release-images.sh pushes them. E.g.
+# IMAGE_REPO=registry.example.com/team/gcsfuse-csi IMAGE_TAG=v0.2.0.
+IMAGE_REPO=${IMAGE_REPO:-gcsfuse-csi.local}
+IMAGE_REPO=${IMAGE_REPO%/}
 IMAGE_TAG=${IMAGE_TAG:-e2e}
-IMAGE_REPO=gcsfuse-csi.local
 NODE_NAME=$(hostname)
 # The cluster runs in a network namespace of its own, made by cluster-up.sh: its own loopback
 # (etcd, the API server's components), its CNI bridge and pods, and NODE_IP on a veth whose

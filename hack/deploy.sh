@@ -8,6 +8,9 @@
 #      1.30, without the ValidatingAdmissionPolicy, which needs admissionregistration.k8s.io/v1),
 #   3. rollouts of the node plugin, the webhook and the emulator, and the driver registered
 #      with the kubelet (listed in the node's CSINode object).
+# The images are $IMAGE_REPO/<name>:$IMAGE_TAG (cluster-lib.sh), the ones images.sh built:
+# the chart gets them as values (node, webhook and the sidecar the webhook injects); the
+# kustomize overlays name the default ones, rewritten on the way to the API server.
 # Idempotent: re-running re-applies and restarts nothing that did not change.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -55,6 +58,15 @@ without_vap() {
     { doc = doc $0 "\n" }
     END { flush() }'
 }
+# local_images: the manifests on stdin with the overlays' default image names
+# (gcsfuse-csi.local/<name>:e2e) replaced by $IMAGE_REPO/<name>:$IMAGE_TAG.
+local_images() {
+  sed -E "s#gcsfuse-csi\.local/([a-z]+):e2e\b#$IMAGE_REPO/\1:$IMAGE_TAG#g"
+}
+image_values=()
+for img in node webhook sidecar; do
+  image_values+=(--set "images.$img.repository=$IMAGE_REPO/$img" --set-string "images.$img.tag=$IMAGE_TAG")
+done
 ca=$(base64 -w0 < "$wpki/ca.crt")
 tls_secret() {
   kctl -n "$ns" create secret tls gcsfuse-webhook-tls --cert="$wpki/tls.crt" --key="$wpki/tls.key" \
@@ -66,7 +78,6 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
   ensure_helm
   chart=$REPO_ROOT/deploy/chart/gcsfuse-csi
   values=$REPO_ROOT/deploy/overlays/local/values.yaml
-  release_args=()
   if [ "${DEPLOY_RELEASE:-}" = previous ]; then
     # The previous release's own chart and local values (hack/previous-release.sh), with
     # its images, for the upgrade e2e test; running this script again without
@@ -74,7 +85,11 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
     chart=$PREVIOUS_RELEASE_DIR/src/deploy/chart/gcsfuse-csi
     values=$PREVIOUS_RELEASE_DIR/src/deploy/overlays/local/values.yaml
     [ -d "$chart" ] || { echo "no previous release in $PREVIOUS_RELEASE_DIR: run hack/previous-release.sh" >&2; exit 1; }
-    for img in node webhook sidecar; do release_args+=(--set "images.$img.tag=$PREVIOUS_RELEASE"); done
+    # Its images, under the names its own images.sh gave them.
+    image_values=()
+    for img in node webhook sidecar; do
+      image_values+=(--set "images.$img.repository=$PREVIOUS_RELEASE_REPO/$img" --set-string "images.$img.tag=$PREVIOUS_RELEASE")
+    done
   fi
   # Helm keeps its release record in the namespace, so the namespace comes first, with the
   # Pod Security label the privileged node plugin needs (the chart's createNamespace is
@@ -84,22 +99,22 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
   tls_secret
   set_vap=()
   if vap_served; then
-    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/}"
+    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/} ${image_values[*]}"
   else
-    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/} --set admissionPolicy.enabled=false: $no_vap"
+    step "helm upgrade --install gcsfuse-csi ${chart#"$REPO_ROOT"/} -f ${values#"$REPO_ROOT"/} ${image_values[*]} --set admissionPolicy.enabled=false: $no_vap"
     set_vap=(--set admissionPolicy.enabled=false)
   fi
   "$HELM_DIR/helm" upgrade --install gcsfuse-csi "$chart" --kubeconfig "$KUBECONFIG" --namespace "$ns" \
-    -f "$values" --set webhook.tls.caBundle="$ca" "${set_vap[@]}" "${release_args[@]}"
-  step "kubectl apply -k deploy/overlays/local/emulator"
-  kctl apply -k "$REPO_ROOT/deploy/overlays/local/emulator"
+    -f "$values" "${image_values[@]}" --set webhook.tls.caBundle="$ca" "${set_vap[@]}"
+  step "kubectl apply -k deploy/overlays/local/emulator ($IMAGE_REPO/emulator:$IMAGE_TAG)"
+  kctl kustomize "$REPO_ROOT/deploy/overlays/local/emulator" | local_images | kctl apply -f -
 else
   if vap_served; then
-    step "kubectl apply -k ${overlay#"$REPO_ROOT"/}"
-    kctl apply -k "$overlay"
+    step "kubectl apply -k ${overlay#"$REPO_ROOT"/} (images $IMAGE_REPO/<name>:$IMAGE_TAG)"
+    kctl kustomize "$overlay" | local_images | kctl apply -f -
   else
-    step "kubectl apply -k ${overlay#"$REPO_ROOT"/} WITHOUT the ValidatingAdmissionPolicy gcsfuse-native-sidecar and its binding: $no_vap"
-    kctl kustomize "$overlay" | without_vap | kctl apply -f -
+    step "kubectl apply -k ${overlay#"$REPO_ROOT"/} (images $IMAGE_REPO/<name>:$IMAGE_TAG) WITHOUT the ValidatingAdmissionPolicy gcsfuse-native-sidecar and its binding: $no_vap"
+    kctl kustomize "$overlay" | without_vap | local_images | kctl apply -f -
   fi
   tls_secret
   kctl patch mutatingwebhookconfiguration gcsfuse-webhook --type=json \

@@ -12,6 +12,8 @@
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      UPGRADE_FROM=previous (install the previous release, hack/previous-release.sh, for
 #      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
+#      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
+#      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -56,7 +58,7 @@ run_tests() {
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
     fi
-    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   echo "=== test results:"

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the project's container images without Docker or a registry: each is one layer of
-# static Go binaries (CGO_ENABLED=0) packed in the `docker save` format (layer tar, config
-# JSON whose diff_id is the layer's sha256, manifest.json with the tag), written to
-# $GCSFUSE_CSI_CACHE/images. When the cluster's containerd is running they are imported into
-# its k8s.io namespace too (cluster-up.sh imports them otherwise); pods use imagePullPolicy
-# Never. Rebuilding is cheap (Go's build cache), so this always rebuilds.
+# Builds the local cluster's container images without Docker or a registry, for this
+# machine's architecture: `go run ./hack/images` (go-containerregistry; spec.go there lists
+# what each image holds) cross-builds nothing here, packs one reproducible layer of static
+# binaries per image and writes `docker save` tars named $IMAGE_REPO/<name>:$IMAGE_TAG
+# (cluster-lib.sh; default gcsfuse-csi.local/<name>:e2e) to $IMAGES_DIR. When the
+# cluster's containerd is running they are imported into its k8s.io namespace too
+# (cluster-up.sh imports them otherwise); pods use imagePullPolicy Never, so any repository
+# name works without a registry. An unchanged tree rebuilds in seconds (Go's build cache).
+# hack/release-images.sh builds the release images (amd64 and arm64) with the same tool.
 #
-# Images (tag $IMAGE_TAG): node (CSI node plugin), sidecar (+ the static gcsfuse at /gcsfuse),
-# webhook, emulator (GCS emulator), workload (e2e application), pause (pod sandbox).
+# Images: node (CSI node plugin), sidecar (+ the static gcsfuse at /gcsfuse), webhook,
+# emulator (GCS emulator), workload (e2e application), pause (pod sandbox).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
@@ -17,78 +20,13 @@ if [ ! -x "$gcsfuse_bin" ]; then
   exit 1
 fi
 
-# Every image carries the CA bundle: without it gcsfuse cannot reach Google Cloud Storage
-# over TLS (an image built on a host without one used to ship without it, silently).
-ca_bundle=/etc/ssl/certs/ca-certificates.crt
-if [ ! -s "$ca_bundle" ]; then
-  echo "missing $ca_bundle (Debian's ca-certificates): run hack/install-deps.sh first" >&2
-  exit 1
-fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+step "build and pack images $IMAGE_REPO/<name>:$IMAGE_TAG (go run ./hack/images)"
 mkdir -p "$IMAGES_DIR"
-
-# mkimage REF ROOTFS_DIR OUT_TAR USER ENTRYPOINT...: one-layer image in `docker save` format.
-mkimage() {
-  local ref=$1 root=$2 out=$3 user=$4
-  shift 4
-  local ep t layer_sha cfg_sha
-  ep=$(printf '"%s",' "$@")
-  ep="[${ep%,}]"
-  t=$(mktemp -d -p "$work")
-  # Reproducible layer: fixed order, owner and mtime, so an unchanged image keeps its digest.
-  tar --sort=name --numeric-owner --owner=0 --group=0 --mtime=@0 -C "$root" -cf "$t/layer.tar" .
-  layer_sha=$(sha256sum "$t/layer.tar" | cut -d' ' -f1)
-  mkdir "$t/$layer_sha"
-  mv "$t/layer.tar" "$t/$layer_sha/layer.tar"
-  printf '{"architecture":"amd64","os":"linux","config":{"User":"%s","Entrypoint":%s,"Env":["PATH=/"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-    "$user" "$ep" "$layer_sha" > "$t/config.json"
-  cfg_sha=$(sha256sum "$t/config.json" | cut -d' ' -f1)
-  mv "$t/config.json" "$t/$cfg_sha.json"
-  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg_sha" "$ref" "$layer_sha" > "$t/manifest.json"
-  tar -C "$t" -cf "$out.tmp" manifest.json "$cfg_sha.json" "$layer_sha"
-  mv "$out.tmp" "$out"
-}
-
-# rootfs NAME: a minimal root with /etc/passwd, /etc/group (uid 65534 resolves), /tmp and the
-# CA bundle (for real Google Cloud Storage).
-rootfs() {
-  local r=$work/root-$1
-  mkdir -p "$r/etc/ssl/certs" "$r/tmp"
-  chmod 1777 "$r/tmp"
-  printf 'root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$r/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
-  cp "$ca_bundle" "$r/etc/ssl/certs/"
-  echo "$r"
-}
-
-step "go build static binaries"
-bins=$work/bin
-mkdir -p "$bins"
 (
   cd "$REPO_ROOT" || exit 1
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$IMAGE_TAG" -o "$bins/" \
-    ./cmd/gcsfuse-csi-node ./cmd/gcsfuse-sidecar ./cmd/gcsfuse-webhook ./cmd/gcs-emulator ./test/e2e/workload
+  go run ./hack/images -repo "$IMAGE_REPO" -tag "$IMAGE_TAG" -images all -uncompressed \
+    -platforms "linux/$(go env GOARCH)" -gcsfuse "$(go env GOARCH)=$gcsfuse_bin" -docker "$IMAGES_DIR"
 )
-
-step "pack images"
-declare -A entry=(
-  [node]=gcsfuse-csi-node [sidecar]=gcsfuse-sidecar [webhook]=gcsfuse-webhook
-  [emulator]=gcs-emulator [workload]=workload [pause]=workload
-)
-for img in node sidecar webhook emulator workload pause; do
-  r=$(rootfs "$img")
-  install -m 0755 "$bins/${entry[$img]}" "$r/${entry[$img]}"
-  user=0
-  args=("/${entry[$img]}")
-  case $img in
-    sidecar) install -m 0755 "$gcsfuse_bin" "$r/gcsfuse"; user=65534 ;;
-    webhook | emulator) user=65534 ;;
-    pause) args+=(pause) ;;
-  esac
-  mkimage "$IMAGE_REPO/$img:$IMAGE_TAG" "$r" "$IMAGES_DIR/$img.tar" "$user" "${args[@]}"
-done
 ls -la "$IMAGES_DIR"
 
 if [ -S /run/containerd/containerd.sock ] && ctr version >/dev/null 2>&1; then

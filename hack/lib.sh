@@ -43,6 +43,8 @@ HELM_VERSION=4.3.2
 # installs its chart, then upgrades to this tree (docs/upgrade.md).
 PREVIOUS_RELEASE=0.1.0
 PREVIOUS_RELEASE_COMMIT=22f65cf8d44a87a1cc36656a30fc9d8db57ea795
+# The repository its hack/images.sh names its images with (gcsfuse-csi.local/<name>:<version>).
+PREVIOUS_RELEASE_REPO=gcsfuse-csi.local
 PREVIOUS_RELEASE_DIR=$GCSFUSE_CSI_CACHE/release-$PREVIOUS_RELEASE
 HELM_DIR=$GCSFUSE_CSI_CACHE/helm-$HELM_VERSION
 # ensure_helm: build helm into $HELM_DIR unless it is there (~3 min cold).

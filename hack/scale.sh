@@ -40,5 +40,5 @@ step "cluster (deps, kubernetes build, images, cluster up, deploy: cached after 
 
 step "storm: ${SCALE_N:-100} pods x 2 volumes"
 cd "$REPO_ROOT"
-go run ./hack/scale -kubeconfig "$KUBECONFIG" -gcs-url "http://$NODE_IP:14443" \
+go run ./hack/scale -kubeconfig "$KUBECONFIG" -gcs-url "http://$NODE_IP:14443" -workload-image "$IMAGE_REPO/workload:$IMAGE_TAG" \
   -n "${SCALE_N:-100}" -bytes "${SCALE_BYTES:-65536}" -timeout "${SCALE_TIMEOUT:-10m}"

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then runs formatting, vet, staticcheck, the
 # Helm chart's checks (hack/chart.sh: lint, edge values, drift of deploy/base), unit
-# tests with the race detector, the fuzz seeds, the integration tests (real /dev/fuse
+# tests with the race detector (the release images for amd64 and arm64 among them, pushed to
+# a loopback registry and pulled back), the fuzz seeds, the integration tests (real /dev/fuse
 # mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
 # among them, publish and unpublish included) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
-# of them on containerd 2.x, the upgrade from the previous release, then the lifecycle ones on
-# containerd 1.6.
+# of them on containerd 2.x with images under a repository other than the default, the
+# upgrade from the previous release, then the lifecycle ones on containerd 1.6 with the default
+# names.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
+CI_IMAGE_TAG=v0.0.0-ci
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
 
-bash hack/install-deps.sh
+# gcsfuse for arm64 too: TestReleasePush (hack/images) builds and pushes the release images
+# for both architectures (~4 min cold, once; cached in $GCSFUSE_CSI_CACHE/bin/linux_arm64).
+GCSFUSE_ARCHES="amd64 arm64" bash hack/install-deps.sh
 if [ ! -x "$BIN/staticcheck" ] || ! "$BIN/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
   step "go install staticcheck $STATICCHECK_VERSION"
   GOBIN=$BIN go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
@@ -42,8 +48,11 @@ export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
 
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
-  step "end-to-end tests on a local cluster"
-  bash hack/e2e.sh
+  # Under a repository and tag other than the default, as a team installing from its own
+  # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
+  # webhook injects run from them.
+  step "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG"
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG bash hack/e2e.sh
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
   step "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"

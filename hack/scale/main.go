@@ -45,9 +45,8 @@ import (
 )
 
 const (
-	workloadImage = "gcsfuse-csi.local/workload:e2e"
-	driverNS      = "gcsfuse-csi"
-	metricsPort   = "9920"
+	driverNS    = "gcsfuse-csi"
+	metricsPort = "9920"
 	// createWorkers is how many pods are created at once (the client's QPS limit applies).
 	createWorkers = 25
 	// sampleEvery is how often process memory and CPU are sampled during a run.
@@ -65,6 +64,7 @@ func run() int {
 	gcsURL := flag.String("gcs-url", "http://10.241.0.2:14443", "the emulator as this host reaches it")
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "the kubelet's root directory on this host")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound of each run")
+	workloadImage := flag.String("workload-image", "gcsfuse-csi.local/workload:e2e", "the e2e workload image ($IMAGE_REPO/workload:$IMAGE_TAG)")
 	flag.Parse()
 	if *n < 1 || *n > 500 || *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "scale: need -kubeconfig and 1 <= -n <= 500")
@@ -76,7 +76,7 @@ func run() int {
 		return 1
 	}
 	cfg.QPS, cfg.Burst = 100, 200
-	s := &scale{cs: kubernetes.NewForConfigOrDie(cfg), n: *n, size: *size, gcsURL: *gcsURL, kubeletRoot: *kubeletRoot, timeout: *timeout}
+	s := &scale{cs: kubernetes.NewForConfigOrDie(cfg), n: *n, size: *size, gcsURL: *gcsURL, kubeletRoot: *kubeletRoot, timeout: *timeout, workloadImage: *workloadImage}
 	if err := s.main(); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 1
@@ -91,6 +91,8 @@ type scale struct {
 	kubeletRoot string
 	timeout     time.Duration
 	ns          string
+	// workloadImage is the image of every pod's app (hack/images.sh built it).
+	workloadImage string
 
 	mu   sync.Mutex
 	uids []string // of every pod created, for the leak checks
@@ -242,7 +244,7 @@ func (s *scale) pod(name string, buckets []string) *corev1.Pod {
 			AutomountServiceAccountToken:  new(false),
 			TerminationGracePeriodSeconds: new(int64(5)),
 			Containers: []corev1.Container{{
-				Name: "app", Image: workloadImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/workload"},
+				Name: "app", Image: s.workloadImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/workload"},
 				Args:         []string{"write", "-dir", "/a", "-also", "/b", "-name", name + ".bin", "-bytes", strconv.Itoa(s.size)},
 				VolumeMounts: []corev1.VolumeMount{{Name: "a", MountPath: "/a"}, {Name: "b", MountPath: "/b"}},
 			}},

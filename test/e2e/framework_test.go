@@ -41,10 +41,9 @@ import (
 )
 
 const (
-	workloadImage = "gcsfuse-csi.local/workload:e2e"
-	appContainer  = "app"
-	mountPath     = "/data"
-	emulatorPort  = 14443
+	appContainer = "app"
+	mountPath    = "/data"
+	emulatorPort = 14443
 )
 
 var (
@@ -59,7 +58,14 @@ var (
 	// helmBin and helmChart are set (E2E_HELM, E2E_HELM_CHART) when hack/deploy.sh installed
 	// the driver with Helm: upgrades then go through it.
 	helmBin, helmChart string
+	// imageRepo and imageTag name the images hack/images.sh built and hack/deploy.sh
+	// installed, $IMAGE_REPO/<name>:$IMAGE_TAG (E2E_IMAGE_REPO, E2E_IMAGE_TAG; hack/e2e.sh
+	// sets them); the defaults are hack/cluster-lib.sh's.
+	imageRepo, imageTag = "gcsfuse-csi.local", "e2e"
 )
+
+// image is the reference of one of the project's images on the cluster.
+func image(name string) string { return imageRepo + "/" + name + ":" + imageTag }
 
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
 var nativeSidecarMinVersion = version.MajorMinor(1, 29)
@@ -127,6 +133,12 @@ func setup(kubeconfig string, m *testing.M) int {
 	if (helmBin == "") != (helmChart == "") {
 		fmt.Fprintln(os.Stderr, "e2e: set both E2E_HELM and E2E_HELM_CHART, or neither")
 		return 1
+	}
+	if r := os.Getenv("E2E_IMAGE_REPO"); r != "" {
+		imageRepo = r
+	}
+	if t := os.Getenv("E2E_IMAGE_TAG"); t != "" {
+		imageTag = t
 	}
 	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -339,7 +351,7 @@ func mounts(vols []volume) []corev1.VolumeMount {
 // workloadContainer runs the workload binary with args and the pod's volumes mounted.
 func workloadContainer(name string, vols []volume, args ...string) corev1.Container {
 	return corev1.Container{
-		Name: name, Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+		Name: name, Image: image("workload"), ImagePullPolicy: corev1.PullNever,
 		Command: []string{"/workload"}, Args: args, VolumeMounts: mounts(vols),
 	}
 }

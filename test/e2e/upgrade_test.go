@@ -52,7 +52,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		t.Fatal("E2E_PREVIOUS_RELEASE is set but E2E_UPGRADE_CMD (the command that upgrades to this tree) is not")
 	}
 	ctx := context.Background()
-	if got := imageTag(nodePluginImage(t)); got != prev {
+	if got := tagOf(nodePluginImage(t)); got != prev {
 		t.Fatalf("the installed node plugin is %q, want the previous release's tag %q", nodePluginImage(t), prev)
 	}
 
@@ -76,7 +76,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	}
 	for mode, r := range old {
 		waitObjects(t, r.bucket, "part", 2, 120*time.Second)
-		if img := sidecarImage(t, r.name); imageTag(img) != prev {
+		if img := sidecarImage(t, r.name); tagOf(img) != prev {
 			t.Fatalf("%s pod started on the previous release has sidecar %s, want tag %s", mode, img, prev)
 		}
 	}
@@ -93,7 +93,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create gated pod: %v", err)
 		}
-		if img := sidecarImage(t, gated.name); imageTag(img) != prev {
+		if img := sidecarImage(t, gated.name); tagOf(img) != prev {
 			t.Fatalf("gated pod admitted by the previous release has sidecar %s, want tag %s", img, prev)
 		}
 	}
@@ -118,7 +118,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	}
 	upgraded := time.Now()
 	record(t, "upgrade from the previous release (helm upgrade -> rolled out, driver registered)", started, upgraded)
-	newTag := imageTag(nodePluginImage(t))
+	newTag := tagOf(nodePluginImage(t))
 	if newTag == prev {
 		t.Fatalf("after the upgrade the node plugin is still %s", nodePluginImage(t))
 	}
@@ -135,7 +135,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 			}
 			r := old[mode]
 			p := waitSucceeded(t, r.name)
-			if img := sidecarImage(t, r.name); imageTag(img) != prev {
+			if img := sidecarImage(t, r.name); tagOf(img) != prev {
 				t.Errorf("sidecar is %s after the upgrade: a running pod's sidecar must not change", img)
 			}
 			l := logs(r.name, appContainer)
@@ -180,7 +180,7 @@ func checkOneFile(t *testing.T, pod, bucket, file, wantTag string) {
 	waitSucceeded(t, pod)
 	expectObject(t, bucket, file, oneFileSize)
 	img := sidecarImage(t, pod)
-	if wantTag != "" && imageTag(img) != wantTag {
+	if wantTag != "" && tagOf(img) != wantTag {
 		t.Fatalf("pod %s has sidecar %s, want tag %s", pod, img, wantTag)
 	}
 	t.Logf("pod %s: sidecar %s, %s complete", pod, img, file)
@@ -224,8 +224,8 @@ func lastWrite(log string) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// imageTag is the tag of an image reference ("" without one).
-func imageTag(ref string) string {
+// tagOf is the tag of an image reference ("" without one).
+func tagOf(ref string) string {
 	i := strings.LastIndex(ref, ":")
 	if i < 0 || strings.Contains(ref[i:], "/") {
 		return ""
