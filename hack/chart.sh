@@ -68,8 +68,19 @@ done
 [ "$drift" = 0 ] || exit 1
 
 # expect RENDER WHAT PATTERN: fail unless RENDER (a file) matches PATTERN (grep -E).
-expect() { grep -Eq -- "$3" "$1" || { echo "edge values: $2: no line matches /$3/" >&2; exit 1; }; }
-refute() { ! grep -Eq -- "$3" "$1" || { echo "edge values: $2: a line matches /$3/:" >&2; grep -En -- "$3" "$1" | head -3 >&2; exit 1; }; }
+expect() { grep -Eq -- "$3" "$1" || { echo "${1##*/}: $2: no line matches /$3/" >&2; exit 1; }; }
+refute() { ! grep -Eq -- "$3" "$1" || { echo "${1##*/}: $2: a line matches /$3/:" >&2; grep -En -- "$3" "$1" | head -3 >&2; exit 1; }; }
+
+step "webhook high availability by default"
+d=$tmp/defaults.yaml
+helm template gcsfuse-csi "$chart" --namespace "$ns" > "$d"
+expect "$d" "two webhook replicas" '^  replicas: 2$'
+expect "$d" "a PodDisruptionBudget" '^kind: PodDisruptionBudget$'
+expect "$d" "drains evict one replica at a time" '^  maxUnavailable: 1$'
+expect "$d" "rolling update: the new replica ready before an old one stops" '^      maxUnavailable: 0$'
+expect "$d" "replicas spread over nodes" '^          preferredDuringSchedulingIgnoredDuringExecution:$'
+refute "$d" "no required anti-affinity (a one-node cluster could not schedule the second replica)" 'requiredDuringScheduling'
+expect "$d" "readiness probe" '^              path: /readyz$'
 
 step "helm template with edge values"
 r=$tmp/edge.yaml
@@ -81,6 +92,7 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set node.runtimeEndpoint=unix:///run/k3s/containerd/containerd.sock,node.machineType=lookup \
   --set node.gcsEndpoint=http://10.0.0.1:4443/storage/v1/ --set 'node.extraArgs={-v}' \
   --set webhook.replicas=3,webhook.failurePolicy=Ignore,webhook.logLevel=debug \
+  --set webhook.podDisruptionBudget.enabled=false --set driverName=gcsfuse.csi.storage.gke.io \
   --set webhook.tls.secretName=my-cert,webhook.tls.certManagerInject=storage-system/gcsfuse-webhook \
   --set webhook.tls.caBundle=Q0EK --set admissionPolicy.enabled=false --set tokenRequest.audience= \
   --set node.metricsPort=0 --set-string node.podAnnotations.team=storage \
@@ -103,6 +115,17 @@ expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd
 expect "$r" "machine type" -- '--machine-type=lookup$'
 expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
 expect "$r" "replicas" '^  replicas: 3$'
+refute "$r" "PodDisruptionBudget off" '^kind: PodDisruptionBudget$'
+# driverName: the CSIDriver, the name the node plugin registers and its sockets, and what the
+# webhook (flag and matchConditions) takes as the driver's volumes; nowhere the default name.
+k=/var/snap/microk8s/common/var/lib/kubelet
+expect "$r" "driverName: CSIDriver" '^  name: gcsfuse\.csi\.storage\.gke\.io$'
+[ "$(grep -c -- '- --driver-name=gcsfuse\.csi\.storage\.gke\.io$' "$r")" = 2 ] || { echo "edge values: driverName does not reach both the node plugin and the webhook (--driver-name)" >&2; exit 1; }
+expect "$r" "driverName: registration socket" -- "--registration-socket=$k/plugins_registry/gcsfuse\.csi\.storage\.gke\.io-reg\.sock$"
+expect "$r" "driverName: kubelet CSI endpoint" -- "--kubelet-csi-endpoint=$k/plugins/gcsfuse\.csi\.storage\.gke\.io/csi\.sock$"
+expect "$r" "driverName: plugin directory" "^            path: $k/plugins/gcsfuse\.csi\.storage\.gke\.io$"
+[ "$(grep -c "v\.csi\.driver == 'gcsfuse\.csi\.storage\.gke\.io'" "$r")" = 2 ] || { echo "edge values: driverName does not reach both webhook matchConditions" >&2; exit 1; }
+refute "$r" "driverName: the default name left somewhere" "[ =/']gcsfuse\.csi\.storage('|/csi|-reg|$)"
 [ "$(grep -c 'failurePolicy: Ignore$' "$r")" = 2 ] || { echo "edge values: failure policy: webhook.failurePolicy=Ignore does not reach the inject entry" >&2; exit 1; }
 expect "$r" "log level" -- '--log-level=debug$'
 expect "$r" "tls secret" 'secretName: my-cert$'
@@ -111,6 +134,38 @@ expect "$r" "caBundle" 'caBundle: Q0EK$'
 expect "$r" "webhook service namespace" '^        namespace: storage-system$'
 expect "$r" "own namespace skipped" 'values: \["kube-system", "storage-system"\]'
 refute "$r" "no object left in the default namespace" 'namespace: gcsfuse-csi$'
+
+step "cert-manager option (rendered only: cert-manager is not installed here)"
+# show TEMPLATE ARGS...: one template's objects, rendered in namespace storage-system.
+show() { local t=$1; shift; helm template gcsfuse-csi "$chart" --namespace storage-system --show-only "templates/$t" "$@"; }
+# doc NAME: from stdin, the one object whose metadata.name is NAME.
+doc() { awk -v want="$1" '/^---$/ { if (keep) exit; buf = ""; next } { buf = buf $0 "\n" } /^  name: / && $2 == want && !keep { keep = 1; printf "%s", buf; next } keep { print }'; }
+cm=(--set webhook.tls.certManager.enabled=true --set webhook.tls.secretName=webhook-cert)
+show webhook/certificate.yaml "${cm[@]}" | doc gcsfuse-webhook > "$tmp/cert.yaml"
+show webhook/deployment.yaml "${cm[@]}" > "$tmp/cm-deploy.yaml"
+show webhook/mutating-webhook.yaml "${cm[@]}" > "$tmp/cm-mwc.yaml"
+show webhook/service.yaml "${cm[@]}" > "$tmp/cm-svc.yaml"
+expect "$tmp/cert.yaml" "the serving Certificate" '^kind: Certificate$'
+expect "$tmp/cm-svc.yaml" "the Service the DNS names name" '^  name: gcsfuse-webhook$'
+expect "$tmp/cm-mwc.yaml" "the webhook calls that Service" '^        name: gcsfuse-webhook$'
+expect "$tmp/cm-mwc.yaml" "in the release namespace" '^        namespace: storage-system$'
+dns=$(sed -n '/^  dnsNames:$/,/^  [a-z]/p' "$tmp/cert.yaml" | sed -n 's/^    - //p' | tr '\n' ' ')
+[ "$dns" = "gcsfuse-webhook gcsfuse-webhook.storage-system gcsfuse-webhook.storage-system.svc gcsfuse-webhook.storage-system.svc.cluster.local " ] ||
+  { echo "cert-manager: the Certificate's dnsNames are [$dns], not the webhook Service's names in storage-system" >&2; exit 1; }
+expect "$tmp/cert.yaml" "the Certificate writes the Secret the webhook mounts" '^  secretName: webhook-cert$'
+expect "$tmp/cm-deploy.yaml" "the webhook mounts that Secret" '^            secretName: webhook-cert$'
+expect "$tmp/cert.yaml" "signed by the chart's CA Issuer" '^    name: gcsfuse-webhook-ca-issuer$'
+show webhook/certificate.yaml "${cm[@]}" | doc gcsfuse-webhook-ca-issuer > "$tmp/ca.yaml"
+expect "$tmp/ca.yaml" "the CA Issuer" '^kind: Issuer$'
+expect "$tmp/ca.yaml" "the CA Issuer signs with the CA Certificate's Secret" '^    secretName: gcsfuse-webhook-ca$'
+expect "$tmp/cm-mwc.yaml" "CA injection from the Certificate" '^    cert-manager.io/inject-ca-from: storage-system/gcsfuse-webhook$'
+refute "$tmp/cm-mwc.yaml" "no caBundle to set by hand" '^ *caBundle:'
+show webhook/certificate.yaml "${cm[@]}" --set webhook.tls.certManager.issuerRef.name=corp-ca \
+  --set webhook.tls.certManager.issuerRef.kind=ClusterIssuer > "$tmp/cm-ref.yaml"
+refute "$tmp/cm-ref.yaml" "a given issuer: no Issuer of the chart's" '^kind: Issuer$'
+expect "$tmp/cm-ref.yaml" "a given issuer signs" '^    name: corp-ca$'
+expect "$tmp/cm-ref.yaml" "a given ClusterIssuer" '^    kind: ClusterIssuer$'
+refute "$d" "no cert-manager object by default" '^apiVersion: cert-manager.io/'
 
 step "bad values are refused, naming the value"
 bad() { # WHAT ARGS...: helm template must fail and name WHAT
@@ -125,6 +180,10 @@ bad() { # WHAT ARGS...: helm template must fail and name WHAT
 bad kubeletDir --set kubeletDir=relative/path
 bad failurePolicy --set webhook.failurePolicy=Sometimes
 bad replicas --set webhook.replicas=0
+bad maxUnavailable --set webhook.podDisruptionBudget.maxUnavailable=0
+bad driverName --set driverName=efs.csi.aws.com
+bad kind --set webhook.tls.certManager.issuerRef.kind=Authority
+bad duration --set webhook.tls.certManager.duration=90days
 bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'

@@ -54,7 +54,8 @@ func run() int {
 	endpoint := flag.String("endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	nodeID := flag.String("node-id", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
-	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/"+contract.DriverName+"/offers; \"-\" disables)")
+	driverName := flag.String("driver-name", contract.DriverName, "the CSI driver name to register: "+strings.Join(contract.DriverNames, " or ")+" (the GKE driver's, on a cluster that does not run it, so that volumes written for it need no edit); the CSIDriver object and the webhook must use the same")
+	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/<driver-name>/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
 	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: one of the CSIDriver's tokenRequests")
@@ -71,8 +72,8 @@ func run() int {
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
-	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/"+contract.DriverName+"-reg.sock (empty: off, an external registrar registers the driver)")
-	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "/var/lib/kubelet/plugins/"+contract.DriverName+"/csi.sock", "the CSI socket path as the kubelet sees it on the host (for --registration-socket)")
+	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/<driver-name>-reg.sock (empty: off, an external registrar registers the driver)")
+	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "", "the CSI socket path as the kubelet sees it on the host (for --registration-socket; default <kubelet-root>/plugins/<driver-name>/csi.sock)")
 	flag.Parse()
 
 	lvl := slog.LevelInfo
@@ -84,6 +85,13 @@ func run() int {
 	if *nodeID == "" {
 		log.Error("--node-id (or $NODE_NAME) is required")
 		return 2
+	}
+	if err := contract.ValidateDriverName(*driverName); err != nil {
+		log.Error("--driver-name", "err", err)
+		return 2
+	}
+	if *kubeletCSIEndpoint == "" {
+		*kubeletCSIEndpoint = filepath.Join(*kubeletRoot, "plugins", *driverName, "csi.sock")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -169,7 +177,7 @@ func run() int {
 		lc.Events = events
 		lc.API = client.CoreV1()
 		nodes = client.CoreV1().Nodes()
-		current := &currentWatcher{}
+		current := &currentWatcher{driverName: *driverName}
 		lc.Pods = current
 		if err := podwatch.RegisterPodsTracked(reg, func() int { return len(current.driverPods()) }); err != nil {
 			log.Error("metrics", "err", err)
@@ -183,7 +191,7 @@ func run() int {
 		gatherers = append(gatherers, podMetrics)
 		newWatcher = func() *podwatch.Watcher {
 			w := podwatch.New(client, *nodeID, lc, podwatch.WithLogger(log), podwatch.WithMetrics(metrics),
-				podwatch.WithSyncTimeout(*podSyncTimeout))
+				podwatch.WithSyncTimeout(*podSyncTimeout), podwatch.WithDriverName(*driverName))
 			current.set(w)
 			return w
 		}
@@ -195,7 +203,7 @@ func run() int {
 	initialMT, learnMT := initialMachineType(*machineType, nodes != nil, log)
 	ns, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot),
+		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
 		Credentials: credentials.Config{
 			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
@@ -215,7 +223,7 @@ func run() int {
 		log.Error("listen", "endpoint", *endpoint, "err", err)
 		return 1
 	}
-	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Version: version}, ns, log)
+	srv := csidriver.NewGRPCServer(&csidriver.IdentityServer{Name: *driverName, Version: version}, ns, log)
 
 	// runCtx ends the components on a signal and when a critical one fails.
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -226,7 +234,7 @@ func run() int {
 	go func() { errs <- srv.Serve(ln) }()
 	// Registered only once the CSI socket listens: the kubelet dials it to validate us.
 	if *regSocket != "" {
-		registrar, err := registration.New(registration.Config{DriverName: contract.DriverName, SocketPath: *regSocket, KubeletCSIEndpoint: *kubeletCSIEndpoint, Log: log})
+		registrar, err := registration.New(registration.Config{DriverName: *driverName, SocketPath: *regSocket, KubeletCSIEndpoint: *kubeletCSIEndpoint, Log: log})
 		if err != nil {
 			log.Error("registration", "err", err)
 			return 2
@@ -276,7 +284,7 @@ func run() int {
 			}
 		}()
 	}
-	log.Info("node plugin serving", "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
+	log.Info("node plugin serving", "driver", *driverName, "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
 		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint,
 		"wifProvider", *wifProvider, "wifTokenURL", *wifTokenURL)
 
@@ -316,12 +324,12 @@ func run() int {
 	return code
 }
 
-func offerDir(flagValue, kubeletRoot string) string {
+func offerDir(flagValue, kubeletRoot, driverName string) string {
 	switch flagValue {
 	case "-":
 		return ""
 	case "":
-		return filepath.Join(kubeletRoot, "plugins", contract.DriverName, "offers")
+		return filepath.Join(kubeletRoot, "plugins", driverName, "offers")
 	}
 	return flagValue
 }
@@ -336,7 +344,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // currentWatcher answers the lifecycle's pod lookups from the pod watch that runs now: the
 // supervisor builds a new one if a watch ever ends.
 type currentWatcher struct {
-	w atomic.Pointer[podwatch.Watcher]
+	w          atomic.Pointer[podwatch.Watcher]
+	driverName string
 }
 
 func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
@@ -382,7 +391,7 @@ func (c *currentWatcher) driverPods() []*corev1.Pod {
 func (c *currentWatcher) metricsPods() []podmetrics.Pod {
 	var out []podmetrics.Pod
 	for _, p := range c.driverPods() {
-		if mp, ok := podmetrics.FromPod(p); ok {
+		if mp, ok := podmetrics.FromPod(p, c.driverName); ok {
 			out = append(out, mp)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
@@ -41,6 +42,7 @@ type options struct {
 	kubeconfig      string
 	versionRefresh  time.Duration
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	logLevel        slog.Level
 	config          webhook.Config
 }
@@ -76,10 +78,12 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "PEM serving certificate (required)")
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "PEM serving key (required)")
 	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
+	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver get the sidecar")
 	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", webhook.DefaultShutdownDelay, "how long the webhook keeps serving, not ready, after SIGTERM, while the Service stops routing to it (0: none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	requests := map[corev1.ResourceName]*string{}
 	limits := map[corev1.ResourceName]*string{}
@@ -105,12 +109,18 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		sort.Strings(missing)
 		return options{}, fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
 	}
+	if err := contract.ValidateDriverName(o.config.DriverName); err != nil {
+		return options{}, fmt.Errorf("--driver-name: %w", err)
+	}
 	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
 	}
 	if o.versionRefresh <= 0 || o.shutdownTimeout <= 0 {
 		return options{}, errors.New("--version-refresh-interval and --shutdown-timeout must be positive")
+	}
+	if o.shutdownDelay < 0 {
+		return options{}, errors.New("--shutdown-delay must not be negative")
 	}
 	var err error
 	if o.config.Resources.Requests, err = quantities(requests, "request"); err != nil {
@@ -188,12 +198,17 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	server, err := webhook.NewServer(webhook.ServerConfig{
+	// Ready (/readyz) once the node cache has synced, while the serving certificate is
+	// valid, and until SIGTERM: only then does the Service send this replica admissions.
+	var server *webhook.Server
+	ready := func() bool { return versions.Ready() && server.Ready() }
+	server, err = webhook.NewServer(webhook.ServerConfig{
 		Addr:            o.listen,
 		CertFile:        o.certFile,
 		KeyFile:         o.keyFile,
 		ShutdownTimeout: o.shutdownTimeout,
-	}, webhook.NewMux(mutator, versions.Ready), log)
+		ShutdownDelay:   o.shutdownDelay,
+	}, webhook.NewMux(mutator, ready), log)
 	if err != nil {
 		return err
 	}
@@ -223,7 +238,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("starting", "listen", o.listen, "sidecarImage", o.config.SidecarImage)
+	log.Info("starting", "listen", o.listen, "driver", o.config.DriverName, "sidecarImage", o.config.SidecarImage)
 	if err := run(ctx, o, log); err != nil {
 		log.Error("exiting", "error", err)
 		stop()

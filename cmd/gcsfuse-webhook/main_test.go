@@ -57,6 +57,17 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad quantity", args: append([]string{"--sidecar-cpu-limit=lots"}, required...), wantErr: "--sidecar-cpu-limit"},
 		{name: "negative quantity", args: append([]string{"--sidecar-memory-request=-1"}, required...), wantErr: "negative"},
 		{name: "request above limit", args: append([]string{"--sidecar-memory-limit=64Mi"}, required...), wantErr: "greater than"},
+		{name: "driver name not allowlisted", args: append([]string{"--driver-name=efs.csi.aws.com"}, required...), wantErr: "--driver-name"},
+		{
+			name: "the GKE driver's name",
+			args: append([]string{"--driver-name=gcsfuse.csi.storage.gke.io"}, required...),
+			check: func(t *testing.T, o options) {
+				if o.config.DriverName != "gcsfuse.csi.storage.gke.io" {
+					t.Errorf("driver name = %q", o.config.DriverName)
+				}
+			},
+		},
+		{name: "negative shutdown delay", args: append([]string{"--shutdown-delay=-1s"}, required...), wantErr: "--shutdown-delay"},
 		{name: "bad log level", args: append([]string{"--log-level=loud"}, required...), wantErr: "--log-level"},
 		{name: "stray argument", args: append(required, "extra"), wantErr: "unexpected arguments"},
 	}

@@ -3,8 +3,36 @@
 // hand-off directory. They live in one place so a rename cannot leave one component behind.
 package contract
 
-// DriverName is the CSI driver name registered with the kubelet and used in CSIDriver objects.
+import (
+	"fmt"
+	"strings"
+)
+
+// DriverName is the CSI driver name registered with the kubelet and used in CSIDriver
+// objects by default. The node plugin and the webhook take the name they are installed
+// under as a flag (--driver-name), one of DriverNames.
 const DriverName = "gcsfuse.csi.storage"
+
+// IncumbentDriverName is the GKE GCS FUSE CSI driver's name. A cluster that does not run
+// that driver may install this one under its name (the chart's driverName), so that
+// PersistentVolumes and inline volumes written for it need no edit (docs/migration.md).
+// Only the driver name changes: the annotation prefix, the token audience and every other
+// name here stay this project's.
+const IncumbentDriverName = "gcsfuse.csi.storage.gke.io"
+
+// DriverNames are the names the driver may be installed under.
+var DriverNames = []string{DriverName, IncumbentDriverName}
+
+// ValidateDriverName refuses a driver name other than DriverNames: the name is also part of
+// host paths (the kubelet's plugin directories), so it is never free text.
+func ValidateDriverName(name string) error {
+	for _, n := range DriverNames {
+		if name == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("driver name %q: must be one of %s", name, strings.Join(DriverNames, ", "))
+}
 
 // AnnotationPrefix is the one prefix for every annotation this project reads.
 const AnnotationPrefix = "gcsfuse.csi.storage/"

@@ -331,8 +331,8 @@ type fileFormat struct {
 func serviceAccountToken(attrs map[string]string, audience string) ([]byte, time.Time, error) {
 	raw, ok := attrs[contract.CtxSATokens]
 	if !ok || raw == "" {
-		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed no service account token: the CSIDriver %s needs tokenRequests with audience %q (deploy/base/csidriver.yaml)",
-			contract.DriverName, audience)}
+		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed no service account token: the driver's CSIDriver object needs tokenRequests with audience %q (the chart's tokenRequest.audience)",
+			audience)}
 	}
 	if len(raw) > 4*maxTokenBytes {
 		return nil, time.Time{}, errors.New("the kubelet's service account tokens are too large")
@@ -351,8 +351,8 @@ func serviceAccountToken(attrs map[string]string, audience string) ([]byte, time
 			auds = append(auds, fmt.Sprintf("%q", a))
 		}
 		sort.Strings(auds)
-		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed service account tokens for audiences [%s] but not %q: add it to the CSIDriver %s's tokenRequests",
-			strings.Join(auds, ", "), audience, contract.DriverName)}
+		return nil, time.Time{}, &missingToken{fmt.Sprintf("the kubelet passed service account tokens for audiences [%s] but not %q: add it to the tokenRequests of the driver's CSIDriver object",
+			strings.Join(auds, ", "), audience)}
 	}
 	if t.Token == "" || len(t.Token) > maxTokenBytes || !tokenPattern.MatchString(t.Token) {
 		return nil, time.Time{}, fmt.Errorf("the kubelet's service account token for audience %q is empty, too large or not a JWT", audience)

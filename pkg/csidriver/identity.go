@@ -14,6 +14,10 @@ import (
 // before volumes do, so there is no controller service to advertise.
 type IdentityServer struct {
 	csi.UnimplementedIdentityServer
+	// Name is the driver name the node plugin is installed under (one of
+	// contract.DriverNames); empty: contract.DriverName. The kubelet checks it against the
+	// name the registration announced.
+	Name    string
 	Version string
 	// FusePath is probed for readiness; empty means /dev/fuse.
 	FusePath string
@@ -25,7 +29,11 @@ func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoReques
 	if v == "" {
 		v = "dev"
 	}
-	return &csi.GetPluginInfoResponse{Name: contract.DriverName, VendorVersion: v}, nil
+	name := s.Name
+	if name == "" {
+		name = contract.DriverName
+	}
+	return &csi.GetPluginInfoResponse{Name: name, VendorVersion: v}, nil
 }
 
 // GetPluginCapabilities reports no optional plugin capabilities (no controller service).

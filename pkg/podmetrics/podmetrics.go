@@ -53,17 +53,17 @@ type Pod struct {
 	Volumes              []string
 }
 
-// FromPod returns the Pod of a cached pod that uses the driver: its CSI volumes of this
-// driver and its persistent volume claims (which may be buckets). ok is false for a pod
+// FromPod returns the Pod of a cached pod that uses the driver, installed as driverName: its
+// CSI volumes of driverName and its persistent volume claims (which may be buckets). ok is false for a pod
 // without such a volume, and for a pod that has finished (Succeeded, Failed: its sidecar is
 // gone, and such pods may stay for long, as a Job's do).
-func FromPod(p *corev1.Pod) (Pod, bool) {
+func FromPod(p *corev1.Pod, driverName string) (Pod, bool) {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return Pod{}, false
 	}
 	out := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name}
 	for _, v := range p.Spec.Volumes {
-		if (v.CSI != nil && v.CSI.Driver == contract.DriverName) || v.PersistentVolumeClaim != nil {
+		if (v.CSI != nil && v.CSI.Driver == driverName) || v.PersistentVolumeClaim != nil {
 			out.Volumes = append(out.Volumes, v.Name)
 		}
 	}

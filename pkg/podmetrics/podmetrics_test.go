@@ -153,12 +153,20 @@ func TestFromPod(t *testing.T) {
 		}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	p, ok := FromPod(pod)
+	p, ok := FromPod(pod, contract.DriverName)
 	if !ok || p.UID != "u" || strings.Join(p.Volumes, ",") != "gcs,claim" {
 		t.Fatalf("FromPod = %+v, %v", p, ok)
 	}
+	// Installed under the GKE driver's name: that driver's inline volumes are ours.
+	if p, _ := FromPod(pod, contract.IncumbentDriverName); strings.Join(p.Volumes, ",") != "claim" {
+		t.Errorf("installed as %s: volumes %v, want only the claim", contract.IncumbentDriverName, p.Volumes)
+	}
+	pod.Spec.Volumes[1].CSI.Driver = contract.IncumbentDriverName
+	if p, _ := FromPod(pod, contract.IncumbentDriverName); strings.Join(p.Volumes, ",") != "other-csi,claim" {
+		t.Errorf("installed as %s: volumes %v, want other-csi,claim", contract.IncumbentDriverName, p.Volumes)
+	}
 	pod.Status.Phase = corev1.PodSucceeded
-	if _, ok := FromPod(pod); ok {
+	if _, ok := FromPod(pod, contract.DriverName); ok {
 		t.Error("a finished pod is read")
 	}
 }

@@ -95,6 +95,17 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithDriverName sets the CSI driver name the node plugin is installed under (one of
+// contract.DriverNames): pods with an inline volume of that driver are the driver's. The
+// default is contract.DriverName.
+func WithDriverName(name string) Option {
+	return func(w *Watcher) {
+		if name != "" {
+			w.driverName = name
+		}
+	}
+}
+
 // WithMetrics makes the watcher count its callbacks in m. Without it nothing is counted.
 func WithMetrics(m *Metrics) Option {
 	return func(w *Watcher) { w.metrics = m }
@@ -132,6 +143,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 type Watcher struct {
 	client          kubernetes.Interface
 	nodeName        string
+	driverName      string
 	handler         Handler
 	log             *slog.Logger
 	metrics         *Metrics
@@ -165,6 +177,7 @@ func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...
 	w := &Watcher{
 		client:          client,
 		nodeName:        nodeName,
+		driverName:      contract.DriverName,
 		handler:         handler,
 		log:             slog.Default(),
 		syncTimeout:     DefaultSyncTimeout,
@@ -205,7 +218,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	health.metrics.setWatchSynced(false)
 	informer := cache.NewSharedIndexInformer(w.listWatch(selector, health), &corev1.Pod{}, 0, // no resync: event driven
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, uidIndex: podUIDIndex})
-	if err := informer.SetTransform(trimPod); err != nil {
+	if err := informer.SetTransform(trimPod(w.driverName)); err != nil {
 		return fmt.Errorf("podwatch: set transform: %w", err)
 	}
 	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
@@ -410,7 +423,7 @@ func (h *watchHealth) synced() {
 // tests do not, and a node plugin acting on another node's pod would end the wrong sidecar.
 func (w *Watcher) enqueue(queue workqueue.TypedInterface[string], obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod) {
+	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod, w.driverName) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
@@ -439,7 +452,7 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 		return
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod) {
+	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod, w.driverName) {
 		delete(w.seen, key)
 		return
 	}
@@ -495,12 +508,12 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 	}
 }
 
-// UsesDriver reports whether pod uses this CSI driver: through an inline CSI volume of
-// contract.DriverName, or through an injected sidecar (which also covers buckets mounted from
-// persistent volumes, invisible in the pod spec).
-func UsesDriver(pod *corev1.Pod) bool {
+// UsesDriver reports whether pod uses this CSI driver, installed as driverName: through an
+// inline CSI volume of driverName, or through an injected sidecar (which also covers buckets
+// mounted from persistent volumes, invisible in the pod spec).
+func UsesDriver(pod *corev1.Pod, driverName string) bool {
 	for i := range pod.Spec.Volumes {
-		if csi := pod.Spec.Volumes[i].CSI; csi != nil && csi.Driver == contract.DriverName {
+		if csi := pod.Spec.Volumes[i].CSI; csi != nil && csi.Driver == driverName {
 			return true
 		}
 	}
@@ -522,7 +535,12 @@ func UsesDriver(pod *corev1.Pod) bool {
 // memory. It builds a new object rather than editing its input, and is idempotent, as
 // client-go requires. Pods that do not use the driver keep only their identity and node, so
 // the cache still knows them (and their deletion) at almost no cost.
-func trimPod(obj any) (any, error) {
+// The driver's pods are those of driverName (UsesDriver).
+func trimPod(driverName string) cache.TransformFunc {
+	return func(obj any) (any, error) { return trimDriverPod(obj, driverName) }
+}
+
+func trimDriverPod(obj any, driverName string) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // e.g. a cache.DeletedFinalStateUnknown tombstone
@@ -540,7 +558,7 @@ func trimPod(obj any) (any, error) {
 		},
 		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
 	}
-	if !UsesDriver(pod) {
+	if !UsesDriver(pod, driverName) {
 		return out, nil
 	}
 
@@ -673,7 +691,7 @@ func (w *Watcher) DriverPods() []*corev1.Pod {
 	}
 	var out []*corev1.Pod
 	for _, obj := range (*ip).List() {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == w.nodeName && UsesDriver(pod) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == w.nodeName && UsesDriver(pod, w.driverName) {
 			out = append(out, pod.DeepCopy())
 		}
 	}

@@ -591,7 +591,7 @@ func TestTrimPod(t *testing.T) {
 	setState(full, contract.SidecarContainerName, exited(1, "auth failed"))
 	before := full.DeepCopy()
 
-	obj, err := trimPod(full)
+	obj, err := trimPod(contract.DriverName)(full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,10 +628,10 @@ func TestTrimPod(t *testing.T) {
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("trimPod() =\n%v\nwant\n%v", got, want)
+		t.Errorf("trimPod(contract.DriverName)() =\n%v\nwant\n%v", got, want)
 	}
 
-	again, _ := trimPod(got)
+	again, _ := trimPod(contract.DriverName)(got)
 	if !reflect.DeepEqual(again, got) {
 		t.Error("trimPod is not idempotent")
 	}
@@ -651,27 +651,27 @@ func TestTrimPodKeepsOnlyIdentityOfPodsNotUsingTheDriver(t *testing.T) {
 	p := jobPod("p", "uid", node)
 	p.Spec.Containers = p.Spec.Containers[:1]
 	p.Spec.Volumes = p.Spec.Volumes[1:]
-	obj, _ := trimPod(p)
+	obj, _ := trimPod(contract.DriverName)(p)
 	got := obj.(*corev1.Pod)
 	want := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, UID: "uid"},
 		Spec:       corev1.PodSpec{NodeName: node},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("trimPod() = %v, want %v", got, want)
+		t.Errorf("trimPod(contract.DriverName)() = %v, want %v", got, want)
 	}
 
 	// An inline CSI volume alone makes the pod ours, sidecar or not.
 	p = jobPod("p", "uid", node)
 	p.Spec.Containers = p.Spec.Containers[:1]
-	obj, _ = trimPod(p)
+	obj, _ = trimPod(contract.DriverName)(p)
 	if got := obj.(*corev1.Pod); len(got.Spec.Containers) != 1 || len(got.Status.ContainerStatuses) != 2 {
 		t.Errorf("pod with a %s volume was trimmed to %v", contract.DriverName, got)
 	}
 
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: p}
-	if obj, err := trimPod(tomb); err != nil || !reflect.DeepEqual(obj, tomb) {
-		t.Errorf("trimPod(tombstone) = %v, %v; want it unchanged", obj, err)
+	if obj, err := trimPod(contract.DriverName)(tomb); err != nil || !reflect.DeepEqual(obj, tomb) {
+		t.Errorf("trimPod(contract.DriverName)(tombstone) = %v, %v; want it unchanged", obj, err)
 	}
 }
 
@@ -691,8 +691,16 @@ func TestUsesDriver(t *testing.T) {
 		{"neither", corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}, false},
 	}
 	for _, tc := range tests {
-		if got := UsesDriver(&corev1.Pod{Spec: tc.spec}); got != tc.want {
+		if got := UsesDriver(&corev1.Pod{Spec: tc.spec}, contract.DriverName); got != tc.want {
 			t.Errorf("%s: UsesDriver() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Installed under the GKE driver's name, its inline volumes are ours and ours are not.
+	for driver, want := range map[string]bool{contract.IncumbentDriverName: true, contract.DriverName: false} {
+		spec := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			CSI: &corev1.CSIVolumeSource{Driver: driver}}}}}
+		if got := UsesDriver(&corev1.Pod{Spec: spec}, contract.IncumbentDriverName); got != want {
+			t.Errorf("installed as %s, inline volume of %s: UsesDriver() = %v, want %v", contract.IncumbentDriverName, driver, got, want)
 		}
 	}
 }

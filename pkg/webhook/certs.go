@@ -63,13 +63,37 @@ func (r *certReloader) stampFiles() (string, error) {
 }
 
 // GetCertificate is the tls.Config hook: the current pair, loaded again first when the
-// files changed since it was. A pair that does not load (a half-written update, a key that
-// does not match) is logged once and the previous one kept.
+// files changed since it was.
 func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.currentLocked(), nil
+}
+
+// valid tells whether the pair served now (loaded again first if its files changed) is
+// within its validity period: the webhook's readiness, so that a replica whose
+// certificate expired without a rotation reaching it leaves the Service's endpoints, and
+// shows as not ready, instead of failing every admission with a TLS error.
+func (r *certReloader) valid(now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	leaf := r.currentLocked().Leaf
+	if leaf == nil {
+		return fmt.Errorf("serving certificate %s not parsed", r.certFile)
+	}
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return fmt.Errorf("serving certificate %s is valid from %s to %s, not now", r.certFile,
+			leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// currentLocked is the current pair, loaded again first when the files changed since it
+// was (looked at most once per interval). A pair that does not load (a half-written
+// update, a key that does not match) is logged once and the previous one kept. r.mu held.
+func (r *certReloader) currentLocked() *tls.Certificate {
 	if time.Since(r.checked) < r.interval {
-		return r.cert, nil
+		return r.cert
 	}
 	r.checked = time.Now()
 	stamp, err := r.stampFiles()
@@ -78,7 +102,7 @@ func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 			r.badFor = err.Error()
 			r.log.Error("cannot look at the serving certificate; serving the one loaded before", "err", err)
 		}
-		return r.cert, nil
+		return r.cert
 	}
 	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
 	if err != nil {
@@ -86,9 +110,9 @@ func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 			r.badFor = stamp
 			r.log.Error("the serving certificate changed but does not load; serving the one loaded before", "err", err)
 		}
-		return r.cert, nil
+		return r.cert
 	}
 	r.cert, r.stamp, r.badFor = &cert, stamp, ""
 	r.log.Info("serving certificate reloaded", "cert", r.certFile)
-	return r.cert, nil
+	return r.cert
 }

@@ -77,10 +77,11 @@ func (u usage) volumes() string {
 	return strings.Join(append(append([]string{}, u.inline...), u.claims...), ", ")
 }
 
-// driverUsage finds the pod's volumes of the driver. claims may be nil (no lookups).
-func driverUsage(ctx context.Context, claims VolumeClaims, namespace string, volumes []corev1.Volume) usage {
+// driverUsage finds the pod's volumes of the driver, installed as driver. claims may be nil
+// (no lookups).
+func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace string, volumes []corev1.Volume) usage {
 	var u usage
-	for n := range csiVolumeNames(volumes) {
+	for n := range csiVolumeNames(driver, volumes) {
 		u.inline = append(u.inline, n)
 	}
 	sort.Strings(u.inline)
@@ -94,17 +95,17 @@ func driverUsage(ctx context.Context, claims VolumeClaims, namespace string, vol
 			continue
 		}
 		claim := v.PersistentVolumeClaim.ClaimName
-		driver, bound, err := claims.ClaimDriver(ctx, namespace, claim)
+		claimDriver, bound, err := claims.ClaimDriver(ctx, namespace, claim)
 		switch {
 		case err != nil:
 			u.warnings = append(u.warnings, fmt.Sprintf(
 				"volume %s: cannot tell whether claim %s is a %s volume (%v); if it is, the pod gets no gcsfuse sidecar and its mount fails: add the annotation %s: \"true\"",
-				v.Name, claim, contract.DriverName, err, contract.AnnotationInject))
+				v.Name, claim, driver, err, contract.AnnotationInject))
 		case !bound:
 			u.warnings = append(u.warnings, fmt.Sprintf(
 				"volume %s: claim %s is not bound to a volume yet; if it binds to a %s volume, the pod has no gcsfuse sidecar and its mount fails: bind it first, or add the annotation %s: \"true\"",
-				v.Name, claim, contract.DriverName, contract.AnnotationInject))
-		case driver == contract.DriverName:
+				v.Name, claim, driver, contract.AnnotationInject))
+		case claimDriver == driver:
 			u.claims = append(u.claims, v.Name)
 		}
 	}

@@ -126,3 +126,66 @@ func TestKubeVolumeClaims(t *testing.T) {
 		}
 	}
 }
+
+// Installed under the GKE driver's name (--driver-name), the webhook recognises that
+// driver's inline volumes and PersistentVolumes as its own, with or without the annotation,
+// and no longer this project's default name.
+func TestInstalledUnderTheIncumbentName(t *testing.T) {
+	gke := contract.IncumbentDriverName
+	gkeVolume := func(name string, attrs map[string]string) corev1.Volume {
+		v := gcsVolume(name, attrs)
+		v.CSI.Driver = gke
+		return v
+	}
+	noAnnotation := func(vols ...corev1.Volume) *corev1.Pod {
+		return newPod(func(p *corev1.Pod) {
+			delete(p.Annotations, contract.AnnotationInject)
+			p.Spec.Volumes = vols
+		})
+	}
+	cfg := testConfig()
+	cfg.DriverName = gke
+	cfg.Claims = claimsMap{"gke": gke, "default": contract.DriverName}
+	m, err := NewMutator(cfg, modern, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		pod    *corev1.Pod
+		inject bool
+	}{
+		{"inline volume of the GKE driver", noAnnotation(gkeVolume("data", nil)), true},
+		{"claim bound to a GKE driver volume", noAnnotation(claimVolume("data", "gke")), true},
+		{"inline volume of the default name", noAnnotation(gcsVolume("data", nil)), false},
+		{"claim bound to the default name", noAnnotation(claimVolume("data", "default")), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, out := mustAdmit(t, m, tt.pod)
+			if injected := out.Annotations[contract.AnnotationInjected] != ""; injected != tt.inject {
+				t.Fatalf("injected = %v, want %v (patch %s)", injected, tt.inject, resp.Patch)
+			}
+		})
+	}
+	// What depends on recognising the volumes follows the name too: the file cache volume.
+	_, out := mustAdmit(t, m, newPod(func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{gkeVolume("data", map[string]string{contract.AttrFileCacheCapacity: "1Gi"})}
+	}))
+	if !hasVolume(out, contract.CacheVolumeName) {
+		t.Errorf("a GKE-driver volume with a file cache got no %s volume", contract.CacheVolumeName)
+	}
+
+	cfg.DriverName = "efs.csi.aws.com"
+	if _, err := NewMutator(cfg, modern, discardLogger()); err == nil {
+		t.Error("a driver name outside the allowlist was accepted")
+	}
+}
+
+func hasVolume(p *corev1.Pod, name string) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -43,6 +43,10 @@ type Config struct {
 	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
 	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
 	Claims VolumeClaims
+	// DriverName is the CSI driver name the driver is installed under (one of
+	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
+	// Empty: contract.DriverName.
+	DriverName string
 	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
 	// it does not list yet), for a SidecarImage in a private registry. A Secret is
 	// namespaced: each namespace with such pods needs one of that name (the kubelet pulls
@@ -74,6 +78,12 @@ func NewMutator(cfg Config, versions ClusterVersions, log *slog.Logger) (*Mutato
 	}
 	if versions == nil {
 		return nil, errors.New("no ClusterVersions given")
+	}
+	if cfg.DriverName == "" {
+		cfg.DriverName = contract.DriverName
+	}
+	if err := contract.ValidateDriverName(cfg.DriverName); err != nil {
+		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
@@ -146,13 +156,13 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	switch {
 	case set && !opted:
 		// Opted out: respected, but a volume of the driver in that pod will not be served.
-		if u := driverUsage(ctx, m.cfg.Claims, namespace, pod.Spec.Volumes); u.uses() {
+		if u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes); u.uses() {
 			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
-				contract.DriverName, u.volumes(), contract.AnnotationInject))
+				m.cfg.DriverName, u.volumes(), contract.AnnotationInject))
 		}
 		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 	case !set:
-		u := driverUsage(ctx, m.cfg.Claims, namespace, pod.Spec.Volumes)
+		u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 		if !u.uses() {
 			return nil, append(append(u.warnings, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 		}
@@ -196,7 +206,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
-	newVolumes, vols := sidecarVolumes(pod)
+	newVolumes, vols := sidecarVolumes(m.cfg.DriverName, pod)
 	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
@@ -212,13 +222,13 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		regularAfter = without(regularAfter, lent.regularIndex)
 	}
 	if mode == contract.ModeNative {
-		at := nativeIndex(initAfter, pod.Spec.Volumes)
-		if users := initContainerUsers(initAfter[at:], pod.Spec.Volumes); len(users) > 0 {
+		at := nativeIndex(m.cfg.DriverName, initAfter, pod.Spec.Volumes)
+		if users := initContainerUsers(m.cfg.DriverName, initAfter[at:], pod.Spec.Volumes); len(users) > 0 {
 			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(users, ",")})
 		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 	} else {
-		initWarnings, err := checkLegacyInit(initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+		initWarnings, err := checkLegacyInit(m.cfg.DriverName, initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -294,7 +304,7 @@ func without(list []corev1.Container, i int) []corev1.Container {
 func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error) {
 	for i, c := range pod.Spec.InitContainers {
 		if c.Name == contract.SidecarContainerName {
-			return initContainersEnvOps(i, c, pod.Spec.InitContainers[i+1:], pod.Spec.Volumes), nil
+			return initContainersEnvOps(m.cfg.DriverName, i, c, pod.Spec.InitContainers[i+1:], pod.Spec.Volumes), nil
 		}
 	}
 	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
@@ -304,15 +314,15 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error)
 			"the pod already has a regular %s container (annotation %s: %s)",
 			contract.SidecarContainerName, contract.AnnotationInjected, opts.injected)}
 	}
-	_, err := checkLegacyInit(pod.Spec.InitContainers, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+	_, err := checkLegacyInit(m.cfg.DriverName, pod.Spec.InitContainers, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
 	return nil, err
 }
 
 // initContainersEnvOps sets contract.EnvInitContainers of the native sidecar at index i of
 // the init containers to the readers among after, or removes it when there are none. The
 // sidecar's env is never empty (hasInjectedSidecar found our variable in it).
-func initContainersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, volumes []corev1.Volume) []patchOp {
-	want := strings.Join(initContainerUsers(after, volumes), ",")
+func initContainersEnvOps(driver string, i int, sidecar corev1.Container, after []corev1.Container, volumes []corev1.Volume) []patchOp {
+	want := strings.Join(initContainerUsers(driver, after, volumes), ",")
 	env := fmt.Sprintf("/spec/initContainers/%d/env", i)
 	for j, e := range sidecar.Env {
 		if e.Name != contract.EnvInitContainers {
@@ -379,12 +389,12 @@ func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
 	return l, nil
 }
 
-// csiVolumeNames are the pod volumes served by our CSI driver (inline ephemeral volumes;
-// a PVC-backed volume cannot be recognised from the pod alone).
-func csiVolumeNames(volumes []corev1.Volume) map[string]bool {
+// csiVolumeNames are the pod volumes served by our CSI driver, installed as driver (inline
+// ephemeral volumes; a PVC-backed volume cannot be recognised from the pod alone).
+func csiVolumeNames(driver string, volumes []corev1.Volume) map[string]bool {
 	names := map[string]bool{}
 	for _, v := range volumes {
-		if v.CSI != nil && v.CSI.Driver == contract.DriverName {
+		if v.CSI != nil && v.CSI.Driver == driver {
 			names[v.Name] = true
 		}
 	}
@@ -405,8 +415,8 @@ func mountsAny(c corev1.Container, names map[string]bool) bool {
 // the first init container mounting one of our volumes. That container needs the sidecar
 // already running, so the sidecar never goes after it; if istio-proxy only starts later,
 // the sidecar stays at the front and does without the mesh.
-func nativeIndex(init []corev1.Container, volumes []corev1.Volume) int {
-	ours := csiVolumeNames(volumes)
+func nativeIndex(driver string, init []corev1.Container, volumes []corev1.Volume) int {
+	ours := csiVolumeNames(driver, volumes)
 	firstUser := len(init)
 	for i, c := range init {
 		if mountsAny(c, ours) {
@@ -427,8 +437,8 @@ func nativeIndex(init []corev1.Container, volumes []corev1.Volume) int {
 // of our volumes: the sidecar gets them in contract.EnvInitContainers, to keep serving them
 // when the pod is deleted during its init phase. Same limit as checkLegacyInit: a reader
 // through a persistentVolumeClaim is not recognised.
-func initContainerUsers(after []corev1.Container, volumes []corev1.Volume) []string {
-	ours := csiVolumeNames(volumes)
+func initContainerUsers(driver string, after []corev1.Container, volumes []corev1.Volume) []string {
+	ours := csiVolumeNames(driver, volumes)
 	var users []string
 	for _, c := range after {
 		if !isRestartable(c) && mountsAny(c, ours) {
@@ -464,8 +474,8 @@ func legacyIndex(containers []corev1.Container) int {
 // persistentVolumeClaim volume is served by gcsfuse would take API lookups of the claim and
 // of its PersistentVolume (which may not even be bound at admission) on the admission path,
 // so an init container that reads the bucket through a PVC is still admitted, and hangs.
-func checkLegacyInit(init []corev1.Container, volumes []corev1.Volume, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
-	ours := csiVolumeNames(volumes)
+func checkLegacyInit(driver string, init []corev1.Container, volumes []corev1.Volume, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
+	ours := csiVolumeNames(driver, volumes)
 	var blocked, warnings []string
 	for _, c := range init {
 		vols := mountedOf(c, ours)
@@ -539,9 +549,9 @@ func isRestartable(c corev1.Container) bool {
 var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
 
 // wantsFileCache reports whether any volume of our driver asks for a file cache.
-func wantsFileCache(volumes []corev1.Volume) bool {
+func wantsFileCache(driver string, volumes []corev1.Volume) bool {
 	for _, v := range volumes {
-		if v.CSI == nil || v.CSI.Driver != contract.DriverName {
+		if v.CSI == nil || v.CSI.Driver != driver {
 			continue
 		}
 		if _, ok := v.CSI.VolumeAttributes[contract.AttrFileCacheCapacity]; ok {
@@ -566,7 +576,7 @@ type sidecarMounts struct{ buffer, cache string }
 // driver's (incumbentBufferVolume, incumbentCacheVolume; ours wins where both are there);
 // the cache is mounted only when a volume of the pod asks for a file cache or the pod
 // brings one.
-func sidecarVolumes(pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
+func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
 	have := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		have[v.Name] = true
@@ -588,7 +598,7 @@ func sidecarVolumes(pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
 		m.cache = contract.CacheVolumeName
 	case have[incumbentCacheVolume]:
 		m.cache = incumbentCacheVolume
-	case wantsFileCache(pod.Spec.Volumes):
+	case wantsFileCache(driver, pod.Spec.Volumes):
 		m.cache = contract.CacheVolumeName
 		add = append(add, emptyDir(contract.CacheVolumeName))
 	}

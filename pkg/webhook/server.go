@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,13 +50,32 @@ type ServerConfig struct {
 	// CertCheckInterval is how often, at most, the key pair's files are checked for a
 	// rotation; zero means CertCheckInterval.
 	CertCheckInterval time.Duration
+	// ShutdownDelay is how long the server keeps serving, not ready, after it is told to
+	// stop and before it stops accepting (see DefaultShutdownDelay); zero: none.
+	ShutdownDelay time.Duration
 }
+
+// DefaultShutdownDelay is how long a stopping webhook keeps answering admissions. The API
+// server reaches the webhook through its Service's ClusterIP, and the Service proxy on its
+// host (kube-proxy's iptables rules) drops a terminating pod's address a moment after the
+// pod is deleted (endpoint slice update, then its next sync, about 1 s apart on an idle
+// cluster, more on a loaded one). A replica that stopped accepting at once would refuse the
+// admissions still routed to it, and with failurePolicy Fail the pods being created would
+// be refused: a rolling update or a drain would block pod creation. 5 s covers that lag;
+// the pod's terminationGracePeriodSeconds must exceed it plus ShutdownTimeout.
+const DefaultShutdownDelay = 5 * time.Second
 
 // Server is the webhook's HTTPS server.
 type Server struct {
-	cfg ServerConfig
-	srv *http.Server
-	log *slog.Logger
+	cfg   ServerConfig
+	srv   *http.Server
+	log   *slog.Logger
+	certs *certReloader
+	// draining is set once the server was told to stop: it is no longer ready.
+	draining atomic.Bool
+
+	mu         sync.Mutex
+	notReadyBy string // the last reason Ready logged, so that it is logged once
 }
 
 // NewServer loads the certificate now, so a missing or bad key pair fails at startup rather
@@ -64,8 +85,8 @@ func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Serve
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.CertCheckInterval < 0 {
-		return nil, fmt.Errorf("negative certificate check interval %s", cfg.CertCheckInterval)
+	if cfg.CertCheckInterval < 0 || cfg.ShutdownDelay < 0 {
+		return nil, fmt.Errorf("negative certificate check interval %s or shutdown delay %s", cfg.CertCheckInterval, cfg.ShutdownDelay)
 	}
 	if cfg.CertCheckInterval == 0 {
 		cfg.CertCheckInterval = CertCheckInterval
@@ -92,7 +113,26 @@ func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Serve
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Server{cfg: cfg, srv: srv, log: log}, nil
+	return &Server{cfg: cfg, srv: srv, log: log, certs: certs}, nil
+}
+
+// Ready tells whether the server should receive admissions (the webhook's /readyz): its
+// serving certificate is loaded and valid now, and it is not shutting down. A reason for
+// not being ready is logged once, when it starts.
+func (s *Server) Ready() bool {
+	reason := ""
+	if s.draining.Load() {
+		reason = "shutting down"
+	} else if err := s.certs.valid(time.Now()); err != nil {
+		reason = err.Error()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reason != s.notReadyBy && reason != "" {
+		s.log.Warn("not ready", "reason", reason)
+	}
+	s.notReadyBy = reason
+	return reason == ""
 }
 
 // ListenAndServe listens on the configured address and serves until ctx is done.
@@ -104,9 +144,10 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves HTTPS on ln until ctx is done, then shuts down gracefully: it stops
-// accepting, lets in-flight admissions finish for up to ShutdownTimeout, and returns once
-// the serving goroutine has exited. It closes ln.
+// Serve serves HTTPS on ln until ctx is done, then shuts down gracefully: it turns not
+// ready and keeps serving for ShutdownDelay, stops accepting, lets in-flight admissions
+// finish for up to ShutdownTimeout, and returns once the serving goroutine has exited. It
+// closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("serving", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
@@ -115,6 +156,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	if s.cfg.ShutdownDelay > 0 {
+		s.log.Info("stopping: serving, not ready, until the Service drops this replica", "delay", s.cfg.ShutdownDelay.String())
+		select {
+		case err := <-errc:
+			return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+		case <-time.After(s.cfg.ShutdownDelay):
+		}
 	}
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)

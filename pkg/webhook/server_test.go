@@ -38,8 +38,15 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// newPair makes a self-signed serving certificate for 127.0.0.1 with serial.
+// newPair makes a self-signed serving certificate for 127.0.0.1 with serial, valid from an
+// hour ago to an hour from now.
 func newPair(t *testing.T, serial int64) (certPEM, keyPEM []byte, cert *x509.Certificate) {
+	t.Helper()
+	return newPairValid(t, serial, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// newPairValid is newPair valid from notBefore to notAfter.
+func newPairValid(t *testing.T, serial int64, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, cert *x509.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -48,8 +55,8 @@ func newPair(t *testing.T, serial int64) (certPEM, keyPEM []byte, cert *x509.Cer
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(serial),
 		Subject:               pkix.Name{CommonName: "gcsfuse-webhook.test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -235,5 +242,87 @@ func TestServeReturnsListenerErrors(t *testing.T) {
 	_ = ln.Close()
 	if err := srv.Serve(context.Background(), ln); err == nil {
 		t.Error("Serve on a closed listener returned nil")
+	}
+}
+
+// Readiness follows the certificate served: a replica whose rotated-in certificate has
+// expired is not ready (the Service stops sending it admissions it would fail), and is
+// ready again once a valid one replaces it, without a restart.
+func TestServerReadyFollowsTheCertificate(t *testing.T) {
+	certFile, keyFile, _ := selfSigned(t)
+	srv, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: keyFile, CertCheckInterval: time.Nanosecond},
+		http.NewServeMux(), discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !srv.Ready() {
+		t.Fatal("not ready with a valid certificate")
+	}
+	certPEM, keyPEM, _ := newPairValid(t, 2, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	replaceFile(t, certFile, certPEM)
+	replaceFile(t, keyFile, keyPEM)
+	if srv.Ready() {
+		t.Error("ready with an expired certificate")
+	}
+	certPEM, keyPEM, _ = newPair(t, 3)
+	replaceFile(t, certFile, certPEM)
+	replaceFile(t, keyFile, keyPEM)
+	if !srv.Ready() {
+		t.Error("not ready again after a valid certificate was rotated in")
+	}
+}
+
+// A stopping server turns not ready at once but keeps answering, new connections
+// included, for ShutdownDelay: the admissions the Service still routes to it while it
+// drops the replica succeed.
+func TestServerServesThroughTheShutdownDelay(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	const delay = time.Second
+	srv, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second, ShutdownDelay: delay},
+		NewMux(http.NotFoundHandler(), nil), discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	healthz := func() error {
+		// A new connection each time, as a Service proxy switching replicas makes.
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}
+		resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Get("https://" + ln.Addr().String() + PathHealthz)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	if err := healthz(); err != nil || !srv.Ready() {
+		t.Fatalf("before stopping: healthz %v, ready %v", err, srv.Ready())
+	}
+	stopped := time.Now()
+	cancel()
+	time.Sleep(delay / 4)
+	if srv.Ready() {
+		t.Error("ready while shutting down")
+	}
+	if err := healthz(); err != nil {
+		t.Errorf("a new connection during the shutdown delay: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if took := time.Since(stopped); took < delay {
+		t.Errorf("Serve returned %s after the stop, before the %s delay", took, delay)
+	}
+	if err := healthz(); err == nil {
+		t.Error("still accepting after Serve returned")
 	}
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,13 @@ func staticClaim(t *testing.T, bucket string, withPV bool) string {
 
 func createPV(t *testing.T, claim, bucket string) {
 	t.Helper()
+	createPVOf(t, claim, bucket, contract.DriverName)
+}
+
+// createPVOf creates the PersistentVolume of claim, serving bucket with the CSI driver named
+// driver.
+func createPVOf(t *testing.T, claim, bucket, driver string) {
+	t.Helper()
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + bucket}, Spec: corev1.PersistentVolumeSpec{
 		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
@@ -112,7 +121,7 @@ func createPV(t *testing.T, claim, bucket string) {
 		StorageClassName:              "",
 		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-			Driver: contract.DriverName, VolumeHandle: bucket}},
+			Driver: driver, VolumeHandle: bucket}},
 	}}
 	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create volume: %v", err)
@@ -142,22 +151,27 @@ func claimVolumeOf(name, claim string) corev1.Volume {
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
 }
 
-// TestIncumbentManifest: a pod written for the GKE driver (its opt-in and resource
-// annotations, its volume attributes) runs with only the driver name changed.
-func TestIncumbentManifest(t *testing.T) {
-	bucket := newBucket(t)
-	name := podName(t, "")
+// incumbentPod is a pod written for the GKE driver (its opt-in and resource annotations, its
+// volume attributes), with its inline volume's driver set to driver.
+func incumbentPod(name, bucket, driver string) *corev1.Pod {
 	vol := inlineVolume(volume{"bucket", bucket, mountPath}, map[string]string{
 		"metadataCacheTTLSeconds": "600", "gcsfuseLoggingSeverity": "warning", "fileCacheForRangeRead": "false",
 		"skipCSIBucketAccessCheck": "true", "disableMetrics": "false"}, "")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
+	vol.CSI.Driver = driver
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
 		"gke-gcsfuse/volumes": "true", "gke-gcsfuse/memory-limit": "1Gi"}}, Spec: corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{workloadContainer(appContainer, []volume{{"bucket", bucket, mountPath}},
 			"write", "-dir", mountPath, "-name", "gke.bin", "-bytes", "1024")},
 		Volumes: []corev1.Volume{vol},
 	}}
-	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+}
+
+// runIncumbentPod creates incumbentPod and checks that it was injected, ran gcsfuse with
+// the options its GKE attributes map to, and wrote its object.
+func runIncumbentPod(t *testing.T, name, bucket, driver string) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), incumbentPod(name, bucket, driver), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
@@ -172,4 +186,99 @@ func TestIncumbentManifest(t *testing.T) {
 		}
 	}
 	expectObject(t, bucket, "gke.bin", 1024)
+}
+
+// TestIncumbentManifest: a pod written for the GKE driver (its opt-in and resource
+// annotations, its volume attributes) runs with only the driver name changed.
+func TestIncumbentManifest(t *testing.T) {
+	runIncumbentPod(t, podName(t, ""), newBucket(t), contract.DriverName)
+}
+
+// TestIncumbentDriverName (issue 16, "Migrate"): installed under the GKE driver's name
+// (`helm upgrade --reuse-values --set driverName=gcsfuse.csi.storage.gke.io`, restored at
+// the end), the driver runs what was written for the GKE driver without any edit: the GKE
+// example pod with its `driver: gcsfuse.csi.storage.gke.io` inline volume, and a
+// PersistentVolume of that driver used through a claim by a pod without any annotation (the
+// webhook recognises the PV as the driver's). Costs two rollouts of the node plugin and the
+// webhook (the timings are recorded).
+func TestIncumbentDriverName(t *testing.T) {
+	if helmBin == "" {
+		t.Skip("the driver was not installed with Helm (E2E_HELM, E2E_HELM_CHART unset; DEPLOY_WITH=kustomize): this test switches driverName with helm upgrade")
+	}
+	// Restored also when the switch itself fails, so that the next tests find the default.
+	t.Cleanup(func() { switchDriverName(t, contract.DriverName) })
+	switchDriverName(t, contract.IncumbentDriverName)
+
+	runIncumbentPod(t, podName(t, "inline"), newBucket(t), contract.IncumbentDriverName)
+
+	bucket := newBucket(t)
+	claim := staticClaim(t, bucket, false)
+	createPVOf(t, claim, bucket, contract.IncumbentDriverName)
+	waitClaimBound(t, claim)
+	name := podName(t, "claim")
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{workloadContainer(appContainer, []volume{{"bucket", bucket, mountPath}},
+				"write", "-dir", mountPath, "-name", "pv.bin", "-bytes", "2048")},
+			Volumes: []corev1.Volume{claimVolumeOf("bucket", claim)},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	if p.Annotations[contract.AnnotationInjected] == "" {
+		t.Fatalf("a pod using a %s PersistentVolume was not injected: %v", contract.IncumbentDriverName, p.Annotations)
+	}
+	waitSucceeded(t, name)
+	expectObject(t, bucket, "pv.bin", 2048)
+}
+
+// switchDriverName installs the driver under name with `helm upgrade --reuse-values` and
+// waits until the node plugin registered it with the kubelet and the webhook rolled out.
+func switchDriverName(t *testing.T, name string) {
+	t.Helper()
+	start := time.Now()
+	old := nodePluginPod(t)
+	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", driverNamespace,
+		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values", "--set", "driverName="+name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm upgrade --set driverName=%s: %v\n%s", name, err, out)
+	}
+	waitNewNodePlugin(t, old)
+	waitWebhookSettled(t)
+	deadline := time.Now().Add(csiNodeTimeout)
+	for !registered(name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("driver %s not registered with the kubelet (CSINode) %s after the upgrade", name, csiNodeTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	record(t, "helm upgrade driverName="+name+" -> registered, webhook rolled", start, time.Now())
+}
+
+// csiNodeTimeout bounds the wait for the kubelet to list a newly registered driver.
+const csiNodeTimeout = 60 * time.Second
+
+// registered tells whether every node's CSINode lists driver name, and only it of ours.
+func registered(name string) bool {
+	nodes, err := cs.StorageV1().CSINodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		return false
+	}
+	for _, n := range nodes.Items {
+		found := false
+		for _, d := range n.Spec.Drivers {
+			switch d.Name {
+			case name:
+				found = true
+			case contract.DriverName, contract.IncumbentDriverName:
+				return false // the previous name is still registered
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
