@@ -112,7 +112,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	go func() { upgradeDone <- cmd.Wait() }()
 	during := run{newBucket(t), podName(t, "during")}
 	time.Sleep(2 * time.Second) // helm is rendering and applying by now
-	createPod(t, during.name, oneFile(during.bucket, "during.bin"))
+	createDuringRollout(t, during.name, oneFile(during.bucket, "during.bin"))
 	if err := <-upgradeDone; err != nil {
 		t.Fatalf("upgrade (%s): %v\n%s", upgradeCmd, err, upgradeOut.String())
 	}
@@ -160,6 +160,31 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	t.Run("during-rollout", func(t *testing.T) { checkOneFile(t, during.name, during.bucket, "during.bin", "") })
 	t.Run("after", func(t *testing.T) { checkOneFile(t, after.name, after.bucket, "after.bin", newTag) })
 	t.Run("no-exit-failure", noSidecarExitFailure)
+}
+
+// rolloutRetries bounds the creates of the pod made during the upgrade.
+const rolloutRetries = 10
+
+// createDuringRollout creates a pod while the webhook rolls from the previous release. That
+// release's webhook stops serving the moment it gets SIGTERM (it has no --shutdown-delay),
+// so a create that kube-proxy still sends to it is refused ("failed calling webhook"): the
+// create is retried then, as a controller would, and the refusal logged. This tree's webhook
+// keeps serving through its delay (TestWebhookRestart proves no create is refused).
+func createDuringRollout(t *testing.T, name string, o podOpts) {
+	t.Helper()
+	ann, spec := podTemplate(o)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
+	for attempt := 1; ; attempt++ {
+		_, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "failed calling webhook") || attempt == rolloutRetries {
+			t.Fatalf("create pod %s during the upgrade (attempt %d): %v", name, attempt, err)
+		}
+		t.Logf("create during the upgrade refused by the previous release's stopping webhook, retrying: %v", err)
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // oneFileSize is what oneFile pods write.
