@@ -29,17 +29,8 @@ mod=$E2E_DIR/mod
 mkdir -p "$mod"
 cd "$mod" || exit 1
 step "e2e.test v$K8S_VERSION: download module"
-go mod download "k8s.io/kubernetes@v$K8S_VERSION"
-gomod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod
+k8s_scratch_module gcsfuse-csi.local/k8se2e
 src=$(go env GOMODCACHE)/k8s.io/kubernetes@v$K8S_VERSION
-staging=v0.${K8S_VERSION#1.}
-{
-  printf 'module gcsfuse-csi.local/k8se2e\n\n'
-  grep -E '^(go|godebug) ' "$gomod"
-  printf '\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' "$K8S_VERSION"
-  grep -E '^\s+k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v sv="$staging" '{print "\t"$1" => "$1" "sv}'
-  printf ')\n'
-} > go.mod
 # test/e2e itself, every non-standard import of its e2e_test.go (the suite's test sources) and
 # agnhost, the suite's multi-purpose test image binary (hack/conformance-images.sh packs it).
 {
@@ -51,11 +42,7 @@ staging=v0.${K8S_VERSION#1.}
 step "e2e.test v$K8S_VERSION: go mod tidy ($(grep -c '^	_ ' tools.go) imports)"
 GOFLAGS=-mod=mod go mod tidy
 
-minor=$(echo "$K8S_VERSION" | cut -d. -f2)
-ld="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld="$ld -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-done
+ld=$(k8s_version_ldflags)
 step "e2e.test v$K8S_VERSION: go test -c (~8.5 min cold on 2 shared cores)"
 start=$(date +%s)
 CGO_ENABLED=0 go test -c -trimpath -ldflags "$ld" -o "$E2E_DIR/e2e.test" k8s.io/kubernetes/test/e2e

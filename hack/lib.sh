@@ -65,6 +65,36 @@ bins_cached() {
   [ -f "$dir/.built-v$version" ]
 }
 
+# k8s_scratch_module NAME: writes ./go.mod of a scratch module NAME that requires
+# k8s.io/kubernetes at $K8S_VERSION (downloaded first). k8s.io/kubernetes' own go.mod replaces
+# its staging modules with ./staging/... paths, which makes building its packages from the
+# module refuse; mapping each to its published v0.<minor>.<patch> tag builds fine. Same go /
+# godebug lines as upstream, so what is built behaves like upstream's.
+k8s_scratch_module() {
+  local gomod staging
+  go mod download "k8s.io/kubernetes@v$K8S_VERSION"
+  gomod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod
+  staging=v0.${K8S_VERSION#1.}
+  {
+    printf 'module %s\n\n' "$1"
+    grep -E '^(go|godebug) ' "$gomod"
+    printf '\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' "$K8S_VERSION"
+    grep -E '^\s+k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v sv="$staging" '{print "\t"$1" => "$1" "sv}'
+    printf ')\n'
+  } > go.mod
+}
+
+# k8s_version_ldflags: the -ldflags that stamp $K8S_VERSION into Kubernetes binaries, as its
+# release builds do (stripped).
+k8s_version_ldflags() {
+  local minor ld="-s -w" pkg
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  echo "$ld"
+}
+
 # pack_image REF ROOTFS_DIR OUT_TAR CONFIG_JSON: packs ROOTFS_DIR as a one-layer amd64 image
 # in the `docker save` format (layer tar, config JSON whose diff_id is the layer's sha256,
 # manifest.json with the tag REF), which `ctr images import` takes: no Docker, no registry.

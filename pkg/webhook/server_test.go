@@ -98,13 +98,7 @@ func TestServerReloadsARotatedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	ln, cancel, done := serveLoopback(t, srv)
 	defer func() { cancel(); <-done }()
 
 	certPEM, keyPEM, cert2 := newPair(t, 2)
@@ -146,13 +140,7 @@ func TestServerTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	ln, cancel, done := serveLoopback(t, srv)
 	defer func() {
 		cancel()
 		select {
@@ -283,13 +271,7 @@ func TestServerServesThroughTheShutdownDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	ln, cancel, done := serveLoopback(t, srv)
 	healthz := func() error {
 		// A new connection each time, as a Service proxy switching replicas makes.
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}
@@ -325,4 +307,17 @@ func TestServerServesThroughTheShutdownDelay(t *testing.T) {
 	if err := healthz(); err == nil {
 		t.Error("still accepting after Serve returned")
 	}
+}
+
+// serveLoopback runs srv on a free port of 127.0.0.1 until cancel; done gets Serve's result.
+func serveLoopback(t *testing.T, srv *Server) (ln net.Listener, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	return ln, cancel, served
 }
