@@ -326,6 +326,8 @@ type podOpts struct {
 	// nodePublishSecretRef.
 	attrs  map[string]string
 	secret string
+	// gate is a scheduling gate that holds the pod off the node until removed ("" none).
+	gate string
 }
 
 func inlineVolume(v volume, extra map[string]string, secret string) corev1.Volume {
@@ -373,17 +375,24 @@ func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
 		spec.AutomountServiceAccountToken = ptr(false)
 	}
 	spec.ServiceAccountName = o.serviceAccount
+	if o.gate != "" {
+		spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: o.gate}}
+	}
 	for _, v := range o.volumes {
 		spec.Volumes = append(spec.Volumes, inlineVolume(v, o.attrs, o.secret))
 	}
 	return ann, spec
 }
 
+// podObject is the pod named name, in the test namespace, for o.
+func podObject(name string, o podOpts) *corev1.Pod {
+	ann, spec := podTemplate(o)
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
+}
+
 func createPod(t *testing.T, name string, o podOpts) *corev1.Pod {
 	t.Helper()
-	ann, spec := podTemplate(o)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}
-	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), podObject(name, o), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
