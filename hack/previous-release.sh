@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the previous release's images (PREVIOUS_RELEASE at PREVIOUS_RELEASE_COMMIT, hack/lib.sh)
-# for the upgrade e2e test, and imports them into the local cluster's containerd when it runs.
+# for the upgrade e2e test, and imports them into the local cluster's containerd when it runs
+# (PREVIOUS_RELEASE_IMPORT=0: build only, as hack/e2e.sh's background prebuild does).
 #
 # The release is built by its own scripts from its own sources (`git archive` of the commit,
 # then its hack/images.sh with IMAGE_TAG=<version>), so what runs is what that release
@@ -43,7 +44,7 @@ if [ ! -f "$marker" ]; then
 fi
 ls "$dir/cache/images/"{node,sidecar,webhook}.tar >/dev/null
 
-if ctr version >/dev/null 2>&1; then
+if [ "${PREVIOUS_RELEASE_IMPORT:-1}" = 1 ] && ctr version >/dev/null 2>&1; then
   step "previous release $PREVIOUS_RELEASE: import its node, sidecar and webhook images"
   for img in node sidecar webhook; do
     ctr -n k8s.io images import "$dir/cache/images/$img.tar" >/dev/null

@@ -52,8 +52,9 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # Under a repository and tag other than the default, as a team installing from its own
   # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
   # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
+  # What the later stages build (e2e.test, the previous release) is built while the tests run.
   step "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 bash hack/e2e.sh
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_PREBUILD_PREVIOUS=1 bash hack/e2e.sh
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
   step "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"

@@ -458,8 +458,8 @@ func testSecretKeyPV(t *testing.T) {
 	deleteNow(t, name)
 }
 
-// testRefresh: a pod reads and writes through federation for 4.5 minutes, more than two
-// lifetimes of the emulator's 2-minute access tokens: gcsfuse exchanges the token file
+// testRefresh: a pod reads and writes through federation for 75 s, more than two
+// lifetimes of the emulator's 30-second access tokens: gcsfuse exchanges the token file
 // again whenever its access token runs out, and no request fails.
 func testRefresh(t *testing.T) {
 	t.Parallel()
@@ -469,7 +469,7 @@ func testRefresh(t *testing.T) {
 	const readSize = 64 << 10
 	uploadPoliced(t, bucket, "input.bin", readSize)
 	pod := podName(t, "")
-	const every, runFor = 5 * time.Second, 270 * time.Second
+	const every, runFor = 5 * time.Second, 75 * time.Second
 	createPod(t, pod, podOpts{
 		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-long",
 		attrs:   map[string]string{contract.AttrWorkloadIdentityProvider: localProvider},
@@ -499,7 +499,7 @@ func testRefresh(t *testing.T) {
 	// gcsfuse exchanged the pod's token again when the first access token ran out.
 	issuedTo := strings.Count(emulatorLog(t), `msg="access token issued" identity=`+identity+" ")
 	if issuedTo < 2 {
-		t.Errorf("the emulator issued %d access tokens to %s over %s of 2-minute tokens: gcsfuse never refreshed", issuedTo, identity, runFor)
+		t.Errorf("the emulator issued %d access tokens to %s over %s of 30-second tokens: gcsfuse never refreshed", issuedTo, identity, runFor)
 	}
 	republished := strings.Count(nodePluginLog(t), `podUID=`+string(p.UID)) // every line the node plugin logged about this pod's volume
 	t.Logf("%d files written and %d reads over %s; %d access tokens issued to %s; %d node plugin log lines for the pod (republishes included)",
