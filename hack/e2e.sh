@@ -64,8 +64,8 @@ prebuild_start() {
   [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ] && script+="PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh' && "
   script+=true
   step "prebuild at nice 19 in the background, log $CLUSTER_DIR/prebuild.log: ${script//\'/}"
-  # setsid: a process group of its own, which finish stops with the go builds under it.
-  setsid nice -n 19 bash -c "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
+  # A process group of its own, which finish stops with the go builds under it.
+  "${BACKGROUND[@]}" "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
   prebuild_pid=$!
 }
 prebuild_wait() {

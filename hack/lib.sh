@@ -29,6 +29,13 @@ etcd_version_for() { # K8S_MINOR
   fi
 }
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# "${BACKGROUND[@]}" WORDS... &: runs WORDS as a bash command behind everything else on the
+# machine, in a session and process group of its own (kill -- -$! stops it): at nice 19, and
+# with that session's scheduler autogroup at nice 19 too, since with sched_autogroup_enabled
+# (1 here) the kernel weighs each session's group against the others whatever its tasks' nice
+# (a setsid'd build at nice 19 took half the cores). An array, not a function, so that & forks
+# setsid itself and $! is the group's id.
+BACKGROUND=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash -c "$*"' _)
 BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"
 _t0=$(date +%s%N)

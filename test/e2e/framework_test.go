@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/exitorder"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -179,7 +180,7 @@ func setup(kubeconfig string, m *testing.M) int {
 	fmt.Printf("e2e: namespace %s, emulator %s, kubelet v%s (native sidecar tests: %s)\n", ns, gcsURL, kubeletVersion,
 		map[bool]string{true: "run", false: "skipped, kubelet older than " + nativeSidecarMinVersion.String()}[nativeOK])
 	code := m.Run()
-	if summary, failed := orderingVerdict(); summary != "" {
+	if summary, failed := ordering.Verdict(); summary != "" {
 		fmt.Println(summary)
 		if failed {
 			fmt.Fprintln(os.Stderr, "e2e: FAIL: in most finished pods the kubelet saw the app terminated before the sidecar was gone")
@@ -703,7 +704,7 @@ func sidecarExit(t *testing.T, pod string) (time.Time, string) {
 
 // sidecarFirst checks the zero-overhead exit of a finished pod: the sidecar was told by the
 // node plugin through an exit file (not the kubelet's SIGTERM) and was never restarted, both
-// asserted here; and, counted for the run's verdict (orderingVerdict), whether the node
+// asserted here; and, counted for the run's verdict (ordering), whether the node
 // plugin acted on the container runtime's view and the sidecar had exited no later than
 // this host saw the kubelet's first status with the app terminated. That ordering is a race
 // the sidecar wins by design, not always: a relist that falls within the runtime's report
@@ -737,7 +738,7 @@ func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
 	if at.After(seen) {
 		lost = append(lost, fmt.Sprintf("the sidecar exited %s after the kubelet reported the app terminated", at.Sub(seen).Round(time.Millisecond)))
 	}
-	countOrdering(t.Name(), lost)
+	ordering.Add(t.Name(), lost)
 	if len(lost) > 0 {
 		t.Logf("the kubelet looked before the sidecar was gone (counted for the run's verdict): %s", strings.Join(lost, "; "))
 	}
@@ -747,37 +748,8 @@ func sidecarFirst(t *testing.T, tr *tracker, pod string, p *corev1.Pod) bool {
 	return !tr.when(pod, "together"+run).IsZero()
 }
 
-var (
-	orderingMu     sync.Mutex
-	orderingChecks int
-	orderingLost   []string
-)
-
-func countOrdering(test string, lost []string) {
-	orderingMu.Lock()
-	defer orderingMu.Unlock()
-	orderingChecks++
-	if len(lost) > 0 {
-		orderingLost = append(orderingLost, test+": "+strings.Join(lost, "; "))
-	}
-}
-
-// orderingVerdict is the run's verdict on sidecarFirst's ordering: a summary line, and
-// failed when the sidecar was gone before the kubelet's first look in at most half of the
-// finished pods checked.
-func orderingVerdict() (summary string, failed bool) {
-	orderingMu.Lock()
-	defer orderingMu.Unlock()
-	if orderingChecks == 0 {
-		return "", false
-	}
-	won := orderingChecks - len(orderingLost)
-	summary = fmt.Sprintf("zero-overhead exit: the sidecar was gone before the kubelet's first status with the app terminated in %d of %d finished pods", won, orderingChecks)
-	for _, l := range orderingLost {
-		summary += "\n  lost: " + l
-	}
-	return summary, 2*won <= orderingChecks
-}
+// ordering tallies sidecarFirst's race over the run; TestMain prints and judges it.
+var ordering exitorder.Tally
 
 // ---------------------------------------------------------------------------- timings
 
