@@ -69,15 +69,9 @@ prebuild_start() {
   prebuild_pid=$!
 }
 prebuild_wait() {
-  local rc=0
-  wait "$prebuild_pid" || rc=$?
+  local pid=$prebuild_pid
   prebuild_pid=
-  grep '^===' "$CLUSTER_DIR/prebuild.log" || true
-  if [ "$rc" != 0 ]; then
-    tail -20 "$CLUSTER_DIR/prebuild.log" >&2
-    echo "prebuild failed (rc=$rc; log $CLUSTER_DIR/prebuild.log)" >&2
-  fi
-  return "$rc"
+  background_wait "$pid" "$CLUSTER_DIR/prebuild.log" prebuild
 }
 
 run_tests() {

@@ -36,6 +36,18 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # (a setsid'd build at nice 19 took half the cores). An array, not a function, so that & forks
 # setsid itself and $! is the group's id.
 BACKGROUND=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash -c "$*"' _)
+# background_wait PID LOG WHAT: waits for such a job, prints its steps, and when it failed the
+# end of its log, naming WHAT failed; returns its exit code.
+background_wait() {
+  local rc=0
+  wait "$1" || rc=$?
+  grep '^===' "$2" || true
+  if [ "$rc" != 0 ]; then
+    tail -20 "$2" >&2
+    echo "$3 failed (rc=$rc; log $2)" >&2
+  fi
+  return "$rc"
+}
 BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"
 _t0=$(date +%s%N)

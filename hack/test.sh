@@ -67,15 +67,9 @@ go test -race -count=1 -timeout 20m ./...
 
 if [ -n "$cluster_build_pid" ]; then
   step "waiting for the background build of the cluster's components"
-  rc=0
-  wait "$cluster_build_pid" || rc=$?
+  pid=$cluster_build_pid
   cluster_build_pid=
-  grep '^===' "$cluster_build_log" || true
-  if [ "$rc" != 0 ]; then
-    tail -20 "$cluster_build_log" >&2
-    echo "building the cluster's components failed (rc=$rc; log $cluster_build_log)" >&2
-    exit "$rc"
-  fi
+  background_wait "$pid" "$cluster_build_log" "building the cluster's components"
 fi
 
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
