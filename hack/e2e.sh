@@ -75,9 +75,7 @@ prebuild_wait() {
 }
 
 run_tests() {
-  # -race: the suite's own goroutines are checked, and its build is the one hack/test.sh's
-  # vet and unit tests already compiled.
-  local args=(-race -count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
+  local args=(-count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
   [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
   (
     cd "$REPO_ROOT" || exit 1
