@@ -27,7 +27,8 @@ cluster_build_pid=
 cluster_build_log=$GCSFUSE_CSI_CACHE/cluster-build.log
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   step "build the local cluster's components in the background at nice 19 (log $cluster_build_log)"
-  # setsid: a process group of its own, stopped with the builds under it if this script ends.
+  # A session and process group of its own (BACKGROUND, lib.sh), stopped with the builds
+  # under it if this script ends first.
   "${BACKGROUND[@]}" hack/cluster-deps.sh "&&" hack/k8s-build.sh >"$cluster_build_log" 2>&1 &
   cluster_build_pid=$!
   trap 'if [ -n "$cluster_build_pid" ]; then kill -- "-$cluster_build_pid" 2>/dev/null || true; fi' EXIT
