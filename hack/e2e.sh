@@ -40,7 +40,7 @@ summary() {
 }
 finish() {
   local rc=$?
-  if [ -n "$prebuild_pid" ]; then kill -- "-$prebuild_pid" 2>/dev/null || true; fi
+  background_stop "$prebuild_pid"
   if [ "${E2E_KEEP_CLUSTER:-}" = 1 ]; then
     echo "E2E_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
   else

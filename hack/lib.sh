@@ -36,6 +36,10 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # (a setsid'd build at nice 19 took half the cores). An array, not a function, so that & forks
 # setsid itself and $! is the group's id.
 BACKGROUND=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash -c "$*"' _)
+# background_stop PID: stops such a job and everything under it (nothing if PID is empty).
+background_stop() {
+  if [ -n "$1" ]; then kill -- "-$1" 2>/dev/null || true; fi
+}
 # background_wait PID LOG WHAT: waits for such a job, prints its steps, and when it failed the
 # end of its log, naming WHAT failed; returns its exit code.
 background_wait() {

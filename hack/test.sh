@@ -31,7 +31,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # under it if this script ends first.
   "${BACKGROUND[@]}" hack/cluster-deps.sh "&&" hack/k8s-build.sh >"$cluster_build_log" 2>&1 &
   cluster_build_pid=$!
-  trap 'if [ -n "$cluster_build_pid" ]; then kill -- "-$cluster_build_pid" 2>/dev/null || true; fi' EXIT
+  trap 'background_stop "$cluster_build_pid"' EXIT
 fi
 
 if [ ! -x "$BIN/staticcheck" ] || ! "$BIN/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
