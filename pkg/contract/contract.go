@@ -99,11 +99,27 @@ const (
 	// legacy one) unless InitDoneFile says the init phase is over. Empty: SIGTERM means every
 	// container that uses the mounts has exited.
 	EnvInitContainers = "GCSFUSE_INIT_CONTAINERS"
+	// EnvSidecarUsers lists, comma separated, the user's own native sidecars (init
+	// containers with restartPolicy: Always, not ours) that start after a native gcsfuse
+	// sidecar and mount a gcsfuse volume (inline or through a claim). The kubelet stops
+	// them before ours, in reverse order, after the regular containers: the workload is done
+	// only once they have exited too (a log shipper flushing its last object on SIGTERM).
+	EnvSidecarUsers = "GCSFUSE_SIDECAR_USERS"
 	// EnvPodNamespace and EnvPodName name the sidecar's pod (downward API), so that every
 	// line it logs carries the pod.
 	EnvPodNamespace = "GCSFUSE_POD_NAMESPACE"
 	EnvPodName      = "GCSFUSE_POD_NAME"
 )
+
+// PreStopWaitFlag is the sidecar flag of its preStop hook (a legacy sidecar's): wait for
+// the exit file, at most the pod's grace, then return. The kubelet runs the app's preStop
+// and the sidecar's side by side and sends SIGTERM only after each hook returns, adding at
+// least two seconds of grace after a hook: a sidecar without a hook would be stopped while
+// an app with one may still write.
+const PreStopWaitFlag = "-wait-exit"
+
+// SidecarBinary is the sidecar's path inside its image.
+const SidecarBinary = "/gcsfuse-sidecar"
 
 // DefaultGraceSeconds is Kubernetes' default terminationGracePeriodSeconds.
 const DefaultGraceSeconds = 30
