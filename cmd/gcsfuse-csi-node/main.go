@@ -203,7 +203,7 @@ func run() int {
 	initialMT, learnMT := initialMachineType(*machineType, nodes != nil, log)
 	ns, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		HasSidecar: hasSidecar(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
+		Pods: podLookup(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
 		Credentials: credentials.Config{
 			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
@@ -350,28 +350,15 @@ type currentWatcher struct {
 
 func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
 
-// PodByUID implements nodeplugin.PodLookup.
-// hasSidecar is csidriver.Config.HasSidecar from the pod watcher's cache; nil without one.
-func hasSidecar(pods nodeplugin.PodLookup) csidriver.SidecarLookup {
+// podLookup is csidriver.Config.Pods from the pod watcher's cache; nil without one.
+func podLookup(pods nodeplugin.PodLookup) csidriver.PodLookup {
 	if pods == nil {
 		return nil
 	}
-	return func(uid string) (bool, bool) {
-		pod, ok := pods.PodByUID(types.UID(uid))
-		if !ok {
-			return false, false
-		}
-		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-			for _, c := range cs {
-				if c.Name == contract.SidecarContainerName {
-					return true, true
-				}
-			}
-		}
-		return false, true
-	}
+	return func(uid string) (*corev1.Pod, bool) { return pods.PodByUID(types.UID(uid)) }
 }
 
+// PodByUID implements nodeplugin.PodLookup.
 func (c *currentWatcher) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	if w := c.w.Load(); w != nil {
 		return w.PodByUID(uid)

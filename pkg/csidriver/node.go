@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -38,9 +40,10 @@ type Config struct {
 	SidecarUID, SidecarGID int
 	// GCSEndpoint is a driver-level storage endpoint (an emulator); empty means real GCS.
 	GCSEndpoint string
-	// HasSidecar, if set, lets NodePublishVolume refuse a pod that has no gcsfuse sidecar
-	// (sidecarcheck.go); nil: no check.
-	HasSidecar SidecarLookup
+	// Pods, if set, lets NodePublishVolume refuse a pod that has no gcsfuse sidecar
+	// (sidecarcheck.go) and give the files to the uid its containers run as (pkg/ownership);
+	// nil: no check, and only the pod's fsGroup sets the owner.
+	Pods PodLookup
 	// MachineType is given to every gcsfuse as --machine-type unless the volume sets one
 	// (see machinetype.go); empty: gcsfuse asks the GCE metadata server itself, until
 	// SetMachineType gives one.
@@ -181,10 +184,19 @@ func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	return &csi.NodeGetInfoResponse{NodeId: s.cfg.NodeID}, nil
 }
 
-// NodeGetCapabilities returns no optional capabilities: there is no staging step, since a
-// FUSE mount is per pod.
+// withoutOwnership returns flags without pkg/ownership's flags.
+func withoutOwnership(flags []string) []string {
+	return slices.DeleteFunc(slices.Clone(flags), ownership.Owned)
+}
+
+// NodeGetCapabilities advertises VOLUME_MOUNT_GROUP: the kubelet then passes the pod's
+// fsGroup as volume_mount_group instead of changing the files' group itself (which it
+// cannot on a bucket), and the mount is made group-writable for it (pkg/ownership). There
+// is no staging step, since a FUSE mount is per pod.
 func (s *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{}, nil
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}},
+	}}}, nil
 }
 
 func readOnlyAccess(m csi.VolumeCapability_AccessMode_Mode) (ro bool, ok bool) {
@@ -310,9 +322,21 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return s.republish(req, r, existing, log)
 	}
 
-	if err := s.checkSidecar(ctx, r.pod); err != nil {
+	pod, err := s.checkSidecar(ctx, r.pod)
+	if err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
+	}
+	owner, err := ownership.Decide(r.volume.Flags, ownership.Request{
+		MountGroup: req.GetVolumeCapability().GetMount().GetVolumeMountGroup(), Pod: pod,
+		Volume: r.target.VolumeName, Skip: contract.SidecarContainerName,
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", r.target.VolumeName, err)
+	}
+	if len(owner.Flags) > 0 {
+		r.volume.Flags = append(slices.Clip(r.volume.Flags), owner.Flags...)
+		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
 	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
 		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime}
@@ -414,8 +438,9 @@ func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
 // its new file is written.
 func sameVolume(a, b handoff.Volume) bool {
 	a.Identity, b.Identity = "", ""
-	// The driver's --machine-type may have been learnt between the publish and now.
-	a.Flags, b.Flags = withoutMachineType(a.Flags), withoutMachineType(b.Flags)
+	// The driver's --machine-type may have been learnt between the publish and now, and
+	// the ownership flags depend on a pod the first publish may not have known yet.
+	a.Flags, b.Flags = withoutOwnership(withoutMachineType(a.Flags)), withoutOwnership(withoutMachineType(b.Flags))
 	return reflect.DeepEqual(a, b)
 }
 

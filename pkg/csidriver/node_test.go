@@ -256,3 +256,32 @@ func TestValidatePublishCredentialCodes(t *testing.T) {
 		t.Errorf("misspelt attribute: %v", err)
 	}
 }
+
+// The kubelet passes the pod's fsGroup only to a driver that advertises VOLUME_MOUNT_GROUP.
+func TestNodeAdvertisesVolumeMountGroup(t *testing.T) {
+	resp, err := newTestServer().NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range resp.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP {
+			return
+		}
+	}
+	t.Fatalf("capabilities %v lack VOLUME_MOUNT_GROUP", resp.GetCapabilities())
+}
+
+// The ownership flags come from a pod the first publish may not have known: a republish
+// without them is the same volume.
+func TestSameVolumeIgnoresOwnership(t *testing.T) {
+	a := handoff.Volume{VolumeName: "data", Bucket: "b", Flags: []string{"--implicit-dirs", "--uid=1000", "--gid=5", "--file-mode=664", "--dir-mode=775"}}
+	b := a
+	b.Flags = []string{"--implicit-dirs"}
+	if !sameVolume(a, b) {
+		t.Error("ownership flags made the volume differ")
+	}
+	b.Flags = nil
+	if sameVolume(a, b) {
+		t.Error("a volume without --implicit-dirs is the same volume")
+	}
+}

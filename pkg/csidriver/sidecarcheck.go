@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -24,34 +25,47 @@ const (
 	podLookupInterval = 50 * time.Millisecond
 )
 
-// SidecarLookup reports whether the pod with uid has the gcsfuse sidecar (known=false
-// while the pod is not in the caller's cache).
-type SidecarLookup func(uid string) (has, known bool)
+// PodLookup returns the pod with uid from the caller's cache (known=false while the pod
+// is not in it). The pod must not be modified.
+type PodLookup func(uid string) (pod *corev1.Pod, known bool)
 
-// checkSidecar fails with FailedPrecondition when the pod is known to have no sidecar. A
-// pod the cache does not show within podLookupWait is given the benefit of the doubt.
-func (s *NodeServer) checkSidecar(ctx context.Context, pod PodRef) error {
-	if s.cfg.HasSidecar == nil || pod.UID == "" {
-		return nil
+// checkSidecar fails with FailedPrecondition when the pod is known to have no sidecar, and
+// returns the pod when it is known (the mount's ownership depends on its spec). A pod the
+// cache does not show within podLookupWait is given the benefit of the doubt: nil, nil.
+func (s *NodeServer) checkSidecar(ctx context.Context, pod PodRef) (*corev1.Pod, error) {
+	if s.cfg.Pods == nil || pod.UID == "" {
+		return nil, nil
 	}
 	deadline := time.Now().Add(podLookupWait)
 	for {
-		has, known := s.cfg.HasSidecar(pod.UID)
+		p, known := s.cfg.Pods(pod.UID)
 		switch {
-		case known && has:
-			return nil
+		case known && hasSidecar(p):
+			return p, nil
 		case known:
-			return status.Errorf(codes.FailedPrecondition,
+			return nil, status.Errorf(codes.FailedPrecondition,
 				"pod %s/%s has no %s container, so nothing would serve this volume: the gcsfuse webhook did not inject it (was it down when the pod was created, was the claim bound after, or does the pod set %s: \"false\"?); recreate the pod",
 				pod.Namespace, pod.Name, contract.SidecarContainerName, contract.AnnotationInject)
 		case time.Now().After(deadline):
-			s.log.Warn("pod not in the pod watcher's cache; cannot check that it has a gcsfuse sidecar", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
-			return nil
+			s.log.Warn("pod not in the pod watcher's cache; cannot check that it has a gcsfuse sidecar, and only its fsGroup sets the mount's owner", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
+			return nil, nil
 		}
 		select {
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-time.After(podLookupInterval):
 		}
 	}
+}
+
+// hasSidecar reports whether pod has a container named like the sidecar, native or not.
+func hasSidecar(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == contract.SidecarContainerName {
+				return true
+			}
+		}
+	}
+	return false
 }

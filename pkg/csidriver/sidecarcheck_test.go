@@ -10,6 +10,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 // A pod known to have no sidecar is refused with FailedPrecondition saying why (the
@@ -30,14 +33,17 @@ func TestCheckSidecar(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustNodeServer(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet",
-				HasSidecar: func(uid string) (bool, bool) {
+				Pods: func(uid string) (*corev1.Pod, bool) {
 					if uid != pod.UID {
 						t.Errorf("looked up %q", uid)
 					}
-					return tt.has, tt.known
+					return podWithSidecar(tt.has), tt.known
 				}}, nil, quiet)
 			start := time.Now()
-			err := s.checkSidecar(context.Background(), pod)
+			got, err := s.checkSidecar(context.Background(), pod)
+			if (got != nil) != (tt.known && tt.has) {
+				t.Fatalf("checkSidecar returned pod %v", got)
+			}
 			if status.Code(err) != tt.wantCode {
 				t.Fatalf("checkSidecar = %v, want %v", err, tt.wantCode)
 			}
@@ -55,9 +61,18 @@ func TestCheckSidecar(t *testing.T) {
 func TestCheckSidecarWaitsForTheCache(t *testing.T) {
 	seen := time.Now().Add(200 * time.Millisecond)
 	s := mustNodeServer(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet",
-		HasSidecar: func(string) (bool, bool) { return false, time.Now().After(seen) }},
+		Pods: func(string) (*corev1.Pod, bool) { return podWithSidecar(false), time.Now().After(seen) }},
 		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := s.checkSidecar(context.Background(), PodRef{Namespace: "ns", Name: "p", UID: "u"}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := s.checkSidecar(context.Background(), PodRef{Namespace: "ns", Name: "p", UID: "u"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("checkSidecar = %v, want FailedPrecondition once the pod shows up", err)
 	}
+}
+
+// podWithSidecar is a pod with an app and, if has, a legacy sidecar.
+func podWithSidecar(has bool) *corev1.Pod {
+	p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+	if has {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: contract.SidecarContainerName})
+	}
+	return p
 }

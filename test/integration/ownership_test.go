@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// airflowUID is the uid Airflow's image runs as (gid 0); its pods set fsGroup to it.
+const airflowUID = 50000
+
+// A pod whose app runs as a non-root uid with an fsGroup (Airflow's image) writes through
+// the mount with no mount option: the kubelet's volume_mount_group makes the files the
+// fsGroup's and group-writable. Without it the same writer is refused, as on a driver that
+// ignores fsGroup.
+func TestFsGroupMountIsWritableByThePodUser(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		mountGroup string
+		wantWrite  bool
+	}{
+		{"fsGroup", "50000", true},
+		{"no fsGroup", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bucket := "bkt-" + strings.ToLower(strings.ReplaceAll(tt.name, " ", "-"))
+			e := newEnv(t, bucket)
+			pod, err := e.NewPod()
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := pod.PublishRequest("data", bucket, "", false)
+			req.VolumeCapability.GetMount().VolumeMountGroup = tt.mountGroup
+			if err := pod.PublishReq(ctx(t), req); err != nil {
+				t.Fatalf("NodePublishVolume: %v", err)
+			}
+			sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := pod.Target("data")
+			if _, err := testenv.WaitReady(target, 20*time.Second); err != nil {
+				t.Fatalf("mount not ready: %v\nsidecar output:\n%s", err, sc.Output())
+			}
+			out, err := runAs(t, target, airflowUID, 0, []uint32{airflowUID},
+				`mkdir /proc/self/fd/3/logs && echo task-done > /proc/self/fd/3/logs/task.log && stat -c '%g %a' /proc/self/fd/3/logs/task.log`)
+			if !tt.wantWrite {
+				if err == nil || !strings.Contains(out, "Permission denied") {
+					t.Fatalf("uid %d wrote without fsGroup (err %v): %s", airflowUID, err, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("uid %d gid 0 with fsGroup %s cannot write: %v: %s", airflowUID, tt.mountGroup, err, out)
+			}
+			if got := strings.TrimSpace(out); got != "50000 664" {
+				t.Fatalf("file group and mode %q, want \"50000 664\"", got)
+			}
+			requireObject(t, bucket, "logs/task.log", []byte("task-done\n"))
+		})
+	}
+}
+
+// runAs runs script in sh as uid:gid with groups, with the directory dir as fd 3: the
+// test's temporary directories are root's, so the child reaches the mount through the
+// descriptor (/proc/self/fd/3), not through its path.
+func runAs(t *testing.T, dir string, uid, gid uint32, groups []uint32, script string) (string, error) {
+	t.Helper()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cmd := exec.CommandContext(ctx(t), "sh", "-c", script)
+	cmd.ExtraFiles = []*os.File{d}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
