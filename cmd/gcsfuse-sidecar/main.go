@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ func run() int {
 	termLog := flag.String("termination-log", "/dev/termination-log", "file for the reason of a failed exit")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
+	waitExit := flag.Bool(strings.TrimPrefix(contract.PreStopWaitFlag, "-"), false, "run as the legacy sidecar's preStop hook: wait for the exit file, at most the grace period, then return")
 	flag.Parse()
 
 	lvl := slog.LevelInfo
@@ -53,6 +55,12 @@ func run() int {
 	if *grace < 0 {
 		log.Error("invalid grace period", "seconds", *grace)
 		return 2
+	}
+	if *waitExit {
+		if err := sidecar.WaitExit(context.Background(), *tmpDir, time.Duration(*grace)*time.Second, log); err != nil {
+			log.Warn("preStop hook ends without the exit file", "err", err)
+		}
+		return 0 // a failed hook only adds a FailedPreStopHook Event; the kubelet goes on either way
 	}
 	if os.Geteuid() == 0 {
 		log.Warn("running as root: the sidecar is meant to run as uid 65534 with no capabilities")
