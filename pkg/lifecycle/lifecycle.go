@@ -39,6 +39,11 @@ const (
 	// RuleDeletingWorkloadRunning: the pod is being deleted but a workload container is still
 	// running; the sidecar must keep serving it until it stops.
 	RuleDeletingWorkloadRunning Rule = "deleting-workload-running"
+	// RuleSidecarUserRunning: the workload is done (or the pod is being deleted and it has
+	// stopped), but a native sidecar of the user's that mounts a volume (a log shipper
+	// flushing on SIGTERM) still runs. The kubelet stops it before ours; gcsfuse serves it
+	// until it has exited.
+	RuleSidecarUserRunning Rule = "sidecar-user-running"
 )
 
 // Rules that end the sidecar (Decision.Done == true).
@@ -121,6 +126,9 @@ func Decide(pod *corev1.Pod) Decision {
 			}
 			d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
 		}
+		if waitSidecarUsers(pod, &d) {
+			return d
+		}
 		d.Done, d.Rule = true, RuleDeletingAllTerminated
 		d.Reason = fmt.Sprintf("pod is being deleted and all %d workload containers have terminated", len(workload))
 		return d
@@ -158,6 +166,9 @@ func Decide(pod *corev1.Pod) Decision {
 		}
 		d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
 	}
+	if waitSidecarUsers(pod, &d) {
+		return d
+	}
 
 	d.Done = true
 	if policy == corev1.RestartPolicyNever {
@@ -168,6 +179,57 @@ func Decide(pod *corev1.Pod) Decision {
 		d.Reason = fmt.Sprintf("restartPolicy OnFailure: all %d workload containers exited with code 0", len(workload))
 	}
 	return d
+}
+
+// SidecarUsers returns the user's own native sidecars that mount a gcsfuse volume, as the
+// webhook found them at admission (inline volumes and claims alike) and listed them in the
+// native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
+// sidecars outlive every regular container, ours included, so nothing can wait for them).
+func SidecarUsers(pod *corev1.Pod) []string {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name != contract.SidecarContainerName || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == contract.EnvSidecarUsers {
+				return splitNames(e.Value)
+			}
+		}
+	}
+	return nil
+}
+
+// waitSidecarUsers is the last rule before a workload counts as done: every native sidecar
+// of the user's that mounts a volume has terminated too, whatever its exit code (the
+// kubelet does not restart sidecars once it stops them). It sets d and reports true while
+// one still runs; otherwise it adds their finish times to d.
+func waitSidecarUsers(pod *corev1.Pod, d *Decision) bool {
+	finished := d.WorkloadFinishedAt
+	for _, name := range SidecarUsers(pod) {
+		t := terminatedState(findStatus(pod.Status.InitContainerStatuses, name), false)
+		if t == nil {
+			d.Rule = RuleSidecarUserRunning
+			d.Reason = fmt.Sprintf("workload done, but native sidecar %q, which mounts a gcsfuse volume, has not terminated", name)
+			d.WorkloadFinishedAt = time.Time{}
+			return true
+		}
+		finished = later(finished, t.FinishedAt.Time)
+	}
+	d.WorkloadFinishedAt = finished
+	return false
+}
+
+// splitNames splits a comma-separated list of container names, trimming spaces and
+// dropping empty entries.
+func splitNames(raw string) []string {
+	var names []string
+	for _, part := range strings.Split(raw, ",") {
+		if name := strings.TrimSpace(part); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // SidecarMode reports how the sidecar was injected: contract.ModeNative when it is an init

@@ -35,13 +35,15 @@ func RegularInitContainers(pod *corev1.Pod) []string {
 // MountUsers returns the names of the containers whose exit the sidecar must wait for when
 // the pod stops: for a legacy sidecar the workload containers (its init containers ran
 // before the sidecar could serve); for a native sidecar also the regular init containers,
-// which run while it serves. It returns nil for a pod without a sidecar.
+// which run while it serves, and the user's native sidecars that mount a volume
+// (SidecarUsers), which the kubelet stops before ours. It returns nil for a pod without a
+// sidecar.
 func MountUsers(pod *corev1.Pod) []string {
 	switch SidecarMode(pod) {
 	case contract.ModeLegacy:
 		return WorkloadContainers(pod)
 	case contract.ModeNative:
-		return append(RegularInitContainers(pod), WorkloadContainers(pod)...)
+		return append(append(RegularInitContainers(pod), WorkloadContainers(pod)...), SidecarUsers(pod)...)
 	}
 	return nil
 }
@@ -91,5 +93,5 @@ func NeedsRuntimeFollow(pod *corev1.Pod) (Decision, bool) {
 		return Decision{}, false
 	}
 	d := Decide(pod)
-	return d, d.Rule == RuleDeletingWorkloadRunning
+	return d, d.Rule == RuleDeletingWorkloadRunning || d.Rule == RuleSidecarUserRunning
 }

@@ -63,34 +63,44 @@ func (l *ExitCoordinator) ContainersChanged(podUID string) {
 	l.requestExit(view, d)
 }
 
-// withRuntimeStates returns a copy of pod whose workload containers' statuses are replaced
-// by their latest runtime containers (highest attempt): exited ones as terminated, with the
+// withRuntimeStates returns a copy of pod whose workload containers' statuses, and those of
+// the user's native sidecars that mount a volume (lifecycle.SidecarUsers), are replaced by
+// their latest runtime containers (highest attempt): exited ones as terminated, with the
 // exit code and time the runtime gives, every other state as running. A container the
 // runtime does not list keeps its API status (not created yet, or already removed). The
 // sidecar's own status is left as the API has it.
 func (l *ExitCoordinator) withRuntimeStates(ctx context.Context, pod *corev1.Pod, cs []containerexit.Container) *corev1.Pod {
 	latest := latestByName(cs)
 	view := pod.DeepCopy()
-	for _, name := range lifecycle.WorkloadContainers(pod) {
-		c, ok := latest[name]
-		if !ok {
-			continue
+	for _, set := range []struct {
+		names    []string
+		statuses *[]corev1.ContainerStatus
+	}{
+		{lifecycle.WorkloadContainers(pod), &view.Status.ContainerStatuses},
+		{lifecycle.SidecarUsers(pod), &view.Status.InitContainerStatuses},
+	} {
+		for _, name := range set.names {
+			c, ok := latest[name]
+			if !ok {
+				continue
+			}
+			st := corev1.ContainerStatus{Name: name, ContainerID: "cri://" + c.ID, RestartCount: int32(c.Attempt)}
+			switch c.State {
+			case containerexit.StateExited:
+				code, finished := l.exitOf(ctx, c)
+				st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(finished)}
+			default:
+				st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.CreatedAt)}
+			}
+			list := *set.statuses
+			i := slices.IndexFunc(list, func(s corev1.ContainerStatus) bool { return s.Name == name })
+			if i < 0 {
+				*set.statuses = append(list, st)
+				continue
+			}
+			st.LastTerminationState = list[i].LastTerminationState
+			list[i] = st
 		}
-		st := corev1.ContainerStatus{Name: name, ContainerID: "cri://" + c.ID, RestartCount: int32(c.Attempt)}
-		switch c.State {
-		case containerexit.StateExited:
-			code, finished := l.exitOf(ctx, c)
-			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(finished)}
-		default:
-			st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.CreatedAt)}
-		}
-		i := slices.IndexFunc(view.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == name })
-		if i < 0 {
-			view.Status.ContainerStatuses = append(view.Status.ContainerStatuses, st)
-			continue
-		}
-		st.LastTerminationState = view.Status.ContainerStatuses[i].LastTerminationState
-		view.Status.ContainerStatuses[i] = st
 	}
 	return view
 }
