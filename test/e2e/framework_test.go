@@ -336,6 +336,9 @@ type podOpts struct {
 	secret string
 	// gate is a scheduling gate that holds the pod off the node until removed ("" none).
 	gate string
+	// security is the pod's security context; appLifecycle the app container's hooks.
+	security     *corev1.PodSecurityContext
+	appLifecycle *corev1.Lifecycle
 }
 
 func inlineVolume(v volume, extra map[string]string, secret string) corev1.Volume {
@@ -372,12 +375,15 @@ func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
 	if o.mode != "" {
 		ann[contract.AnnotationSidecarMode] = o.mode
 	}
+	app := workloadContainer(appContainer, o.volumes, o.args...)
+	app.Lifecycle = o.appLifecycle
 	spec := corev1.PodSpec{
 		RestartPolicy:                 o.restart,
 		TerminationGracePeriodSeconds: o.grace,
-		Containers:                    append([]corev1.Container{workloadContainer(appContainer, o.volumes, o.args...)}, o.extra...),
+		Containers:                    append([]corev1.Container{app}, o.extra...),
 		InitContainers:                o.init,
 		ActiveDeadlineSeconds:         o.deadline,
+		SecurityContext:               o.security,
 	}
 	if o.noToken {
 		spec.AutomountServiceAccountToken = ptr(false)

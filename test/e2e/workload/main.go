@@ -6,6 +6,9 @@
 //	workload loop -dir D -prefix P -every d [-for d] [-read N -read-bytes B]
 //	                                        write P-0, P-1, ... until SIGTERM or -for (and
 //	                                        read and check N after each)
+//	workload flush -dir D -name N -bytes B [-chunk-delay d]
+//	                                        wait for SIGTERM, then write N (a log shipper's
+//	                                        last batch, an app draining after its preStop)
 //	workload read -dir D -name N -bytes B   check that a file has the expected content
 //	workload sleep -for d
 //
@@ -40,7 +43,7 @@ func Pattern(i int64) byte { return byte(i % 251) }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|read|sleep [flags]")
+		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|flush|read|sleep [flags]")
 		os.Exit(2)
 	}
 	if os.Args[1] != "pause" {
@@ -130,6 +133,17 @@ func run(cmd string, args []string) int {
 		return *exitCode
 	case "loop":
 		return loop(*dir, *prefix, *size, *every, *dur, *readName, *readBytes, term)
+	case "flush":
+		s := <-term
+		fmt.Printf("signal %s: flushing %s\n", s, *name)
+		start := time.Now()
+		n, err := writeFile(filepath.Join(*dir, *name), *size, *chunkDelay, nil, true)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "flush %s: %v (after %d bytes)\n", *name, err, n)
+			return 1
+		}
+		fmt.Printf("flushed %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
+		return 0
 	case "read":
 		if err := readFile(filepath.Join(*dir, *name), *size); err != nil {
 			fmt.Fprintf(os.Stderr, "read %s: %v\n", *name, err)
