@@ -573,12 +573,14 @@ func trimDriverPod(obj any, driverName string) (any, error) {
 
 	out.Spec.RestartPolicy = pod.Spec.RestartPolicy
 	out.Spec.TerminationGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		out.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser}
+	}
 	for _, c := range pod.Spec.InitContainers {
-		out.Spec.InitContainers = append(out.Spec.InitContainers,
-			corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy})
+		out.Spec.InitContainers = append(out.Spec.InitContainers, trimContainer(c))
 	}
 	for _, c := range pod.Spec.Containers {
-		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name})
+		out.Spec.Containers = append(out.Spec.Containers, trimContainer(c))
 	}
 	for _, v := range pod.Spec.Volumes {
 		tv := corev1.Volume{Name: v.Name}
@@ -597,6 +599,28 @@ func trimDriverPod(obj any, driverName string) (any, error) {
 	out.Status.InitContainerStatuses = trimStatuses(pod.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = trimStatuses(pod.Status.ContainerStatuses)
 	return out, nil
+}
+
+// trimContainer keeps what the lifecycle rules and the mount's ownership read: the name,
+// the restart policy (native sidecars), the names of the volumes it mounts, its runAsUser
+// (pkg/ownership) and, of the sidecar, the variables in which the webhook listed the
+// containers that use the mounts (lifecycle.SidecarUsers).
+func trimContainer(c corev1.Container) corev1.Container {
+	out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+	for _, m := range c.VolumeMounts {
+		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.Name})
+	}
+	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		out.SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser}
+	}
+	if c.Name == contract.SidecarContainerName {
+		for _, e := range c.Env {
+			if e.Name == contract.EnvSidecarUsers || e.Name == contract.EnvInitContainers {
+				out.Env = append(out.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+			}
+		}
+	}
+	return out
 }
 
 // trimStatuses keeps the states Decide and SidecarFailure read. Termination messages (up to

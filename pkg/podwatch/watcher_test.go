@@ -15,6 +15,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -644,6 +645,40 @@ func TestTrimPod(t *testing.T) {
 	f2, c2, m2 := lifecycle.SidecarFailure(got)
 	if f1 != f2 || c1 != c2 || m1 != m2 || !f2 {
 		t.Errorf("SidecarFailure full = (%v,%d,%q), trimmed = (%v,%d,%q)", f1, c1, m1, f2, c2, m2)
+	}
+}
+
+// The node plugin decides a mount's owner (pkg/ownership) and which native sidecars to
+// wait for (lifecycle.SidecarUsers) from the cached pod: the trimmed pod must give the same
+// answers as the full one.
+func TestTrimPodKeepsOwnershipAndSidecarUsers(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	uid, other := int64(50000), int64(7)
+	full := jobPod("p", "uid", node)
+	full.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, FSGroup: &uid}
+	full.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "x"}}
+	full.Spec.InitContainers = []corev1.Container{
+		{Name: contract.SidecarContainerName, RestartPolicy: &always, Image: "sidecar", Env: []corev1.EnvVar{
+			{Name: contract.EnvSidecarUsers, Value: "shipper"}, {Name: "OTHER", Value: "dropped"}}},
+		{Name: "shipper", RestartPolicy: &always, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/logs"}}},
+		{Name: "proxy", RestartPolicy: &always, SecurityContext: &corev1.SecurityContext{RunAsUser: &other}},
+	}
+	full.Spec.Containers = full.Spec.Containers[:1] // native: the sidecar is an init container
+	obj, err := trimPod(contract.DriverName)(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*corev1.Pod)
+	if a, b := lifecycle.SidecarUsers(full), lifecycle.SidecarUsers(got); !reflect.DeepEqual(a, b) || len(b) != 1 {
+		t.Errorf("SidecarUsers full = %q, trimmed = %q", a, b)
+	}
+	u1, w1, ok1 := ownership.SoleUser(full, "data", contract.SidecarContainerName)
+	u2, w2, ok2 := ownership.SoleUser(got, "data", contract.SidecarContainerName)
+	if u1 != u2 || !reflect.DeepEqual(w1, w2) || ok1 != ok2 || !ok2 || u2 != uid {
+		t.Errorf("SoleUser full = %d %q %v, trimmed = %d %q %v", u1, w1, ok1, u2, w2, ok2)
+	}
+	if env := got.Spec.InitContainers[0].Env; len(env) != 1 {
+		t.Errorf("sidecar env kept %v, want only %s", env, contract.EnvSidecarUsers)
 	}
 }
 
