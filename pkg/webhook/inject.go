@@ -152,30 +152,30 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	if err != nil {
 		return nil, nil, "", err
 	}
+	// The one lookup of the pod's volumes: every decision below reads u.vols.
+	u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 	var found []string
 	switch {
 	case set && !opted:
 		// Opted out: respected, but a volume of the driver in that pod will not be served.
-		if u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes); u.uses() {
+		if u.uses() {
 			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
 				m.cfg.DriverName, u.volumes(), contract.AnnotationInject))
 		}
 		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 	case !set:
-		u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 		if !u.uses() {
-			return nil, append(append(u.warnings, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+			return nil, append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 		}
 		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
 		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
-		found = u.warnings
 	}
 	if len(pod.Spec.Containers) == 0 {
 		// The API server rejects such a pod anyway; saying so here also guarantees that
 		// "/spec" exists in the object, which the patch paths below rely on.
 		return nil, nil, "", badRequest("the pod has no containers")
 	}
-	warnings := append(append(found, aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return nil, nil, "", err
@@ -183,7 +183,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	// Re-invocation (reinvocationPolicy: IfNeeded) or a pod copied from an injected one:
 	// both our marks are there, so the sidecar is ours and stays where it is.
 	if opts.injected != "" && hasInjectedSidecar(pod) {
-		ops, err := m.reinvoked(pod, opts)
+		ops, err := m.reinvoked(pod, opts, u.vols)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -206,7 +206,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
-	newVolumes, vols := sidecarVolumes(m.cfg.DriverName, pod)
+	newVolumes, vols := sidecarVolumes(pod, u.vols)
 	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
@@ -222,13 +222,13 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		regularAfter = without(regularAfter, lent.regularIndex)
 	}
 	if mode == contract.ModeNative {
-		at := nativeIndex(m.cfg.DriverName, initAfter, pod.Spec.Volumes)
-		if users := initContainerUsers(m.cfg.DriverName, initAfter[at:], pod.Spec.Volumes); len(users) > 0 {
+		at := nativeIndex(initAfter, u.vols)
+		if users := initContainerUsers(initAfter[at:], u.vols); len(users) > 0 {
 			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(users, ",")})
 		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 	} else {
-		initWarnings, err := checkLegacyInit(m.cfg.DriverName, initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+		initWarnings, err := checkLegacyInit(initAfter, u.vols, choice, m.versions, pod.Spec.NodeName)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -301,10 +301,10 @@ func without(list []corev1.Container, i int) []corev1.Container {
 // on them is checked again: a native sidecar's contract.EnvInitContainers is brought up to
 // date, and a legacy pod that now has an init container reading the bucket is refused like
 // at the first call. Nothing else is touched; an unchanged pod gets no patch.
-func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error) {
+func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes) ([]patchOp, error) {
 	for i, c := range pod.Spec.InitContainers {
 		if c.Name == contract.SidecarContainerName {
-			return initContainersEnvOps(m.cfg.DriverName, i, c, pod.Spec.InitContainers[i+1:], pod.Spec.Volumes), nil
+			return initContainersEnvOps(i, c, pod.Spec.InitContainers[i+1:], ours), nil
 		}
 	}
 	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
@@ -314,15 +314,15 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error)
 			"the pod already has a regular %s container (annotation %s: %s)",
 			contract.SidecarContainerName, contract.AnnotationInjected, opts.injected)}
 	}
-	_, err := checkLegacyInit(m.cfg.DriverName, pod.Spec.InitContainers, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+	_, err := checkLegacyInit(pod.Spec.InitContainers, ours, choice, m.versions, pod.Spec.NodeName)
 	return nil, err
 }
 
 // initContainersEnvOps sets contract.EnvInitContainers of the native sidecar at index i of
 // the init containers to the readers among after, or removes it when there are none. The
 // sidecar's env is never empty (hasInjectedSidecar found our variable in it).
-func initContainersEnvOps(driver string, i int, sidecar corev1.Container, after []corev1.Container, volumes []corev1.Volume) []patchOp {
-	want := strings.Join(initContainerUsers(driver, after, volumes), ",")
+func initContainersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, ours driverVolumes) []patchOp {
+	want := strings.Join(initContainerUsers(after, ours), ",")
 	env := fmt.Sprintf("/spec/initContainers/%d/env", i)
 	for j, e := range sidecar.Env {
 		if e.Name != contract.EnvInitContainers {
@@ -389,21 +389,9 @@ func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
 	return l, nil
 }
 
-// csiVolumeNames are the pod volumes served by our CSI driver, installed as driver (inline
-// ephemeral volumes; a PVC-backed volume cannot be recognised from the pod alone).
-func csiVolumeNames(driver string, volumes []corev1.Volume) map[string]bool {
-	names := map[string]bool{}
-	for _, v := range volumes {
-		if v.CSI != nil && v.CSI.Driver == driver {
-			names[v.Name] = true
-		}
-	}
-	return names
-}
-
-func mountsAny(c corev1.Container, names map[string]bool) bool {
+func mountsAny(c corev1.Container, ours driverVolumes) bool {
 	for _, m := range c.VolumeMounts {
-		if names[m.Name] {
+		if ours.has(m.Name) {
 			return true
 		}
 	}
@@ -415,8 +403,7 @@ func mountsAny(c corev1.Container, names map[string]bool) bool {
 // the first init container mounting one of our volumes. That container needs the sidecar
 // already running, so the sidecar never goes after it; if istio-proxy only starts later,
 // the sidecar stays at the front and does without the mesh.
-func nativeIndex(driver string, init []corev1.Container, volumes []corev1.Volume) int {
-	ours := csiVolumeNames(driver, volumes)
+func nativeIndex(init []corev1.Container, ours driverVolumes) int {
 	firstUser := len(init)
 	for i, c := range init {
 		if mountsAny(c, ours) {
@@ -435,10 +422,9 @@ func nativeIndex(driver string, init []corev1.Container, volumes []corev1.Volume
 // initContainerUsers are the names, in order, of the regular (run-to-completion) init
 // containers in after (the init containers that start after a native sidecar) that mount one
 // of our volumes: the sidecar gets them in contract.EnvInitContainers, to keep serving them
-// when the pod is deleted during its init phase. Same limit as checkLegacyInit: a reader
-// through a persistentVolumeClaim is not recognised.
-func initContainerUsers(driver string, after []corev1.Container, volumes []corev1.Volume) []string {
-	ours := csiVolumeNames(driver, volumes)
+// when the pod is deleted during its init phase. A reader through a claim bound to one of
+// the driver's PersistentVolumes counts like one of an inline volume.
+func initContainerUsers(after []corev1.Container, ours driverVolumes) []string {
 	var users []string
 	for _, c := range after {
 		if !isRestartable(c) && mountsAny(c, ours) {
@@ -470,12 +456,11 @@ func legacyIndex(containers []corev1.Container) int {
 // back the next ones once started, so they only get a warning: their reads of the bucket
 // wait until the legacy sidecar starts.
 //
-// Only what csiVolumeNames recognises counts: inline CSI volumes of our driver. Whether a
-// persistentVolumeClaim volume is served by gcsfuse would take API lookups of the claim and
-// of its PersistentVolume (which may not even be bound at admission) on the admission path,
-// so an init container that reads the bucket through a PVC is still admitted, and hangs.
-func checkLegacyInit(driver string, init []corev1.Container, volumes []corev1.Volume, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
-	ours := csiVolumeNames(driver, volumes)
+// ours are the volumes of driverUsage: inline CSI volumes of our driver and claims bound to
+// its PersistentVolumes. A claim that is not bound yet at admission cannot be told apart
+// and is admitted (with a warning from usage.injectedWarnings when an init container
+// mounts it).
+func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
 	var blocked, warnings []string
 	for _, c := range init {
 		vols := mountedOf(c, ours)
@@ -524,11 +509,11 @@ func checkLegacyInit(driver string, init []corev1.Container, volumes []corev1.Vo
 
 // mountedOf returns the names of the volumes in names that c mounts, once each, in the
 // order of c's mounts.
-func mountedOf(c corev1.Container, names map[string]bool) []string {
+func mountedOf(c corev1.Container, ours driverVolumes) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, m := range c.VolumeMounts {
-		if names[m.Name] && !seen[m.Name] {
+		if ours.has(m.Name) && !seen[m.Name] {
 			seen[m.Name] = true
 			out = append(out, m.Name)
 		}
@@ -548,16 +533,14 @@ func isRestartable(c corev1.Container) bool {
 // false positive costs one unused emptyDir, a false negative a cache in the tmp volume.
 var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
 
-// wantsFileCache reports whether any volume of our driver asks for a file cache.
-func wantsFileCache(driver string, volumes []corev1.Volume) bool {
-	for _, v := range volumes {
-		if v.CSI == nil || v.CSI.Driver != driver {
-			continue
-		}
-		if _, ok := v.CSI.VolumeAttributes[contract.AttrFileCacheCapacity]; ok {
+// wantsFileCache reports whether any volume of our driver, inline or a claim's
+// PersistentVolume, asks for a file cache.
+func wantsFileCache(ours driverVolumes) bool {
+	for _, attrs := range ours {
+		if _, ok := attrs[contract.AttrFileCacheCapacity]; ok {
 			return true
 		}
-		opts := v.CSI.VolumeAttributes[contract.AttrMountOptions]
+		opts := attrs[contract.AttrMountOptions]
 		for _, s := range fileCacheMountOptions {
 			if strings.Contains(opts, s) {
 				return true
@@ -576,7 +559,7 @@ type sidecarMounts struct{ buffer, cache string }
 // driver's (incumbentBufferVolume, incumbentCacheVolume; ours wins where both are there);
 // the cache is mounted only when a volume of the pod asks for a file cache or the pod
 // brings one.
-func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
+func sidecarVolumes(pod *corev1.Pod, ours driverVolumes) ([]corev1.Volume, sidecarMounts) {
 	have := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		have[v.Name] = true
@@ -598,7 +581,7 @@ func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMou
 		m.cache = contract.CacheVolumeName
 	case have[incumbentCacheVolume]:
 		m.cache = incumbentCacheVolume
-	case wantsFileCache(driver, pod.Spec.Volumes):
+	case wantsFileCache(ours):
 		m.cache = contract.CacheVolumeName
 		add = append(add, emptyDir(contract.CacheVolumeName))
 	}

@@ -946,9 +946,10 @@ func TestLegacyInitContainers(t *testing.T) {
 			init: []corev1.Container{reader("setup", "scratch", "secrets"), reader("plain")},
 		},
 		{
-			// Documented limit: a PVC is not recognised as ours (that would take API
-			// lookups), so its reader is admitted rather than every PVC reader refused.
-			name: "legacy, init container reads a persistentVolumeClaim", cluster: old,
+			// Without a VolumeClaims (newMutator's config) a claim is not resolved, so its
+			// reader is admitted rather than every claim reader refused; claims_test.go has
+			// the resolved case.
+			name: "legacy, init container reads an unresolved persistentVolumeClaim", cluster: old,
 			mods: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, otherVolumes...) }},
 			init: []corev1.Container{reader("warmup", "claim")},
 		},
