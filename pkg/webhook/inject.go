@@ -223,8 +223,10 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	}
 	if mode == contract.ModeNative {
 		at := nativeIndex(initAfter, u.vols)
-		if users := initContainerUsers(initAfter[at:], u.vols); len(users) > 0 {
-			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(users, ",")})
+		for _, e := range usersEnv(initAfter[at:], u.vols) {
+			if e.Value != "" {
+				sidecar.Env = append(sidecar.Env, e)
+			}
 		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 	} else {
@@ -298,13 +300,14 @@ func without(list []corev1.Container, i int) []corev1.Container {
 
 // reinvoked handles a pod that already has our sidecar. A later webhook may have added init
 // containers since the sidecar was placed (that is why it re-invokes us), so what depends
-// on them is checked again: a native sidecar's contract.EnvInitContainers is brought up to
-// date, and a legacy pod that now has an init container reading the bucket is refused like
-// at the first call. Nothing else is touched; an unchanged pod gets no patch.
+// on them is checked again: a native sidecar's contract.EnvInitContainers and
+// contract.EnvSidecarUsers are brought up to date, and a legacy pod that now has an init
+// container reading the bucket is refused like at the first call. Nothing else is touched;
+// an unchanged pod gets no patch.
 func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes) ([]patchOp, error) {
 	for i, c := range pod.Spec.InitContainers {
 		if c.Name == contract.SidecarContainerName {
-			return initContainersEnvOps(i, c, pod.Spec.InitContainers[i+1:], ours), nil
+			return usersEnvOps(i, c, pod.Spec.InitContainers[i+1:], ours), nil
 		}
 	}
 	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
@@ -318,28 +321,42 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes
 	return nil, err
 }
 
-// initContainersEnvOps sets contract.EnvInitContainers of the native sidecar at index i of
-// the init containers to the readers among after, or removes it when there are none. The
-// sidecar's env is never empty (hasInjectedSidecar found our variable in it).
-func initContainersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, ours driverVolumes) []patchOp {
-	want := strings.Join(initContainerUsers(after, ours), ",")
-	env := fmt.Sprintf("/spec/initContainers/%d/env", i)
-	for j, e := range sidecar.Env {
-		if e.Name != contract.EnvInitContainers {
-			continue
-		}
+// usersEnv are the native sidecar's variables naming the containers after it (after) that
+// use the mounts: contract.EnvInitContainers and contract.EnvSidecarUsers, in that order,
+// with an empty Value when there are none.
+func usersEnv(after []corev1.Container, ours driverVolumes) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: contract.EnvInitContainers, Value: strings.Join(initContainerUsers(after, ours), ",")},
+		{Name: contract.EnvSidecarUsers, Value: strings.Join(sidecarUsers(after, ours), ",")},
+	}
+}
+
+// usersEnvOps brings usersEnv of the native sidecar at index i of the init containers up to
+// date: a variable that differs is replaced, one that is no longer needed removed, a
+// missing one added. The operations are computed one after the other on a copy of the
+// env, so that the index of a later one accounts for an earlier removal, as when the API
+// server applies them in order. The sidecar's env is never emptied (hasInjectedSidecar
+// found our contract.EnvSidecarMode in it).
+func usersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, ours driverVolumes) []patchOp {
+	env := slices.Clone(sidecar.Env)
+	path := fmt.Sprintf("/spec/initContainers/%d/env", i)
+	var ops []patchOp
+	for _, want := range usersEnv(after, ours) {
+		j := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == want.Name })
 		switch {
-		case want == "":
-			return []patchOp{removeOp(fmt.Sprintf("%s/%d", env, j))}
-		case e.Value != want || e.ValueFrom != nil:
-			return []patchOp{replaceOp(fmt.Sprintf("%s/%d", env, j), corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
+		case j < 0 && want.Value == "":
+		case j < 0:
+			ops = append(ops, addOp(path+"/-", want))
+			env = append(env, want)
+		case want.Value == "":
+			ops = append(ops, removeOp(fmt.Sprintf("%s/%d", path, j)))
+			env = slices.Delete(env, j, j+1)
+		case env[j].Value != want.Value || env[j].ValueFrom != nil:
+			ops = append(ops, replaceOp(fmt.Sprintf("%s/%d", path, j), want))
+			env[j] = want
 		}
-		return nil
 	}
-	if want == "" {
-		return nil
-	}
-	return []patchOp{addOp(env+"/-", corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
+	return ops
 }
 
 // hasInjectedSidecar reports whether the pod has a sidecar carrying our env marker.
@@ -428,6 +445,21 @@ func initContainerUsers(after []corev1.Container, ours driverVolumes) []string {
 	var users []string
 	for _, c := range after {
 		if !isRestartable(c) && mountsAny(c, ours) {
+			users = append(users, c.Name)
+		}
+	}
+	return users
+}
+
+// sidecarUsers are the names, in order, of the user's own native sidecars (restartPolicy:
+// Always, not ours) in after that mount one of our volumes: the sidecar gets them in
+// contract.EnvSidecarUsers. The kubelet stops native sidecars in reverse order after the
+// regular containers, so these stop before ours, and the workload is done only once they
+// have exited (a log shipper flushing its last object into the bucket on SIGTERM).
+func sidecarUsers(after []corev1.Container, ours driverVolumes) []string {
+	var users []string
+	for _, c := range after {
+		if isRestartable(c) && c.Name != contract.SidecarContainerName && mountsAny(c, ours) {
 			users = append(users, c.Name)
 		}
 	}

@@ -1024,6 +1024,7 @@ func TestInitContainersEnv(t *testing.T) {
 		init       []corev1.Container
 		wantNative bool
 		want       string // "": the env var is absent
+		wantUsers  string // contract.EnvSidecarUsers; "": absent
 		wantImage  string
 	}{
 		{
@@ -1031,7 +1032,7 @@ func TestInitContainersEnv(t *testing.T) {
 			mods: []func(*corev1.Pod){withModel},
 			init: []corev1.Container{ctr("setup", "scratch"), ctr("warmup", "data"), native(ctr("proxy", "data")),
 				ctr("fetch", "scratch", "model"), ctr("late", "scratch"), ctr("check", "data", "model")},
-			want: "warmup,fetch,check",
+			want: "warmup,fetch,check", wantUsers: "proxy",
 		},
 		{
 			name: "after a native istio-proxy", cluster: modern, wantNative: true,
@@ -1054,7 +1055,8 @@ func TestInitContainersEnv(t *testing.T) {
 		},
 		{
 			name: "only native init containers read the bucket", cluster: modern, wantNative: true,
-			init: []corev1.Container{native(ctr("proxy", "data"))},
+			init:      []corev1.Container{native(ctr("proxy", "data"))},
+			wantUsers: "proxy",
 		},
 		{
 			name: "legacy", cluster: old,
@@ -1088,7 +1090,10 @@ func TestInitContainersEnv(t *testing.T) {
 			case tt.want != "" && !reflect.DeepEqual(got, []string{tt.want}):
 				t.Errorf("%s = %q, want [%q]", contract.EnvInitContainers, got, tt.want)
 			}
-			if tt.want == "" {
+			if got, ok := envOf(c)[contract.EnvSidecarUsers]; got != tt.wantUsers || ok != (tt.wantUsers != "") {
+				t.Errorf("%s = %q (present %v), want %q", contract.EnvSidecarUsers, got, ok, tt.wantUsers)
+			}
+			if tt.want == "" && tt.wantUsers == "" {
 				// The zero-overhead path: the sidecar's env is exactly the base variables.
 				if want := []string{contract.EnvGraceSeconds, contract.EnvSidecarMode, contract.EnvPodNamespace, contract.EnvPodName}; !reflect.DeepEqual(envNames(c), want) {
 					t.Errorf("env = %v, want %v", envNames(c), want)
