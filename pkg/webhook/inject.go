@@ -669,6 +669,15 @@ func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequiremen
 	if mode == contract.ModeNative {
 		always := corev1.ContainerRestartPolicyAlways
 		c.RestartPolicy = &always
+	} else {
+		// The kubelet runs every container's preStop side by side and sends SIGTERM only
+		// after each hook returned: without a hook of its own, a legacy sidecar would be
+		// stopped while an app's preStop hook may still write through the mount. This one
+		// waits for the exit file (at most the pod's grace). A native sidecar needs none:
+		// the kubelet stops it only after the regular containers have exited.
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{contract.SidecarBinary, contract.PreStopWaitFlag}},
+		}}
 	}
 	return c
 }

@@ -269,6 +269,44 @@ func TestSidecarSpec(t *testing.T) {
 	}
 }
 
+// A legacy sidecar waits in a preStop hook for the exit file, so that the kubelet does not
+// SIGTERM it while an app's own preStop hook may still write; a native sidecar, stopped
+// only after the regular containers, has no hook. A legacy copy re-invoked keeps its hook.
+func TestLegacyPreStop(t *testing.T) {
+	want := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{contract.SidecarBinary, contract.PreStopWaitFlag}}}}
+	for _, tt := range []struct {
+		name    string
+		cluster fakeVersions
+		mods    []func(*corev1.Pod)
+		legacy  bool
+	}{
+		{name: "native", cluster: modern},
+		{name: "legacy by versions", cluster: old, legacy: true},
+		{name: "forced legacy", cluster: modern, mods: []func(*corev1.Pod){annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)}, legacy: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, out := mustAdmit(t, newMutator(t, tt.cluster), newPod(tt.mods...))
+			c, isInit := sidecarOf(t, out)
+			if isInit == tt.legacy {
+				t.Fatalf("sidecar is an init container: %v, want %v", isInit, !tt.legacy)
+			}
+			if !tt.legacy {
+				if c.Lifecycle != nil {
+					t.Errorf("native sidecar lifecycle = %+v, want none", c.Lifecycle)
+				}
+				return
+			}
+			if !reflect.DeepEqual(c.Lifecycle, want) {
+				t.Errorf("legacy sidecar lifecycle = %+v, want preStop exec %v", c.Lifecycle, want.PreStop.Exec.Command)
+			}
+			if resp, _ := mustAdmit(t, newMutator(t, tt.cluster), out); resp.Patch != nil {
+				t.Errorf("re-invocation patched: %s", resp.Patch)
+			}
+		})
+	}
+}
+
 // assertRestricted checks the "restricted" Pod Security Standard's container rules.
 func assertRestricted(t *testing.T, sc *corev1.SecurityContext) {
 	t.Helper()
