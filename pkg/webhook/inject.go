@@ -40,6 +40,9 @@ type Config struct {
 	SidecarImage string
 	// Resources are the defaults for resources that the pod's annotations do not set.
 	Resources ResourceDefaults
+	// Policy reads the namespace's ResourceQuotas and LimitRanges, to which the sidecar's
+	// resources are fitted (quotarules.go); nil: the sidecar gets the plain defaults.
+	Policy NamespacePolicy
 	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
 	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
 	Claims VolumeClaims
@@ -206,8 +209,14 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
+	policy, policyWarnings := namespacePolicy(ctx, m.cfg.Policy, namespace)
+	warnings = append(warnings, policyWarnings...)
+	resources, err := fitSidecarResources(opts.resources, ann, m.cfg.Resources, policy)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	newVolumes, vols := sidecarVolumes(pod, u.vols)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
+	sidecar := buildSidecar(image, mode, graceSeconds(pod), resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -221,6 +230,8 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		ops = append(ops, removeOp(fmt.Sprintf("/spec/containers/%d", lent.regularIndex)))
 		regularAfter = without(regularAfter, lent.regularIndex)
 	}
+	// The pod's containers with the sidecar, for the quota check.
+	initWith, regularWith := initAfter, regularAfter
 	if mode == contract.ModeNative {
 		at := nativeIndex(initAfter, u.vols)
 		for _, e := range usersEnv(initAfter[at:], u.vols) {
@@ -229,6 +240,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			}
 		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
+		initWith = slices.Insert(slices.Clone(initAfter), at, sidecar)
 	} else {
 		initWarnings, err := checkLegacyInit(initAfter, u.vols, choice, m.versions, pod.Spec.NodeName)
 		if err != nil {
@@ -237,6 +249,13 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		warnings = append(warnings, initWarnings...)
 		at := legacyIndex(regularAfter)
 		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
+		regularWith = slices.Insert(slices.Clone(regularAfter), at, sidecar)
+	}
+	without, with := pod.Spec, pod.Spec
+	without.InitContainers, without.Containers = initAfter, regularAfter
+	with.InitContainers, with.Containers = initWith, regularWith
+	if err := checkQuotaRoom(policy.Quotas, without, with); err != nil {
+		return nil, nil, "", err
 	}
 	if !lent.found {
 		ops = append(ops, pullSecretOps(pod.Spec.ImagePullSecrets, m.cfg.SidecarPullSecrets)...)
