@@ -194,6 +194,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
 	o.config.Claims = webhook.KubeVolumeClaims{Client: client}
+	o.config.Policy = webhook.KubeNamespacePolicy{Client: client}
 	mutator, err := webhook.NewMutator(o.config, versions, log)
 	if err != nil {
 		return err

@@ -3,6 +3,8 @@ package webhook
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,14 +18,14 @@ import (
 // not bound, one mapped to "error" fails the lookup; a missing claim does not exist.
 type claimsMap map[string]string
 
-func (c claimsMap) ClaimDriver(_ context.Context, _, claim string) (string, bool, error) {
+func (c claimsMap) ClaimVolume(_ context.Context, _, claim string) (ClaimedVolume, error) {
 	switch d, ok := c[claim]; {
 	case !ok, d == "unbound":
-		return "", false, nil
+		return ClaimedVolume{}, nil
 	case d == "error":
-		return "", false, errors.New("the API server is unavailable")
+		return ClaimedVolume{}, errors.New("the API server is unavailable")
 	default:
-		return d, true, nil
+		return ClaimedVolume{Bound: true, Driver: d}, nil
 	}
 }
 
@@ -105,24 +107,25 @@ func TestKubeVolumeClaims(t *testing.T) {
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pending"}},
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "dangling"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "gone"}},
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-gcs"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
-			CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "bucket"}}}},
+			CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "bucket",
+				VolumeAttributes: map[string]string{contract.AttrFileCacheCapacity: "1Gi"}}}}},
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-nfs"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			NFS: &corev1.NFSVolumeSource{Server: "s", Path: "/"}}}},
 	)
 	k := KubeVolumeClaims{Client: cs}
 	for _, tt := range []struct {
-		claim, driver string
-		bound         bool
+		claim string
+		want  ClaimedVolume
 	}{
-		{"bound", contract.DriverName, true},
-		{"nfs", "", true},
-		{"pending", "", false},
-		{"dangling", "", false},
-		{"nosuch", "", false},
+		{"bound", ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: map[string]string{contract.AttrFileCacheCapacity: "1Gi"}}},
+		{"nfs", ClaimedVolume{Bound: true}},
+		{"pending", ClaimedVolume{}},
+		{"dangling", ClaimedVolume{}},
+		{"nosuch", ClaimedVolume{}},
 	} {
-		d, b, err := k.ClaimDriver(context.Background(), "ns", tt.claim)
-		if err != nil || d != tt.driver || b != tt.bound {
-			t.Errorf("ClaimDriver(%s) = %q, %v, %v; want %q, %v", tt.claim, d, b, err, tt.driver, tt.bound)
+		got, err := k.ClaimVolume(context.Background(), "ns", tt.claim)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ClaimVolume(%s) = %+v, %v; want %+v", tt.claim, got, err, tt.want)
 		}
 	}
 }
@@ -188,4 +191,161 @@ func hasVolume(p *corev1.Pod, name string) bool {
 		}
 	}
 	return false
+}
+
+// countingClaims is a VolumeClaims from a table of resolved claims that counts its lookups;
+// a claim absent from the table is not bound.
+type countingClaims struct {
+	table map[string]ClaimedVolume
+	calls map[string]int
+}
+
+func newCountingClaims(table map[string]ClaimedVolume) *countingClaims {
+	return &countingClaims{table: table, calls: map[string]int{}}
+}
+
+func (c *countingClaims) ClaimVolume(_ context.Context, _, claim string) (ClaimedVolume, error) {
+	c.calls[claim]++
+	return c.table[claim], nil
+}
+
+func ourClaim(attrs map[string]string) ClaimedVolume {
+	return ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: attrs}
+}
+
+// claimPod is a pod whose only volume of the driver is "data", through claim "gcs-pvc";
+// annotation is the opt-in annotation's value ("": absent).
+func claimPod(annotation string, init ...corev1.Container) *corev1.Pod {
+	return newPod(func(p *corev1.Pod) {
+		delete(p.Annotations, contract.AnnotationInject)
+		if annotation != "" {
+			p.Annotations[contract.AnnotationInject] = annotation
+		}
+		p.Spec.Volumes = []corev1.Volume{claimVolume("data", "gcs-pvc")}
+		p.Spec.InitContainers = init
+	})
+}
+
+func mounting(name string, vols ...string) corev1.Container {
+	c := corev1.Container{Name: name, Image: "busybox"}
+	for _, v := range vols {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v, MountPath: "/" + v})
+	}
+	return c
+}
+
+func claimMutator(t *testing.T, cv ClusterVersions, claims VolumeClaims) *Mutator {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Claims = claims
+	m, err := NewMutator(cfg, cv, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A claim bound to one of the driver's PersistentVolumes is a volume like an inline one: an
+// init container mounting it gets the native sidecar before it and is listed in
+// contract.EnvInitContainers (also after a re-invocation), a legacy pod with such an init
+// container is refused, and the claim is looked up once per admission, with or without
+// the opt-in annotation.
+func TestClaimInitContainers(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	istio := mounting(istioProxyName)
+	istio.RestartPolicy = &always
+	for _, annotation := range []string{"", "true"} {
+		t.Run("annotation="+annotation, func(t *testing.T) {
+			claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": ourClaim(nil)})
+			// istio-proxy comes after the reader: the sidecar must not follow it past the
+			// reader, which needs the mount from its start.
+			pod := claimPod(annotation, mounting("warmup", "data"), istio)
+			_, out := mustAdmit(t, claimMutator(t, modern, claims), pod)
+			if got, want := names(out.Spec.InitContainers), []string{contract.SidecarContainerName, "warmup", istioProxyName}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("init containers = %v, want %v", got, want)
+			}
+			c, _ := sidecarOf(t, out)
+			if got := envOf(c)[contract.EnvInitContainers]; got != "warmup" {
+				t.Errorf("%s = %q, want warmup", contract.EnvInitContainers, got)
+			}
+			if claims.calls["gcs-pvc"] != 1 {
+				t.Errorf("claim looked up %d times in one admission, want 1", claims.calls["gcs-pvc"])
+			}
+
+			// A later webhook adds another reader of the claim: the re-invocation lists it.
+			out.Spec.InitContainers = append(out.Spec.InitContainers, mounting("late", "data"))
+			resp, again := mustAdmit(t, claimMutator(t, modern, claims), out)
+			if resp.Patch == nil {
+				t.Fatal("the re-invocation did not update the sidecar")
+			}
+			c, _ = sidecarOf(t, again)
+			if got := envOf(c)[contract.EnvInitContainers]; got != "warmup,late" {
+				t.Errorf("after re-invocation %s = %q, want warmup,late", contract.EnvInitContainers, got)
+			}
+
+			resp, _ = admit(t, claimMutator(t, old, claims), claimPod(annotation, mounting("warmup", "data")))
+			assertDenied(t, resp, "init container warmup (volume data)", "Pending forever")
+			resp, _ = admit(t, claimMutator(t, modern, claims), claimPod(annotation, mounting("warmup", "data")))
+			if !resp.Allowed {
+				t.Fatalf("native pod denied: %s", resp.Result.Message)
+			}
+		})
+	}
+}
+
+// A claim whose PersistentVolume asks for a file cache (its volumeAttributes, like an inline
+// volume's) gets the gcsfuse-cache emptyDir mounted into the sidecar.
+func TestClaimFileCache(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		attrs map[string]string
+		want  bool
+	}{
+		{"fileCacheCapacity", map[string]string{contract.AttrFileCacheCapacity: "10Gi"}, true},
+		{"mountOptions file-cache", map[string]string{contract.AttrMountOptions: "implicit-dirs,file-cache:max-size-mb:100"}, true},
+		{"no cache", map[string]string{contract.AttrMountOptions: "implicit-dirs"}, false},
+		{"no attributes", nil, false},
+	} {
+		for _, annotation := range []string{"", "true"} {
+			t.Run(tt.name+"/annotation="+annotation, func(t *testing.T) {
+				claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": ourClaim(tt.attrs)})
+				_, out := mustAdmit(t, claimMutator(t, modern, claims), claimPod(annotation))
+				c, _ := sidecarOf(t, out)
+				mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == contract.CacheVolumeName && m.MountPath == contract.CacheMountPath
+				})
+				if mounted != tt.want || hasVolume(out, contract.CacheVolumeName) != tt.want {
+					t.Errorf("cache mounted %v, volume %v; want %v", mounted, hasVolume(out, contract.CacheVolumeName), tt.want)
+				}
+				if claims.calls["gcs-pvc"] != 1 {
+					t.Errorf("claim looked up %d times, want 1", claims.calls["gcs-pvc"])
+				}
+			})
+		}
+	}
+	// A claim of another driver asking for a cache is not ours.
+	claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": {Bound: true, Driver: "other.csi.example.com",
+		Attributes: map[string]string{contract.AttrFileCacheCapacity: "1Gi"}}})
+	pod := claimPod("true")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, gcsVolume("inline", nil))
+	if _, out := mustAdmit(t, claimMutator(t, modern, claims), pod); hasVolume(out, contract.CacheVolumeName) {
+		t.Error("another driver's claim asking for a file cache got the cache volume")
+	}
+}
+
+// An opted-in pod whose init container mounts a claim that is not bound yet is warned: the
+// webhook cannot tell whether that container needs the sidecar.
+func TestUnresolvedClaimOfAnInitContainer(t *testing.T) {
+	claims := newCountingClaims(nil)
+	pod := claimPod("true", mounting("warmup", "data"))
+	pod.Spec.Volumes = append(pod.Spec.Volumes, gcsVolume("inline", nil))
+	resp, _ := mustAdmit(t, claimMutator(t, modern, claims), pod)
+	if !containsSubstring(resp.Warnings, "volume data: claim gcs-pvc is not bound to a volume yet") {
+		t.Errorf("warnings = %q", resp.Warnings)
+	}
+	// Mounted by regular containers only: no warning.
+	resp, _ = mustAdmit(t, claimMutator(t, modern, claims), claimPod("true"))
+	if len(resp.Warnings) > 0 {
+		t.Errorf("unexpected warnings %q", resp.Warnings)
+	}
 }

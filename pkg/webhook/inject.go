@@ -40,6 +40,9 @@ type Config struct {
 	SidecarImage string
 	// Resources are the defaults for resources that the pod's annotations do not set.
 	Resources ResourceDefaults
+	// Policy reads the namespace's ResourceQuotas and LimitRanges, to which the sidecar's
+	// resources are fitted (quotarules.go); nil: the sidecar gets the plain defaults.
+	Policy NamespacePolicy
 	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
 	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
 	Claims VolumeClaims
@@ -152,30 +155,30 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	if err != nil {
 		return nil, nil, "", err
 	}
+	// The one lookup of the pod's volumes: every decision below reads u.vols.
+	u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 	var found []string
 	switch {
 	case set && !opted:
 		// Opted out: respected, but a volume of the driver in that pod will not be served.
-		if u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes); u.uses() {
+		if u.uses() {
 			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
 				m.cfg.DriverName, u.volumes(), contract.AnnotationInject))
 		}
 		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 	case !set:
-		u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 		if !u.uses() {
-			return nil, append(append(u.warnings, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+			return nil, append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
 		}
 		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
 		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
-		found = u.warnings
 	}
 	if len(pod.Spec.Containers) == 0 {
 		// The API server rejects such a pod anyway; saying so here also guarantees that
 		// "/spec" exists in the object, which the patch paths below rely on.
 		return nil, nil, "", badRequest("the pod has no containers")
 	}
-	warnings := append(append(found, aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return nil, nil, "", err
@@ -183,7 +186,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	// Re-invocation (reinvocationPolicy: IfNeeded) or a pod copied from an injected one:
 	// both our marks are there, so the sidecar is ours and stays where it is.
 	if opts.injected != "" && hasInjectedSidecar(pod) {
-		ops, err := m.reinvoked(pod, opts)
+		ops, err := m.reinvoked(pod, opts, u.vols)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -206,8 +209,14 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
-	newVolumes, vols := sidecarVolumes(m.cfg.DriverName, pod)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), opts.resources, vols)
+	policy, policyWarnings := namespacePolicy(ctx, m.cfg.Policy, namespace)
+	warnings = append(warnings, policyWarnings...)
+	resources, err := fitSidecarResources(opts.resources, ann, m.cfg.Resources, policy)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	newVolumes, vols := sidecarVolumes(pod, u.vols)
+	sidecar := buildSidecar(image, mode, graceSeconds(pod), resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -221,20 +230,32 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		ops = append(ops, removeOp(fmt.Sprintf("/spec/containers/%d", lent.regularIndex)))
 		regularAfter = without(regularAfter, lent.regularIndex)
 	}
+	// The pod's containers with the sidecar, for the quota check.
+	initWith, regularWith := initAfter, regularAfter
 	if mode == contract.ModeNative {
-		at := nativeIndex(m.cfg.DriverName, initAfter, pod.Spec.Volumes)
-		if users := initContainerUsers(m.cfg.DriverName, initAfter[at:], pod.Spec.Volumes); len(users) > 0 {
-			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(users, ",")})
+		at := nativeIndex(initAfter, u.vols)
+		for _, e := range usersEnv(initAfter[at:], u.vols) {
+			if e.Value != "" {
+				sidecar.Env = append(sidecar.Env, e)
+			}
 		}
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
+		initWith = slices.Insert(slices.Clone(initAfter), at, sidecar)
 	} else {
-		initWarnings, err := checkLegacyInit(m.cfg.DriverName, initAfter, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+		initWarnings, err := checkLegacyInit(initAfter, u.vols, choice, m.versions, pod.Spec.NodeName)
 		if err != nil {
 			return nil, nil, "", err
 		}
 		warnings = append(warnings, initWarnings...)
 		at := legacyIndex(regularAfter)
 		ops = append(ops, insertOp("/spec/containers", len(pod.Spec.Containers) == 0, at, sidecar))
+		regularWith = slices.Insert(slices.Clone(regularAfter), at, sidecar)
+	}
+	without, with := pod.Spec, pod.Spec
+	without.InitContainers, without.Containers = initAfter, regularAfter
+	with.InitContainers, with.Containers = initWith, regularWith
+	if err := checkQuotaRoom(policy.Quotas, without, with); err != nil {
+		return nil, nil, "", err
 	}
 	if !lent.found {
 		ops = append(ops, pullSecretOps(pod.Spec.ImagePullSecrets, m.cfg.SidecarPullSecrets)...)
@@ -298,13 +319,14 @@ func without(list []corev1.Container, i int) []corev1.Container {
 
 // reinvoked handles a pod that already has our sidecar. A later webhook may have added init
 // containers since the sidecar was placed (that is why it re-invokes us), so what depends
-// on them is checked again: a native sidecar's contract.EnvInitContainers is brought up to
-// date, and a legacy pod that now has an init container reading the bucket is refused like
-// at the first call. Nothing else is touched; an unchanged pod gets no patch.
-func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error) {
+// on them is checked again: a native sidecar's contract.EnvInitContainers and
+// contract.EnvSidecarUsers are brought up to date, and a legacy pod that now has an init
+// container reading the bucket is refused like at the first call. Nothing else is touched;
+// an unchanged pod gets no patch.
+func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes) ([]patchOp, error) {
 	for i, c := range pod.Spec.InitContainers {
 		if c.Name == contract.SidecarContainerName {
-			return initContainersEnvOps(m.cfg.DriverName, i, c, pod.Spec.InitContainers[i+1:], pod.Spec.Volumes), nil
+			return usersEnvOps(i, c, pod.Spec.InitContainers[i+1:], ours), nil
 		}
 	}
 	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
@@ -314,32 +336,46 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions) ([]patchOp, error)
 			"the pod already has a regular %s container (annotation %s: %s)",
 			contract.SidecarContainerName, contract.AnnotationInjected, opts.injected)}
 	}
-	_, err := checkLegacyInit(m.cfg.DriverName, pod.Spec.InitContainers, pod.Spec.Volumes, choice, m.versions, pod.Spec.NodeName)
+	_, err := checkLegacyInit(pod.Spec.InitContainers, ours, choice, m.versions, pod.Spec.NodeName)
 	return nil, err
 }
 
-// initContainersEnvOps sets contract.EnvInitContainers of the native sidecar at index i of
-// the init containers to the readers among after, or removes it when there are none. The
-// sidecar's env is never empty (hasInjectedSidecar found our variable in it).
-func initContainersEnvOps(driver string, i int, sidecar corev1.Container, after []corev1.Container, volumes []corev1.Volume) []patchOp {
-	want := strings.Join(initContainerUsers(driver, after, volumes), ",")
-	env := fmt.Sprintf("/spec/initContainers/%d/env", i)
-	for j, e := range sidecar.Env {
-		if e.Name != contract.EnvInitContainers {
-			continue
-		}
+// usersEnv are the native sidecar's variables naming the containers after it (after) that
+// use the mounts: contract.EnvInitContainers and contract.EnvSidecarUsers, in that order,
+// with an empty Value when there are none.
+func usersEnv(after []corev1.Container, ours driverVolumes) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: contract.EnvInitContainers, Value: strings.Join(initContainerUsers(after, ours), ",")},
+		{Name: contract.EnvSidecarUsers, Value: strings.Join(sidecarUsers(after, ours), ",")},
+	}
+}
+
+// usersEnvOps brings usersEnv of the native sidecar at index i of the init containers up to
+// date: a variable that differs is replaced, one that is no longer needed removed, a
+// missing one added. The operations are computed one after the other on a copy of the
+// env, so that the index of a later one accounts for an earlier removal, as when the API
+// server applies them in order. The sidecar's env is never emptied (hasInjectedSidecar
+// found our contract.EnvSidecarMode in it).
+func usersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, ours driverVolumes) []patchOp {
+	env := slices.Clone(sidecar.Env)
+	path := fmt.Sprintf("/spec/initContainers/%d/env", i)
+	var ops []patchOp
+	for _, want := range usersEnv(after, ours) {
+		j := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == want.Name })
 		switch {
-		case want == "":
-			return []patchOp{removeOp(fmt.Sprintf("%s/%d", env, j))}
-		case e.Value != want || e.ValueFrom != nil:
-			return []patchOp{replaceOp(fmt.Sprintf("%s/%d", env, j), corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
+		case j < 0 && want.Value == "":
+		case j < 0:
+			ops = append(ops, addOp(path+"/-", want))
+			env = append(env, want)
+		case want.Value == "":
+			ops = append(ops, removeOp(fmt.Sprintf("%s/%d", path, j)))
+			env = slices.Delete(env, j, j+1)
+		case env[j].Value != want.Value || env[j].ValueFrom != nil:
+			ops = append(ops, replaceOp(fmt.Sprintf("%s/%d", path, j), want))
+			env[j] = want
 		}
-		return nil
 	}
-	if want == "" {
-		return nil
-	}
-	return []patchOp{addOp(env+"/-", corev1.EnvVar{Name: contract.EnvInitContainers, Value: want})}
+	return ops
 }
 
 // hasInjectedSidecar reports whether the pod has a sidecar carrying our env marker.
@@ -389,21 +425,9 @@ func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
 	return l, nil
 }
 
-// csiVolumeNames are the pod volumes served by our CSI driver, installed as driver (inline
-// ephemeral volumes; a PVC-backed volume cannot be recognised from the pod alone).
-func csiVolumeNames(driver string, volumes []corev1.Volume) map[string]bool {
-	names := map[string]bool{}
-	for _, v := range volumes {
-		if v.CSI != nil && v.CSI.Driver == driver {
-			names[v.Name] = true
-		}
-	}
-	return names
-}
-
-func mountsAny(c corev1.Container, names map[string]bool) bool {
+func mountsAny(c corev1.Container, ours driverVolumes) bool {
 	for _, m := range c.VolumeMounts {
-		if names[m.Name] {
+		if ours.has(m.Name) {
 			return true
 		}
 	}
@@ -415,8 +439,7 @@ func mountsAny(c corev1.Container, names map[string]bool) bool {
 // the first init container mounting one of our volumes. That container needs the sidecar
 // already running, so the sidecar never goes after it; if istio-proxy only starts later,
 // the sidecar stays at the front and does without the mesh.
-func nativeIndex(driver string, init []corev1.Container, volumes []corev1.Volume) int {
-	ours := csiVolumeNames(driver, volumes)
+func nativeIndex(init []corev1.Container, ours driverVolumes) int {
 	firstUser := len(init)
 	for i, c := range init {
 		if mountsAny(c, ours) {
@@ -435,13 +458,27 @@ func nativeIndex(driver string, init []corev1.Container, volumes []corev1.Volume
 // initContainerUsers are the names, in order, of the regular (run-to-completion) init
 // containers in after (the init containers that start after a native sidecar) that mount one
 // of our volumes: the sidecar gets them in contract.EnvInitContainers, to keep serving them
-// when the pod is deleted during its init phase. Same limit as checkLegacyInit: a reader
-// through a persistentVolumeClaim is not recognised.
-func initContainerUsers(driver string, after []corev1.Container, volumes []corev1.Volume) []string {
-	ours := csiVolumeNames(driver, volumes)
+// when the pod is deleted during its init phase. A reader through a claim bound to one of
+// the driver's PersistentVolumes counts like one of an inline volume.
+func initContainerUsers(after []corev1.Container, ours driverVolumes) []string {
 	var users []string
 	for _, c := range after {
 		if !isRestartable(c) && mountsAny(c, ours) {
+			users = append(users, c.Name)
+		}
+	}
+	return users
+}
+
+// sidecarUsers are the names, in order, of the user's own native sidecars (restartPolicy:
+// Always, not ours) in after that mount one of our volumes: the sidecar gets them in
+// contract.EnvSidecarUsers. The kubelet stops native sidecars in reverse order after the
+// regular containers, so these stop before ours, and the workload is done only once they
+// have exited (a log shipper flushing its last object into the bucket on SIGTERM).
+func sidecarUsers(after []corev1.Container, ours driverVolumes) []string {
+	var users []string
+	for _, c := range after {
+		if isRestartable(c) && c.Name != contract.SidecarContainerName && mountsAny(c, ours) {
 			users = append(users, c.Name)
 		}
 	}
@@ -470,12 +507,11 @@ func legacyIndex(containers []corev1.Container) int {
 // back the next ones once started, so they only get a warning: their reads of the bucket
 // wait until the legacy sidecar starts.
 //
-// Only what csiVolumeNames recognises counts: inline CSI volumes of our driver. Whether a
-// persistentVolumeClaim volume is served by gcsfuse would take API lookups of the claim and
-// of its PersistentVolume (which may not even be bound at admission) on the admission path,
-// so an init container that reads the bucket through a PVC is still admitted, and hangs.
-func checkLegacyInit(driver string, init []corev1.Container, volumes []corev1.Volume, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
-	ours := csiVolumeNames(driver, volumes)
+// ours are the volumes of driverUsage: inline CSI volumes of our driver and claims bound to
+// its PersistentVolumes. A claim that is not bound yet at admission cannot be told apart
+// and is admitted (with a warning from usage.injectedWarnings when an init container
+// mounts it).
+func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
 	var blocked, warnings []string
 	for _, c := range init {
 		vols := mountedOf(c, ours)
@@ -524,11 +560,11 @@ func checkLegacyInit(driver string, init []corev1.Container, volumes []corev1.Vo
 
 // mountedOf returns the names of the volumes in names that c mounts, once each, in the
 // order of c's mounts.
-func mountedOf(c corev1.Container, names map[string]bool) []string {
+func mountedOf(c corev1.Container, ours driverVolumes) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, m := range c.VolumeMounts {
-		if names[m.Name] && !seen[m.Name] {
+		if ours.has(m.Name) && !seen[m.Name] {
 			seen[m.Name] = true
 			out = append(out, m.Name)
 		}
@@ -548,16 +584,14 @@ func isRestartable(c corev1.Container) bool {
 // false positive costs one unused emptyDir, a false negative a cache in the tmp volume.
 var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
 
-// wantsFileCache reports whether any volume of our driver asks for a file cache.
-func wantsFileCache(driver string, volumes []corev1.Volume) bool {
-	for _, v := range volumes {
-		if v.CSI == nil || v.CSI.Driver != driver {
-			continue
-		}
-		if _, ok := v.CSI.VolumeAttributes[contract.AttrFileCacheCapacity]; ok {
+// wantsFileCache reports whether any volume of our driver, inline or a claim's
+// PersistentVolume, asks for a file cache.
+func wantsFileCache(ours driverVolumes) bool {
+	for _, attrs := range ours {
+		if _, ok := attrs[contract.AttrFileCacheCapacity]; ok {
 			return true
 		}
-		opts := v.CSI.VolumeAttributes[contract.AttrMountOptions]
+		opts := attrs[contract.AttrMountOptions]
 		for _, s := range fileCacheMountOptions {
 			if strings.Contains(opts, s) {
 				return true
@@ -576,7 +610,7 @@ type sidecarMounts struct{ buffer, cache string }
 // driver's (incumbentBufferVolume, incumbentCacheVolume; ours wins where both are there);
 // the cache is mounted only when a volume of the pod asks for a file cache or the pod
 // brings one.
-func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMounts) {
+func sidecarVolumes(pod *corev1.Pod, ours driverVolumes) ([]corev1.Volume, sidecarMounts) {
 	have := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		have[v.Name] = true
@@ -598,7 +632,7 @@ func sidecarVolumes(driver string, pod *corev1.Pod) ([]corev1.Volume, sidecarMou
 		m.cache = contract.CacheVolumeName
 	case have[incumbentCacheVolume]:
 		m.cache = incumbentCacheVolume
-	case wantsFileCache(driver, pod.Spec.Volumes):
+	case wantsFileCache(ours):
 		m.cache = contract.CacheVolumeName
 		add = append(add, emptyDir(contract.CacheVolumeName))
 	}
@@ -654,6 +688,15 @@ func buildSidecar(image, mode string, grace int64, res corev1.ResourceRequiremen
 	if mode == contract.ModeNative {
 		always := corev1.ContainerRestartPolicyAlways
 		c.RestartPolicy = &always
+	} else {
+		// The kubelet runs every container's preStop side by side and sends SIGTERM only
+		// after each hook returned: without a hook of its own, a legacy sidecar would be
+		// stopped while an app's preStop hook may still write through the mount. This one
+		// waits for the exit file (at most the pod's grace). A native sidecar needs none:
+		// the kubelet stops it only after the regular containers have exited.
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{contract.SidecarBinary, contract.PreStopWaitFlag}},
+		}}
 	}
 	return c
 }

@@ -269,6 +269,44 @@ func TestSidecarSpec(t *testing.T) {
 	}
 }
 
+// A legacy sidecar waits in a preStop hook for the exit file, so that the kubelet does not
+// SIGTERM it while an app's own preStop hook may still write; a native sidecar, stopped
+// only after the regular containers, has no hook. A legacy copy re-invoked keeps its hook.
+func TestLegacyPreStop(t *testing.T) {
+	want := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{contract.SidecarBinary, contract.PreStopWaitFlag}}}}
+	for _, tt := range []struct {
+		name    string
+		cluster fakeVersions
+		mods    []func(*corev1.Pod)
+		legacy  bool
+	}{
+		{name: "native", cluster: modern},
+		{name: "legacy by versions", cluster: old, legacy: true},
+		{name: "forced legacy", cluster: modern, mods: []func(*corev1.Pod){annotate(contract.AnnotationSidecarMode, contract.ModeLegacy)}, legacy: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, out := mustAdmit(t, newMutator(t, tt.cluster), newPod(tt.mods...))
+			c, isInit := sidecarOf(t, out)
+			if isInit == tt.legacy {
+				t.Fatalf("sidecar is an init container: %v, want %v", isInit, !tt.legacy)
+			}
+			if !tt.legacy {
+				if c.Lifecycle != nil {
+					t.Errorf("native sidecar lifecycle = %+v, want none", c.Lifecycle)
+				}
+				return
+			}
+			if !reflect.DeepEqual(c.Lifecycle, want) {
+				t.Errorf("legacy sidecar lifecycle = %+v, want preStop exec %v", c.Lifecycle, want.PreStop.Exec.Command)
+			}
+			if resp, _ := mustAdmit(t, newMutator(t, tt.cluster), out); resp.Patch != nil {
+				t.Errorf("re-invocation patched: %s", resp.Patch)
+			}
+		})
+	}
+}
+
 // assertRestricted checks the "restricted" Pod Security Standard's container rules.
 func assertRestricted(t *testing.T, sc *corev1.SecurityContext) {
 	t.Helper()
@@ -946,9 +984,10 @@ func TestLegacyInitContainers(t *testing.T) {
 			init: []corev1.Container{reader("setup", "scratch", "secrets"), reader("plain")},
 		},
 		{
-			// Documented limit: a PVC is not recognised as ours (that would take API
-			// lookups), so its reader is admitted rather than every PVC reader refused.
-			name: "legacy, init container reads a persistentVolumeClaim", cluster: old,
+			// Without a VolumeClaims (newMutator's config) a claim is not resolved, so its
+			// reader is admitted rather than every claim reader refused; claims_test.go has
+			// the resolved case.
+			name: "legacy, init container reads an unresolved persistentVolumeClaim", cluster: old,
 			mods: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, otherVolumes...) }},
 			init: []corev1.Container{reader("warmup", "claim")},
 		},
@@ -1023,6 +1062,7 @@ func TestInitContainersEnv(t *testing.T) {
 		init       []corev1.Container
 		wantNative bool
 		want       string // "": the env var is absent
+		wantUsers  string // contract.EnvSidecarUsers; "": absent
 		wantImage  string
 	}{
 		{
@@ -1030,7 +1070,7 @@ func TestInitContainersEnv(t *testing.T) {
 			mods: []func(*corev1.Pod){withModel},
 			init: []corev1.Container{ctr("setup", "scratch"), ctr("warmup", "data"), native(ctr("proxy", "data")),
 				ctr("fetch", "scratch", "model"), ctr("late", "scratch"), ctr("check", "data", "model")},
-			want: "warmup,fetch,check",
+			want: "warmup,fetch,check", wantUsers: "proxy",
 		},
 		{
 			name: "after a native istio-proxy", cluster: modern, wantNative: true,
@@ -1053,7 +1093,8 @@ func TestInitContainersEnv(t *testing.T) {
 		},
 		{
 			name: "only native init containers read the bucket", cluster: modern, wantNative: true,
-			init: []corev1.Container{native(ctr("proxy", "data"))},
+			init:      []corev1.Container{native(ctr("proxy", "data"))},
+			wantUsers: "proxy",
 		},
 		{
 			name: "legacy", cluster: old,
@@ -1087,7 +1128,10 @@ func TestInitContainersEnv(t *testing.T) {
 			case tt.want != "" && !reflect.DeepEqual(got, []string{tt.want}):
 				t.Errorf("%s = %q, want [%q]", contract.EnvInitContainers, got, tt.want)
 			}
-			if tt.want == "" {
+			if got, ok := envOf(c)[contract.EnvSidecarUsers]; got != tt.wantUsers || ok != (tt.wantUsers != "") {
+				t.Errorf("%s = %q (present %v), want %q", contract.EnvSidecarUsers, got, ok, tt.wantUsers)
+			}
+			if tt.want == "" && tt.wantUsers == "" {
 				// The zero-overhead path: the sidecar's env is exactly the base variables.
 				if want := []string{contract.EnvGraceSeconds, contract.EnvSidecarMode, contract.EnvPodNamespace, contract.EnvPodName}; !reflect.DeepEqual(envNames(c), want) {
 					t.Errorf("env = %v, want %v", envNames(c), want)

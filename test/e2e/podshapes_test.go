@@ -1,0 +1,282 @@
+package e2e
+
+// Pod shapes the webhook must size or recognise beyond a plain inline volume: a namespace
+// with a ResourceQuota or a LimitRange (the sidecar gets the requests and limits they ask
+// for), an init container writing through a claim (served to its end when the pod is
+// deleted mid-write), and a claim whose PersistentVolume asks for a file cache. Each checks
+// the bytes in the bucket.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// namespaceSetupTimeout bounds the wait for a fresh namespace's default service account and
+// kube-root-ca.crt, and for a ResourceQuota's first status.
+const namespaceSetupTimeout = 60 * time.Second
+
+// newNamespace creates a namespace of its own for a test that changes namespace-wide policy
+// (the test namespace is shared by parallel tests), waits until pods can start in it, and
+// deletes it at the end.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", prefix, rand.IntN(1e6))
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	deadline := time.Now().Add(namespaceSetupTimeout)
+	for {
+		_, errSA := cs.CoreV1().ServiceAccounts(name).Get(context.Background(), "default", metav1.GetOptions{})
+		_, errCM := cs.CoreV1().ConfigMaps(name).Get(context.Background(), "kube-root-ca.crt", metav1.GetOptions{})
+		if errSA == nil && errCM == nil {
+			return name
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace %s: no default service account or kube-root-ca.crt after %s (%v, %v)", name, namespaceSetupTimeout, errSA, errCM)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitSucceededIn is waitSucceeded in namespace.
+func waitSucceededIn(t *testing.T, namespace, name string) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	var last *corev1.Pod
+	for time.Now().Before(deadline) {
+		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+			if terminal(p) {
+				if p.Status.Phase != corev1.PodSucceeded || sidecarExitCode(p) != 0 {
+					t.Fatalf("pod %s/%s %s, sidecar exit %d; want Succeeded, 0\n%s", namespace, name, p.Status.Phase, sidecarExitCode(p), describe(p))
+				}
+				return p
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("pod %s/%s not terminal after 120 s:\n%s", namespace, name, describe(last))
+	return nil
+}
+
+func resources(kv ...string) corev1.ResourceList {
+	l := corev1.ResourceList{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		l[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return l
+}
+
+// sidecarResourcesOf returns the injected sidecar's resources in p.
+func sidecarResourcesOf(t *testing.T, p *corev1.Pod) corev1.ResourceRequirements {
+	t.Helper()
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.Name == contract.SidecarContainerName {
+			return c.Resources
+		}
+	}
+	t.Fatalf("pod %s has no %s", p.Name, contract.SidecarContainerName)
+	return corev1.ResourceRequirements{}
+}
+
+// TestQuotaNamespaces: a pod whose own containers set requests and limits, in a namespace
+// with a ResourceQuota on limits.cpu and limits.memory (which refuses any container
+// without them), or with a LimitRange capping cpu at 500m, is admitted with a sidecar that
+// fits, runs, and its object reaches the bucket.
+func TestQuotaNamespaces(t *testing.T) {
+	t.Parallel()
+	own := corev1.ResourceRequirements{Requests: resources("cpu", "100m", "memory", "64Mi"), Limits: resources("cpu", "200m", "memory", "128Mi")}
+	run := func(t *testing.T, namespace string) *corev1.Pod {
+		t.Helper()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		const size = mib
+		pod := podObject(name, podOpts{restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
+			args: []string{"write", "-dir", mountPath, "-name", "quota.bin", "-bytes", strconv.Itoa(size)}})
+		pod.Namespace = namespace
+		pod.Spec.Containers[0].Resources = own
+		created, err := cs.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create pod %s/%s: %v", namespace, name, err)
+		}
+		waitSucceededIn(t, namespace, name)
+		expectObject(t, bucket, "quota.bin", size)
+		return created
+	}
+
+	t.Run("ResourceQuota", func(t *testing.T) {
+		namespace := newNamespace(t, "gcsfuse-e2e-quota")
+		hard := resources("limits.cpu", "4", "limits.memory", "8Gi", "requests.cpu", "2", "requests.memory", "4Gi")
+		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q1", Namespace: namespace}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+		if _, err := cs.CoreV1().ResourceQuotas(namespace).Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The API server refuses pods while the quota has no status yet.
+		deadline := time.Now().Add(namespaceSetupTimeout)
+		for {
+			got, err := cs.CoreV1().ResourceQuotas(namespace).Get(context.Background(), "q1", metav1.GetOptions{})
+			if err == nil && len(got.Status.Hard) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("quota q1 has no status after %s: %v", namespaceSetupTimeout, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		p := run(t, namespace)
+		res := sidecarResourcesOf(t, p)
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := res.Limits[r]; !ok {
+				t.Errorf("sidecar has no %s limit under quota q1: %+v", r, res)
+			}
+			if _, ok := res.Requests[r]; !ok {
+				t.Errorf("sidecar has no %s request under quota q1: %+v", r, res)
+			}
+		}
+	})
+
+	t.Run("LimitRange", func(t *testing.T) {
+		namespace := newNamespace(t, "gcsfuse-e2e-limits")
+		lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "lr", Namespace: namespace}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+			Type:           corev1.LimitTypeContainer,
+			Max:            resources("cpu", "500m"),
+			Default:        resources("cpu", "300m", "memory", "256Mi"),
+			DefaultRequest: resources("cpu", "100m", "memory", "64Mi"),
+		}}}}
+		if _, err := cs.CoreV1().LimitRanges(namespace).Create(context.Background(), lr, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := run(t, namespace)
+		res := sidecarResourcesOf(t, p)
+		lim, ok := res.Limits[corev1.ResourceCPU]
+		if !ok || lim.Cmp(resource.MustParse("500m")) > 0 {
+			t.Errorf("sidecar cpu limit %v (set %v), want one at most the LimitRange's max 500m", lim.String(), ok)
+		}
+	})
+}
+
+// createPVWithAttributes creates claim's PersistentVolume of the driver serving bucket with
+// the given volumeAttributes.
+func createPVWithAttributes(t *testing.T, claim, bucket string, attrs map[string]string) {
+	t.Helper()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + bucket}, Spec: corev1.PersistentVolumeSpec{
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: contract.DriverName, VolumeHandle: bucket, VolumeAttributes: attrs}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create volume: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+}
+
+// claimPodObject is podObject with the pod's volume "bucket" served through claim instead
+// of an inline volume; every container of o mounting "bucket" reads the claim.
+func claimPodObject(name, claim string, o podOpts) *corev1.Pod {
+	p := podObject(name, o)
+	p.Spec.Volumes = []corev1.Volume{claimVolumeOf("bucket", claim)}
+	return p
+}
+
+// TestClaimInitWriteDeleted is TestDeleteDuringInitWrite through a claim: the webhook must
+// recognise the init container writing through a PersistentVolumeClaim as a user of the
+// mount (GCSFUSE_INIT_CONTAINERS), so that the native sidecar keeps serving it when the pod
+// is deleted mid-write and the object is complete.
+func TestClaimInitWriteDeleted(t *testing.T) {
+	needNative(t)
+	t.Parallel()
+	bucket := newBucket(t)
+	claim := staticClaim(t, bucket, true)
+	waitClaimBound(t, claim)
+	name := podName(t, "")
+	const size = 6 * mib
+	vols := []volume{{"bucket", bucket, mountPath}}
+	init := workloadContainer("seed", vols, "write", "-dir", mountPath, "-name", "seed.bin", "-bytes", strconv.Itoa(size),
+		"-chunk-delay", "100ms", "-finish-on-term", "-marker", "seed.started")
+	pod := claimPodObject(name, claim, podOpts{mode: contract.ModeNative, restart: corev1.RestartPolicyNever, grace: ptr(int64(30)),
+		volumes: vols, init: []corev1.Container{init}, args: []string{"sleep", "-for", "1s"}})
+	created, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	if got := created.Annotations[contract.AnnotationInjected]; got != contract.ModeNative {
+		t.Fatalf("injected %q, want %s", got, contract.ModeNative)
+	}
+	if got := sidecarEnv(created, contract.EnvInitContainers); got != "seed" {
+		t.Fatalf("sidecar %s = %q, want seed: the claim's init writer was not recognised", contract.EnvInitContainers, got)
+	}
+	waitMarker(t, bucket, "seed.started", 90*time.Second)
+	time.Sleep(2 * time.Second) // mid-file
+	deleted, gone := deletePod(t, name, nil, 60*time.Second)
+	expectObject(t, bucket, "seed.bin", size)
+	record(t, "claim: delete during init write -> pod gone", deleted, gone)
+}
+
+// sidecarEnv returns the value of the sidecar's environment variable name ("" if absent).
+func sidecarEnv(p *corev1.Pod, name string) string {
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.Name != contract.SidecarContainerName {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// TestClaimFileCache: a claim whose PersistentVolume asks for a file cache gets the
+// gcsfuse-cache volume mounted into the sidecar, and the pod reads the object twice (the
+// second time through the cache) with the right bytes.
+func TestClaimFileCache(t *testing.T) {
+	t.Parallel()
+	bucket := newBucket(t)
+	const size = 2 * mib
+	upload(t, bucket, "cached.bin", size)
+	claim := staticClaim(t, bucket, false)
+	createPVWithAttributes(t, claim, bucket, map[string]string{contract.AttrFileCacheCapacity: "100Mi"})
+	waitClaimBound(t, claim)
+	name := podName(t, "")
+	vols := []volume{{"bucket", bucket, mountPath}}
+	read := []string{"read", "-dir", mountPath, "-name", "cached.bin", "-bytes", strconv.Itoa(size)}
+	pod := claimPodObject(name, claim, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, args: read,
+		extra: []corev1.Container{workloadContainer("again", vols, read...)}})
+	created, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	mounted := false
+	for _, c := range append(slices.Clone(created.Spec.InitContainers), created.Spec.Containers...) {
+		if c.Name == contract.SidecarContainerName {
+			mounted = slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == contract.CacheVolumeName && m.MountPath == contract.CacheMountPath
+			})
+		}
+	}
+	hasVolume := slices.ContainsFunc(created.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == contract.CacheVolumeName && v.EmptyDir != nil })
+	if !mounted || !hasVolume {
+		t.Fatalf("the sidecar does not mount the %s emptyDir (mounted %v, volume %v): the PV's file cache was not seen", contract.CacheVolumeName, mounted, hasVolume)
+	}
+	waitSucceeded(t, name)
+	expectObject(t, bucket, "cached.bin", size)
+}
