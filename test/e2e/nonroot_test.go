@@ -70,10 +70,7 @@ func TestRestrictedNamespaceRandomUID(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(restricted).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a restricted pod with the sidecar injected was refused: %v", err)
 	}
-	p := waitPodIn(t, restricted, name, 120*time.Second, terminal)
-	if p.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("pod with uid %d: %s\n%s", uid, p.Status.Phase, describe(p))
-	}
+	waitSucceededIn(t, restricted, name)
 	expectObject(t, bucket, "out.bin", mib)
 }
 
@@ -105,25 +102,6 @@ func newNamespace(t *testing.T, suffix string, labels map[string]string) string 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// waitPodIn waits, at most d, for cond on the pod name in namespace space.
-func waitPodIn(t *testing.T, space, name string, d time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var p *corev1.Pod
-	for time.Now().Before(deadline) {
-		got, err := cs.CoreV1().Pods(space).Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			p = got
-			if cond(p) {
-				return p
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s: condition not met after %s:\n%s", space, name, d, describe(p))
-	return nil
 }
 
 // TestUsersNativeSidecarFlushesOnStop: the user's own native sidecar (a log shipper)

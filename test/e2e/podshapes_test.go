@@ -8,8 +8,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -25,30 +23,6 @@ import (
 // namespaceSetupTimeout bounds the wait for a fresh namespace's default service account and
 // kube-root-ca.crt, and for a ResourceQuota's first status.
 const namespaceSetupTimeout = 60 * time.Second
-
-// newNamespace creates a namespace of its own for a test that changes namespace-wide policy
-// (the test namespace is shared by parallel tests), waits until pods can start in it, and
-// deletes it at the end.
-func newNamespace(t *testing.T, prefix string) string {
-	t.Helper()
-	name := fmt.Sprintf("%s-%d", prefix, rand.IntN(1e6))
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	deadline := time.Now().Add(namespaceSetupTimeout)
-	for {
-		_, errSA := cs.CoreV1().ServiceAccounts(name).Get(context.Background(), "default", metav1.GetOptions{})
-		_, errCM := cs.CoreV1().ConfigMaps(name).Get(context.Background(), "kube-root-ca.crt", metav1.GetOptions{})
-		if errSA == nil && errCM == nil {
-			return name
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("namespace %s: no default service account or kube-root-ca.crt after %s (%v, %v)", name, namespaceSetupTimeout, errSA, errCM)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // waitSucceededIn is waitSucceeded in namespace.
 func waitSucceededIn(t *testing.T, namespace, name string) *corev1.Pod {
@@ -118,7 +92,7 @@ func TestQuotaNamespaces(t *testing.T) {
 	}
 
 	t.Run("ResourceQuota", func(t *testing.T) {
-		namespace := newNamespace(t, "gcsfuse-e2e-quota")
+		namespace := newNamespace(t, "quota", nil)
 		hard := resources("limits.cpu", "4", "limits.memory", "8Gi", "requests.cpu", "2", "requests.memory", "4Gi")
 		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q1", Namespace: namespace}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
 		if _, err := cs.CoreV1().ResourceQuotas(namespace).Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
@@ -149,7 +123,7 @@ func TestQuotaNamespaces(t *testing.T) {
 	})
 
 	t.Run("LimitRange", func(t *testing.T) {
-		namespace := newNamespace(t, "gcsfuse-e2e-limits")
+		namespace := newNamespace(t, "limits", nil)
 		lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "lr", Namespace: namespace}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 			Type:           corev1.LimitTypeContainer,
 			Max:            resources("cpu", "500m"),
