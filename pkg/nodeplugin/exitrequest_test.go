@@ -221,13 +221,23 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 		}},
 		{"emptyDir removed while retrying", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			makeEmptyDir(t, root, pod)
-			writable := readOnly(t, emptyDirPath(root, pod))
+			dir := emptyDirPath(root, pod)
+			readOnly(t, dir)
 			done := make(chan struct{})
 			go func() { // the kubelet tears the volume down while we retry
 				defer close(done)
 				time.Sleep(quietWait)
-				writable()
-				_ = os.Remove(emptyDirPath(root, pod))
+				// The path goes away at once, still read-only: making it writable before
+				// removing it would let a retry write the exit file in between.
+				parent := filepath.Dir(dir)
+				if err := os.Rename(parent, parent+".gone"); err != nil {
+					t.Error(err)
+					return
+				}
+				moved := filepath.Join(parent+".gone", filepath.Base(dir))
+				_ = unix.Unmount(moved, unix.MNT_DETACH)
+				_ = os.Chmod(moved, 0o777)
+				_ = os.RemoveAll(parent + ".gone")
 			}()
 			t.Cleanup(func() { <-done })
 			return pod, nil
