@@ -251,6 +251,9 @@ func TestClaimFileCache(t *testing.T) {
 	if !mounted || !hasVolume {
 		t.Fatalf("the sidecar does not mount the %s emptyDir (mounted %v, volume %v): the PV's file cache was not seen", contract.CacheVolumeName, mounted, hasVolume)
 	}
-	waitSucceeded(t, name)
+	done := waitSucceeded(t, name)
 	expectObject(t, bucket, "cached.bin", size)
+	if n := cacheFiles(t, done); n == 0 {
+		t.Fatalf("the %s directory holds no file after the reads: gcsfuse ran without the file cache", contract.CacheVolumeName)
+	}
 }
