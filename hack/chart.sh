@@ -188,6 +188,8 @@ bad pullPolicy --set images.node.pullPolicy=Sometimes
 bad machineType --set 'node.machineType=a b'
 bad tag --set 'images.node.tag=v1 --privileged'
 bad unknownValue --set unknownValue=1
+bad sidecarResources/requests/cpu --set webhook.sidecarResources.requests.cpu=lots
+bad gpu --set webhook.sidecarResources.limits.gpu=1
 # The admission policy on a cluster that cannot take it (Kubernetes < 1.30): refused at
 # install, saying what to set (--kube-version stands for the cluster's version).
 if out=$(helm template gcsfuse-csi "$chart" --namespace "$ns" --kube-version 1.29.4 2>&1) ||
