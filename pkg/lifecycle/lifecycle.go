@@ -44,6 +44,13 @@ const (
 	// flushing on SIGTERM) still runs. The kubelet stops it before ours; gcsfuse serves it
 	// until it has exited.
 	RuleSidecarUserRunning Rule = "sidecar-user-running"
+	// RuleNativeSidecarRunning: the workload is done and the pod is not being deleted, but
+	// another native sidecar (a mesh proxy, before or after ours) still runs. The kubelet
+	// restarts a native sidecar that exits by itself while another one runs (it then takes
+	// the pod for one still initialising, and never stops it: measured on 1.34, the pod
+	// stayed Running with ours in CrashLoopBackOff); it stops them all itself, ours in turn,
+	// once the regular containers are done, so ours waits for its SIGTERM.
+	RuleNativeSidecarRunning Rule = "native-sidecar-running"
 )
 
 // Rules that end the sidecar (Decision.Done == true).
@@ -166,7 +173,7 @@ func Decide(pod *corev1.Pod) Decision {
 		}
 		d.WorkloadFinishedAt = later(d.WorkloadFinishedAt, t.FinishedAt.Time)
 	}
-	if waitSidecarUsers(pod, &d) {
+	if waitSidecarUsers(pod, &d) || waitOtherNativeSidecars(pod, &d) {
 		return d
 	}
 
@@ -217,6 +224,29 @@ func waitSidecarUsers(pod *corev1.Pod, d *Decision) bool {
 		finished = later(finished, t.FinishedAt.Time)
 	}
 	d.WorkloadFinishedAt = finished
+	return false
+}
+
+// waitOtherNativeSidecars keeps a native sidecar from exiting by itself while another
+// native sidecar of the pod has not terminated (RuleNativeSidecarRunning); it sets d and
+// reports true in that case. Used only when the pod is not being deleted: a pod being
+// deleted is stopped whole, and nothing restarts our sidecar then.
+func waitOtherNativeSidecars(pod *corev1.Pod, d *Decision) bool {
+	if d.Mode != contract.ModeNative {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == contract.SidecarContainerName || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			continue
+		}
+		if terminatedState(findStatus(pod.Status.InitContainerStatuses, c.Name), false) == nil {
+			d.Rule = RuleNativeSidecarRunning
+			d.Reason = fmt.Sprintf("workload done, but native sidecar %q still runs: the kubelet stops it and ours together (ours would be restarted if it exited first)", c.Name)
+			d.WorkloadFinishedAt = time.Time{}
+			return true
+		}
+	}
 	return false
 }
 

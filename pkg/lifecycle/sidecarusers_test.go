@@ -38,9 +38,12 @@ func TestDecideWaitsForTheUsersNativeSidecars(t *testing.T) {
 		{"Never: app done, shipper still running",
 			shipperPod("shipper", statuses(terminated("main", 0, t1)), initStatuses(running("shipper"), running("proxy"))),
 			false, RuleSidecarUserRunning},
-		{"Never: app done, shipper exited after its SIGTERM (143)",
-			shipperPod("shipper", statuses(terminated("main", 0, t1)), initStatuses(terminated("shipper", 143, t2), running("proxy"))),
+		{"Never: app done, shipper exited after its SIGTERM (143), proxy stopped too",
+			shipperPod("shipper", statuses(terminated("main", 0, t1)), initStatuses(terminated("shipper", 143, t2), terminated("proxy", 0, t1))),
 			true, RuleNeverAllTerminated},
+		{"Never: app done, shipper exited, a proxy still runs: the kubelet stops ours",
+			shipperPod("shipper", statuses(terminated("main", 0, t1)), initStatuses(terminated("shipper", 143, t2), running("proxy"))),
+			false, RuleNativeSidecarRunning},
 		{"OnFailure: app succeeded, shipper running",
 			shipperPod("shipper", restart(corev1.RestartPolicyOnFailure), statuses(terminated("main", 0, t1)), initStatuses(running("shipper"))),
 			false, RuleSidecarUserRunning},
@@ -50,9 +53,12 @@ func TestDecideWaitsForTheUsersNativeSidecars(t *testing.T) {
 		{"deleting: all stopped",
 			shipperPod("shipper", deleting(), statuses(terminated("main", 0, t1)), initStatuses(terminated("shipper", 0, t2))),
 			true, RuleDeletingAllTerminated},
-		{"a native sidecar that does not mount the bucket is not waited for",
+		{"deleting: native sidecars that do not mount the bucket are not waited for",
+			shipperPod("", deleting(), statuses(terminated("main", 0, t1)), initStatuses(running("shipper"), running("proxy"))),
+			true, RuleDeletingAllTerminated},
+		{"Never: native sidecars that do not mount the bucket still run: ours waits for the kubelet",
 			shipperPod("", statuses(terminated("main", 0, t1)), initStatuses(running("shipper"), running("proxy"))),
-			true, RuleNeverAllTerminated},
+			false, RuleNativeSidecarRunning},
 		{"legacy pods list none",
 			legacyPod([]string{"main"}, statuses(terminated("main", 0, t1))),
 			true, RuleNeverAllTerminated},
@@ -80,5 +86,26 @@ func TestMountUsersIncludeTheUsersNativeSidecars(t *testing.T) {
 	deleted := shipperPod("shipper", deleting(), statuses(terminated("main", 0, t1)), initStatuses(running("shipper")))
 	if d, ok := NeedsRuntimeFollow(deleted); !ok || d.Rule != RuleSidecarUserRunning {
 		t.Fatalf("NeedsRuntimeFollow = %v, %v; a deleted pod whose shipper runs must be followed", d.Rule, ok)
+	}
+}
+
+// An Istio-shaped pod: the mesh's native proxy comes before ours. Ours must not exit by
+// itself when the app is done (the kubelet would restart it and never end the pod); it
+// ends at the kubelet's SIGTERM, which comes before the proxy's. A legacy sidecar is a
+// regular container and is not restarted: it exits as usual.
+func TestDecideLeavesANativeSidecarBesideAProxyToTheKubelet(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	istio := func(p *corev1.Pod) {
+		p.Spec.InitContainers = append([]corev1.Container{{Name: "istio-proxy", RestartPolicy: &always}}, p.Spec.InitContainers...)
+	}
+	native := nativePod([]string{"main"}, statuses(terminated("main", 0, t1)), initStatuses(running("istio-proxy")))
+	istio(native)
+	if d := Decide(native); d.Done || d.Rule != RuleNativeSidecarRunning {
+		t.Fatalf("native beside istio-proxy: done %v rule %s; want not done, %s", d.Done, d.Rule, RuleNativeSidecarRunning)
+	}
+	legacy := legacyPod([]string{"main"}, statuses(terminated("main", 0, t1)), initStatuses(running("istio-proxy")))
+	istio(legacy)
+	if d := Decide(legacy); !d.Done {
+		t.Fatalf("legacy beside istio-proxy: %s (%s); want done", d.Rule, d.Reason)
 	}
 }

@@ -45,20 +45,6 @@ func limitRange(name string, item corev1.LimitRangeItem) corev1.LimitRange {
 	return corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{item}}}
 }
 
-// equalList compares two lists by quantity (1Gi equals 1024Mi).
-func equalList(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || v.Cmp(w) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 func TestFitSidecarResources(t *testing.T) {
 	allQuota := quota("q1", rl("limits.cpu", "4", "limits.memory", "8Gi", "requests.cpu", "2", "requests.memory", "4Gi"))
 	for _, tt := range []struct {
@@ -155,7 +141,7 @@ func TestFitSidecarResources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !equalList(got.Requests, tt.wantReq) || !equalList(got.Limits, tt.wantLim) {
+			if !equalResources(got.Requests, tt.wantReq) || !equalResources(got.Limits, tt.wantLim) {
 				t.Errorf("requests %v limits %v; want %v %v", got.Requests, got.Limits, tt.wantReq, tt.wantLim)
 			}
 		})
@@ -266,7 +252,7 @@ func TestInjectionUnderQuota(t *testing.T) {
 	hard := rl("limits.cpu", "2", "limits.memory", "4Gi", "requests.cpu", "1", "requests.memory", "2Gi")
 	_, out := mustAdmit(t, policyMutator(t, fakePolicy{pol: ResourcePolicy{Quotas: []corev1.ResourceQuota{quotaWithStatus("q1", hard, nil)}}}), newPod(withLimits))
 	c, _ := sidecarOf(t, out)
-	if !equalList(c.Resources.Limits, rl("cpu", "100m", "memory", "1Gi")) {
+	if !equalResources(c.Resources.Limits, rl("cpu", "100m", "memory", "1Gi")) {
 		t.Errorf("sidecar limits = %v, want cpu 100m memory 1Gi", c.Resources.Limits)
 	}
 
@@ -278,7 +264,7 @@ func TestInjectionUnderQuota(t *testing.T) {
 	if !containsSubstring(resp.Warnings, "connection refused") {
 		t.Errorf("warnings = %q, want the lookup failure", resp.Warnings)
 	}
-	if c, _ := sidecarOf(t, out); !equalList(c.Resources.Limits, chartDefaults.Limits) {
+	if c, _ := sidecarOf(t, out); !equalResources(c.Resources.Limits, chartDefaults.Limits) {
 		t.Errorf("sidecar limits = %v, want the defaults", c.Resources.Limits)
 	}
 }

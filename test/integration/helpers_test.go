@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
@@ -54,11 +55,21 @@ func ctx(t *testing.T) context.Context {
 // serves.
 func mounted(t *testing.T, e *testenv.Env, mode, bucket string) (*testenv.Pod, *testenv.Sidecar, string) {
 	t.Helper()
+	return mountedWith(t, e, mode, bucket, nil)
+}
+
+// mountedWith is mounted with the NodePublishVolumeRequest changed by edit (nil: as is).
+func mountedWith(t *testing.T, e *testenv.Env, mode, bucket string, edit func(*csi.NodePublishVolumeRequest)) (*testenv.Pod, *testenv.Sidecar, string) {
+	t.Helper()
 	pod, err := e.NewPod()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pod.Publish(ctx(t), "data", bucket, "", false); err != nil {
+	req := pod.PublishRequest("data", bucket, "", false)
+	if edit != nil {
+		edit(req)
+	}
+	if err := pod.PublishReq(ctx(t), req); err != nil {
 		t.Fatalf("NodePublishVolume: %v", err)
 	}
 	sc, err := pod.StartSidecar(mode, 30, echo(t))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -143,23 +144,9 @@ func TestDisableMetricsVolumeServesWithoutMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pod.PublishRequest("data", bucket, "", false)
-	req.VolumeContext["disableMetrics"] = "true"
-	if err := pod.PublishReq(ctx(t), req); err != nil {
-		t.Fatalf("NodePublishVolume: %v", err)
-	}
-	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := pod.Target("data")
-	if _, err := testenv.WaitReady(target, 20*time.Second); err != nil {
-		t.Fatalf("mount not ready: %v\nsidecar output:\n%s", err, sc.Output())
-	}
+	pod, sc, target := mountedWith(t, e, contract.ModeLegacy, bucket, func(req *csi.NodePublishVolumeRequest) {
+		req.VolumeContext["disableMetrics"] = "true"
+	})
 	data := randomBytes(t, 4096)
 	if err := os.WriteFile(filepath.Join(target, "f.bin"), data, 0o644); err != nil {
 		t.Fatal(err)

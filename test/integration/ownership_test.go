@@ -6,9 +6,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -31,23 +31,9 @@ func TestFsGroupMountIsWritableByThePodUser(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			bucket := "bkt-" + strings.ToLower(strings.ReplaceAll(tt.name, " ", "-"))
 			e := newEnv(t, bucket)
-			pod, err := e.NewPod()
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := pod.PublishRequest("data", bucket, "", false)
-			req.VolumeCapability.GetMount().VolumeMountGroup = tt.mountGroup
-			if err := pod.PublishReq(ctx(t), req); err != nil {
-				t.Fatalf("NodePublishVolume: %v", err)
-			}
-			sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			target := pod.Target("data")
-			if _, err := testenv.WaitReady(target, 20*time.Second); err != nil {
-				t.Fatalf("mount not ready: %v\nsidecar output:\n%s", err, sc.Output())
-			}
+			_, _, target := mountedWith(t, e, contract.ModeLegacy, bucket, func(req *csi.NodePublishVolumeRequest) {
+				req.VolumeCapability.GetMount().VolumeMountGroup = tt.mountGroup
+			})
 			out, err := runAs(t, target, airflowUID, 0, []uint32{airflowUID},
 				`mkdir /proc/self/fd/3/logs && echo task-done > /proc/self/fd/3/logs/task.log && stat -c '%g %a' /proc/self/fd/3/logs/task.log`)
 			if !tt.wantWrite {
