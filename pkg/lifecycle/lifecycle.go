@@ -235,19 +235,35 @@ func waitOtherNativeSidecars(pod *corev1.Pod, d *Decision) bool {
 	if d.Mode != contract.ModeNative {
 		return false
 	}
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if c.Name == contract.SidecarContainerName || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-			continue
-		}
-		if terminatedState(findStatus(pod.Status.InitContainerStatuses, c.Name), false) == nil {
+	for _, name := range OtherNativeSidecars(pod) {
+		// No status at all: never seen running (the API has not reported it yet, and the
+		// runtime view, withRuntimeStates, lists no container of that name).
+		st := findStatus(pod.Status.InitContainerStatuses, name)
+		if st != nil && terminatedState(st, false) == nil {
 			d.Rule = RuleNativeSidecarRunning
-			d.Reason = fmt.Sprintf("workload done, but native sidecar %q still runs: the kubelet stops it and ours together (ours would be restarted if it exited first)", c.Name)
+			d.Reason = fmt.Sprintf("workload done, but native sidecar %q still runs: the kubelet stops it and ours together (ours would be restarted if it exited first)", name)
 			d.WorkloadFinishedAt = time.Time{}
 			return true
 		}
 	}
 	return false
+}
+
+// OtherNativeSidecars returns, in spec order, the names of a native-sidecar pod's other
+// native sidecars (init containers with restartPolicy: Always, not ours); nil for a legacy
+// pod. SidecarUsers is the subset that mounts a volume.
+func OtherNativeSidecars(pod *corev1.Pod) []string {
+	if SidecarMode(pod) != contract.ModeNative {
+		return nil
+	}
+	var names []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name != contract.SidecarContainerName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			names = append(names, c.Name)
+		}
+	}
+	return names
 }
 
 // splitNames splits a comma-separated list of container names, trimming spaces and

@@ -64,7 +64,7 @@ func (l *ExitCoordinator) ContainersChanged(podUID string) {
 }
 
 // withRuntimeStates returns a copy of pod whose workload containers' statuses, and those of
-// the user's native sidecars that mount a volume (lifecycle.SidecarUsers), are replaced by
+// the pod's other native sidecars (lifecycle.OtherNativeSidecars), are replaced by
 // their latest runtime containers (highest attempt): exited ones as terminated, with the
 // exit code and time the runtime gives, every other state as running. A container the
 // runtime does not list keeps its API status (not created yet, or already removed). The
@@ -77,7 +77,7 @@ func (l *ExitCoordinator) withRuntimeStates(ctx context.Context, pod *corev1.Pod
 		statuses *[]corev1.ContainerStatus
 	}{
 		{lifecycle.WorkloadContainers(pod), &view.Status.ContainerStatuses},
-		{lifecycle.SidecarUsers(pod), &view.Status.InitContainerStatuses},
+		{lifecycle.OtherNativeSidecars(pod), &view.Status.InitContainerStatuses},
 	} {
 		for _, name := range set.names {
 			c, ok := latest[name]

@@ -145,3 +145,20 @@ func TestRuntimeExitKeepsTheSidecarWhileTheWorkloadMayRun(t *testing.T) {
 func removeExit(e *env, uid types.UID) error {
 	return os.Remove(filepath.Join(e.emptyDir(uid), contract.ExitFile))
 }
+
+// A native pod whose mesh proxy (istio-proxy, a native sidecar of its own) still runs in
+// the runtime when the app exits: the sidecar is not told to exit (the kubelet would
+// restart it and never end the pod), and is once the proxy has stopped.
+func TestRuntimeExitLeavesANativeSidecarBesideARunningProxy(t *testing.T) {
+	e := newEnv(t)
+	pods := podCache{"mesh": withPolicy(nativePod("mesh"), corev1.RestartPolicyNever)}
+	e.watchRuntime(pods, "v2.2.9", true)
+	e.mkEmptyDir("mesh")
+	e.rt.Set(ctr("mesh", "gcsfuse-sidecar", 0, running), ctr("mesh", "istio-proxy", 0, running),
+		ctr("mesh", "fetch", 0, exited), ctr("mesh", "main", 0, exited))
+	e.hold("mesh", holdFor, "istio-proxy runs")
+	e.rt.SetState(id("mesh", "istio-proxy", 0), exited, 0)
+	if r, _ := e.waitExit("mesh", releaseBound); r.Rule != string(lifecycle.RuleNeverAllTerminated) {
+		t.Errorf("released with %+v", r)
+	}
+}
