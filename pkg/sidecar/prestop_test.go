@@ -24,12 +24,15 @@ func TestWaitExit(t *testing.T) {
 		}
 		defer d.Close()
 		const after = 300 * time.Millisecond
-		go func() { // ends after one write; the test waits for WaitExit, which needs it
+		written := make(chan struct{})
+		go func() { // ends after one write; the test waits for it before closing d
+			defer close(written)
 			time.Sleep(after)
 			if err := exitfile.WriteIn(d, exitfile.Reason{Rule: "test"}); err != nil {
 				t.Error(err)
 			}
 		}()
+		defer func() { <-written }()
 		start := time.Now()
 		if err := WaitExit(context.Background(), dir, time.Minute, quiet); err != nil {
 			t.Fatal(err)
