@@ -224,7 +224,8 @@ func splitOption(opt string) (o *option, name, value string, hasValue, configFor
 		return nil, "", "", false, false, &Error{opt, "write options without leading dashes"}
 	}
 	name, value, hasValue = strings.Cut(opt, "=")
-	if !hasValue && strings.Contains(opt, ":") {
+	// A colon before any "=" is the config form; its value may hold "=" (a regex).
+	if strings.Contains(name, ":") {
 		o, _, value, err := resolveConfig(opt)
 		if err != nil {
 			return nil, "", "", false, false, err

@@ -159,16 +159,17 @@ func resolveConfig(opt string) (o *option, key, value string, err error) {
 	return nil, key, "", &Error{opt, fmt.Sprintf(`%q is not a gcsfuse %s config key ("section:key:value"; %s)`, key, GCSFuseVersion, configKeyHint(parts[0]))}
 }
 
-// configKeyHint lists the keys of a section, so that a misspelt key is quick to fix.
+// configKeyHint lists the keys of a section a volume may set, so that a misspelt key is
+// quick to fix.
 func configKeyHint(section string) string {
 	var keys []string
-	for path := range byConfigPath {
-		if rest, ok := strings.CutPrefix(path, section+"."); ok {
+	for path, o := range byConfigPath {
+		if rest, ok := strings.CutPrefix(path, section+"."); ok && o.refuse == "" {
 			keys = append(keys, strings.ReplaceAll(rest, ".", ":"))
 		}
 	}
 	if len(keys) == 0 {
-		return fmt.Sprintf("no section %q", section)
+		return fmt.Sprintf("no section %q with keys a volume may set", section)
 	}
 	sort.Strings(keys)
 	if len(keys) > 12 {
