@@ -132,6 +132,7 @@ func TestConfigFormRefused(t *testing.T) {
 		{"logging:severity:loud", []string{"not one of", "takes a gcsfuse logSeverity"}},
 		{"file-system:dir-mode:999", []string{"octal", "takes a gcsfuse octal"}},
 		{"gcs-retries:max-retry-sleep:soon", []string{"duration", "takes a gcsfuse duration"}},
+		{"write:rapid-write:sometimes", []string{"not one of enabled, disabled", "takes a gcsfuse rapidWriteStrategy"}},
 		{"metadata-prefetch-max-workers=many", []string{"integer", "takes a gcsfuse int"}},
 		{"read:block-size-mb:8", []string{"--read-block-size-mb", "hidden"}},
 		{"debug:fuse:true", []string{"--debug_fuse", "deprecated"}},
