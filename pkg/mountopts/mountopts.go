@@ -1,8 +1,10 @@
 // Package mountopts turns user-supplied mount options and volume attributes into gcsfuse
-// flags through an explicit allowlist. Anything not on the list is rejected with an error
-// that names the option: silently dropping a flag (as the incumbent does) leaves users
-// debugging a mount that ignores what they asked for, and passing unknown flags through
-// would let a pod author take over flags the driver owns (endpoints, credentials, paths).
+// flags through an explicit policy over gcsfuse's own parameter table at the pinned version
+// (gcsfuse_params.go, generated; policy.go). Anything the policy does not accept is rejected
+// with an error that names the option: silently dropping a flag (as the incumbent does)
+// leaves users debugging a mount that ignores what they asked for, and passing unknown flags
+// through would let a pod author take over flags the driver owns (endpoints, credentials,
+// paths).
 package mountopts
 
 import (
@@ -49,6 +51,9 @@ const (
 	kDuration
 	kEnum
 	kPattern
+	// kString is a string param no override narrows: any value without whitespace (Parse
+	// refuses that), that cannot be read as a flag, and of sane length.
+	kString
 )
 
 type spec struct {
@@ -73,49 +78,45 @@ func enum(v ...string) spec            { return spec{kind: kEnum, enum: v} }
 
 const maxMiB = 1 << 30
 
-// allowed is the allowlist: gcsfuse v3.13 flags a pod author may set, with their value types.
-var allowed = map[string]spec{
-	"implicit-dirs":                           {kind: kBool},
-	"enable-streaming-writes":                 {kind: kBool},
-	"enable-buffered-read":                    {kind: kBool},
-	"enable-nonexistent-type-cache":           {kind: kBool},
-	"enable-metadata-prefetch":                {kind: kBool},
-	"strong-consistency-on-open":              {kind: kBool},
-	"file-cache-cache-file-for-range-read":    {kind: kBool},
-	"file-cache-enable-parallel-downloads":    {kind: kBool},
-	"uid":                                     intRange(0, math.MaxInt32),
-	"gid":                                     intRange(0, math.MaxInt32),
-	"file-mode":                               {kind: kOctal},
-	"dir-mode":                                {kind: kOctal},
-	"only-dir":                                {kind: kPattern, pattern: pathPattern},
-	"billing-project":                         {kind: kPattern, pattern: projectPattern},
-	"file-cache-include-regex":                {kind: kPattern, pattern: regexPattern},
-	"file-cache-exclude-regex":                {kind: kPattern, pattern: regexPattern},
-	"rename-dir-limit":                        intRange(0, 10_000_000),
-	"stat-cache-max-size-mb":                  intRange(-1, maxMiB),
-	"type-cache-max-size-mb":                  intRange(-1, maxMiB),
-	"metadata-cache-ttl-secs":                 intRange(-1, math.MaxInt32),
-	"metadata-cache-negative-ttl-secs":        intRange(-1, math.MaxInt32),
-	"kernel-list-cache-ttl-secs":              intRange(-1, math.MaxInt32),
-	"max-conns-per-host":                      intRange(0, 100_000),
-	"max-idle-conns-per-host":                 intRange(0, 100_000),
-	"sequential-read-size-mb":                 intRange(1, 1024),
-	"file-cache-max-size-mb":                  intRange(-1, maxMiB),
-	"file-cache-parallel-downloads-per-file":  intRange(1, 1000),
-	"file-cache-max-parallel-downloads":       intRange(-1, 100_000),
-	"file-cache-download-chunk-size-mb":       intRange(1, 1024),
-	"write-global-max-blocks":                 intRange(-1, maxMiB),
-	"read-global-max-blocks":                  intRange(-1, maxMiB),
-	"max-retry-attempts":                      intRange(0, 1000),
-	"limit-bytes-per-sec":                     floatRange(-1, 1e13),
-	"limit-ops-per-sec":                       floatRange(-1, 1e9),
-	"retry-multiplier":                        floatRange(1, 100),
-	"max-retry-sleep":                         {kind: kDuration, max: float64(time.Hour)},
-	"http-client-timeout":                     {kind: kDuration, max: float64(time.Hour)},
-	"log-severity":                            enum("trace", "debug", "info", "warning", "error", "off"),
-	"log-format":                              enum("text", "json"),
-	"client-protocol":                         enum("http1", "http2", "grpc"),
-	"profile":                                 enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
+// overrides are value checks and explicit decisions on top of gcsfuse's parameter table
+// (policy.go): ranges and patterns narrower than the bare type, and enums. A param listed
+// here is accepted with this check, even where the table alone would refuse it (hidden or
+// deprecated), which acceptedDespite must then explain (TestPolicyConsistent).
+var overrides = map[string]spec{
+	"uid":                                    intRange(0, math.MaxInt32),
+	"gid":                                    intRange(0, math.MaxInt32),
+	"only-dir":                               {kind: kPattern, pattern: pathPattern},
+	"billing-project":                        {kind: kPattern, pattern: projectPattern},
+	"file-cache-include-regex":               {kind: kPattern, pattern: regexPattern},
+	"file-cache-exclude-regex":               {kind: kPattern, pattern: regexPattern},
+	"rename-dir-limit":                       intRange(0, 10_000_000),
+	"stat-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"type-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"metadata-cache-ttl-secs":                intRange(-1, math.MaxInt32),
+	"metadata-cache-negative-ttl-secs":       intRange(-1, math.MaxInt32),
+	"kernel-list-cache-ttl-secs":             intRange(-1, math.MaxInt32),
+	"max-conns-per-host":                     intRange(0, 100_000),
+	"max-idle-conns-per-host":                intRange(0, 100_000),
+	"sequential-read-size-mb":                intRange(1, 1024),
+	"file-cache-max-size-mb":                 intRange(-1, maxMiB),
+	"file-cache-parallel-downloads-per-file": intRange(1, 1000),
+	"file-cache-max-parallel-downloads":      intRange(-1, 100_000),
+	"file-cache-download-chunk-size-mb":      intRange(1, 1024),
+	"write-global-max-blocks":                intRange(-1, maxMiB),
+	"read-global-max-blocks":                 intRange(-1, maxMiB),
+	"max-retry-attempts":                     intRange(0, 1000),
+	"limit-bytes-per-sec":                    floatRange(-1, 1e13),
+	"limit-ops-per-sec":                      floatRange(-1, 1e9),
+	"retry-multiplier":                       floatRange(1, 100),
+	"trace-sampling-ratio":                   floatRange(0, 1),
+	"max-retry-sleep":                        {kind: kDuration, max: float64(time.Hour)},
+	"http-client-timeout":                    {kind: kDuration, max: float64(time.Hour)},
+	"log-severity":                           enum("trace", "debug", "info", "warning", "error", "off"),
+	"log-format":                             enum("text", "json"),
+	// httpmtls (new in 3.13) is left out: it hands connection set-up to the client library,
+	// beside the driver's own endpoint and token handling.
+	"client-protocol": enum("http1", "http2", "grpc"),
+	"profile":         enum("aiml-training", "aiml-serving", "aiml-checkpointing"),
 	"experimental-metadata-prefetch-on-mount": enum("disabled", "sync", "async"),
 	// machine-type spares gcsfuse its metadata-server lookups at start; the node plugin sets
 	// it from the Node (csidriver.Config.MachineType) unless a volume does.
@@ -154,13 +155,16 @@ func Split(s string) []string {
 	return out
 }
 
-// Parse translates options, each "name", "name=value", or the config-file style
-// "section:key:value" (meaning --section-key=value).
+// Parse translates options, each "name", "name=value" (name a gcsfuse flag without dashes),
+// or the config-file form of the GKE driver's documentation, "section:key:value" (a key of
+// gcsfuse's config file, "metadata-cache:stat-cache-max-size-mb:-1"), which becomes the flag
+// gcsfuse's parameter table gives that key (--stat-cache-max-size-mb=-1): the flag is not
+// always section-key. An option given in both forms is given more than once.
 func Parse(options []string) (*Result, error) {
 	res := &Result{}
 	seen := map[string]bool{}
 	for _, opt := range options {
-		name, value, hasValue, err := splitOption(opt)
+		o, name, value, hasValue, configForm, err := splitOption(opt)
 		if err != nil {
 			return nil, err
 		}
@@ -186,47 +190,56 @@ func Parse(options []string) (*Result, error) {
 			res.NoAtime = res.NoAtime || name == "noatime"
 			continue // nodev and nosuid are always applied
 		}
-		if owned[name] {
-			return nil, &Error{opt, "is set by the driver and cannot be changed by a volume"}
+		if o == nil && owned[name] {
+			// Owned flags gcsfuse's table does not list (help, version).
+			return nil, &Error{opt, ownedReason}
 		}
-		sp, ok := allowed[name]
-		if !ok {
-			return nil, &Error{opt, "is not a supported gcsfuse option"}
+		if o == nil {
+			return nil, &Error{opt, fmt.Sprintf("is not a supported gcsfuse option (gcsfuse %s has no such flag)", GCSFuseVersion)}
 		}
-		flag, err := sp.flag(name, value, hasValue)
+		if o.refuse != "" {
+			return nil, &Error{opt, o.describe(configForm) + o.refuse}
+		}
+		flag, err := o.check.flag(name, value, hasValue)
 		if err != nil {
-			return nil, &Error{opt, err.Error()}
+			return nil, &Error{opt, fmt.Sprintf("%v (--%s takes a gcsfuse %s)", err, name, o.param.Type)}
 		}
 		res.Flags = append(res.Flags, flag)
 	}
 	return res, nil
 }
 
-func splitOption(opt string) (name, value string, hasValue bool, err error) {
+// splitOption finds the param an option names (nil for kernel options and unknown flags),
+// the flag name, and the value. configForm is set for "section:key:value".
+func splitOption(opt string) (o *option, name, value string, hasValue, configForm bool, err error) {
 	if opt == "" {
-		return "", "", false, &Error{opt, "empty option"}
+		return nil, "", "", false, false, &Error{opt, "empty option"}
 	}
 	for _, r := range opt {
 		if r <= ' ' || r == 0x7f || r > 0x7e {
-			return "", "", false, &Error{opt, "contains whitespace, control or non-ASCII characters"}
+			return nil, "", "", false, false, &Error{opt, "contains whitespace, control or non-ASCII characters"}
 		}
 	}
 	if strings.HasPrefix(opt, "-") {
-		return "", "", false, &Error{opt, "write options without leading dashes"}
+		return nil, "", "", false, false, &Error{opt, "write options without leading dashes"}
 	}
 	name, value, hasValue = strings.Cut(opt, "=")
-	if !hasValue {
-		// Config-file style: "file-cache:max-size-mb:-1" means --file-cache-max-size-mb=-1.
-		if parts := strings.SplitN(opt, ":", 3); len(parts) == 3 && parts[0] != "" && parts[1] != "" {
-			name, value, hasValue = parts[0]+"-"+parts[1], parts[2], true
-		} else if strings.Contains(opt, ":") {
-			return "", "", false, &Error{opt, `config-file style options are "section:key:value"`}
+	// A colon before any "=" is the config form; its value may hold "=" (a regex).
+	if strings.Contains(name, ":") {
+		o, _, value, err := resolveConfig(opt)
+		if err != nil {
+			return nil, "", "", false, false, err
 		}
+		if o.param.Flag == "" {
+			// Named by its config path: there is no flag to name it by.
+			return o, o.param.ConfigPath, value, true, true, nil
+		}
+		return o, o.param.Flag, value, true, true, nil
 	}
 	if name == "" {
-		return "", "", false, &Error{opt, "missing option name"}
+		return nil, "", "", false, false, &Error{opt, "missing option name"}
 	}
-	return name, value, hasValue, nil
+	return byFlag[name], name, value, hasValue, false, nil
 }
 
 func (s spec) flag(name, value string, hasValue bool) (string, error) {
@@ -275,6 +288,10 @@ func (s spec) flag(name, value string, hasValue bool) (string, error) {
 		}
 		if !ok {
 			return "", fmt.Errorf("value %q is not one of %s", value, strings.Join(s.enum, ", "))
+		}
+	case kString:
+		if len(value) > 1024 || strings.HasPrefix(value, "-") {
+			return "", fmt.Errorf("value %q is not allowed (at most 1024 characters, not starting with -)", value)
 		}
 	case kPattern:
 		if len(value) > 1024 || !s.pattern.MatchString(value) || strings.HasPrefix(value, "-") || hasDotDot(value) {
