@@ -54,7 +54,9 @@ var incumbentAttrs = map[string]incumbentAlias{
 	"metadataStatCacheCapacity": sizeOption("metadata-cache.stat-cache-max-size-mb"),
 	"metadataTypeCacheCapacity": sizeOption("metadata-cache.type-cache-max-size-mb"),
 	"metadataCacheTTLSeconds":   valueOption("metadata-cache.ttl-secs"),
-	"gcsfuseLoggingSeverity":    valueOption("logging.severity"),
+	// The GKE driver's legacy spelling, which it still reads (incumbentSpellings).
+	"metadataCacheTtlSeconds": valueOption("metadata-cache.ttl-secs"),
+	"gcsfuseLoggingSeverity":  valueOption("logging.severity"),
 	// The incumbent lists the bucket after mounting to warm the metadata cache; gcsfuse
 	// does the same itself with this option.
 	"gcsfuseMetadataPrefetchOnMount": func(v string) ([]string, error) {
@@ -75,6 +77,48 @@ var incumbentAttrs = map[string]incumbentAlias{
 		}
 		return nil, nil
 	},
+	// The GKE driver can start Cloud Profiler in its sidecar. This driver's sidecar has no
+	// profiler and sends nothing to Google but gcsfuse's own requests, so only "false" (ask
+	// for nothing) is accepted: "true" would be silently ignored otherwise.
+	"enableCloudProfilerForSidecar": func(v string) ([]string, error) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("value %q is not true or false", v)
+		}
+		if b {
+			return nil, fmt.Errorf("value %q: this driver's sidecar has no Cloud Profiler (only \"false\" is accepted)", v)
+		}
+		return nil, nil
+	},
+	// The GKE driver's multiNICIndex N >= 0 binds the volume's gcsfuse to the node's NIC of
+	// NUMA node N (0 included: the first one): it adds source routing rules on the node and
+	// passes gcsfuse a local socket address, for hostNetwork pods on multi-NIC machines.
+	// This driver's gcsfuse runs in the pod's sidecar and the node plugin never changes the
+	// node's routing, so only a negative index, the GKE driver's "no NIC binding", is
+	// accepted.
+	"multiNICIndex": func(v string) ([]string, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("value %q is not an integer", v)
+		}
+		if n >= 0 {
+			return nil, fmt.Errorf("value %q: binding gcsfuse to a NIC is not supported (the node plugin does not change the node's routing; only a negative index, no binding, is accepted)", v)
+		}
+		return nil, nil
+	},
+	// The GKE driver's hostNetworkPodKSA: "true" makes a hostNetwork pod's gcsfuse exchange
+	// the pod's own service account token instead of asking the metadata server (which
+	// cannot tell such a pod from its node). Here a volume's identity never depends on the
+	// pod's network: with Workload Identity Federation (the volume's identityProvider or
+	// workloadIdentityProvider, or the node plugin's --wif-provider) every pod, hostNetwork
+	// or not, gets its own token from the kubelet (pkg/credentials). So either value asks
+	// for nothing different; a value that is not a boolean is refused.
+	"hostNetworkPodKSA": func(v string) ([]string, error) {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("value %q is not true or false", v)
+		}
+		return nil, nil
+	},
 	"disableMetrics": func(v string) ([]string, error) {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -87,9 +131,22 @@ var incumbentAttrs = map[string]incumbentAlias{
 	},
 }
 
+// incumbentSpellings are attributes the GKE driver reads under two spellings; both on one
+// volume are refused as given twice, like an alias and its option, rather than one
+// silently winning.
+var incumbentSpellings = [][2]string{{"metadataCacheTTLSeconds", "metadataCacheTtlSeconds"}}
+
 // incumbentOptions returns the options the incumbent's attributes in attrs stand for, in
 // the sorted order of the attribute names.
 func incumbentOptions(attrs map[string]string) ([]string, error) {
+	for _, sp := range incumbentSpellings {
+		_, a := attrs[sp[0]]
+		_, b := attrs[sp[1]]
+		if a && b {
+			return nil, fmt.Errorf("volume attributes %s = %q and %s = %q (the GKE driver's two spellings of one attribute): given more than once",
+				sp[0], attrs[sp[0]], sp[1], attrs[sp[1]])
+		}
+	}
 	var names []string
 	for k := range attrs {
 		if incumbentAttrs[k] != nil {
