@@ -179,6 +179,14 @@ const (
 	// AttrTokenURL is the STS token exchange URL for this volume: one of the node plugin's
 	// --wif-token-url and --wif-allowed-token-urls.
 	AttrTokenURL = "tokenURL"
+	// AttrGKEIdentityProvider and AttrGKEIdentityPool are the GKE driver's names for a
+	// volume's federation provider: a GKE cluster's identity provider URL
+	// ("https://container.googleapis.com/v1/projects/P/locations/L/clusters/C", with the
+	// pool "P.svc.id.goog" unless AttrGKEIdentityPool names another) or a Workload Identity
+	// pool provider's name. pkg/credentials reads them as the AttrWorkloadIdentityProvider
+	// they stand for (docs/migration.md).
+	AttrGKEIdentityProvider = "identityProvider"
+	AttrGKEIdentityPool     = "identityPool"
 	// Keys the kubelet adds when the CSIDriver has podInfoOnMount: true.
 	CtxPodName      = "csi.storage.k8s.io/pod.name"
 	CtxPodNamespace = "csi.storage.k8s.io/pod.namespace"

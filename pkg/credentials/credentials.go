@@ -77,6 +77,13 @@ var (
 	// serves hostNetwork pods that the metadata server cannot tell apart).
 	providerPattern = regexp.MustCompile(`^(//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}|` +
 		`identitynamespace:[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog:https://container\.googleapis\.com/v1/projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63})$`)
+	// gkeClusterPattern is a GKE cluster's identity provider URL (the GKE driver's
+	// identityProvider); its first group is the cluster's project.
+	gkeClusterPattern = regexp.MustCompile(`^https://container\.googleapis\.com/v1/projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63}$`)
+	// gkePoolPattern is a GKE identity pool, "PROJECT.svc.id.goog" (the GKE driver's identityPool).
+	gkePoolPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog$`)
+	// iamProviderPattern is a Workload Identity pool provider's resource name.
+	iamProviderPattern = regexp.MustCompile(`^//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}$`)
 	// serviceAccountPattern is a Google service account's email.
 	serviceAccountPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}@[a-z0-9][a-z0-9-]{0,62}(\.[a-z0-9][a-z0-9-]{0,62}){0,4}\.gserviceaccount\.com$`)
 	// keyIDPattern is a service account key's ID (hex), or an emulator's.
@@ -225,12 +232,23 @@ func Build(cfg Config, req Request) (*Plan, error) {
 	attrs := req.Attributes
 	ksa := kubernetesServiceAccount(attrs)
 	provider, hasProvider := attrs[contract.AttrWorkloadIdentityProvider]
+	gkeProvider, hasGKE, err := gkeDriverProvider(attrs)
+	if err != nil {
+		return fail(ksa, "%v", err)
+	}
+	if hasGKE {
+		if hasProvider {
+			return fail(ksa, "volume attributes %s %q and %s %q (the GKE driver's) both name the provider: given more than once, keep one",
+				contract.AttrWorkloadIdentityProvider, provider, contract.AttrGKEIdentityProvider, attrs[contract.AttrGKEIdentityProvider])
+		}
+		provider, hasProvider = gkeProvider, true
+	}
 	_, hasSA := attrs[contract.AttrServiceAccount]
 	_, hasURL := attrs[contract.AttrTokenURL]
 	if len(req.Secrets) > 0 {
 		if hasProvider || hasSA || hasURL {
-			return fail("", "the volume has both a nodePublishSecretRef and Workload Identity Federation attributes (%s, %s, %s): choose one",
-				contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
+			return fail("", "the volume has both a nodePublishSecretRef and Workload Identity Federation attributes (%s, %s, %s, %s): choose one",
+				contract.AttrWorkloadIdentityProvider, contract.AttrGKEIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
 		}
 		return buildKey(cfg, req, fail)
 	}
@@ -290,6 +308,47 @@ func Build(cfg Config, req Request) (*Plan, error) {
 		return fail(identity, "encode the external_account configuration: %v", err)
 	}
 	return &Plan{Kind: KindFederation, Identity: identity, Token: token, TokenExpiry: expiry, Config: append(b, '\n')}, nil
+}
+
+// gkeDriverProvider reads the GKE driver's identityProvider and identityPool as the
+// federation provider they stand for, so that its volumes keep their identity unchanged.
+// The GKE driver exchanges the pod's token at the STS with the audience
+// "identitynamespace:POOL:URL" for a cluster's provider URL (the pool defaulting to the
+// cluster project's "PROJECT.svc.id.goog"), and with a Workload Identity pool provider's
+// name as it is: the same two forms contract.AttrWorkloadIdentityProvider takes. ok is
+// false when neither attribute asks for a provider (identityProvider absent or empty, the
+// GKE driver's "the cluster's own"). identityPool alone is refused: the GKE driver then
+// asks the metadata server for the cluster's provider, which this driver never does (its
+// node plugin may run anywhere); so is a pool with a pool provider's name, which holds
+// its own pool.
+func gkeDriverProvider(attrs map[string]string) (provider string, ok bool, err error) {
+	url := attrs[contract.AttrGKEIdentityProvider]
+	pool, hasPool := attrs[contract.AttrGKEIdentityPool]
+	if hasPool && !gkePoolPattern.MatchString(pool) {
+		return "", false, fmt.Errorf("volume attribute %s %q (the GKE driver's): want PROJECT.svc.id.goog", contract.AttrGKEIdentityPool, pool)
+	}
+	switch {
+	case url == "" && hasPool:
+		return "", false, fmt.Errorf("volume attribute %s %q (the GKE driver's) needs %s: this driver does not ask the metadata server for the cluster's identity provider; set %s to https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER",
+			contract.AttrGKEIdentityPool, pool, contract.AttrGKEIdentityProvider, contract.AttrGKEIdentityProvider)
+	case url == "":
+		return "", false, nil
+	case iamProviderPattern.MatchString(url):
+		if hasPool {
+			return "", false, fmt.Errorf("volume attribute %s %q (the GKE driver's) applies only to a GKE cluster's identity provider, and %s %q is a Workload Identity pool provider, which names its pool itself",
+				contract.AttrGKEIdentityPool, pool, contract.AttrGKEIdentityProvider, url)
+		}
+		return url, true, nil
+	}
+	m := gkeClusterPattern.FindStringSubmatch(url)
+	if m == nil {
+		return "", false, fmt.Errorf("volume attribute %s %q (the GKE driver's): want https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER or //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER",
+			contract.AttrGKEIdentityProvider, url)
+	}
+	if !hasPool {
+		pool = m[1] + ".svc.id.goog"
+	}
+	return "identitynamespace:" + pool + ":" + url, true, nil
 }
 
 // kubernetesServiceAccount names the pod's service account from the kubelet's keys.

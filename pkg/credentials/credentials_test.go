@@ -424,3 +424,73 @@ func tokenOf(tokens string) string {
 	_ = json.Unmarshal([]byte(tokens), &m)
 	return m[contract.TokenAudience].Token
 }
+
+// The GKE driver's identityProvider and identityPool name the same federation provider as
+// workloadIdentityProvider would; what has no equivalent is refused, naming the attribute
+// and the value.
+func TestGKEDriverIdentityAttributes(t *testing.T) {
+	const (
+		cluster = "https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1"
+		ns      = "identitynamespace:my-project.svc.id.goog:" + cluster
+	)
+	for _, tt := range []struct {
+		name         string
+		attrs        map[string]string
+		secrets      map[string]string
+		wantProvider string // the external_account audience; "" with wantErr, or for ADC
+		wantErr      string
+	}{
+		{name: "cluster provider, pool from its project", attrs: map[string]string{"identityProvider": cluster}, wantProvider: ns},
+		{name: "cluster provider and its pool", attrs: map[string]string{"identityProvider": cluster, "identityPool": "my-project.svc.id.goog"}, wantProvider: ns},
+		{name: "cluster provider and another pool", attrs: map[string]string{"identityProvider": cluster, "identityPool": "fleet-host.svc.id.goog"},
+			wantProvider: "identitynamespace:fleet-host.svc.id.goog:" + cluster},
+		{name: "zonal cluster", attrs: map[string]string{"identityProvider": "https://container.googleapis.com/v1/projects/my-project/zones/us-central1-a/clusters/c"},
+			wantProvider: "identitynamespace:my-project.svc.id.goog:https://container.googleapis.com/v1/projects/my-project/zones/us-central1-a/clusters/c"},
+		{name: "pool provider as it is", attrs: map[string]string{"identityProvider": testProvider}, wantProvider: testProvider},
+		{name: "empty provider is the default", attrs: map[string]string{"identityProvider": ""}},
+		{name: "with hostNetworkPodKSA", attrs: map[string]string{"identityProvider": cluster, "hostNetworkPodKSA": "true"}, wantProvider: ns},
+		{name: "pool alone", attrs: map[string]string{"identityPool": "my-project.svc.id.goog"},
+			wantErr: `volume attribute identityPool "my-project.svc.id.goog" (the GKE driver's) needs identityProvider: this driver does not ask the metadata server`},
+		{name: "bad pool", attrs: map[string]string{"identityProvider": cluster, "identityPool": "my-pool"},
+			wantErr: `volume attribute identityPool "my-pool" (the GKE driver's): want PROJECT.svc.id.goog`},
+		{name: "pool with a pool provider", attrs: map[string]string{"identityProvider": testProvider, "identityPool": "my-project.svc.id.goog"},
+			wantErr: `volume attribute identityPool "my-project.svc.id.goog" (the GKE driver's) applies only to a GKE cluster's identity provider`},
+		{name: "bad provider", attrs: map[string]string{"identityProvider": "https://evil.example/v1/projects/my-project/locations/x/clusters/c"},
+			wantErr: `volume attribute identityProvider "https://evil.example/v1/projects/my-project/locations/x/clusters/c" (the GKE driver's): want https://container.googleapis.com/`},
+		{name: "both spellings", attrs: map[string]string{"identityProvider": cluster, contract.AttrWorkloadIdentityProvider: ns},
+			wantErr: `volume attributes workloadIdentityProvider "` + ns + `" and identityProvider "` + cluster + `" (the GKE driver's) both name the provider: given more than once`},
+		{name: "and a Secret", attrs: map[string]string{"identityProvider": cluster}, secrets: map[string]string{contract.SecretKeyServiceAccount: "{}"},
+			wantErr: "both a nodePublishSecretRef and Workload Identity Federation attributes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			attrs := baseAttrs()
+			for k, v := range tt.attrs {
+				attrs[k] = v
+			}
+			p, err := build(Config{}, attrs, tt.secrets)
+			if tt.wantErr != "" {
+				var ce *Error
+				if !errors.As(err, &ce) || ce.Precondition || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a volume *Error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantProvider == "" {
+				if p.Kind != KindADC {
+					t.Fatalf("plan %v, want %s", p, KindADC)
+				}
+				return
+			}
+			var conf externalAccount
+			if p.Kind != KindFederation || json.Unmarshal(p.Config, &conf) != nil || conf.Audience != tt.wantProvider {
+				t.Fatalf("plan %v, audience %q, want federation through %q", p, conf.Audience, tt.wantProvider)
+			}
+			if !strings.Contains(p.Identity, tt.wantProvider) {
+				t.Errorf("identity %q does not name the provider %q", p.Identity, tt.wantProvider)
+			}
+		})
+	}
+}

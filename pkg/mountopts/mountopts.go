@@ -332,7 +332,8 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	for k := range attrs {
 		switch {
 		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity:
-		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL:
+		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL,
+			k == contract.AttrGKEIdentityProvider, k == contract.AttrGKEIdentityPool:
 			// pkg/credentials validates these.
 		case incumbentAttrs[k] != nil:
 			// The GKE driver's attributes (incumbent.go).
