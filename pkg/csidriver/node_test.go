@@ -64,6 +64,16 @@ func TestValidatePublish(t *testing.T) {
 					t.Fatalf("volume = %+v", r.volume)
 				}
 			}},
+		{name: "pv handle bucket:suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:second", TargetPath: target, VolumeCapability: mountCap(rw)},
+			check: func(t *testing.T, r *request) {
+				if r.volume.Bucket != "pv-bucket" {
+					t.Fatalf("bucket = %q, want pv-bucket (the handle before its first ':')", r.volume.Bucket)
+				}
+			}},
+		{name: "pv handle with a bad suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:a/b", TargetPath: target, VolumeCapability: mountCap(rw)},
+			wantErr: `volume handle "pv-bucket:a/b": the part after the first ':' ("a/b")`},
+		{name: "pv handle all buckets", req: &csi.NodePublishVolumeRequest{VolumeId: "_", TargetPath: target, VolumeCapability: mountCap(rw)},
+			wantErr: `bucket name "_" (gcsfuse's all-buckets mode) is not supported`},
 		{name: "reader-only access is read-only", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)},
 			check: func(t *testing.T, r *request) {
 				if !r.volume.ReadOnly {

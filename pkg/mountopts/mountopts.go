@@ -310,6 +310,10 @@ func hasDotDot(p string) bool {
 	return false
 }
 
+// allBuckets is the bucket name with which gcsfuse mounts every bucket the identity can
+// reach, each as a directory (ValidateBucket refuses it).
+const allBuckets = "_"
+
 // Volume is the validated description of a volume, from NodePublishVolume's inputs.
 type Volume struct {
 	Bucket string
@@ -317,7 +321,8 @@ type Volume struct {
 }
 
 // FromAttributes validates a volume's attributes (volume_context) and mount flags.
-// bucketFallback is the volume handle, used for PersistentVolumes that carry no bucketName.
+// bucketFallback is the volume handle, used for PersistentVolumes that carry no bucketName
+// (bucketFromHandle: "bucket" or "bucket:suffix").
 // Keys the kubelet adds (csi.storage.k8s.io/...) are accepted; any other unknown key is an
 // error, so a misspelt attribute is not silently ignored.
 //
@@ -370,6 +375,8 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	bucket := bucketFallback
 	if v, ok := attrs[contract.AttrBucketName]; ok {
 		bucket = v
+	} else if bucket, err = bucketFromHandle(bucketFallback); err != nil {
+		return nil, err
 	}
 	if err := ValidateBucket(bucket); err != nil {
 		return nil, err
@@ -392,12 +399,44 @@ func capacityMiB(v string) (int64, error) {
 	return (q.Value() + (1<<20 - 1)) >> 20, nil
 }
 
+// handleSuffixPattern is what may follow the bucket in a volume handle: a label of
+// letters, digits, '-', '_' and '.', as a Kubernetes label value (without the empty one).
+var handleSuffixPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// bucketFromHandle is the bucket a PersistentVolume's volume handle names: the handle
+// itself, or for "bucket:suffix" the part before the first ':'. The GKE driver reads
+// handles so because the kubelet mounts two PersistentVolumes with the same handle in one
+// pod only once (the pod then never starts): a suffix per PersistentVolume lets one pod
+// mount the same bucket twice (say, with different options). ':' is never part of a bucket
+// name, so nothing else could be meant; a suffix that is not a label (empty, or holding
+// '/', another ':' or whitespace) is refused rather than guessed at. The handle still
+// identifies the volume everywhere else.
+func bucketFromHandle(handle string) (string, error) {
+	bucket, suffix, ok := strings.Cut(handle, ":")
+	if !ok {
+		return handle, nil
+	}
+	if !handleSuffixPattern.MatchString(suffix) {
+		return "", fmt.Errorf("volume handle %q: the part after the first ':' (%q) must be a label of 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (bucket:suffix mounts the bucket before the ':')",
+			handle, suffix)
+	}
+	return bucket, nil
+}
+
 // ValidateBucket checks a GCS bucket name (3-63 characters, or up to 222 with dots, of
 // lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit).
-// "_" (gcsfuse's all-buckets mode) is refused: a volume is one bucket.
+//
+// "_" (gcsfuse's all-buckets mode, which the GKE driver passes through) is refused with
+// its own reason: a volume here is one bucket, which its mount source, metrics, Events and
+// credentials name, and in that mode gcsfuse 3.13 cannot list its root (ENOTSUP: each
+// bucket appears only when looked up by name) and checks no bucket at start, so a typo or
+// a missing permission would show up only as a failed lookup inside the app.
 func ValidateBucket(b string) error {
 	if b == "" {
 		return fmt.Errorf("bucket name is empty: set volumeAttributes.%s or the volume handle", contract.AttrBucketName)
+	}
+	if b == allBuckets {
+		return fmt.Errorf("bucket name %q (gcsfuse's all-buckets mode) is not supported: a volume here mounts one bucket, which its mount, metrics and events name; in that mode gcsfuse cannot list its root and finds out only on first lookup that a bucket is missing or forbidden. Use one volume per bucket", b)
 	}
 	limit := 63
 	if strings.Contains(b, ".") {
