@@ -141,7 +141,7 @@ func (u usage) injectedWarnings(driver string, init []corev1.Container) []string
 	for _, c := range u.unresolved {
 		var readers []string
 		for _, ic := range init {
-			if ic.Name != contract.SidecarContainerName && slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == c.volume }) {
+			if !isLentName(ic.Name) && slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == c.volume }) {
 				readers = append(readers, ic.Name)
 			}
 		}

@@ -22,6 +22,13 @@ const (
 	incumbentCacheVolume  = "gke-gcsfuse-cache"
 )
 
+// incumbentSidecarName is the GKE driver's sidecar container name. A pod written for it
+// chooses a custom sidecar image with a container of that name (its "private sidecar
+// image"); here such a container lends its image exactly as one named
+// contract.SidecarContainerName does (findLentSidecar): only the image is kept, our sidecar
+// replaces it at our position.
+const incumbentSidecarName = "gke-gcsfuse-sidecar"
+
 // incumbentAnnotations are the GKE driver's annotations with an equivalent here (the same
 // name after the prefix, the same meaning).
 var incumbentAnnotations = map[string]bool{

@@ -36,7 +36,8 @@ const istioProxyName = "istio-proxy"
 // Config is the operator's configuration of the injected sidecar.
 type Config struct {
 	// SidecarImage is the image of the sidecar, unless the pod lends its own through a
-	// container named contract.SidecarContainerName.
+	// container named contract.SidecarContainerName (or the GKE driver's
+	// incumbentSidecarName).
 	SidecarImage string
 	// Resources are the defaults for resources that the pod's annotations do not set.
 	Resources ResourceDefaults
@@ -200,7 +201,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	image := m.cfg.SidecarImage
 	if lent.found {
 		if err := validateImageReference(lent.image); err != nil {
-			return nil, nil, "", badRequest("container %s: image %q: %v", contract.SidecarContainerName, lent.image, err)
+			return nil, nil, "", badRequest("container %s: image %q: %v", lent.name, lent.image, err)
 		}
 		image = lent.image
 	}
@@ -395,10 +396,12 @@ func hasInjectedSidecar(pod *corev1.Pod) bool {
 	return false
 }
 
-// lentSidecar is a container the user named contract.SidecarContainerName to choose the
-// sidecar image. Only its image is kept: the rest of our spec replaces it, at our position.
+// lentSidecar is a container the user named contract.SidecarContainerName (or the GKE
+// driver's incumbentSidecarName) to choose the sidecar image. Only its image is kept: the
+// rest of our spec replaces it, at our position.
 type lentSidecar struct {
 	found        bool
+	name         string
 	image        string
 	initIndex    int // -1 when not among the init containers
 	regularIndex int // -1 when not among the containers
@@ -406,23 +409,35 @@ type lentSidecar struct {
 
 func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
 	l := lentSidecar{initIndex: -1, regularIndex: -1}
-	n := 0
+	count := map[string]int{}
 	for i, c := range pod.Spec.InitContainers {
-		if c.Name == contract.SidecarContainerName {
-			l.found, l.image, l.initIndex = true, c.Image, i
-			n++
+		if isLentName(c.Name) {
+			l.found, l.name, l.image, l.initIndex = true, c.Name, c.Image, i
+			count[c.Name]++
 		}
 	}
 	for i, c := range pod.Spec.Containers {
-		if c.Name == contract.SidecarContainerName {
-			l.found, l.image, l.regularIndex = true, c.Image, i
-			n++
+		if isLentName(c.Name) {
+			l.found, l.name, l.image, l.regularIndex = true, c.Name, c.Image, i
+			count[c.Name]++
 		}
 	}
-	if n > 1 {
-		return lentSidecar{}, badRequest("the pod has %d containers named %s; container names must be unique", n, contract.SidecarContainerName)
+	if count[contract.SidecarContainerName] > 0 && count[incumbentSidecarName] > 0 {
+		return lentSidecar{}, badRequest("the pod has containers named both %s and %s (the GKE driver's name): each lends the sidecar's image, so it is unclear which to use; keep one",
+			contract.SidecarContainerName, incumbentSidecarName)
+	}
+	for name, n := range count {
+		if n > 1 {
+			return lentSidecar{}, badRequest("the pod has %d containers named %s; container names must be unique", n, name)
+		}
 	}
 	return l, nil
+}
+
+// isLentName reports whether a container of the pod's own with this name lends the
+// sidecar's image (findLentSidecar) and so is a placeholder, not a workload container.
+func isLentName(name string) bool {
+	return name == contract.SidecarContainerName || name == incumbentSidecarName
 }
 
 func mountsAny(c corev1.Container, ours driverVolumes) bool {

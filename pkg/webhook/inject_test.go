@@ -595,6 +595,12 @@ func TestLentImage(t *testing.T) {
 			Env: []corev1.EnvVar{{Name: "USER_ENV", Value: "x"}},
 		}
 	}
+	// The GKE driver's name for the same placeholder lends its image the same way.
+	gke := func(image string) corev1.Container {
+		c := placeholder(image)
+		c.Name = "gke-gcsfuse-sidecar"
+		return c
+	}
 	app := corev1.Container{Name: "app", Image: "busybox"}
 	setup := corev1.Container{Name: "setup", Image: "busybox"}
 	sc := contract.SidecarContainerName
@@ -654,6 +660,53 @@ func TestLentImage(t *testing.T) {
 			init:       []corev1.Container{placeholder(custom)},
 			containers: []corev1.Container{app, placeholder(custom)},
 			wantDeny:   []string{"2 containers named " + sc},
+		},
+		{
+			name: "GKE driver's init placeholder, native", cluster: modern,
+			init:       []corev1.Container{setup, gke(custom)},
+			containers: []corev1.Container{app},
+			wantInit:   []string{sc, "setup"},
+			wantCtrs:   []string{"app"},
+		},
+		{
+			name: "GKE driver's init placeholder, legacy", cluster: old,
+			init:       []corev1.Container{gke(custom)},
+			containers: []corev1.Container{app},
+			wantInit:   nil,
+			wantCtrs:   []string{sc, "app"},
+		},
+		{
+			name: "GKE driver's regular placeholder, legacy", cluster: old,
+			containers: []corev1.Container{app, gke(custom)},
+			wantCtrs:   []string{sc, "app"},
+		},
+		{
+			name: "GKE driver's regular placeholder, native", cluster: modern,
+			containers: []corev1.Container{app, gke(custom)},
+			wantInit:   []string{sc},
+			wantCtrs:   []string{"app"},
+		},
+		{
+			name: "GKE driver's placeholder, invalid image", cluster: modern,
+			containers: []corev1.Container{app, gke("Not An Image!")},
+			wantDeny:   []string{"container gke-gcsfuse-sidecar", `"Not An Image!"`},
+		},
+		{
+			name: "both names", cluster: modern,
+			init:       []corev1.Container{placeholder(custom)},
+			containers: []corev1.Container{app, gke(custom)},
+			wantDeny:   []string{"containers named both " + sc + " and gke-gcsfuse-sidecar (the GKE driver's name)"},
+		},
+		{
+			name: "both names, both regular", cluster: old,
+			containers: []corev1.Container{gke(custom), app, placeholder(custom)},
+			wantDeny:   []string{"containers named both " + sc + " and gke-gcsfuse-sidecar"},
+		},
+		{
+			name: "two GKE driver's placeholders", cluster: modern,
+			init:       []corev1.Container{gke(custom)},
+			containers: []corev1.Container{app, gke(custom)},
+			wantDeny:   []string{"2 containers named gke-gcsfuse-sidecar"},
 		},
 	}
 	for _, tt := range tests {
@@ -1006,6 +1059,14 @@ func TestLegacyInitContainers(t *testing.T) {
 			}()},
 		},
 		{
+			name: "legacy, the GKE driver's lent sidecar placeholder mounts the volume", cluster: old,
+			init: []corev1.Container{func() corev1.Container {
+				c := reader("gke-gcsfuse-sidecar", "data")
+				c.Image = "example.com/custom:1"
+				return c
+			}()},
+		},
+		{
 			name: "native serves init containers", cluster: modern,
 			init: []corev1.Container{reader("warmup", "data")},
 		},
@@ -1081,6 +1142,14 @@ func TestInitContainersEnv(t *testing.T) {
 			name: "lent image: the placeholder is not a reader", cluster: modern, wantNative: true,
 			init: []corev1.Container{
 				func() corev1.Container { c := ctr(contract.SidecarContainerName, "data"); c.Image = custom; return c }(),
+				ctr("warmup", "data"),
+			},
+			want: "warmup", wantImage: custom,
+		},
+		{
+			name: "lent image: the GKE driver's placeholder is not a reader", cluster: modern, wantNative: true,
+			init: []corev1.Container{
+				func() corev1.Container { c := ctr("gke-gcsfuse-sidecar", "data"); c.Image = custom; return c }(),
 				ctr("warmup", "data"),
 			},
 			want: "warmup", wantImage: custom,
