@@ -194,15 +194,17 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
 	o.config.Claims = webhook.KubeVolumeClaims{Client: client}
-	o.config.Policy = webhook.KubeNamespacePolicy{Client: client}
+	policy := webhook.NewCachedNamespacePolicy(client)
+	o.config.Policy = policy
 	mutator, err := webhook.NewMutator(o.config, versions, log)
 	if err != nil {
 		return err
 	}
-	// Ready (/readyz) once the node cache has synced, while the serving certificate is
-	// valid, and until SIGTERM: only then does the Service send this replica admissions.
+	// Ready (/readyz) once the node, quota and LimitRange caches have synced, while the
+	// serving certificate is valid, and until SIGTERM: only then does the Service send this
+	// replica admissions.
 	var server *webhook.Server
-	ready := func() bool { return versions.Ready() && server.Ready() }
+	ready := func() bool { return versions.Ready() && policy.Ready() && server.Ready() }
 	server, err = webhook.NewServer(webhook.ServerConfig{
 		Addr:            o.listen,
 		CertFile:        o.certFile,
@@ -218,8 +220,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { versions.Run(ctx) })
+	wg.Go(func() { policy.Run(ctx) })
 	err = server.ListenAndServe(ctx)
-	cancel() // stop the informer too when the server failed on its own
+	cancel() // stop the informers too when the server failed on its own
 	wg.Wait()
 	return err
 }

@@ -269,19 +269,37 @@ func TestInjectionUnderQuota(t *testing.T) {
 	}
 }
 
-func TestKubeNamespacePolicy(t *testing.T) {
+// The cached policy answers from its informers: nothing before they have synced (the
+// webhook is not ready then), the namespace's own objects after, and later changes once the
+// watch delivers them.
+func TestCachedNamespacePolicy(t *testing.T) {
 	q := quota("q1", rl("limits.cpu", "1"))
 	q.Namespace = "ns"
 	lr := limitRange("lr", corev1.LimitRangeItem{Max: rl("cpu", "500m")})
 	lr.Namespace = "ns"
 	other := quota("elsewhere", rl("limits.cpu", "1"))
 	other.Namespace = "other"
-	k := KubeNamespacePolicy{Client: fake.NewClientset(&q, &lr, &other)}
-	p, err := k.ResourcePolicy(context.Background(), "ns")
+	client := fake.NewClientset(&q, &lr, &other)
+	c := NewCachedNamespacePolicy(client)
+	if _, err := c.ResourcePolicy(context.Background(), "ns"); err == nil || c.Ready() {
+		t.Fatal("an answer before the caches synced")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, c.Ready)
+	p, err := c.ResourcePolicy(context.Background(), "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Quotas) != 1 || p.Quotas[0].Name != "q1" || len(p.LimitRanges) != 1 || p.LimitRanges[0].Name != "lr" {
 		t.Errorf("policy = %+v, want q1 and lr", p)
 	}
+	q2 := quota("q2", rl("limits.memory", "1Gi"))
+	q2.Namespace = "ns"
+	if _, err := client.CoreV1().ResourceQuotas("ns").Create(context.Background(), &q2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { p, _ := c.ResourcePolicy(context.Background(), "ns"); return len(p.Quotas) == 2 })
 }
