@@ -220,8 +220,9 @@ func sidecarEnv(p *corev1.Pod, name string) string {
 }
 
 // TestClaimFileCache: a claim whose PersistentVolume asks for a file cache gets the
-// gcsfuse-cache volume mounted into the sidecar, and the pod reads the object twice (the
-// second time through the cache) with the right bytes.
+// gcsfuse-cache volume mounted into the sidecar, the app reads the object with the right
+// bytes, and the cache directory fills (looked at while a second container keeps the pod
+// running: the kubelet removes a finished pod's emptyDirs).
 func TestClaimFileCache(t *testing.T) {
 	t.Parallel()
 	bucket := newBucket(t)
@@ -234,7 +235,7 @@ func TestClaimFileCache(t *testing.T) {
 	vols := []volume{{"bucket", bucket, mountPath}}
 	read := []string{"read", "-dir", mountPath, "-name", "cached.bin", "-bytes", strconv.Itoa(size)}
 	pod := claimPodObject(name, claim, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, args: read,
-		extra: []corev1.Container{workloadContainer("again", vols, read...)}})
+		extra: []corev1.Container{workloadContainer("keep", vols, "sleep", "-for", "8s")}})
 	created, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
@@ -251,9 +252,15 @@ func TestClaimFileCache(t *testing.T) {
 	if !mounted || !hasVolume {
 		t.Fatalf("the sidecar does not mount the %s emptyDir (mounted %v, volume %v): the PV's file cache was not seen", contract.CacheVolumeName, mounted, hasVolume)
 	}
-	done := waitSucceeded(t, name)
-	expectObject(t, bucket, "cached.bin", size)
-	if n := cacheFiles(t, done); n == 0 {
-		t.Fatalf("the %s directory holds no file after the reads: gcsfuse ran without the file cache", contract.CacheVolumeName)
+	read1 := waitPod(t, name, 120*time.Second, "app done", func(p *corev1.Pod) bool {
+		st := containerStatus(p, appContainer)
+		return st != nil && st.State.Terminated != nil
+	})
+	if st := containerStatus(read1, appContainer); st.State.Terminated.ExitCode != 0 {
+		t.Fatalf("the read failed: %s", logs(name, appContainer))
 	}
+	if n := cacheFiles(t, read1); n == 0 {
+		t.Fatalf("the %s directory holds no file after the read: gcsfuse ran without the file cache", contract.CacheVolumeName)
+	}
+	waitSucceeded(t, name)
 }
