@@ -1238,15 +1238,6 @@ func TestReinvocationAfterInitContainersChanged(t *testing.T) {
 	reader := func(name string) corev1.Container {
 		return corev1.Container{Name: name, Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}
 	}
-	sidecarAt := func(p *corev1.Pod) int {
-		for i, c := range p.Spec.InitContainers {
-			if c.Name == contract.SidecarContainerName {
-				return i
-			}
-		}
-		t.Fatalf("no native sidecar in %v", names(p.Spec.InitContainers))
-		return -1
-	}
 	tests := []struct {
 		name     string
 		injected fakeVersions // where the first invocation ran
@@ -1265,7 +1256,7 @@ func TestReinvocationAfterInitContainersChanged(t *testing.T) {
 			name: "native: a reader inserted before an existing one", injected: modern, cluster: modern,
 			init: []corev1.Container{reader("warmup")},
 			later: func(p *corev1.Pod) {
-				i := sidecarAt(p) + 1
+				i := nativeSidecarIndex(t, p) + 1
 				p.Spec.InitContainers = append(p.Spec.InitContainers[:i], append([]corev1.Container{reader("first")}, p.Spec.InitContainers[i:]...)...)
 			},
 			want: "first,warmup",
@@ -1273,7 +1264,7 @@ func TestReinvocationAfterInitContainersChanged(t *testing.T) {
 		{
 			name: "native: the only reader removed", injected: modern, cluster: modern,
 			init:  []corev1.Container{reader("warmup")},
-			later: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:sidecarAt(p)+1] },
+			later: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:nativeSidecarIndex(t, p)+1] },
 		},
 		{
 			name: "legacy: a reader added", injected: old, cluster: old,
@@ -1368,4 +1359,16 @@ func TestSidecarPullSecrets(t *testing.T) {
 	if _, err := NewMutator(cfg, modern, discardLogger()); err == nil || !strings.Contains(err.Error(), "Not_A_Secret") {
 		t.Fatalf("NewMutator with a bad secret name: %v", err)
 	}
+}
+
+// nativeSidecarIndex is the index of the native sidecar among p's init containers.
+func nativeSidecarIndex(t *testing.T, p *corev1.Pod) int {
+	t.Helper()
+	for i, c := range p.Spec.InitContainers {
+		if c.Name == contract.SidecarContainerName {
+			return i
+		}
+	}
+	t.Fatalf("no native sidecar in %v", names(p.Spec.InitContainers))
+	return -1
 }

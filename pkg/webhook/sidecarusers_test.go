@@ -59,15 +59,6 @@ func TestSidecarUsersEnv(t *testing.T) {
 // contract.EnvInitContainers: added, replaced, removed; both removed at once must leave the
 // right variables (the second removal's index accounts for the first).
 func TestSidecarUsersEnvOnReinvocation(t *testing.T) {
-	sidecarAt := func(p *corev1.Pod) int {
-		for i, c := range p.Spec.InitContainers {
-			if c.Name == contract.SidecarContainerName {
-				return i
-			}
-		}
-		t.Fatalf("no native sidecar in %v", names(p.Spec.InitContainers))
-		return -1
-	}
 	for _, tt := range []struct {
 		name                string
 		init                []corev1.Container
@@ -91,10 +82,10 @@ func TestSidecarUsersEnvOnReinvocation(t *testing.T) {
 			},
 			wantUsers: "logship", noPatch: true},
 		{name: "both lists emptied", init: []corev1.Container{mounting("warmup", "data"), nativeMounting("logship", "data")},
-			later: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:sidecarAt(p)+1] }},
+			later: func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.InitContainers[:nativeSidecarIndex(t, p)+1] }},
 		{name: "one list emptied, the other changed", init: []corev1.Container{mounting("warmup", "data"), nativeMounting("logship", "data")},
 			later: func(p *corev1.Pod) {
-				p.Spec.InitContainers = append(p.Spec.InitContainers[:sidecarAt(p)+1], nativeMounting("audit", "data"))
+				p.Spec.InitContainers = append(p.Spec.InitContainers[:nativeSidecarIndex(t, p)+1], nativeMounting("audit", "data"))
 			},
 			wantUsers: "audit"},
 	} {
