@@ -20,6 +20,12 @@ const DriverName = "gcsfuse.csi.storage"
 // name here stay this project's.
 const IncumbentDriverName = "gcsfuse.csi.storage.gke.io"
 
+// IncumbentSidecarContainerName is the GKE driver's sidecar container. It is never a
+// workload container of ours: it is either the GKE add-on's own sidecar (the add-on still
+// installed during a migration) or, on a cluster without the add-on, a placeholder that lends
+// our sidecar its image.
+const IncumbentSidecarContainerName = "gke-gcsfuse-sidecar"
+
 // DriverNames are the names the driver may be installed under.
 var DriverNames = []string{DriverName, IncumbentDriverName}
 

@@ -301,14 +301,15 @@ func SidecarMode(pod *corev1.Pod) string {
 // WorkloadContainers returns, in spec order, the names of the regular containers whose end
 // means the end of the workload: every entry of pod.Spec.Containers except the sidecar and
 // the containers named in the contract.AnnotationIgnoreContainers annotation (for example a
-// legacy istio-proxy that itself waits for the other containers). Init containers are never
+// legacy istio-proxy that itself waits for the other containers), and the GKE driver's
+// sidecar (contract.IncumbentSidecarContainerName), which waits for the workload itself. Init containers are never
 // workload: they finish before the workload starts or, as native sidecars, serve it.
 func WorkloadContainers(pod *corev1.Pod) []string {
 	ignored := IgnoredContainers(pod)
 	var names []string
 	for i := range pod.Spec.Containers {
 		name := pod.Spec.Containers[i].Name
-		if name == contract.SidecarContainerName {
+		if name == contract.SidecarContainerName || name == contract.IncumbentSidecarContainerName {
 			continue
 		}
 		if _, skip := ignored[name]; skip {

@@ -333,7 +333,7 @@ func equalPods(a, b *corev1.Pod) bool {
 }
 
 func TestWorkloadContainers(t *testing.T) {
-	p := legacyPod([]string{"a", "istio-proxy", "b", "log"}, initContainers("init"),
+	p := legacyPod([]string{"a", "istio-proxy", "b", "log", contract.IncumbentSidecarContainerName}, initContainers("init"),
 		annotate(contract.AnnotationIgnoreContainers, "istio-proxy,\tlog ,"))
 	got := WorkloadContainers(p)
 	want := []string{"a", "b"}

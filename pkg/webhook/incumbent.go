@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"fmt"
 	"sort"
 	"strings"
@@ -26,8 +27,45 @@ const (
 // chooses a custom sidecar image with a container of that name (its "private sidecar
 // image"); here such a container lends its image exactly as one named
 // contract.SidecarContainerName does (findLentSidecar): only the image is kept, our sidecar
-// replaces it at our position.
-const incumbentSidecarName = "gke-gcsfuse-sidecar"
+// replaces it at our position. Not while the GKE add-on may serve the pod (addOnServes):
+// then it is the add-on's own sidecar, left alone.
+const incumbentSidecarName = contract.IncumbentSidecarContainerName
+
+// Side by side with the GKE add-on. During a migration the add-on's webhook still runs and
+// injects its sidecar into pods annotated gke-gcsfuse/volumes: "true". Unless this driver is
+// installed under the add-on's own name (then the add-on cannot be installed), this webhook
+// injects only into pods that use its own volumes or carry its own annotation: the add-on's
+// annotation alone on a pod whose volumes are the add-on's asks for nothing of ours, and the
+// add-on's sidecar in a pod that uses the add-on is never taken for a lent image. A pod that
+// uses both drivers gets each sidecar once, each serving its own volumes.
+
+// addOnPossible reports whether the GKE add-on can be installed beside this driver.
+func addOnPossible(driver string) bool { return driver != contract.IncumbentDriverName }
+
+// addOnServes reports whether the GKE add-on may serve pod: it carries the add-on's opt-in
+// annotation, or mounts an inline volume of the add-on's driver.
+func addOnServes(driver string, pod *corev1.Pod) bool {
+	if !addOnPossible(driver) {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSpace(pod.Annotations[incumbentPrefix+"volumes"]), "true") {
+		return true
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.CSI != nil && v.CSI.Driver == contract.IncumbentDriverName {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyAddOnOptIn reports whether the pod's only opt-in is the add-on's annotation, which
+// then belongs to the add-on (addOnPossible): ours is not set.
+func onlyAddOnOptIn(driver string, raw map[string]string) bool {
+	_, ours := raw[contract.AnnotationInject]
+	_, theirs := raw[incumbentPrefix+"volumes"]
+	return addOnPossible(driver) && theirs && !ours
+}
 
 // incumbentAnnotations are the GKE driver's annotations with an equivalent here (the same
 // name after the prefix, the same meaning).

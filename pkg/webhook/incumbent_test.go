@@ -9,9 +9,9 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
-// A pod written for the GKE driver (its opt-in and resource annotations) gets our sidecar
-// with the resources it asked for; an annotation of its without an equivalent is a warning;
-// both spellings that disagree are a denial naming both.
+// A pod written for the GKE driver (its opt-in and resource annotations), its volume moved
+// to this driver, gets our sidecar with the resources it asked for; an annotation of its
+// without an equivalent is a warning; both spellings that disagree are a denial naming both.
 func TestIncumbentAnnotations(t *testing.T) {
 	gke := func(kv ...string) *corev1.Pod {
 		return newPod(func(p *corev1.Pod) {
@@ -19,7 +19,6 @@ func TestIncumbentAnnotations(t *testing.T) {
 			for i := 0; i+1 < len(kv); i += 2 {
 				p.Annotations[kv[i]] = kv[i+1]
 			}
-			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		})
 	}
 	t.Run("opt-in and resources", func(t *testing.T) {
@@ -57,6 +56,75 @@ func TestIncumbentAnnotations(t *testing.T) {
 		resp, _ := admit(t, newMutator(t, modern), gke("gke-gcsfuse/volumes", "yes"))
 		if resp.Allowed {
 			t.Fatal("a bad opt-in value was allowed")
+		}
+	})
+}
+
+// addOnVolume is an inline volume of the GKE driver (served by the GKE add-on).
+func addOnVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+		Driver: contract.IncumbentDriverName, VolumeAttributes: map[string]string{contract.AttrBucketName: "theirs"}}}}
+}
+
+// Side by side with the GKE add-on (a migration in progress): its annotation on a pod whose
+// volumes are all its own asks nothing of ours; a pod that uses both drivers gets our
+// sidecar once and keeps the add-on's; installed under the GKE driver's name (no add-on
+// possible), the annotation is ours again.
+func TestSideBySideWithTheAddOn(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	addOnSidecar := corev1.Container{Name: incumbentSidecarName, Image: "gke.gcr.io/gcs-fuse-csi-driver-sidecar-mounter:v1",
+		RestartPolicy: &always}
+	theirs := func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"gke-gcsfuse/volumes": "true"}
+		p.Spec.Volumes = []corev1.Volume{addOnVolume("data")}
+	}
+	t.Run("the add-on's pod", func(t *testing.T) {
+		resp, out := mustAdmit(t, newMutator(t, modern), newPod(theirs))
+		if resp.Patch != nil || out.Annotations[contract.AnnotationInjected] != "" {
+			t.Fatalf("injected into a pod of the add-on's: %s", resp.Patch)
+		}
+	})
+	t.Run("the add-on's pod, its sidecar already injected", func(t *testing.T) {
+		resp, _ := mustAdmit(t, newMutator(t, modern), newPod(theirs, func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{addOnSidecar}
+		}))
+		if resp.Patch != nil {
+			t.Fatalf("touched a pod of the add-on's: %s", resp.Patch)
+		}
+	})
+	t.Run("both drivers: each sidecar once", func(t *testing.T) {
+		_, out := mustAdmit(t, newMutator(t, modern), newPod(func(p *corev1.Pod) {
+			p.Annotations["gke-gcsfuse/volumes"] = "true"
+			p.Spec.Volumes = append(p.Spec.Volumes, addOnVolume("old"))
+			p.Spec.InitContainers = []corev1.Container{addOnSidecar}
+		}))
+		var ours, theirs int
+		for _, c := range append(append([]corev1.Container{}, out.Spec.InitContainers...), out.Spec.Containers...) {
+			switch c.Name {
+			case contract.SidecarContainerName:
+				ours++
+			case incumbentSidecarName:
+				theirs++
+				if c.Image != addOnSidecar.Image {
+					t.Errorf("the add-on's sidecar was changed: %+v", c)
+				}
+			}
+		}
+		if ours != 1 || theirs != 1 {
+			t.Fatalf("%d of our sidecars and %d of the add-on's, want one each: init=%v containers=%v", ours, theirs,
+				names(out.Spec.InitContainers), names(out.Spec.Containers))
+		}
+	})
+	t.Run("installed under the GKE driver's name", func(t *testing.T) {
+		cfg := testConfig()
+		cfg.DriverName = contract.IncumbentDriverName
+		m, err := NewMutator(cfg, modern, discardLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, out := mustAdmit(t, m, newPod(theirs))
+		if out.Annotations[contract.AnnotationInjected] == "" {
+			t.Fatal("no sidecar for the GKE driver's annotation and volume, with this driver installed under that name")
 		}
 	})
 }

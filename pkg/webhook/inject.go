@@ -167,6 +167,10 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 				m.cfg.DriverName, u.volumes(), contract.AnnotationInject))
 		}
 		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+	case opted && !u.uses() && onlyAddOnOptIn(m.cfg.DriverName, pod.Annotations):
+		// The GKE add-on's annotation on a pod with none of our volumes: the add-on's pod.
+		m.log.InfoContext(ctx, "only the GKE driver's annotation and none of our volumes: left to the GKE add-on", "namespace", namespace)
+		return nil, append(aliasWarnings, ignoredAnnotationWarnings(ann)...), "", nil
 	case !set:
 		if !u.uses() {
 			return nil, append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
@@ -194,7 +198,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return ops, warnings, opts.injected, nil
 	}
 
-	lent, err := findLentSidecar(pod)
+	lent, err := findLentSidecar(pod, !addOnServes(m.cfg.DriverName, pod))
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -407,9 +411,14 @@ type lentSidecar struct {
 	regularIndex int // -1 when not among the containers
 }
 
-func findLentSidecar(pod *corev1.Pod) (lentSidecar, error) {
+// findLentSidecar finds the container that lends the sidecar's image; one named
+// incumbentSidecarName counts only with lendIncumbent (else it is the GKE add-on's own).
+func findLentSidecar(pod *corev1.Pod, lendIncumbent bool) (lentSidecar, error) {
 	l := lentSidecar{initIndex: -1, regularIndex: -1}
 	count := map[string]int{}
+	isLentName := func(name string) bool {
+		return name == contract.SidecarContainerName || (lendIncumbent && name == incumbentSidecarName)
+	}
 	for i, c := range pod.Spec.InitContainers {
 		if isLentName(c.Name) {
 			l.found, l.name, l.image, l.initIndex = true, c.Name, c.Image, i
