@@ -1,10 +1,11 @@
 package webhook
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"fmt"
 	"sort"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
