@@ -194,6 +194,27 @@ func TestIncumbentManifest(t *testing.T) {
 	runIncumbentPod(t, podName(t, ""), newBucket(t), contract.DriverName)
 }
 
+// TestAddOnPodLeftAlone: with this driver under its own name, the GKE add-on may still run
+// beside it (a migration in progress): a pod written for the add-on, its volume still the
+// GKE driver's, gets nothing of ours (the add-on injects its own sidecar). The add-on does
+// not run here, so the pod is only admitted and deleted.
+func TestAddOnPodLeftAlone(t *testing.T) {
+	name := podName(t, "")
+	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), incumbentPod(name, newBucket(t), contract.IncumbentDriverName), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}) })
+	if got := p.Annotations[contract.AnnotationInjected]; got != "" {
+		t.Fatalf("a pod of the GKE add-on's got our sidecar (%s)", got)
+	}
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		if c.Name == contract.SidecarContainerName {
+			t.Fatalf("a pod of the GKE add-on's has a %s container", c.Name)
+		}
+	}
+}
+
 // TestIncumbentDriverName (issue 16, "Migrate"): installed under the GKE driver's name
 // (`helm upgrade --reuse-values --set driverName=gcsfuse.csi.storage.gke.io`, restored at
 // the end), the driver runs what was written for the GKE driver without any edit: the GKE
