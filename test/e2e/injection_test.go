@@ -204,7 +204,9 @@ func TestAddOnPodLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
 	if got := p.Annotations[contract.AnnotationInjected]; got != "" {
 		t.Fatalf("a pod of the GKE add-on's got our sidecar (%s)", got)
 	}
