@@ -222,4 +222,5 @@ const (
 	EventSidecarFailed        = "SidecarFailed"        // the sidecar exited non-zero
 	EventHandoffRefused       = "HandoffRefused"       // the sidecar refused an offered volume (the message says why)
 	EventSidecarDraining      = "SidecarDraining"      // the sidecar got SIGTERM while containers may still use the mounts
+	EventReadAheadFailed      = "ReadAheadFailed"      // the mount option read_ahead_kb could not be applied
 )

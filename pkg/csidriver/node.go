@@ -339,7 +339,7 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
 	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
-		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime}
+		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime, ReadAheadKB: r.opts.ReadAheadKB}
 	// The credential files exist before the sidecar can be offered the volume.
 	if _, err := s.writeCredentials(r); err != nil {
 		return nil, err
@@ -385,8 +385,14 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
 		OnHandedOff: func() { s.dropOffer(rec) },
-		OnStatus:    func(st *handoff.Status) { s.cfg.Metrics.status(st, publishedAt); s.onStatus(rec.Pod, vol, st, log) },
-		Log:         log,
+		OnStatus: func(st *handoff.Status) {
+			s.cfg.Metrics.status(st, publishedAt)
+			if st.State == handoff.StateStarted {
+				s.applyReadAhead(rec, log)
+			}
+			s.onStatus(rec.Pod, vol, st, log)
+		},
+		Log: log,
 	})
 	if err != nil {
 		fuse.Close()
@@ -399,6 +405,22 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	s.published[rec.Target] = &publication{volumeID: rec.VolumeID, volume: vol, offer: offer}
 	s.mu.Unlock()
 	return nil
+}
+
+// applyReadAhead sets the mount's kernel read-ahead when the volume asks for one
+// (read_ahead_kb). It runs once gcsfuse has answered the kernel: at that answer the kernel
+// lowers the read-ahead to what gcsfuse allows (1 MiB), so a value set at mount time would not
+// hold. A failure leaves the mount serving with the kernel's default, and says so.
+func (s *NodeServer) applyReadAhead(rec *offerRecord, log *slog.Logger) {
+	if rec.ReadAheadKB == nil {
+		return
+	}
+	if err := fusemount.SetReadAhead(rec.Target, *rec.ReadAheadKB); err != nil {
+		log.Warn("cannot apply read_ahead_kb; the mount keeps the kernel's read-ahead", "err", err)
+		s.event(rec.Pod, true, contract.EventReadAheadFailed, fmt.Sprintf("volume %s: read_ahead_kb=%d not applied: %v", rec.Volume.VolumeName, *rec.ReadAheadKB, err))
+		return
+	}
+	log.Info("read-ahead set", "readAheadKB", *rec.ReadAheadKB)
 }
 
 // writeCredentials writes the volume's credential files into the pod's gcsfuse-tmp

@@ -27,6 +27,8 @@ type offerRecord struct {
 	Volume   handoff.Volume `json:"volume"`
 	NoExec   bool           `json:"noExec,omitempty"`
 	NoAtime  bool           `json:"noAtime,omitempty"`
+	// ReadAheadKB is the mount's kernel read-ahead (nil: the kernel's default).
+	ReadAheadKB *int `json:"readAheadKB,omitempty"`
 }
 
 func (s *NodeServer) offerPath(target string) string {

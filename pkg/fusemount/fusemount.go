@@ -190,3 +190,35 @@ func MountsUnder(dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// bdiRoot is where the kernel lists backing devices; a FUSE mount has its own, named after
+// its anonymous device ("0:53").
+const bdiRoot = "/sys/class/bdi"
+
+// SetReadAhead sets the kernel read-ahead of the mount at target to kb KiB, on the mount's
+// backing device (its major:minor from mountinfo: stat'ing a FUSE mount point would wait for
+// the FUSE server, which may not run yet).
+func SetReadAhead(target string, kb int) error {
+	target = filepath.Clean(target)
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+	if err != nil {
+		return fmt.Errorf("read mountinfo for %s: %w", target, err)
+	}
+	if len(mounts) == 0 {
+		return fmt.Errorf("set read-ahead: %s is not mounted", target)
+	}
+	m := mounts[len(mounts)-1]
+	file := filepath.Join(bdiRoot, fmt.Sprintf("%d:%d", m.Major, m.Minor), "read_ahead_kb")
+	f, err := os.OpenFile(file, os.O_WRONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("set read-ahead of %s: %w", target, err)
+	}
+	_, werr := f.WriteString(strconv.Itoa(kb))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("set read-ahead of %s to %d KiB: %w", target, kb, werr)
+	}
+	return nil
+}

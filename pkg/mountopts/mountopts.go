@@ -39,7 +39,19 @@ type Result struct {
 	// NoExec and NoAtime are kernel mount flags the node plugin applies.
 	NoExec  bool
 	NoAtime bool
+	// ReadAheadKB is the kernel read-ahead of the mount (the "read_ahead_kb" option, as the
+	// GKE driver takes it), which the node plugin writes to the mount's BDI; nil: the
+	// kernel's default.
+	ReadAheadKB *int
 }
+
+// readAheadOption is the kernel read-ahead option's name (the GKE driver's spelling).
+const readAheadOption = "read_ahead_kb"
+
+// MaxReadAheadKB bounds the read_ahead_kb option: 128 MiB of read-ahead per open file is
+// already far beyond what helps a sequential reader, and each reader may hold that much
+// page cache in flight.
+const MaxReadAheadKB = 128 << 10
 
 type kind int
 
@@ -181,6 +193,13 @@ func Parse(options []string) (*Result, error) {
 			if seen["ro"] && seen["rw"] {
 				return nil, &Error{opt, "ro and rw are both given"}
 			}
+			continue
+		case readAheadOption:
+			kb, err := strconv.Atoi(value)
+			if !hasValue || err != nil || kb < 0 || kb > MaxReadAheadKB {
+				return nil, &Error{opt, fmt.Sprintf("takes a whole number of KiB from 0 to %d (read_ahead_kb=1024)", MaxReadAheadKB)}
+			}
+			res.ReadAheadKB = &kb
 			continue
 		case "noexec", "noatime", "nodev", "nosuid":
 			if hasValue {

@@ -204,3 +204,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// read_ahead_kb (the GKE driver's kernel option) is the node plugin's, not a gcsfuse flag:
+// a whole number of KiB within bounds, once.
+func TestReadAheadOption(t *testing.T) {
+	res, err := Parse([]string{"implicit-dirs", "read_ahead_kb=1024"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ReadAheadKB == nil || *res.ReadAheadKB != 1024 || len(res.Flags) != 1 {
+		t.Fatalf("read-ahead %v, flags %q; want 1024 KiB and no flag for it", res.ReadAheadKB, res.Flags)
+	}
+	if res, _ := Parse([]string{"read_ahead_kb=0"}); res == nil || res.ReadAheadKB == nil || *res.ReadAheadKB != 0 {
+		t.Fatal("read_ahead_kb=0 (no read-ahead) refused or lost")
+	}
+	if res, _ := Parse([]string{"implicit-dirs"}); res.ReadAheadKB != nil {
+		t.Fatal("a read-ahead without the option")
+	}
+	for _, bad := range [][]string{{"read_ahead_kb"}, {"read_ahead_kb=-1"}, {"read_ahead_kb=1M"}, {"read_ahead_kb=131073"},
+		{"read_ahead_kb=8", "read_ahead_kb=16"}} {
+		if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "read_ahead_kb") {
+			t.Errorf("%q: err %v, want one naming read_ahead_kb", bad, err)
+		}
+	}
+}

@@ -1,13 +1,16 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -68,4 +71,42 @@ func runAs(t *testing.T, dir string, uid, gid uint32, groups []uint32, script st
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// read_ahead_kb (the GKE driver's mount option) sets the kernel read-ahead of the mount's
+// backing device; without it the kernel's default stays.
+func TestReadAheadOption(t *testing.T) {
+	const bucket = "bkt-readahead"
+	e := newEnv(t, bucket)
+	_, _, target := mountedWith(t, e, contract.ModeLegacy, bucket, func(req *csi.NodePublishVolumeRequest) {
+		req.VolumeContext[contract.AttrMountOptions] = "implicit-dirs,read_ahead_kb=4096"
+	})
+	// Applied once gcsfuse has answered the kernel (its status reaches the node plugin
+	// a moment after the mount serves).
+	got := readAheadOf(t, target)
+	for deadline := time.Now().Add(5 * time.Second); got != "4096" && time.Now().Before(deadline); got = readAheadOf(t, target) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got != "4096" {
+		t.Fatalf("read_ahead_kb of the mount = %s, want 4096", got)
+	}
+	_, _, plain := mountedWith(t, e, contract.ModeLegacy, bucket, nil)
+	if got := readAheadOf(t, plain); got == "4096" {
+		t.Fatal("a mount without the option got its read-ahead")
+	}
+}
+
+// readAheadOf reads the read-ahead of the mount at target from its backing device.
+func readAheadOf(t *testing.T, target string) string {
+	t.Helper()
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+	if err != nil || len(mounts) == 0 {
+		t.Fatalf("mountinfo of %s: %v (%d entries)", target, err, len(mounts))
+	}
+	m := mounts[len(mounts)-1]
+	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", m.Major, m.Minor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
