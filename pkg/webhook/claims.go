@@ -141,7 +141,8 @@ func (u usage) injectedWarnings(driver string, init []corev1.Container) []string
 	for _, c := range u.unresolved {
 		var readers []string
 		for _, ic := range init {
-			if !isLentName(ic.Name) && slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == c.volume }) {
+			// A placeholder or the GKE add-on's sidecar: a sidecar either way, never a reader.
+			if !isLentName(ic.Name, true) && slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == c.volume }) {
 				readers = append(readers, ic.Name)
 			}
 		}

@@ -416,17 +416,14 @@ type lentSidecar struct {
 func findLentSidecar(pod *corev1.Pod, lendIncumbent bool) (lentSidecar, error) {
 	l := lentSidecar{initIndex: -1, regularIndex: -1}
 	count := map[string]int{}
-	isLentName := func(name string) bool {
-		return name == contract.SidecarContainerName || (lendIncumbent && name == incumbentSidecarName)
-	}
 	for i, c := range pod.Spec.InitContainers {
-		if isLentName(c.Name) {
+		if isLentName(c.Name, lendIncumbent) {
 			l.found, l.name, l.image, l.initIndex = true, c.Name, c.Image, i
 			count[c.Name]++
 		}
 	}
 	for i, c := range pod.Spec.Containers {
-		if isLentName(c.Name) {
+		if isLentName(c.Name, lendIncumbent) {
 			l.found, l.name, l.image, l.regularIndex = true, c.Name, c.Image, i
 			count[c.Name]++
 		}
@@ -444,9 +441,10 @@ func findLentSidecar(pod *corev1.Pod, lendIncumbent bool) (lentSidecar, error) {
 }
 
 // isLentName reports whether a container of the pod's own with this name lends the
-// sidecar's image (findLentSidecar) and so is a placeholder, not a workload container.
-func isLentName(name string) bool {
-	return name == contract.SidecarContainerName || name == incumbentSidecarName
+// sidecar's image (findLentSidecar) and so is a placeholder, not a workload container. One
+// named incumbentSidecarName does only with lendIncumbent (else it is the GKE add-on's own).
+func isLentName(name string, lendIncumbent bool) bool {
+	return name == contract.SidecarContainerName || (lendIncumbent && name == incumbentSidecarName)
 }
 
 func mountsAny(c corev1.Container, ours driverVolumes) bool {
