@@ -98,9 +98,10 @@ func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Serve
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
 	}
-	srv := &http.Server{
+	s := &Server{cfg: cfg, log: log, certs: certs}
+	s.srv = &http.Server{
 		Addr:    cfg.Addr,
-		Handler: handler,
+		Handler: s.closeWhileDraining(handler),
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: certs.GetCertificate,
@@ -113,7 +114,23 @@ func NewServer(cfg ServerConfig, handler http.Handler, log *slog.Logger) (*Serve
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return &Server{cfg: cfg, srv: srv, log: log, certs: certs}, nil
+	return s, nil
+}
+
+// closeWhileDraining answers every request of a stopping server with "Connection: close".
+// The API server calls webhooks over HTTP/1.1 keep-alive connections, which outlive the
+// Service's switch to other replicas, and it never retries an admission whose connection
+// was closed under it (EOF fails the pod's create with failurePolicy Fail). Closing idle
+// connections at Shutdown races with the API server reusing them; a connection closed right
+// after a response is one the API server knows not to reuse. So during ShutdownDelay each
+// connection still in use is retired after its next answer, and Shutdown finds none hot.
+func (s *Server) closeWhileDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Ready tells whether the server should receive admissions (the webhook's /readyz): its

@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -306,6 +307,55 @@ func TestServerServesThroughTheShutdownDelay(t *testing.T) {
 	}
 	if err := healthz(); err == nil {
 		t.Error("still accepting after Serve returned")
+	}
+}
+
+// A stopping server retires each keep-alive connection after its next answer during
+// ShutdownDelay ("Connection: close"), so that the connections the API server keeps to it
+// are closed by a response rather than at Shutdown, under a request the API server would
+// never retry (an EOF admission refuses the pod).
+func TestServerRetiresKeepAliveConnectionsWhileDraining(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	srv, err := NewServer(ServerConfig{CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second, ShutdownDelay: 2 * time.Second},
+		NewMux(http.NotFoundHandler(), nil), discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, cancel, done := serveLoopback(t, srv)
+	defer func() { cancel(); <-done }()
+	client := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	// get answers whether the connection was reused and whether the server closes it.
+	get := func() (reused, closing bool) {
+		t.Helper()
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet,
+			"https://"+ln.Addr().String()+PathHealthz, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return reused, resp.Close
+	}
+	get()
+	if reused, closing := get(); !reused || closing {
+		t.Fatalf("serving: reused %v, closing %v; want a kept-alive connection", reused, closing)
+	}
+	cancel()
+	for !srv.draining.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if reused, closing := get(); !reused || !closing {
+		t.Errorf("draining, on the kept-alive connection: reused %v, closing %v; want it answered, then closed", reused, closing)
+	}
+	if reused, closing := get(); reused || !closing {
+		t.Errorf("draining, the next request: reused %v, closing %v; want a new connection, closed after its answer", reused, closing)
 	}
 }
 
