@@ -130,6 +130,9 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if len(ops) == 0 {
 		return resp
 	}
+	if !hasObjectMember(req.Object.Raw, "metadata") {
+		ops = withMetadata(ops)
+	}
 	patch, err := json.Marshal(ops)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot encode the sidecar patch", "error", err)
@@ -297,6 +300,31 @@ func pullSecretOps(have []corev1.LocalObjectReference, secrets []string) []patch
 		ops = append(ops, addOp("/spec/imagePullSecrets/-", r))
 	}
 	return ops
+}
+
+// hasObjectMember tells whether the JSON object raw has the member key (case-sensitive, as
+// the API server and JSON Pointer read it) with a non-null value.
+func hasObjectMember(raw []byte, key string) bool {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return false
+	}
+	v, ok := members[key]
+	return ok && string(v) != "null"
+}
+
+// withMetadata rewrites ops for a pod object without "metadata": an add under
+// "/metadata/annotations" would not apply (its parent is missing), so the map is added with
+// its parent. The API server always sends metadata; this keeps every patch applicable to
+// the object it was computed from, whatever the object (FuzzAdmissionReview found it).
+func withMetadata(ops []patchOp) []patchOp {
+	out := slices.Clone(ops)
+	for i, op := range out {
+		if op.Op == "add" && op.Path == "/metadata/annotations" {
+			out[i] = addOp("/metadata", map[string]any{"annotations": op.Value})
+		}
+	}
+	return out
 }
 
 // annotationOp sets one annotation, creating the map when the pod has none.
