@@ -2,9 +2,10 @@
 # The test command: installs what is missing, then runs formatting, vet, staticcheck, the
 # Helm chart's checks (hack/chart.sh: lint, edge values, drift of deploy/base), unit
 # tests with the race detector (the release images for amd64 and arm64 among them, pushed to
-# a loopback registry and pulled back), the fuzz seeds, the integration tests (real /dev/fuse
-# mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites
-# among them, publish and unpublish included) and, when present and not
+# a loopback registry and pulled back), the fuzz seeds, the integration tests (real
+# /dev/fuse mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node
+# suites among them, publish and unpublish included), then each fuzz target for 10 s
+# (hack/fuzz.sh) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
 # of them on containerd 2.x with images under a repository other than the default, followed
 # by Kubernetes' own storage e2e suite against the driver (hack/conformance.sh, ~40 s warm;
@@ -65,6 +66,9 @@ bash hack/chart.sh
 step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
+# Beyond the seeds: each fuzz target for a bounded time (FUZZ_TIME, 10 s each).
+step "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh)"
+bash hack/fuzz.sh
 
 if [ -n "$cluster_build_pid" ]; then
   step "waiting for the background build of the cluster's components"

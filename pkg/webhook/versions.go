@@ -49,12 +49,15 @@ type KubeClusterVersions struct {
 	server    *version.Version
 	fetchedAt time.Time // of server, or of the last failed attempt
 	lastErr   error     // of the last attempt, while server is nil
+	// inflight is closed when the discovery call in flight has been recorded; nil when
+	// none is (one at a time, whoever asks).
+	inflight chan struct{}
 }
 
 // serverRetryInterval is how long a failed lookup of the server version is remembered when
-// there is no earlier answer to fall back on. Without it every admission would wait for its
-// own discovery call (up to the client's timeout, one at a time under the mutex) while the
-// API server is unreachable, and the webhook would time out for all of them.
+// there is no earlier answer to fall back on. Without it every admission would wait for a
+// discovery call (up to the client's timeout) while the API server is unreachable, and the
+// webhook would time out for all of them.
 const serverRetryInterval = 10 * time.Second
 
 // NewKubeClusterVersions builds a KubeClusterVersions. disco should have a short request
@@ -113,32 +116,67 @@ func (k *KubeClusterVersions) Run(ctx context.Context) {
 // legacy sidecar for want of node versions, so the webhook should not take traffic.
 func (k *KubeClusterVersions) Ready() bool { return k.nodesSynced() }
 
-// ServerVersion returns the cached API server version, refreshing it when older than the
-// refresh interval. If a refresh fails the previous value is kept: the API server's version
-// changes only during an upgrade, and a stale answer beats failing every admission.
+// ServerVersion returns the cached API server version. A cached answer older than the
+// refresh interval is still returned at once while one refresh runs in the background: the
+// API server's version changes only during an upgrade, and an admission must never wait
+// behind a discovery call (up to the client's timeout) that another admission started. If
+// a refresh fails the previous value is kept. Only while nothing was ever fetched do
+// callers wait, all for the same single discovery call.
 func (k *KubeClusterVersions) ServerVersion() (*version.Version, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	age := k.now().Sub(k.fetchedAt)
-	if k.server != nil && age < k.refresh {
-		return k.server, nil
-	}
-	if k.server == nil && k.lastErr != nil && age < serverRetryInterval {
-		return nil, k.lastErr
-	}
-	v, err := k.fetchServerVersion()
-	k.fetchedAt = k.now() // on failure too: do not retry on every admission
-	if err != nil {
-		if k.server != nil {
-			k.log.Warn("refreshing the API server version failed, keeping the cached one",
-				"error", err, "cached", k.server.String())
-			return k.server, nil
+	if k.server != nil {
+		if age >= k.refresh && k.inflight == nil {
+			k.startRefresh()
 		}
-		k.lastErr = err
+		v := k.server
+		k.mu.Unlock()
+		return v, nil
+	}
+	if k.lastErr != nil && age < serverRetryInterval && k.inflight == nil {
+		err := k.lastErr
+		k.mu.Unlock()
 		return nil, err
 	}
-	k.server, k.lastErr = v, nil
-	return v, nil
+	var done <-chan struct{} = k.inflight
+	if k.inflight == nil {
+		done = k.startRefresh()
+	}
+	k.mu.Unlock()
+	<-done // bounded by the discovery client's request timeout
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.server != nil {
+		return k.server, nil
+	}
+	return nil, k.lastErr
+}
+
+// startRefresh starts the one discovery call in flight and returns the channel closed when
+// it has been recorded. The goroutine's only owner is that call: it ends when the call
+// does, which the discovery client's request timeout bounds (NewKubeClusterVersions).
+// k.mu must be held.
+func (k *KubeClusterVersions) startRefresh() <-chan struct{} {
+	done := make(chan struct{})
+	k.inflight = done
+	go func() {
+		v, err := k.fetchServerVersion()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.fetchedAt = k.now() // on failure too: do not retry on every admission
+		k.inflight = nil
+		switch {
+		case err == nil:
+			k.server, k.lastErr = v, nil
+		case k.server != nil:
+			k.log.Warn("refreshing the API server version failed, keeping the cached one",
+				"error", err, "cached", k.server.String())
+		default:
+			k.lastErr = err
+		}
+		close(done)
+	}()
+	return done
 }
 
 func (k *KubeClusterVersions) fetchServerVersion() (*version.Version, error) {

@@ -19,12 +19,20 @@ type stubDiscovery struct {
 	info  apiversion.Info
 	err   error
 	calls int
+	// gate, when set, holds every call until it is closed: a slow API server.
+	gate chan struct{}
 }
 
 func (s *stubDiscovery) ServerVersion() (*apiversion.Info, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.calls++
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -166,10 +174,13 @@ func TestKubeClusterVersionsServer(t *testing.T) {
 	if disco.calls != 1 {
 		t.Errorf("discovery called %d times, want 1 (cached)", disco.calls)
 	}
+	// idle: no refresh in flight, so the test may move the clock (the refresh reads it).
+	idle := func() bool { kv.mu.Lock(); defer kv.mu.Unlock(); return kv.inflight == nil }
 	now = now.Add(time.Minute)
-	if got := get(); got != "1.30.0" {
-		t.Errorf("after the refresh interval: %s, want 1.30.0", got)
+	if got := get(); got != "1.29.1" {
+		t.Errorf("the first call after the refresh interval: %s, want the cached 1.29.1 (refreshed in the background)", got)
 	}
+	waitFor(t, func() bool { return idle() && get() == "1.30.0" })
 
 	// A failed refresh keeps the last good answer.
 	disco.set(apiversion.Info{}, errors.New("apiserver unreachable"))
@@ -177,13 +188,82 @@ func TestKubeClusterVersionsServer(t *testing.T) {
 	if got := get(); got != "1.30.0" {
 		t.Errorf("on a failed refresh: %s, want the stale 1.30.0", got)
 	}
+	waitFor(t, idle)
+	if got := get(); got != "1.30.0" {
+		t.Errorf("after a failed refresh: %s, want the stale 1.30.0", got)
+	}
 
 	// A non-semver GitVersion falls back to major and minor.
 	disco.set(apiversion.Info{Major: "1", Minor: "31+", GitVersion: "custom-build"}, nil)
 	now = now.Add(2 * time.Minute)
-	if got := get(); got != "1.31" {
-		t.Errorf("from major/minor: %s, want 1.31", got)
+	get()
+	waitFor(t, func() bool { return idle() && get() == "1.31" })
+}
+
+// Admissions never wait behind a slow discovery call once a version is known: 50 at once,
+// while discovery hangs, all get the cached version, and only one call is made for all of
+// them. Before anything is known they all wait for that one call.
+func TestKubeClusterVersionsSlowDiscovery(t *testing.T) {
+	const admissions = 50
+	disco := &stubDiscovery{info: apiversion.Info{GitVersion: "v1.29.1"}, gate: make(chan struct{})}
+	kv := NewKubeClusterVersions(fake.NewClientset(), disco, time.Minute, discardLogger())
+	now := time.Unix(1000, 0)
+	kv.now = func() time.Time { return now }
+	// at calls ServerVersion from n goroutines and returns their answers.
+	at := func(n int) <-chan string {
+		answers := make(chan string, n)
+		for range n {
+			go func() {
+				v, err := kv.ServerVersion()
+				if err != nil {
+					answers <- err.Error()
+					return
+				}
+				answers <- v.String()
+			}()
+		}
+		return answers
 	}
+	first := at(admissions)
+	select {
+	case a := <-first:
+		t.Fatalf("answered %q before the first discovery call returned", a)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(disco.gate)
+	for range admissions {
+		if a := <-first; a != "1.29.1" {
+			t.Fatalf("first answers: %q, want 1.29.1", a)
+		}
+	}
+	if disco.calls != 1 {
+		t.Fatalf("%d discovery calls for %d waiting admissions, want 1", disco.calls, admissions)
+	}
+
+	hang := make(chan struct{})
+	disco.mu.Lock()
+	disco.gate, disco.info = hang, apiversion.Info{GitVersion: "v1.30.0"}
+	disco.mu.Unlock()
+	now = now.Add(2 * time.Minute)
+	stale := at(admissions)
+	for i := range admissions {
+		select {
+		case a := <-stale:
+			if a != "1.29.1" {
+				t.Fatalf("while refreshing: %q, want the cached 1.29.1", a)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d admissions waited behind the hanging discovery call", admissions-i, admissions)
+		}
+	}
+	disco.mu.Lock()
+	calls := disco.calls
+	disco.mu.Unlock()
+	if calls != 2 {
+		t.Errorf("%d discovery calls, want 2 (one refresh for %d admissions)", calls, admissions)
+	}
+	close(hang)
+	waitFor(t, func() bool { v, _ := kv.ServerVersion(); return v.String() == "1.30.0" })
 }
 
 func TestKubeClusterVersionsServerErrorWithoutCache(t *testing.T) {
