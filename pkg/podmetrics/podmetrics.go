@@ -33,9 +33,17 @@ import (
 )
 
 const (
-	// DefaultPodTimeout bounds the read of one pod's socket: the sidecar itself waits at
-	// most 2 s per gcsfuse, in parallel.
-	DefaultPodTimeout = 3 * time.Second
+	// DefaultPodTimeout bounds the read of one pod's socket. A sidecar answers from
+	// gcsfuse's own registry in milliseconds; a socket that takes longer is most likely
+	// hanging, and each worker can then try the next pod within the same scrape budget.
+	DefaultPodTimeout = 500 * time.Millisecond
+	// DefaultScrapeBudget bounds a whole collection, whatever the pods do: the pods' series
+	// share the node plugin's /metrics with its own, and any container that mounts the
+	// pod's gcsfuse-tmp volume can make its metrics socket accept and never answer. Past it
+	// the pods not read yet are left out of that scrape (MetricSlowPods), so /metrics
+	// answers within about a second and the node plugin's own series never vanish behind a
+	// scrape timeout.
+	DefaultScrapeBudget = 900 * time.Millisecond
 	// DefaultWorkers is how many pods are read at once.
 	DefaultWorkers = 8
 	// Labels added to every series.
@@ -45,6 +53,9 @@ const (
 	MetricErrors = "gcsfuse_csi_pod_metrics_errors_total"
 	// MetricScrapeSeconds is how long the last collection of every pod's metrics took.
 	MetricScrapeSeconds = "gcsfuse_csi_pod_metrics_collect_seconds"
+	// MetricSlowPods is how many pods the last collection left out for want of time: their
+	// socket did not answer within the scrape budget, or it was spent before their turn.
+	MetricSlowPods = "gcsfuse_csi_pod_metrics_slow_pods"
 )
 
 // Pod is a pod whose sidecar may serve metrics, and the volume names it may report.
@@ -80,6 +91,8 @@ type Config struct {
 	PodTimeout time.Duration
 	// Workers is how many pods are read at once (0: DefaultWorkers).
 	Workers int
+	// ScrapeBudget bounds a whole collection (0: DefaultScrapeBudget).
+	ScrapeBudget time.Duration
 	Log     *slog.Logger
 }
 
@@ -88,6 +101,14 @@ type Collector struct {
 	cfg     Config
 	errors  *prometheus.CounterVec
 	seconds prometheus.Gauge
+	slow    prometheus.Gauge
+
+	// mu guards hungUIDs: the pods whose socket timed out and has not answered since,
+	// read after every other pod so that a few hanging sockets cannot keep the workers
+	// from the healthy pods. A pod leaves it when it answers or is no longer listed: it
+	// never outgrows the pods.
+	mu       sync.Mutex
+	hungUIDs map[string]bool
 }
 
 // New validates cfg and registers the collector's own metrics on reg.
@@ -97,8 +118,11 @@ func New(cfg Config, reg prometheus.Registerer) (*Collector, error) {
 		return nil, fmt.Errorf("podmetrics: kubelet root %q is not an absolute path", cfg.KubeletRoot)
 	case cfg.Pods == nil:
 		return nil, errors.New("podmetrics: no pod source")
-	case cfg.PodTimeout < 0 || cfg.Workers < 0:
-		return nil, errors.New("podmetrics: negative timeout or worker count")
+	case cfg.PodTimeout < 0 || cfg.Workers < 0 || cfg.ScrapeBudget < 0:
+		return nil, errors.New("podmetrics: negative timeout, budget or worker count")
+	}
+	if cfg.ScrapeBudget == 0 {
+		cfg.ScrapeBudget = DefaultScrapeBudget
 	}
 	if cfg.PodTimeout == 0 {
 		cfg.PodTimeout = DefaultPodTimeout
@@ -118,8 +142,12 @@ func New(cfg Config, reg prometheus.Registerer) (*Collector, error) {
 			Name: MetricScrapeSeconds,
 			Help: "Time the last collection of every pod's gcsfuse metrics took.",
 		}),
+		slow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricSlowPods,
+			Help: "Pods the last collection left out because their sidecar's metrics socket did not answer within the scrape budget, or the budget was spent before their turn.",
+		}),
 	}
-	for _, col := range []prometheus.Collector{c.errors, c.seconds} {
+	for _, col := range []prometheus.Collector{c.errors, c.seconds, c.slow} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("podmetrics: register metrics: %w", err)
 		}
@@ -131,39 +159,103 @@ func New(cfg Config, reg prometheus.Registerer) (*Collector, error) {
 }
 
 // Gather implements prometheus.Gatherer: it reads every pod's socket (bounded in time and
-// concurrency) and returns their series. A pod that cannot be read is counted and left out;
-// it never fails the scrape.
+// concurrency, the whole within ScrapeBudget) and returns their series. A pod that cannot
+// be read, or not in time, is counted and left out; it never fails the scrape.
 func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 	start := time.Now()
-	pods := c.cfg.Pods()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ScrapeBudget)
+	defer cancel()
+	pods := c.order(c.cfg.Pods())
 	results := make([][]*dto.MetricFamily, len(pods))
+	outcome := make([]readOutcome, len(pods))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range min(c.cfg.Workers, len(pods)) {
-		wg.Go(func() { // ends when jobs is closed; each job bounded by PodTimeout
+		wg.Go(func() { // ends when jobs is closed; each job bounded by ctx
 			for i := range jobs {
-				results[i] = c.collectPod(pods[i])
+				results[i], outcome[i] = c.collectPod(ctx, pods[i])
 			}
 		})
 	}
 	for i := range pods {
-		jobs <- i
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			outcome[i] = notReached
+		}
 	}
 	close(jobs)
 	wg.Wait()
+	slow := 0
+	c.mu.Lock()
+	hungNow := map[string]bool{}
+	for i, o := range outcome {
+		switch uid := pods[i].UID; o {
+		case hung:
+			hungNow[uid] = true
+		case notReached:
+			if c.hungUIDs[uid] {
+				hungNow[uid] = true // still not known to answer
+			}
+		}
+		if o != read {
+			slow++
+		}
+	}
+	c.hungUIDs = hungNow
+	c.mu.Unlock()
+	c.slow.Set(float64(slow))
 	c.seconds.Set(time.Since(start).Seconds())
 	return gcsfusemetrics.Merge(results), nil
 }
 
-func (c *Collector) collectPod(p Pod) []*dto.MetricFamily {
+// readOutcome is what became of one pod at a collection.
+type readOutcome int
+
+const (
+	read       readOutcome = iota // read, or failed for a reason of its own (counted in MetricErrors)
+	hung                          // its socket did not answer within PodTimeout or the budget
+	notReached                    // the budget ran out before its turn
+)
+
+// order puts the pods whose socket hangs last.
+func (c *Collector) order(pods []Pod) []Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.hungUIDs) == 0 {
+		return pods
+	}
+	out := make([]Pod, 0, len(pods))
+	for _, p := range pods {
+		if !c.hungUIDs[p.UID] {
+			out = append(out, p)
+		}
+	}
+	for _, p := range pods {
+		if c.hungUIDs[p.UID] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// collectPod reads one pod's series within ctx, the collection's budget.
+func (c *Collector) collectPod(ctx context.Context, p Pod) ([]*dto.MetricFamily, readOutcome) {
+	if ctx.Err() != nil {
+		return nil, notReached // the budget was spent while this pod waited for a worker
+	}
 	log := c.cfg.Log.With("pod", p.Namespace+"/"+p.Name, "podUID", p.UID)
-	mfs, reason, err := c.read(p)
+	mfs, reason, err := c.read(ctx, p)
 	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+			log.Debug("the sidecar's metrics did not come within the scrape budget", "err", err)
+			return nil, hung
+		}
 		if reason != "" {
 			c.errors.WithLabelValues(reason).Inc()
 			log.Debug("cannot read the sidecar's metrics", "reason", reason, "err", err)
 		}
-		return nil
+		return nil, read
 	}
 	out := gcsfusemetrics.Reduce(mfs, func(n string) string { return n }, gcsfusemetrics.LabelVolume, gcsfusemetrics.LabelBucket)
 	for _, mf := range out {
@@ -180,12 +272,12 @@ func (c *Collector) collectPod(p Pod) []*dto.MetricFamily {
 		}
 		mf.Metric = kept
 	}
-	return out
+	return out, read
 }
 
 // read fetches the pod's socket. reason is "" for a pod without a socket (no sidecar
 // running yet, or one of a release without metrics): not an error worth counting.
-func (c *Collector) read(p Pod) (map[string]*dto.MetricFamily, string, error) {
+func (c *Collector) read(ctx context.Context, p Pod) (map[string]*dto.MetricFamily, string, error) {
 	dir, err := podpath.OpenDir(c.cfg.KubeletRoot, "pods", p.UID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -194,7 +286,7 @@ func (c *Collector) read(p Pod) (map[string]*dto.MetricFamily, string, error) {
 		return nil, "dial", err
 	}
 	defer dir.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PodTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.PodTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	conn, err := podpath.DialUnix(dir, contract.MetricsSocket, deadline)

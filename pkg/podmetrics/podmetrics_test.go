@@ -1,12 +1,15 @@
 package podmetrics
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -168,5 +171,93 @@ func TestFromPod(t *testing.T) {
 	pod.Status.Phase = corev1.PodSucceeded
 	if _, ok := FromPod(pod, contract.DriverName); ok {
 		t.Error("a finished pod is read")
+	}
+}
+
+// hangingSidecar is a metrics socket at path that accepts and never answers, as any
+// container that mounts the pod's gcsfuse-tmp volume can make.
+func hangingSidecar(t testing.TB, path string) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() { // ends when the listener closes at cleanup
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+}
+
+// Thirty pods whose metrics sockets accept and never answer cannot hold a scrape: the
+// collection ends within its budget, the pods left out are counted in a metric of their
+// own, and once each hanging socket has been tried (8 workers, 5 tries each per scrape)
+// the healthy pods, read first, are in every scrape.
+func TestCollectorHangingSocketsKeepTheScrapeBounded(t *testing.T) {
+	root, err := os.MkdirTemp("", "pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	var pods []Pod
+	for i := range 30 {
+		uid := fmt.Sprintf("hang-%d", i)
+		hangingSidecar(t, filepath.Join(tmpDir(t, root, uid), contract.MetricsSocket))
+		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: uid, Volumes: []string{"data"}})
+	}
+	for i := range 3 {
+		uid := fmt.Sprintf("ok-%d", i)
+		serveSidecar(t, filepath.Join(tmpDir(t, root, uid), contract.MetricsSocket), sidecarBody)
+		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: uid, Volumes: []string{"data"}})
+	}
+	reg := prometheus.NewRegistry()
+	const budget = time.Second
+	c, err := New(Config{KubeletRoot: root, Pods: func() []Pod { return pods }, ScrapeBudget: budget, PodTimeout: budget / 5}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := func(mfs []*dto.MetricFamily) int {
+		return len(series(mfs, gcsfusemetrics.Prefix+"gcs_read_bytes_count"))
+	}
+	// A loaded machine may make a healthy pod miss a scrape too: a few scrapes are allowed
+	// for every healthy pod to be in one.
+	const scrapes = 6
+	served := false
+	for scrape := 1; scrape <= scrapes && !served; scrape++ {
+		start := time.Now()
+		mfs, err := c.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > budget+time.Second {
+			t.Fatalf("scrape %d took %s with a %s budget", scrape, took, budget)
+		}
+		slow := testutil.ToFloat64(c.slow)
+		t.Logf("scrape %d: %d healthy pods' series, %v slow pods", scrape, healthy(mfs), slow)
+		if scrape == 1 && slow < 30 {
+			t.Errorf("scrape 1: %v slow pods counted, want at least the 30 hanging ones", slow)
+		}
+		served = healthy(mfs) == 3 && slow == 30
+	}
+	if !served {
+		t.Errorf("no scrape of %d had the 3 healthy pods' series and the 30 hanging pods counted slow (the hanging pods read last)", scrapes)
 	}
 }
