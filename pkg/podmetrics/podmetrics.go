@@ -93,7 +93,7 @@ type Config struct {
 	Workers int
 	// ScrapeBudget bounds a whole collection (0: DefaultScrapeBudget).
 	ScrapeBudget time.Duration
-	Log     *slog.Logger
+	Log          *slog.Logger
 }
 
 // Collector is a prometheus.Gatherer of every pod's gcsfuse series.
