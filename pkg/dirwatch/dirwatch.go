@@ -1,6 +1,10 @@
 // Package dirwatch reports names that appear in directories, through inotify. The sidecar
 // uses it to learn of hand-off sockets and the exit file the moment they are created, with
-// no polling interval to pay.
+// no polling interval to pay. Where the kernel refuses an inotify instance it falls back
+// to listing the directories every PollInterval: every sidecar of a node runs as uid 65534,
+// so they all share that user's fs.inotify.max_user_instances (128 on most distributions,
+// fewer than the 110-250 pods a node runs), and a sidecar that could not watch would leave
+// its pod's app waiting on a mount nobody serves.
 package dirwatch
 
 import (
@@ -8,10 +12,18 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// PollInterval is how often a polling Watcher lists its directories: the delay it adds,
+// at most, to noticing a hand-off socket or the exit file.
+const PollInterval = 100 * time.Millisecond
+
+// inotifyInit makes an inotify instance; a variable so that tests can make it fail.
+var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK) }
 
 // Event is a name that appeared in a watched directory, or an overflow.
 type Event struct {
@@ -26,31 +38,56 @@ type Event struct {
 
 // Watcher delivers Events on C until Close.
 type Watcher struct {
-	C   <-chan Event
-	c   chan Event
-	f   *os.File
-	mu  sync.Mutex
-	wds map[int32]string
+	C <-chan Event
+	// Polling is set when the kernel refused an inotify instance (Fallback says why): the
+	// directories are listed every PollInterval instead.
+	Polling  bool
+	Fallback error
+	c        chan Event
+	f        *os.File // the inotify instance; nil when polling
+	mu       sync.Mutex
+	wds      map[int32]string
+	// listed holds, when polling, each directory's names at its last listing.
+	listed map[string]map[string]bool
 
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close: the reader never blocks on an unread C
 	done      chan struct{}
 }
 
-// New starts a watcher. Close must be called to release it.
+// New starts a watcher: inotify, or polling when the kernel refuses an instance for want
+// of one (EMFILE: the user's or the process's limit; ENFILE, ENOMEM: the system's). Close
+// must be called to release it.
 func New() (*Watcher, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
+	c := make(chan Event, eventBuffer)
+	w := &Watcher{C: c, c: c, wds: map[int32]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	fd, err := inotifyInit()
+	switch {
+	case err == nil:
+		w.f = os.NewFile(uintptr(fd), "inotify")
+		go w.read()
+	case errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM):
+		w.Polling, w.Fallback = true, fmt.Errorf("inotify_init1: %w", err)
+		w.listed = map[string]map[string]bool{}
+		go w.poll()
+	default:
 		return nil, fmt.Errorf("inotify_init1: %w", err)
 	}
-	c := make(chan Event, eventBuffer)
-	w := &Watcher{C: c, c: c, f: os.NewFile(uintptr(fd), "inotify"), wds: map[int32]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go w.read()
 	return w, nil
 }
 
 // Add watches dir for names created in it or moved into it.
 func (w *Watcher) Add(dir string) error {
+	if w.Polling {
+		names, err := listNames(dir)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
+		w.mu.Lock()
+		w.listed[dir] = names // only names that appear from now on are reported
+		w.mu.Unlock()
+		return nil
+	}
 	raw, err := w.f.SyscallConn()
 	if err != nil {
 		return err
@@ -76,10 +113,74 @@ func (w *Watcher) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
 		close(w.stop)
-		err = w.f.Close()
+		if w.f != nil {
+			err = w.f.Close()
+		}
 		<-w.done
 	})
 	return err
+}
+
+// poll lists the watched directories every PollInterval and reports the names that were
+// not there at the previous listing, until Close. A directory that cannot be listed (gone)
+// is skipped, as inotify drops a removed directory's watch.
+func (w *Watcher) poll() {
+	defer close(w.done)
+	defer close(w.c)
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		dirs := make([]string, 0, len(w.listed))
+		for d := range w.listed {
+			dirs = append(dirs, d)
+		}
+		w.mu.Unlock()
+		for _, dir := range dirs {
+			names, err := listNames(dir)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			before := w.listed[dir]
+			w.listed[dir] = names
+			w.mu.Unlock()
+			for n := range names {
+				if before[n] {
+					continue
+				}
+				select {
+				case w.c <- Event{Dir: dir, Name: n}:
+				case <-w.stop:
+					return
+				}
+			}
+		}
+	}
+}
+
+// listNames lists dir without following a symlink in its place (as IN_DONT_FOLLOW does).
+func listNames(dir string) (map[string]bool, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names, nil
 }
 
 // Buffer sizes of the reader.

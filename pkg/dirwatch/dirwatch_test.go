@@ -1,6 +1,7 @@
 package dirwatch
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -188,5 +189,78 @@ func TestDeliverOverflowRecord(t *testing.T) {
 		case <-time.After(eventWait):
 			t.Fatalf("no event, want %+v", we)
 		}
+	}
+}
+
+// When the kernel refuses an inotify instance (the node's sidecars share uid 65534's
+// fs.inotify.max_user_instances), the watcher lists its directories instead: names created
+// or moved in are still reported, only within PollInterval rather than at once.
+func TestPollingFallbackWhenInotifyIsRefused(t *testing.T) {
+	orig := inotifyInit
+	inotifyInit = func() (int, error) { return -1, unix.EMFILE }
+	defer func() { inotifyInit = orig }()
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "before"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New()
+	if err != nil {
+		t.Fatalf("New with inotify refused: %v, want a polling watcher", err)
+	}
+	defer w.Close()
+	if !w.Polling || !errors.Is(w.Fallback, unix.EMFILE) {
+		t.Fatalf("Polling %v, Fallback %v; want polling because of EMFILE", w.Polling, w.Fallback)
+	}
+	if err := w.Add(filepath.Join(dir, "missing")); err == nil {
+		t.Error("Add of a missing directory succeeded")
+	}
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(name string) {
+		t.Helper()
+		select {
+		case ev := <-w.C:
+			if ev.Name != name || ev.Dir != dir {
+				t.Fatalf("event = %+v, want %s in %s", ev, name, dir)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no event for %s", name)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("a.sock") // and not "before", there before the watch
+	other := filepath.Join(t.TempDir(), "exit.tmp")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, filepath.Join(dir, "exit")); err != nil {
+		t.Fatal(err)
+	}
+	expect("exit")
+	select {
+	case ev := <-w.C:
+		t.Fatalf("unexpected event %+v", ev)
+	case <-time.After(3 * PollInterval):
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-w.C; ok {
+		t.Fatal("C still open after Close")
+	}
+}
+
+// Any other failure to make an instance is an error, not a silent fallback.
+func TestNewFailsOnOtherInotifyErrors(t *testing.T) {
+	orig := inotifyInit
+	inotifyInit = func() (int, error) { return -1, unix.EINVAL }
+	defer func() { inotifyInit = orig }()
+	if w, err := New(); err == nil {
+		w.Close()
+		t.Fatal("New succeeded although inotify_init1 failed with EINVAL")
 	}
 }

@@ -165,6 +165,10 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		return s.fail(fmt.Sprintf("cannot watch %s: %v", s.cfg.TmpDir, err))
 	}
 	defer w.Close()
+	if w.Polling {
+		s.log.Warn("the kernel refused an inotify instance (fs.inotify.max_user_instances is shared by every sidecar of the node); listing the directories instead",
+			"interval", dirwatch.PollInterval.String(), "err", w.Fallback)
+	}
 	if err := w.Add(s.cfg.TmpDir); err != nil {
 		return s.fail(fmt.Sprintf("cannot watch %s (is the %s emptyDir mounted?): %v", s.cfg.TmpDir, contract.TmpVolumeName, err))
 	}
