@@ -152,3 +152,27 @@ func TestRescanEventsOrder(t *testing.T) {
 		}
 	}
 }
+
+// An exit file there at start but unreadable (not a regular file, here a directory) ends
+// the sidecar as a readable one does: the name is the trigger, at start as while running.
+func TestUnreadableExitFileAtStartEndsTheSidecar(t *testing.T) {
+	tmp := t.TempDir()
+	if err := os.Mkdir(filepath.Join(tmp, contract.ExitFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newSidecar(Config{TmpDir: tmp, Mode: contract.ModeLegacy, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	code := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { code <- s.Run(ctx, make(chan os.Signal)) }()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit code %d, want 0", c)
+		}
+	case <-time.After(overflowWait):
+		cancel()
+		<-code
+		t.Fatal("the sidecar kept serving with an (unreadable) exit file present at start")
+	}
+}

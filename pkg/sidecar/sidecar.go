@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -184,10 +185,18 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		defer stopMetrics()
 	}
 
-	if r, err := exitfile.Read(tmpDir); err == nil {
+	// The exit file's name is the trigger, at start as in the loop below: the node plugin
+	// writes it atomically, so a name that cannot be read (its content garbled, or not a
+	// regular file) still says the workload is done. Treating it as absent here would keep
+	// a restarted sidecar serving forever while a running one would have exited on it.
+	if r, err := exitfile.Read(tmpDir); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		// The workload is already done: this is a container restarted after its end (a
 		// legacy sidecar that exited 1 under restartPolicy OnFailure). Its predecessor
 		// reported its failures; exiting 1 again would restart it forever.
+		if err != nil {
+			s.log.Warn("exit file present at start but unreadable; the workload is done", "err", err)
+			r = exitfile.Reason{Rule: "unreadable-exit-file"}
+		}
 		s.log.Info("exit file present at start: the workload is done", "rule", r.Rule)
 		return s.shutdown("exit file present at start: "+r.Rule, r, 0)
 	}
