@@ -89,6 +89,10 @@ type Runtime interface {
 
 var _ Runtime = (*CRI)(nil)
 
+// MaxMessageSize bounds a runtime's answer, as the kubelet's own CRI client does (16 MiB):
+// a node-wide listing over thousands of kept containers passes gRPC's default 4 MiB.
+const MaxMessageSize = 16 << 20
+
 // CRI is a Runtime backed by a CRI runtime endpoint (containerd, CRI-O).
 type CRI struct {
 	conn *grpc.ClientConn
@@ -101,7 +105,8 @@ func Dial(endpoint string) (*CRI, error) {
 	if !strings.HasPrefix(endpoint, "unix://") {
 		return nil, fmt.Errorf("runtime endpoint %q: only unix:// endpoints are supported", endpoint)
 	}
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("runtime endpoint %q: %w", endpoint, err)
 	}

@@ -98,3 +98,25 @@ func TestRuntimeErrorsAreReturned(t *testing.T) {
 		t.Fatal("tcp endpoint accepted")
 	}
 }
+
+// A node that keeps thousands of containers answers a node-wide listing of more than gRPC's
+// default 4 MiB: it is read, as the kubelet reads it (16 MiB).
+func TestListAllOverFourMiB(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	const n = 20000
+	name := strings.Repeat("c", 200)
+	cs := make([]containerexittest.Container, 0, n)
+	for i := range n {
+		cs = append(cs, containerexittest.Container{ID: fmt.Sprintf("%064d", i), PodUID: fmt.Sprintf("pod-%036d", i/4), Name: name,
+			State: runtimeapi.ContainerState_CONTAINER_EXITED})
+	}
+	srv.Set(cs...)
+	c := dial(t, srv)
+	got, err := c.ListAll(context.Background())
+	if err != nil {
+		t.Fatalf("ListAll of %d containers (> 5 MiB): %v", n, err)
+	}
+	if len(got) != n {
+		t.Fatalf("ListAll = %d containers, want %d", len(got), n)
+	}
+}

@@ -158,7 +158,8 @@ func New(cfg Config) (*Watcher, error) {
 // Source is the source in use: SourceEvents, SourcePoll, or "" before Run has chosen.
 func (w *Watcher) Source() string { return w.source.Load().(string) }
 
-// Synced reports whether the state has been listed from the runtime at least once.
+// Synced reports whether the state is current: listed from the runtime, and the last
+// listing did not fail.
 func (w *Watcher) Synced() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -297,7 +298,18 @@ func (w *Watcher) relist(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			w.cfg.Metrics.listError()
-			w.log.Warn("cannot list the node's containers; retrying", "err", err)
+			// The state may have missed exits since: no longer serve it as current, or a
+			// follower would see "running" forever. PodContainers asks the runtime per pod
+			// until a listing works again.
+			w.mu.Lock()
+			wasSynced := w.synced
+			w.synced = false
+			w.mu.Unlock()
+			if wasSynced {
+				w.log.Warn("cannot list the node's containers; the state is stale, per-pod runtime calls until a listing works", "err", err)
+			} else {
+				w.log.Warn("cannot list the node's containers; retrying", "err", err)
+			}
 		}
 		return
 	}
@@ -321,7 +333,7 @@ func (w *Watcher) relist(ctx context.Context) {
 	w.synced = true
 	w.mu.Unlock()
 	if first {
-		w.log.Info("container runtime listed", "containers", len(cs), "source", w.Source())
+		w.log.Info("container runtime listed; synced", "containers", len(cs), "source", w.Source())
 	}
 	w.notify(changed)
 }
@@ -416,8 +428,8 @@ func (w *Watcher) notify(pods map[string]bool) {
 	}
 }
 
-// PodContainers returns the pod's containers from the state; before the first listing it
-// asks the runtime.
+// PodContainers returns the pod's containers from the state; while it is not synced (before
+// the first listing, or after a failed one) it asks the runtime.
 func (w *Watcher) PodContainers(ctx context.Context, podUID string) ([]containerexit.Container, error) {
 	w.mu.Lock()
 	if !w.synced {

@@ -333,3 +333,32 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, value string) flo
 	}
 	return 0
 }
+
+// A node-wide listing that fails after the state was synced makes it stale: the watch says
+// it is not synced and answers per pod from the runtime, never the stale "running" of a
+// container that exited meanwhile; a listing that works again makes it synced.
+func TestFailedListingIsNotServedAsSynced(t *testing.T) {
+	f := start(t, "containerd", "1.6.20", false, runtimewatch.Config{PollInterval: 20 * time.Millisecond})
+	f.srv.Set(ctr("p1", "app", 0, running))
+	f.changes.waitFor(t, "p1", 0, within)
+	f.srv.FailList(errDown)
+	f.srv.SetStateQuiet("p1-app", runtimeapi.ContainerState_CONTAINER_EXITED)
+	for start := time.Now(); f.w.Synced(); time.Sleep(2 * time.Millisecond) {
+		if time.Since(start) > timeout {
+			t.Fatal("still synced while every listing fails")
+		}
+	}
+	if cs, err := f.w.PodContainers(context.Background(), "p1"); err == nil {
+		t.Fatalf("PodContainers while the runtime cannot list = %+v, nil; want the runtime's error, not the stale state", cs)
+	}
+	f.srv.FailList(nil)
+	for start := time.Now(); !f.w.Synced(); time.Sleep(2 * time.Millisecond) {
+		if time.Since(start) > timeout {
+			t.Fatal("not synced again once listings work")
+		}
+	}
+	cs, err := f.w.PodContainers(context.Background(), "p1")
+	if err != nil || len(cs) != 1 || cs[0].State != containerexit.StateExited {
+		t.Fatalf("PodContainers = %+v, %v; want p1's app exited", cs, err)
+	}
+}
