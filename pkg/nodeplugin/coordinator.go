@@ -62,6 +62,19 @@ type ExitCoordinator struct {
 	// use, so that an ExitCoordinator literal works.
 	released     *expiring.Set[types.UID]
 	releasedOnce sync.Once
+
+	// podFiles holds the number of the latest write of each pod file being written
+	// (writePodFile; numbers from podFileSeq, never reused): a retry of an older write
+	// stops once a newer one was asked, so it never overwrites newer content.
+	podFilesMu sync.Mutex
+	podFiles   map[podFileKey]uint64
+	podFileSeq uint64
+}
+
+// podFileKey names one file of one pod.
+type podFileKey struct {
+	uid  types.UID
+	name string
 }
 
 // The pod watcher's callbacks ExitCoordinator implements.

@@ -30,9 +30,16 @@ const (
 	ExitRetryFirst = 250 * time.Millisecond
 	// ExitRetryMax caps the wait between two attempts.
 	ExitRetryMax = 10 * time.Second
-	// ExitRetryFor bounds the whole effort: after it, a sidecar still alive is reported
-	// with a SidecarExitFailed Event and left to the user.
+	// ExitRetryFor is how long the effort runs before a sidecar still alive is reported
+	// with a SidecarExitFailed Event. Trying goes on after it, every ExitRetryLate: a
+	// kubelet directory full or read-only for longer than this usually comes back, and a
+	// legacy Job that is never told runs forever (nothing else decides about it again).
 	ExitRetryFor = 2 * time.Minute
+	// ExitRetryLate is the pace of the attempts after ExitRetryFor.
+	ExitRetryLate = 30 * time.Second
+	// ExitRetryLongest bounds the whole effort: after it the request is given up for good
+	// (remembered for ExitFailedMemory), and the pod is left to the user.
+	ExitRetryLongest = 24 * time.Hour
 	// ExitAPITimeout bounds each question to the API server about the pod.
 	ExitAPITimeout = 5 * time.Second
 	// ExitFailedMemory is how long a pod whose sidecar could not be told is remembered, so
@@ -42,7 +49,7 @@ const (
 
 // exitRetryPolicy holds the retry timings; tests shorten them.
 type exitRetryPolicy struct {
-	first, max, total, apiTimeout time.Duration
+	first, max, total, late, longest, apiTimeout time.Duration
 }
 
 func (p exitRetryPolicy) orDefaults() exitRetryPolicy {
@@ -54,6 +61,12 @@ func (p exitRetryPolicy) orDefaults() exitRetryPolicy {
 	}
 	if p.total <= 0 {
 		p.total = ExitRetryFor
+	}
+	if p.late <= 0 {
+		p.late = ExitRetryLate
+	}
+	if p.longest < p.total {
+		p.longest = max(p.total, ExitRetryLongest)
 	}
 	if p.apiTimeout <= 0 {
 		p.apiTimeout = ExitAPITimeout
@@ -181,22 +194,47 @@ func (l *ExitCoordinator) askAPI(ctx context.Context, pod *corev1.Pod, timeout t
 }
 
 // retryExit retries an exit request until the sidecar is told or gone, ctx ends (Close), or
-// the retry budget is spent; then, if the sidecar may still be alive, it reports that it
-// could not be told. sawDir says whether an earlier attempt found the emptyDir: once seen,
-// its disappearance means the kubelet tore the pod's volumes down, sidecar included.
+// the longest effort is spent. After the retry budget (total), a sidecar that may still be
+// alive is reported once with a SidecarExitFailed Event, and attempts go on at the late
+// pace: a directory that comes back then still gets its exit file. sawDir says whether an
+// earlier attempt found the emptyDir: once seen, its disappearance means the kubelet tore
+// the pod's volumes down, sidecar included.
 func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.Decision, sawDir bool, lastErr error, log *slog.Logger) {
 	p := l.exitRetry.orDefaults()
 	gaveUp := false
 	defer func() { l.exits.release(pod.UID, gaveUp, time.Now()) }()
-	deadline := time.Now().Add(p.total)
+	start := time.Now()
+	reportAt, end := start.Add(p.total), start.Add(p.longest)
+	reported := false
 	pace := backoff.Doubling(p.first, p.max)
 	attempts := 1
 	for {
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
+		now := time.Now()
+		if !reported && !now.Before(reportAt) {
+			// The budget is spent. Report only a sidecar that may still be running: the
+			// API's word if it answers, otherwise the last status the watcher saw
+			// (checked in requestExit).
+			if gone, _ := l.askAPI(ctx, pod, p.apiTimeout); gone {
+				log.Info("the API reports the sidecar gone; nothing to tell", "attempts", attempts, "err", lastErr)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			reported = true
+			log.Error("cannot ask the sidecar to exit; still trying", "attempts", attempts, "for", p.total.String(),
+				"every", p.late.String(), "until", p.longest.String(), "err", lastErr)
+			l.event(pod, true, contract.EventSidecarExitFailed,
+				fmt.Sprintf("cannot ask %s to exit after %d attempts over %s: %v; still trying every %s", contract.SidecarContainerName, attempts, p.total, lastErr, p.late))
+		}
+		if !now.Before(end) {
 			break
 		}
-		timer := time.NewTimer(min(pace.Step(), remaining))
+		wait := p.late
+		if !reported {
+			wait = min(pace.Step(), reportAt.Sub(now))
+		}
+		timer := time.NewTimer(min(wait, end.Sub(now)))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -208,7 +246,7 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 		outcome, err := l.tryExit(pod, d)
 		switch outcome {
 		case exitWritten:
-			l.exitRequested(pod, d, log, "attempts", attempts)
+			l.exitRequested(pod, d, log, "attempts", attempts, "after", time.Since(start).Round(time.Millisecond).String())
 			return
 		case exitPresent:
 			log.Info("exit file already present; the sidecar was told", "attempts", attempts)
@@ -227,19 +265,11 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 			return
 		}
 	}
-	// The budget is spent. Report only a sidecar that may still be running: the API's word
-	// if it answers, otherwise the last status the watcher saw (checked in requestExit).
-	if gone, _ := l.askAPI(ctx, pod, p.apiTimeout); gone {
-		log.Info("the API reports the sidecar gone; nothing to tell", "attempts", attempts, "err", lastErr)
-		return
-	}
 	if ctx.Err() != nil {
 		return
 	}
 	gaveUp = true
-	log.Error("cannot ask the sidecar to exit; giving up", "attempts", attempts, "for", p.total.String(), "err", lastErr)
-	l.event(pod, true, contract.EventSidecarExitFailed,
-		fmt.Sprintf("cannot ask %s to exit after %d attempts over %s: %v", contract.SidecarContainerName, attempts, p.total, lastErr))
+	log.Error("cannot ask the sidecar to exit; giving up", "attempts", attempts, "for", p.longest.String(), "err", lastErr)
 }
 
 // exitRequested logs and reports an exit file just written.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
@@ -27,9 +28,10 @@ const (
 	quietWait      = 150 * time.Millisecond // how long "nothing happens" is watched
 )
 
-// fastRetry makes retries quick for tests; total is the retry budget.
+// fastRetry makes retries quick for tests; total is the retry budget, and the effort ends
+// with it (no late attempts).
 func fastRetry(total time.Duration) exitRetryPolicy {
-	return exitRetryPolicy{first: 5 * time.Millisecond, max: 20 * time.Millisecond, total: total, apiTimeout: time.Second}
+	return exitRetryPolicy{first: 5 * time.Millisecond, max: 20 * time.Millisecond, total: total, longest: total, apiTimeout: time.Second}
 }
 
 type exitEvent struct {
@@ -335,6 +337,40 @@ func TestExitFailedReportedOnceForALiveSidecar(t *testing.T) {
 	}
 }
 
+// A kubelet directory unusable for longer than the retry budget (a legacy Job's pod whose
+// emptyDir was late, or whose disk was full or read-only for minutes) is reported once,
+// and the exit file still comes when the directory does: nothing else would ever ask
+// again, and the Job would run forever.
+func TestExitFileComesAfterTheBudgetWhenTheDirectoryDoes(t *testing.T) {
+	root := t.TempDir()
+	events := &eventLog{}
+	l := newCoordinator(root, events, 0)
+	l.exitRetry = exitRetryPolicy{first: 5 * time.Millisecond, max: 20 * time.Millisecond, total: 100 * time.Millisecond,
+		late: 20 * time.Millisecond, longest: time.Minute, apiTimeout: time.Second}
+	defer l.Close(time.Second)
+	pod := donePod(t, root) // no emptyDir yet
+	l.API = fake.NewClientset(pod.DeepCopy()).CoreV1()
+
+	l.requestExit(pod, decision)
+	for start := time.Now(); events.count(contract.EventSidecarExitFailed) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > eventuallyWait {
+			t.Fatal("no SidecarExitFailed Event after the retry budget")
+		}
+	}
+	if idle(l, quietWait) {
+		t.Fatal("the request stopped at the retry budget: it is never asked again")
+	}
+	l.requestExit(pod, decision) // a second decision meanwhile: no second writer, no second Event
+	makeEmptyDir(t, root, pod)
+	requireExitFile(t, root, pod)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("retry goroutine still running after the exit file was written")
+	}
+	if events.count(contract.EventSidecarExitFailed) != 1 || events.count(contract.EventSidecarExitRequested) != 1 {
+		t.Fatalf("events = %+v, want one %s then one %s", events.all(), contract.EventSidecarExitFailed, contract.EventSidecarExitRequested)
+	}
+}
+
 func TestCloseStopsExitRetries(t *testing.T) {
 	root := t.TempDir()
 	events := &eventLog{}
@@ -377,3 +413,55 @@ func fileAppears(p string, d time.Duration) bool {
 	}
 	return false
 }
+
+// The terminating file of a pod whose kubelet directory is read-only for a moment is
+// retried until it can be written (the sidecar would otherwise drain on the spec's grace,
+// not the deletion's); a newer deletion's file asked meanwhile wins over the older retry.
+func TestTerminatingFileRetriedAndNewestWins(t *testing.T) {
+	root := t.TempDir()
+	l := newCoordinator(root, &eventLog{}, time.Minute)
+	defer l.Close(time.Second)
+	pod := donePod(t, root)
+	makeEmptyDir(t, root, pod)
+	writable := readOnly(t, emptyDirPath(root, pod))
+	pod.DeletionGracePeriodSeconds = ptrTo(int64(40))
+	l.PodDeleting(pod)
+	file := filepath.Join(emptyDirPath(root, pod), contract.TerminatingFile)
+	time.Sleep(quietWait)
+	if _, err := os.Stat(file); err == nil {
+		t.Fatal("terminating file written into a read-only emptyDir?")
+	}
+	writable()
+	if !fileAppears(file, eventuallyWait) {
+		t.Fatal("no terminating file once the emptyDir was writable: the failed write was not retried")
+	}
+	if !idle(l, eventuallyWait) {
+		t.Fatal("retry still running after the file was written")
+	}
+
+	// Read-only again; a first write (grace 40) fails and is retried, then a newer one
+	// (grace 3) is asked: the file ends with 3.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	writable = readOnly(t, emptyDirPath(root, pod))
+	l.PodDeleting(pod)
+	newer := pod.DeepCopy()
+	newer.DeletionGracePeriodSeconds = ptrTo(int64(3))
+	l.PodDeleting(newer)
+	writable()
+	if !fileAppears(file, eventuallyWait) || !idle(l, eventuallyWait) {
+		t.Fatal("no terminating file, or a retry still running")
+	}
+	d, err := os.Open(emptyDirPath(root, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got, err := exitfile.ReadTerminating(d)
+	if err != nil || got.GraceSeconds != 3 {
+		t.Fatalf("terminating file = %+v, %v; want the newer deletion's grace 3", got, err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,6 +1,7 @@
 package nodeplugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
@@ -43,22 +45,93 @@ func (l *ExitCoordinator) InitContainersSucceeded(pod *corev1.Pod) {
 
 // writePodFile writes one file into the pod's gcsfuse-tmp emptyDir. A pod whose emptyDir is
 // gone (already cleaned up) or was never created is skipped silently: its sidecar is not
-// running to read the file.
+// running to read the file. A write that fails otherwise (a full or read-only kubelet
+// directory) is retried in the background, with the exit request's backoff, for the exit
+// request's retry budget: these files matter during a deletion's grace or at the end of
+// the init containers, and a sidecar that never gets them serves on a wrong deadline or
+// drains too early.
 func (l *ExitCoordinator) writePodFile(pod *corev1.Pod, name string, write func(*os.File) error) {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "file", name)
-	dir, err := podpath.OpenDir(l.KubeletRoot, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
-	if errors.Is(err, os.ErrNotExist) {
+	key := podFileKey{pod.UID, name}
+	gen := l.podFileGeneration(key, true)
+	err := l.tryPodFile(pod, write)
+	switch {
+	case err == nil:
+		l.podFileDone(key, gen)
+		log.Info("wrote the file for the sidecar")
+		return
+	case errors.Is(err, os.ErrNotExist):
+		l.podFileDone(key, gen)
 		log.Debug("no emptyDir; file not written")
 		return
 	}
+	log.Warn("cannot write the file for the sidecar; retrying", "err", fmt.Errorf("%s: %w", name, err))
+	p := l.exitRetry.orDefaults()
+	l.goOwned(func(ctx context.Context) {
+		defer l.podFileDone(key, gen)
+		pace := backoff.Doubling(p.first, p.max)
+		deadline := time.Now().Add(p.total)
+		for attempts := 2; ; attempts++ {
+			remaining := time.Until(deadline)
+			if remaining <= 0 {
+				log.Error("cannot write the file for the sidecar; giving up", "attempts", attempts-1, "for", p.total.String(), "err", err)
+				return
+			}
+			timer := time.NewTimer(min(pace.Step(), remaining))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			if l.podFileGeneration(key, false) != gen {
+				log.Info("a newer write of the file was asked; this one stops", "attempts", attempts-1)
+				return
+			}
+			err = l.tryPodFile(pod, write)
+			switch {
+			case err == nil:
+				log.Info("wrote the file for the sidecar", "attempts", attempts)
+				return
+			case errors.Is(err, os.ErrNotExist):
+				log.Info("the pod's emptyDir is gone; file not written", "attempts", attempts)
+				return
+			}
+		}
+	})
+}
+
+// podFileGeneration returns the number of the latest write of key, after counting a new
+// one when next is set.
+func (l *ExitCoordinator) podFileGeneration(key podFileKey, next bool) uint64 {
+	l.podFilesMu.Lock()
+	defer l.podFilesMu.Unlock()
+	if l.podFiles == nil {
+		l.podFiles = map[podFileKey]uint64{}
+	}
+	if next {
+		l.podFileSeq++
+		l.podFiles[key] = l.podFileSeq
+	}
+	return l.podFiles[key]
+}
+
+// podFileDone forgets key once its latest write (gen) has ended, so that the map holds
+// only files being retried.
+func (l *ExitCoordinator) podFileDone(key podFileKey, gen uint64) {
+	l.podFilesMu.Lock()
+	defer l.podFilesMu.Unlock()
+	if l.podFiles[key] == gen {
+		delete(l.podFiles, key)
+	}
+}
+
+// tryPodFile makes one attempt at writing a file into the pod's gcsfuse-tmp emptyDir.
+func (l *ExitCoordinator) tryPodFile(pod *corev1.Pod, write func(*os.File) error) error {
+	dir, err := podpath.OpenDir(l.KubeletRoot, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
-		log.Warn("cannot open the pod's emptyDir", "err", err)
-		return
+		return err
 	}
 	defer dir.Close()
-	if err := write(dir); err != nil {
-		log.Warn("cannot write the file for the sidecar", "err", fmt.Errorf("%s: %w", name, err))
-		return
-	}
-	log.Info("wrote the file for the sidecar")
+	return write(dir)
 }
