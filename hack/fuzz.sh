@@ -18,11 +18,27 @@ n=0
 for pkg in "${pkgs[@]}"; do
   for target in $(grep -ho '^func Fuzz[A-Z][A-Za-z0-9_]*(f \*testing.F)' "$pkg"/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/' | sort); do
     step "fuzz $pkg $target for $FUZZ_TIME"
-    if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZ_TIME" "$pkg"; then
-      echo "fuzz target $target of $pkg failed: the input is under $pkg/testdata/fuzz/$target/ (add it to the seed corpus with the fix)" >&2
-      exit 1
+    corpus=$pkg/testdata/fuzz/$target
+    before=$(ls "$corpus" 2>/dev/null | sort || true)
+    out=$(mktemp)
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZ_TIME" "$pkg" 2>&1 | tee "$out"; [ "${PIPESTATUS[0]}" = 0 ]; then
+      rm -f "$out"
+      n=$((n + 1))
+      continue
     fi
-    n=$((n + 1))
+    after=$(ls "$corpus" 2>/dev/null | sort || true)
+    # Go 1.26's fuzzing coordinator can fail a target at the end of a -fuzztime window with
+    # a bare "context deadline exceeded" and no input (go.dev/issue/75804, fixed in Go
+    # 1.27): a race in its shutdown, not a finding. Only that exact shape is let through.
+    if [ "$before" = "$after" ] && grep -q '^    context deadline exceeded$' "$out" && ! grep -q 'Failing input written to' "$out"; then
+      echo "fuzz target $target of $pkg: Go's fuzzing coordinator ended with a bare 'context deadline exceeded' and wrote no input (go.dev/issue/75804); not a finding" >&2
+      rm -f "$out"
+      n=$((n + 1))
+      continue
+    fi
+    rm -f "$out"
+    echo "fuzz target $target of $pkg failed: the input is under $corpus/ (add it to the seed corpus with the fix)" >&2
+    exit 1
   done
 done
 step "$n fuzz targets ran $FUZZ_TIME each without a failure"
