@@ -109,6 +109,7 @@ refute "$r" "no Namespace object by default" '^kind: Namespace$'
 refute "$r" "admission policy off" '^kind: ValidatingAdmissionPolicy'
 refute "$r" "no token request without an audience" '^  tokenRequests:'
 expect "$r" "no republish without a token" '^  requiresRepublish: false$'
+expect "$r" "no audience: the node plugin expects no token" -- '- --wif-token-audience=$'
 refute "$r" "metrics off" 'metrics-addr|prometheus.io/scrape'
 expect "$r" "pod annotations" '^        team: storage$'
 expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd/containerd.sock$'
@@ -134,6 +135,15 @@ expect "$r" "caBundle" 'caBundle: Q0EK$'
 expect "$r" "webhook service namespace" '^        namespace: storage-system$'
 expect "$r" "own namespace skipped" 'values: \["kube-system", "storage-system"\]'
 refute "$r" "no object left in the default namespace" 'namespace: gcsfuse-csi$'
+
+step "the token audience reaches the CSIDriver and the node plugin alike"
+expect "$d" "default audience: the node plugin" -- '- --wif-token-audience=gcsfuse\.csi\.storage$'
+expect "$d" "default audience: the CSIDriver" '^    - audience: gcsfuse\.csi\.storage$'
+a=$tmp/audience.yaml
+helm template gcsfuse-csi "$chart" --namespace "$ns" --set tokenRequest.audience=my-project.svc.id.goog > "$a"
+expect "$a" "audience: the CSIDriver asks the kubelet for it" '^    - audience: my-project\.svc\.id\.goog$'
+expect "$a" "audience: the node plugin exchanges it" -- '- --wif-token-audience=my-project\.svc\.id\.goog$'
+refute "$a" "audience: the default audience left in the CSIDriver or the node plugin" '(audience: |wif-token-audience=)gcsfuse\.csi\.storage$'
 
 step "cert-manager option (rendered only: cert-manager is not installed here)"
 # show TEMPLATE ARGS...: one template's objects, rendered in namespace storage-system.
@@ -198,4 +208,5 @@ if out=$(helm template gcsfuse-csi "$chart" --namespace "$ns" --kube-version 1.2
 fi
 bad pullSecrets --set 'images.sidecar.pullSecrets={Bad_Name}'
 bad imagePullSecrets --set 'imagePullSecrets[0].name=a b'
+bad audience --set 'tokenRequest.audience=a b'
 step "chart checks passed"

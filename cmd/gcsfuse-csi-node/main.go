@@ -58,7 +58,7 @@ func run() int {
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/<driver-name>/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
-	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: one of the CSIDriver's tokenRequests")
+	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: the CSIDriver's tokenRequests audience (the chart passes its tokenRequest.audience); empty: the CSIDriver has no tokenRequests, so no token comes and Workload Identity Federation is off")
 	wifTokenURL := flag.String("wif-token-url", credentials.DefaultTokenURL, "STS token exchange endpoint")
 	wifAllowedTokenURLs := flag.String("wif-allowed-token-urls", "", "comma separated further STS endpoints a volume may choose with the "+contract.AttrTokenURL+" attribute")
 	wifServiceAccount := flag.String("wif-service-account", "", "Google service account the federated identity impersonates by default (empty: none; a volume may set "+contract.AttrServiceAccount+")")
@@ -75,6 +75,7 @@ func run() int {
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/<driver-name>-reg.sock (empty: off, an external registrar registers the driver)")
 	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "", "the CSI socket path as the kubelet sees it on the host (for --registration-socket; default <kubelet-root>/plugins/<driver-name>/csi.sock)")
 	flag.Parse()
+	noToken := *wifTokenAudience == ""
 
 	lvl := slog.LevelInfo
 	if *verbose {
@@ -205,7 +206,7 @@ func run() int {
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		Pods: podLookup(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
 		Credentials: credentials.Config{
-			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
+			Provider: *wifProvider, TokenAudience: *wifTokenAudience, NoServiceAccountToken: noToken, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
 			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
 		},
@@ -286,7 +287,7 @@ func run() int {
 	}
 	log.Info("node plugin serving", "driver", *driverName, "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
 		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint,
-		"wifProvider", *wifProvider, "wifTokenURL", *wifTokenURL)
+		"wifProvider", *wifProvider, "wifTokenAudience", *wifTokenAudience, "wifTokenURL", *wifTokenURL)
 
 	code := 0
 	select {
