@@ -177,6 +177,38 @@ expect "$tmp/cm-ref.yaml" "a given issuer signs" '^    name: corp-ca$'
 expect "$tmp/cm-ref.yaml" "a given ClusterIssuer" '^    kind: ClusterIssuer$'
 refute "$d" "no cert-manager object by default" '^apiVersion: cert-manager.io/'
 
+step "GKE private clusters: the webhook's port, the critical-pod quota"
+# webhook.port: the control plane of a GKE private cluster reaches the nodes on 443 and 10250
+# only. The port the webhook listens on, the container port, the probes and the Service's
+# targetPort must move together.
+show webhook/deployment.yaml --set webhook.port=10250 > "$tmp/port-deploy.yaml"
+show webhook/service.yaml --set webhook.port=10250 > "$tmp/port-svc.yaml"
+expect "$tmp/port-deploy.yaml" "webhook.port: the webhook listens on it" -- '- --listen=:10250$'
+expect "$tmp/port-deploy.yaml" "webhook.port: the container port" '^              containerPort: 10250$'
+refute "$tmp/port-deploy.yaml" "webhook.port: the default port left" '9443'
+[ "$(sed -n '/^          ports:$/,/^          [a-z]/p' "$tmp/port-deploy.yaml" | grep -c '^            - name: https$')" = 1 ] ||
+  { echo "webhook.port: the container port is not the one named https" >&2; exit 1; }
+[ "$(grep -c '^              port: https$' "$tmp/port-deploy.yaml")" = 2 ] ||
+  { echo "webhook.port: the readiness and liveness probes do not both use the port named https" >&2; exit 1; }
+expect "$tmp/port-svc.yaml" "webhook.port: the Service forwards to the port named https" '^      targetPort: https$'
+expect "$tmp/port-svc.yaml" "webhook.port: the API server still calls 443" '^      port: 443$'
+expect "$d" "default webhook port" -- '- --listen=:9443$'
+# node.priorityQuota: a ResourceQuota scoped to the node plugin's priority class, in the
+# release namespace; none by default (deploy/base has none).
+refute "$d" "no ResourceQuota by default" '^kind: ResourceQuota$'
+show node/priority-quota.yaml --set node.priorityQuota.create=true > "$tmp/quota.yaml"
+show node/daemonset.yaml > "$tmp/ds.yaml"
+expect "$tmp/quota.yaml" "priorityQuota: a ResourceQuota" '^kind: ResourceQuota$'
+expect "$tmp/quota.yaml" "priorityQuota: in the release namespace" '^  namespace: storage-system$'
+expect "$tmp/quota.yaml" "priorityQuota: a generous pod limit" '^    pods: "1G"$'
+expect "$tmp/quota.yaml" "priorityQuota: scoped by priority class" '^      - scopeName: PriorityClass$'
+expect "$tmp/quota.yaml" "priorityQuota: operator In" '^        operator: In$'
+pc=$(sed -n 's/^      priorityClassName: //p' "$tmp/ds.yaml")
+[ "$pc" = system-node-critical ] && [ "$(sed -n '/^        values:$/,$p' "$tmp/quota.yaml" | sed -n 's/^          - //p')" = "$pc" ] ||
+  { echo "priorityQuota: the quota's PriorityClass values are not the DaemonSet's priorityClassName ($pc)" >&2; exit 1; }
+show node/priority-quota.yaml --set node.priorityQuota.create=true --set node.priorityClassName=custom-critical > "$tmp/quota-pc.yaml"
+expect "$tmp/quota-pc.yaml" "priorityQuota follows node.priorityClassName" '^          - custom-critical$'
+
 step "bad values are refused, naming the value"
 bad() { # WHAT ARGS...: helm template must fail and name WHAT
   local what=$1 out
@@ -209,4 +241,6 @@ fi
 bad pullSecrets --set 'images.sidecar.pullSecrets={Bad_Name}'
 bad imagePullSecrets --set 'imagePullSecrets[0].name=a b'
 bad audience --set 'tokenRequest.audience=a b'
+bad port --set webhook.port=443
+bad priorityClassName --set node.priorityQuota.create=true --set node.priorityClassName=
 step "chart checks passed"
