@@ -123,11 +123,29 @@ func validateNoProxy(s string) error {
 	return nil
 }
 
+// AlwaysDirect is what NO_PROXY always holds when a proxy is set: the GCE and GKE metadata
+// server, link-local on every node and never behind a proxy. gcsfuse asks it over http://
+// for the machine type and, with Application Default Credentials on GKE, for the pod's
+// tokens, and those requests honour HTTP_PROXY.
+const AlwaysDirect = "metadata.google.internal,169.254.169.254"
+
+// noProxy is NoProxy with AlwaysDirect, when a proxy is set.
+func (p Proxy) noProxy() string {
+	if p.HTTPS == "" && p.HTTP == "" {
+		return p.NoProxy
+	}
+	if strings.TrimSpace(p.NoProxy) == "" {
+		return AlwaysDirect
+	}
+	return p.NoProxy + "," + AlwaysDirect
+}
+
 // Env is the environment that makes Go's http.ProxyFromEnvironment (gcsfuse's HTTP client,
-// its token exchanges, its gRPC dialer) use p: only what is set.
+// its token exchanges, its gRPC dialer) use p: only what is set, and NO_PROXY with
+// AlwaysDirect.
 func (p Proxy) Env() []string {
 	var env []string
-	for _, kv := range [][2]string{{"HTTPS_PROXY", p.HTTPS}, {"HTTP_PROXY", p.HTTP}, {"NO_PROXY", p.NoProxy}} {
+	for _, kv := range [][2]string{{"HTTPS_PROXY", p.HTTPS}, {"HTTP_PROXY", p.HTTP}, {"NO_PROXY", p.noProxy()}} {
 		if kv[1] != "" {
 			env = append(env, kv[0]+"="+kv[1])
 		}
@@ -139,7 +157,7 @@ func (p Proxy) Env() []string {
 // httpproxy, which net/http's ProxyFromEnvironment is): for a client of our own that must
 // go where gcsfuse goes.
 func (p Proxy) Func() func(*url.URL) (*url.URL, error) {
-	return (&httpproxy.Config{HTTPSProxy: p.HTTPS, HTTPProxy: p.HTTP, NoProxy: p.NoProxy}).ProxyFunc()
+	return (&httpproxy.Config{HTTPSProxy: p.HTTPS, HTTPProxy: p.HTTP, NoProxy: p.noProxy()}).ProxyFunc()
 }
 
 // For names the proxy a request to u goes through, redacted ("" when none).

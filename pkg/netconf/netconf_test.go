@@ -102,11 +102,14 @@ func TestProxyPrintsNoPassword(t *testing.T) {
 func TestEnvAndFunc(t *testing.T) {
 	p := Proxy{HTTPS: "http://sp:1", HTTP: "http://hp:2", NoProxy: ".svc,10.0.0.0/8"}
 	env := strings.Join(p.Env(), " ")
-	if env != "HTTPS_PROXY=http://sp:1 HTTP_PROXY=http://hp:2 NO_PROXY=.svc,10.0.0.0/8" {
+	if env != "HTTPS_PROXY=http://sp:1 HTTP_PROXY=http://hp:2 NO_PROXY=.svc,10.0.0.0/8,"+AlwaysDirect {
 		t.Fatalf("env %q", env)
 	}
-	if got := (Proxy{HTTPS: "http://sp:1"}).Env(); len(got) != 1 {
-		t.Errorf("unset variables are set: %q", got)
+	if got := strings.Join((Proxy{HTTPS: "http://sp:1"}).Env(), " "); got != "HTTPS_PROXY=http://sp:1 NO_PROXY="+AlwaysDirect {
+		t.Errorf("HTTPS proxy alone: %q", got)
+	}
+	if got := (Proxy{}).Env(); len(got) != 0 {
+		t.Errorf("no proxy: %q", got)
 	}
 	for target, want := range map[string]string{
 		"https://storage.googleapis.com/storage/v1/": "http://sp:1",
@@ -115,6 +118,9 @@ func TestEnvAndFunc(t *testing.T) {
 		"http://10.1.2.3:14443/":                     "",
 		"https://127.0.0.1:4443/":                    "", // Go's rule: loopback is never proxied
 		"https://localhost:4443/":                    "",
+		// The metadata server is always reached directly (AlwaysDirect).
+		"http://metadata.google.internal/computeMetadata/v1/instance/machine-type": "",
+		"http://169.254.169.254/computeMetadata/v1/":                               "",
 	} {
 		u, _ := url.Parse(target)
 		if got := p.For(u); got != want {

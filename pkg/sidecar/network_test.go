@@ -26,6 +26,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 )
 
 // direct is the route of a volume without proxy or CA.
@@ -95,7 +96,7 @@ func TestGcsfuseEnvAndBundle(t *testing.T) {
 	}
 	want := filepath.Join(tmp, contract.VolumesDir, "data", contract.CombinedCAFile)
 	env := gcsfuseEnv("/t", r)
-	for _, kv := range []string{"PATH=/usr/bin:/bin", "TMPDIR=/t", "HOME=/t", "HTTPS_PROXY=http://u:pw@proxy:3128", "NO_PROXY=.svc", "SSL_CERT_FILE=" + want} {
+	for _, kv := range []string{"PATH=/usr/bin:/bin", "TMPDIR=/t", "HOME=/t", "HTTPS_PROXY=http://u:pw@proxy:3128", "NO_PROXY=.svc," + netconf.AlwaysDirect, "SSL_CERT_FILE=" + want} {
 		if !slices.Contains(env, kv) {
 			t.Errorf("gcsfuse env %q lacks %s", env, kv)
 		}

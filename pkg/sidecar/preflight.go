@@ -63,15 +63,18 @@ func checkBucket(ctx context.Context, r *route, endpoint, bucket, keyFile, ident
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// Through a proxy, the status may be the proxy's own (an http:// request it refuses):
+	// the message says which way the answer came.
+	status := resp.Status + r.via(req)
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("bucket %q does not exist", bucket)
+		return fmt.Errorf("bucket %q does not exist%s", bucket, r.via(req))
 	case resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("bucket %q: %s is not accepted by the storage endpoint (%s)%s", bucket, who, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: %s is not accepted by the storage endpoint (%s)%s", bucket, who, status, gcsMessage(body))
 	case resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("bucket %q: %s may not read it (%s)%s", bucket, who, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: %s may not read it (%s)%s", bucket, who, status, gcsMessage(body))
 	case resp.StatusCode >= 300:
-		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, status, gcsMessage(body))
 	}
 	return nil
 }
