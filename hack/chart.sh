@@ -99,21 +99,22 @@ helm template gcsfuse-csi "$chart" --namespace storage-system \
   --set 'images.sidecar.pullSecrets={team-registry,other-registry}' --set 'imagePullSecrets[0].name=team-registry' > "$r"
 expect "$r" "node image" 'image: registry.example.com:5000/team/gcsfuse-csi-node:v1.2.3$'
 expect "$r" "pull policy" 'imagePullPolicy: IfNotPresent$'
-expect "$r" "sidecar image reaches the webhook" -- '--sidecar-image=registry.example.com/team/sidecar:v1.2.3$'
-expect "$r" "sidecar pull secrets reach the webhook" -- '--sidecar-image-pull-secrets=team-registry,other-registry$'
+expect "$r" "sidecar image reaches the webhook" '--sidecar-image=registry.example.com/team/sidecar:v1.2.3$'
+expect "$r" "sidecar pull secrets reach the webhook" '--sidecar-image-pull-secrets=team-registry,other-registry$'
 [ "$(grep -A1 -c '^      imagePullSecrets:$' "$r")" = 2 ] && [ "$(grep -c '^        - name: team-registry$' "$r")" = 2 ] ||
   { echo "edge values: imagePullSecrets: not on both the node plugin and the webhook pods" >&2; exit 1; }
-expect "$r" "kubelet dir" -- '--kubelet-root=/var/snap/microk8s/common/var/lib/kubelet$'
+expect "$r" "kubelet dir" '--kubelet-root=/var/snap/microk8s/common/var/lib/kubelet$'
 refute "$r" "kubelet dir everywhere" '(^|[ =])/var/lib/kubelet'
 refute "$r" "no Namespace object by default" '^kind: Namespace$'
 refute "$r" "admission policy off" '^kind: ValidatingAdmissionPolicy'
 refute "$r" "no token request without an audience" '^  tokenRequests:'
 expect "$r" "no republish without a token" '^  requiresRepublish: false$'
+expect "$r" "no audience: the node plugin expects no token" '- --wif-token-audience=$'
 refute "$r" "metrics off" 'metrics-addr|prometheus.io/scrape'
 expect "$r" "pod annotations" '^        team: storage$'
-expect "$r" "runtime endpoint" -- '--runtime-endpoint=unix:///run/k3s/containerd/containerd.sock$'
-expect "$r" "machine type" -- '--machine-type=lookup$'
-expect "$r" "gcs endpoint" -- '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
+expect "$r" "runtime endpoint" '--runtime-endpoint=unix:///run/k3s/containerd/containerd.sock$'
+expect "$r" "machine type" '--machine-type=lookup$'
+expect "$r" "gcs endpoint" '--gcs-endpoint=http://10.0.0.1:4443/storage/v1/$'
 expect "$r" "replicas" '^  replicas: 3$'
 refute "$r" "PodDisruptionBudget off" '^kind: PodDisruptionBudget$'
 # driverName: the CSIDriver, the name the node plugin registers and its sockets, and what the
@@ -121,19 +122,28 @@ refute "$r" "PodDisruptionBudget off" '^kind: PodDisruptionBudget$'
 k=/var/snap/microk8s/common/var/lib/kubelet
 expect "$r" "driverName: CSIDriver" '^  name: gcsfuse\.csi\.storage\.gke\.io$'
 [ "$(grep -c -- '- --driver-name=gcsfuse\.csi\.storage\.gke\.io$' "$r")" = 2 ] || { echo "edge values: driverName does not reach both the node plugin and the webhook (--driver-name)" >&2; exit 1; }
-expect "$r" "driverName: registration socket" -- "--registration-socket=$k/plugins_registry/gcsfuse\.csi\.storage\.gke\.io-reg\.sock$"
-expect "$r" "driverName: kubelet CSI endpoint" -- "--kubelet-csi-endpoint=$k/plugins/gcsfuse\.csi\.storage\.gke\.io/csi\.sock$"
+expect "$r" "driverName: registration socket" "--registration-socket=$k/plugins_registry/gcsfuse\.csi\.storage\.gke\.io-reg\.sock$"
+expect "$r" "driverName: kubelet CSI endpoint" "--kubelet-csi-endpoint=$k/plugins/gcsfuse\.csi\.storage\.gke\.io/csi\.sock$"
 expect "$r" "driverName: plugin directory" "^            path: $k/plugins/gcsfuse\.csi\.storage\.gke\.io$"
 [ "$(grep -c "v\.csi\.driver == 'gcsfuse\.csi\.storage\.gke\.io'" "$r")" = 2 ] || { echo "edge values: driverName does not reach both webhook matchConditions" >&2; exit 1; }
 refute "$r" "driverName: the default name left somewhere" "[ =/']gcsfuse\.csi\.storage('|/csi|-reg|$)"
 [ "$(grep -c 'failurePolicy: Ignore$' "$r")" = 2 ] || { echo "edge values: failure policy: webhook.failurePolicy=Ignore does not reach the inject entry" >&2; exit 1; }
-expect "$r" "log level" -- '--log-level=debug$'
+expect "$r" "log level" '--log-level=debug$'
 expect "$r" "tls secret" 'secretName: my-cert$'
 expect "$r" "cert-manager CA injection" 'cert-manager.io/inject-ca-from: storage-system/gcsfuse-webhook$'
 expect "$r" "caBundle" 'caBundle: Q0EK$'
 expect "$r" "webhook service namespace" '^        namespace: storage-system$'
 expect "$r" "own namespace skipped" 'values: \["kube-system", "storage-system"\]'
 refute "$r" "no object left in the default namespace" 'namespace: gcsfuse-csi$'
+
+step "the token audience reaches the CSIDriver and the node plugin alike"
+expect "$d" "default audience: the node plugin" '- --wif-token-audience=gcsfuse\.csi\.storage$'
+expect "$d" "default audience: the CSIDriver" '^    - audience: gcsfuse\.csi\.storage$'
+a=$tmp/audience.yaml
+helm template gcsfuse-csi "$chart" --namespace "$ns" --set tokenRequest.audience=my-project.svc.id.goog > "$a"
+expect "$a" "audience: the CSIDriver asks the kubelet for it" '^    - audience: my-project\.svc\.id\.goog$'
+expect "$a" "audience: the node plugin exchanges it" '- --wif-token-audience=my-project\.svc\.id\.goog$'
+refute "$a" "audience: the default audience left in the CSIDriver or the node plugin" '(audience: |wif-token-audience=)gcsfuse\.csi\.storage$'
 
 step "cert-manager option (rendered only: cert-manager is not installed here)"
 # show TEMPLATE ARGS...: one template's objects, rendered in namespace storage-system.
@@ -167,6 +177,63 @@ expect "$tmp/cm-ref.yaml" "a given issuer signs" '^    name: corp-ca$'
 expect "$tmp/cm-ref.yaml" "a given ClusterIssuer" '^    kind: ClusterIssuer$'
 refute "$d" "no cert-manager object by default" '^apiVersion: cert-manager.io/'
 
+step "GKE private clusters: the webhook's port, the critical-pod quota"
+# webhook.port: the control plane of a GKE private cluster reaches the nodes on 443 and 10250
+# only. The port the webhook listens on, the container port, the probes and the Service's
+# targetPort must move together.
+show webhook/deployment.yaml --set webhook.port=10250 > "$tmp/port-deploy.yaml"
+show webhook/service.yaml --set webhook.port=10250 > "$tmp/port-svc.yaml"
+expect "$tmp/port-deploy.yaml" "webhook.port: the webhook listens on it" '- --listen=:10250$'
+expect "$tmp/port-deploy.yaml" "webhook.port: the container port" '^              containerPort: 10250$'
+refute "$tmp/port-deploy.yaml" "webhook.port: the default port left" '9443'
+[ "$(sed -n '/^          ports:$/,/^          [a-z]/p' "$tmp/port-deploy.yaml" | grep -c '^            - name: https$')" = 1 ] ||
+  { echo "webhook.port: the container port is not the one named https" >&2; exit 1; }
+[ "$(grep -c '^              port: https$' "$tmp/port-deploy.yaml")" = 2 ] ||
+  { echo "webhook.port: the readiness and liveness probes do not both use the port named https" >&2; exit 1; }
+expect "$tmp/port-svc.yaml" "webhook.port: the Service forwards to the port named https" '^      targetPort: https$'
+expect "$tmp/port-svc.yaml" "webhook.port: the API server still calls 443" '^      port: 443$'
+expect "$d" "default webhook port" '- --listen=:9443$'
+# node.priorityQuota: a ResourceQuota scoped to the node plugin's priority class, in the
+# release namespace; none by default (deploy/base has none).
+refute "$d" "no ResourceQuota by default" '^kind: ResourceQuota$'
+show node/priority-quota.yaml --set node.priorityQuota.create=true > "$tmp/quota.yaml"
+show node/daemonset.yaml > "$tmp/ds.yaml"
+expect "$tmp/quota.yaml" "priorityQuota: a ResourceQuota" '^kind: ResourceQuota$'
+expect "$tmp/quota.yaml" "priorityQuota: in the release namespace" '^  namespace: storage-system$'
+expect "$tmp/quota.yaml" "priorityQuota: a generous pod limit" '^    pods: "1G"$'
+expect "$tmp/quota.yaml" "priorityQuota: scoped by priority class" '^      - scopeName: PriorityClass$'
+expect "$tmp/quota.yaml" "priorityQuota: operator In" '^        operator: In$'
+pc=$(sed -n 's/^      priorityClassName: //p' "$tmp/ds.yaml")
+[ "$pc" = system-node-critical ] && [ "$(sed -n '/^        values:$/,$p' "$tmp/quota.yaml" | sed -n 's/^          - //p')" = "$pc" ] ||
+  { echo "priorityQuota: the quota's PriorityClass values are not the DaemonSet's priorityClassName ($pc)" >&2; exit 1; }
+show node/priority-quota.yaml --set node.priorityQuota.create=true --set node.priorityClassName=custom-critical > "$tmp/quota-pc.yaml"
+expect "$tmp/quota-pc.yaml" "priorityQuota follows node.priorityClassName" '^          - custom-critical$'
+
+step "proxy and extra CA for gcsfuse"
+refute "$d" "no proxy by default" '--(https?|no)-proxy='
+refute "$d" "no CA bundle by default" 'ca-bundle'
+printf -- '-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n' > "$tmp/ca.pem"
+px=(--set proxy.httpsProxy=http://proxy.corp:3128,proxy.httpProxy=http://proxy.corp:3129 --set 'proxy.noProxy=.svc\,10.0.0.0/8' --set-file caBundle="$tmp/ca.pem")
+show node/daemonset.yaml "${px[@]}" > "$tmp/px-ds.yaml"
+show node/ca-bundle.yaml "${px[@]}" > "$tmp/px-cm.yaml"
+expect "$tmp/px-ds.yaml" "proxy.httpsProxy reaches the node plugin" '- --https-proxy=http://proxy\.corp:3128$'
+expect "$tmp/px-ds.yaml" "proxy.httpProxy reaches the node plugin" '- --http-proxy=http://proxy\.corp:3129$'
+expect "$tmp/px-ds.yaml" "proxy.noProxy reaches the node plugin" '- --no-proxy=\.svc,10\.0\.0\.0/8$'
+expect "$tmp/px-ds.yaml" "caBundle: the node plugin reads the mounted file" '- --ca-bundle-file=/etc/gcsfuse-csi/ca/ca\.crt$'
+expect "$tmp/px-ds.yaml" "caBundle: mounted where the flag points" '^              mountPath: /etc/gcsfuse-csi/ca$'
+expect "$tmp/px-ds.yaml" "caBundle: from the chart's ConfigMap" '^            name: gcsfuse-csi-ca-bundle$'
+expect "$tmp/px-ds.yaml" "caBundle: a new bundle rolls the node plugin" "^        gcsfuse.csi.storage/ca-bundle-sha256: \"$(sha256sum < "$tmp/ca.pem" | cut -d' ' -f1)\"$"
+expect "$tmp/px-cm.yaml" "caBundle: a ConfigMap" '^kind: ConfigMap$'
+expect "$tmp/px-cm.yaml" "caBundle: in the release namespace" '^  namespace: storage-system$'
+expect "$tmp/px-cm.yaml" "caBundle: the PEM under the key the node plugin reads" '^  ca\.crt: \|$'
+expect "$tmp/px-cm.yaml" "caBundle: the PEM text" '^    MIIBAA==$'
+show node/daemonset.yaml --set caBundleConfigMap.name=corp-roots,caBundleConfigMap.key=roots.pem > "$tmp/cm-ds.yaml"
+expect "$tmp/cm-ds.yaml" "caBundleConfigMap: its key" '- --ca-bundle-file=/etc/gcsfuse-csi/ca/roots\.pem$'
+expect "$tmp/cm-ds.yaml" "caBundleConfigMap: its name" '^            name: corp-roots$'
+if show node/ca-bundle.yaml --set caBundleConfigMap.name=corp-roots >/dev/null 2>&1; then
+  echo "caBundleConfigMap: the chart rendered a ConfigMap of its own" >&2; exit 1
+fi
+
 step "bad values are refused, naming the value"
 bad() { # WHAT ARGS...: helm template must fail and name WHAT
   local what=$1 out
@@ -198,4 +265,10 @@ if out=$(helm template gcsfuse-csi "$chart" --namespace "$ns" --kube-version 1.2
 fi
 bad pullSecrets --set 'images.sidecar.pullSecrets={Bad_Name}'
 bad imagePullSecrets --set 'imagePullSecrets[0].name=a b'
+bad audience --set 'tokenRequest.audience=a b'
+bad port --set webhook.port=443
+bad httpsProxy --set proxy.httpsProxy=proxy.corp:3128
+bad caBundle --set caBundle=not-pem
+bad 'set one' --set-file caBundle="$tmp/ca.pem" --set caBundleConfigMap.name=corp-roots
+bad priorityClassName --set node.priorityQuota.create=true --set node.priorityClassName=
 step "chart checks passed"

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,9 @@ func run() int {
 	provider := flag.String("wif-provider", "", "Workload Identity provider the STS accepts as audience (--auth; empty: no STS)")
 	tokenAudience := flag.String("wif-token-audience", "gcsfuse.csi.storage", "audience a Kubernetes service account token must have (TokenReview)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for TokenReview (empty: in-cluster)")
+	publicHost := flag.String("public-host", "", "name clients reach the emulator by, if not --host (e.g. a Service's DNS name): it is in the URLs the emulator hands out, and gcsfuse wants them to match its endpoint")
+	tlsCert := flag.String("tls-cert", "", "serve HTTPS with this PEM certificate (chain) for the public host; with --tls-key")
+	tlsKey := flag.String("tls-key", "", "PEM private key of --tls-cert")
 	adminFrom := flag.String("admin-from", "", "comma separated further addresses the admin API answers to (besides loopback and --host), e.g. the host end of the local cluster's veth")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -44,7 +48,19 @@ func run() int {
 			bs = append(bs, b)
 		}
 	}
-	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs}
+	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs, PublicHost: *publicHost}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(os.Stderr, "gcs-emulator: --tls-cert and --tls-key go together")
+		return 2
+	}
+	if *tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gcs-emulator: TLS key pair:", err)
+			return 2
+		}
+		opts.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	}
 	if *auth {
 		allowed := append([]string{*host}, strings.Split(*adminFrom, ",")...)
 		cfg := emulatorauth.Config{TokenLifetime: *lifetime, Log: log, AdminAllowed: fromNode(allowed)}

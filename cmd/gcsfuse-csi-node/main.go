@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -33,6 +35,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
@@ -58,7 +61,7 @@ func run() int {
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/<driver-name>/offers; \"-\" disables)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
-	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: one of the CSIDriver's tokenRequests")
+	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: the CSIDriver's tokenRequests audience (the chart passes its tokenRequest.audience); empty: the CSIDriver has no tokenRequests, so no token comes and Workload Identity Federation is off")
 	wifTokenURL := flag.String("wif-token-url", credentials.DefaultTokenURL, "STS token exchange endpoint")
 	wifAllowedTokenURLs := flag.String("wif-allowed-token-urls", "", "comma separated further STS endpoints a volume may choose with the "+contract.AttrTokenURL+" attribute")
 	wifServiceAccount := flag.String("wif-service-account", "", "Google service account the federated identity impersonates by default (empty: none; a volume may set "+contract.AttrServiceAccount+")")
@@ -73,8 +76,13 @@ func run() int {
 	podSyncTimeout := flag.Duration("pod-sync-timeout", podwatch.DefaultSyncTimeout, "warn when this node's pods cannot be listed within this time (the node plugin keeps serving CSI calls and retrying)")
 	verbose := flag.Bool("v", false, "debug logging")
 	regSocket := flag.String("registration-socket", "", "serve the kubelet plugin registration API on this socket, e.g. /var/lib/kubelet/plugins_registry/<driver-name>-reg.sock (empty: off, an external registrar registers the driver)")
+	httpsProxy := flag.String("https-proxy", "", "proxy every volume's gcsfuse sends its https:// requests through (its HTTPS_PROXY: storage, token exchanges), e.g. http://proxy.corp:3128 (empty: none; the user and password a URL may carry are never logged)")
+	httpProxy := flag.String("http-proxy", "", "proxy for gcsfuse's http:// requests (its HTTP_PROXY; an http:// emulator endpoint)")
+	noProxy := flag.String("no-proxy", "", "hosts gcsfuse reaches without the proxy (its NO_PROXY: comma separated names, .domains, IPs, CIDRs; localhost and loopback IPs never go through a proxy)")
+	caBundleFile := flag.String("ca-bundle-file", "", "PEM file of CA certificates every volume's gcsfuse trusts besides the system's roots (a private CA of the storage endpoint or of a TLS-inspecting proxy); read at start")
 	kubeletCSIEndpoint := flag.String("kubelet-csi-endpoint", "", "the CSI socket path as the kubelet sees it on the host (for --registration-socket; default <kubelet-root>/plugins/<driver-name>/csi.sock)")
 	flag.Parse()
+	noToken := *wifTokenAudience == ""
 
 	lvl := slog.LevelInfo
 	if *verbose {
@@ -88,6 +96,12 @@ func run() int {
 	}
 	if err := contract.ValidateDriverName(*driverName); err != nil {
 		log.Error("--driver-name", "err", err)
+		return 2
+	}
+	proxy := netconf.Proxy{HTTPS: *httpsProxy, HTTP: *httpProxy, NoProxy: *noProxy}
+	caBundle, err := readCABundle(*caBundleFile)
+	if err != nil {
+		log.Error("--ca-bundle-file", "err", err)
 		return 2
 	}
 	if *kubeletCSIEndpoint == "" {
@@ -205,11 +219,11 @@ func run() int {
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		Pods: podLookup(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
 		Credentials: credentials.Config{
-			Provider: *wifProvider, TokenAudience: *wifTokenAudience, TokenURL: *wifTokenURL,
+			Provider: *wifProvider, TokenAudience: *wifTokenAudience, NoServiceAccountToken: noToken, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
 			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
 		},
-		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics,
+		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics, Proxy: proxy, CABundle: caBundle,
 	}, events, log)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
@@ -286,7 +300,8 @@ func run() int {
 	}
 	log.Info("node plugin serving", "driver", *driverName, "version", version, "endpoint", *endpoint, "node", *nodeID, "watchPods", *watchPods,
 		"runtimeEndpoint", criEndpoint, "runtimeEvents", eventsMode, "gcsEndpoint", *gcsEndpoint,
-		"wifProvider", *wifProvider, "wifTokenURL", *wifTokenURL)
+		"wifProvider", *wifProvider, "wifTokenAudience", *wifTokenAudience, "wifTokenURL", *wifTokenURL,
+		"proxy", proxy, "caBundleFile", *caBundleFile)
 
 	code := 0
 	select {
@@ -322,6 +337,26 @@ func run() int {
 		log.Warn("runtime watch still stopping; exiting anyway")
 	}
 	return code
+}
+
+// readCABundle reads --ca-bundle-file (nil without one); the node server checks its content.
+func readCABundle(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, netconf.MaxCABundle+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, nil
 }
 
 func offerDir(flagValue, kubeletRoot, driverName string) string {

@@ -36,6 +36,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -107,6 +108,10 @@ type Options struct {
 	Credentials credentials.Config
 	// Events, if set, receives the node plugin's Events.
 	Events csidriver.EventSink
+	// Proxy and CABundle are the node plugin's --https-proxy/--http-proxy/--no-proxy and
+	// --ca-bundle-file content, for every volume's gcsfuse.
+	Proxy    netconf.Proxy
+	CABundle []byte
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -149,7 +154,7 @@ func New(o Options) (*Env, error) {
 	}
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
-		GCSEndpoint: e.Emulator.Endpoint, Credentials: o.Credentials, Metrics: o.NodeMetrics,
+		GCSEndpoint: e.Emulator.Endpoint, Credentials: o.Credentials, Metrics: o.NodeMetrics, Proxy: o.Proxy, CABundle: o.CABundle,
 		// The sidecar runs on the host's paths here, not in a container with the emptyDir at
 		// contract.TmpMountPath.
 		SidecarTmpPath: func(podUID string) string { return e.podTmpDir(podUID) },

@@ -166,6 +166,14 @@ const (
 	CredentialsDir        = "credentials"
 	CredentialsConfigFile = "credentials.json"
 	CredentialsTokenFile  = "token"
+	// CABundleFile, "<CredentialsDir>/<volume>/<CABundleFile>", is the extra CA bundle (PEM)
+	// the node plugin writes for a volume when the driver has one (--ca-bundle-file; the
+	// hand-off's Volume.CABundle). The sidecar gives gcsfuse the system's roots and these
+	// (pkg/netconf), in a file of its own under VolumesDir/<volume>.
+	CABundleFile = "ca.pem"
+	// CombinedCAFile, "<VolumesDir>/<volume>/<CombinedCAFile>", is that file: what gcsfuse's
+	// SSL_CERT_FILE names.
+	CombinedCAFile = "ca-certificates.crt"
 )
 
 // Volume attributes and CSI context keys.

@@ -101,6 +101,12 @@ type Config struct {
 	// TokenAudience is the audience of the kubelet's service account token to exchange
 	// (one of the CSIDriver's tokenRequests). Default contract.TokenAudience.
 	TokenAudience string
+	// NoServiceAccountToken says the CSIDriver has no tokenRequests (the chart's
+	// tokenRequest.audience is empty, and the node plugin was given --wif-token-audience=
+	// empty): the kubelet passes no token, so federation is off. A node-wide Provider is
+	// then refused at start, and a volume that asks for federation is refused at publish
+	// saying why, instead of the node plugin waiting for a token that never comes.
+	NoServiceAccountToken bool
 	// TokenURL is the STS token exchange endpoint. Default DefaultTokenURL.
 	TokenURL string
 	// AllowedTokenURLs are further STS endpoints a volume may choose with AttrTokenURL.
@@ -135,6 +141,9 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first thing wrong with c (after WithDefaults), naming the setting.
 func (c Config) Validate() error {
+	if c.Provider != "" && c.NoServiceAccountToken {
+		return fmt.Errorf("workload identity provider %q needs the pod's service account token, but the token audience is empty (no tokenRequests in the CSIDriver): set the chart's tokenRequest.audience, or leave --wif-provider out", c.Provider)
+	}
 	if c.Provider != "" && !providerPattern.MatchString(c.Provider) {
 		return fmt.Errorf("workload identity provider %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER", c.Provider)
 	}
@@ -283,6 +292,10 @@ func Build(cfg Config, req Request) (*Plan, error) {
 	identity := ksa + " through " + provider
 	if sa != "" {
 		identity += " as " + sa
+	}
+	if cfg.NoServiceAccountToken {
+		return nil, &Error{Volume: req.Volume, Bucket: req.Bucket, Identity: identity, Precondition: true,
+			Reason: "Workload Identity Federation needs the pod's service account token, and this driver is installed without one (the chart's tokenRequest.audience is empty, so the CSIDriver has no tokenRequests and the node plugin runs with --wif-token-audience= empty): set tokenRequest.audience"}
 	}
 	token, expiry, err := serviceAccountToken(attrs, cfg.TokenAudience)
 	if err != nil {

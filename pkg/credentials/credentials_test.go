@@ -162,6 +162,8 @@ func TestBuildRefusals(t *testing.T) {
 		want    string
 	}{
 		{"no tokenRequests", fed, without(contract.CtxSATokens), nil, "needs tokenRequests with audience"},
+		{"installed without a token audience", Config{NoServiceAccountToken: true}, with(contract.AttrWorkloadIdentityProvider, testProvider), nil,
+			"installed without one (the chart's tokenRequest.audience is empty"},
 		{"other audience", fed, with(contract.CtxSATokens, tokensAttr("other", testToken)), nil, `audiences ["other"] but not "gcsfuse.csi.storage"`},
 		{"garbled tokens", fed, with(contract.CtxSATokens, `{"gcsfuse.csi.storage":`+testToken), nil, "not the expected JSON"},
 		{"token not a JWT", fed, with(contract.CtxSATokens, tokensAttr(contract.TokenAudience, "a b")), nil, "not a JWT"},
@@ -331,12 +333,13 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]Config{
-		"provider":        {Provider: "pool"},
-		"service account": {ServiceAccount: "x@gmail.com"},
-		"token URL":       {TokenURL: "ftp://sts"},
-		"allowed URL":     {AllowedTokenURLs: []string{"https://user:pw@sts/x"}},
-		"key token URI":   {KeyTokenURIs: []string{"https://h/t?x=1"}},
-		"audience":        {TokenAudience: "a b"},
+		"provider":                 {Provider: "pool"},
+		"service account":          {ServiceAccount: "x@gmail.com"},
+		"token URL":                {TokenURL: "ftp://sts"},
+		"allowed URL":              {AllowedTokenURLs: []string{"https://user:pw@sts/x"}},
+		"key token URI":            {KeyTokenURIs: []string{"https://h/t?x=1"}},
+		"audience":                 {TokenAudience: "a b"},
+		"provider without a token": {Provider: testProvider, NoServiceAccountToken: true},
 	} {
 		if err := c.WithDefaults().Validate(); err == nil {
 			t.Errorf("%s: accepted %+v", name, c)
@@ -492,5 +495,20 @@ func TestGKEDriverIdentityAttributes(t *testing.T) {
 				t.Errorf("identity %q does not name the provider %q", p.Identity, tt.wantProvider)
 			}
 		})
+	}
+}
+
+// A driver installed without a token audience still serves every volume that needs no
+// token: Application Default Credentials and keys from a Secret.
+func TestNoServiceAccountTokenKeepsTheOtherKinds(t *testing.T) {
+	cfg := Config{NoServiceAccountToken: true}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		t.Fatalf("no token audience, no provider: %v", err)
+	}
+	if p, err := build(cfg, baseAttrs(), nil); err != nil || p.Kind != KindADC {
+		t.Errorf("ADC: %v, %v", p, err)
+	}
+	if p, err := build(cfg, baseAttrs(), map[string]string{contract.SecretKeyServiceAccount: keyJSON(t, nil)}); err != nil || p.Kind != KindKey {
+		t.Errorf("key: %v, %v", p, err)
 	}
 }

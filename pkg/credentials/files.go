@@ -48,8 +48,21 @@ func Write(emptyDir *os.File, volume string, p *Plan, uid, gid int) (Written, er
 	return w, nil
 }
 
-// Remove deletes volume's credential files and directory (unpublish). Missing files are
-// not an error.
+// WriteCABundle puts the driver's extra CA bundle (PEM, public) for volume into
+// <emptyDir>/credentials/<volume>/ca.pem, with Write's guarantees (atomic, 0600 and owned by
+// uid/gid, no symlink followed, left alone when already the same). It reports whether the
+// file was (re)written.
+func WriteCABundle(emptyDir *os.File, volume string, pem []byte, uid, gid int) (bool, error) {
+	dir, err := volumeDir(emptyDir, volume, uid, gid)
+	if err != nil {
+		return false, err
+	}
+	defer dir.Close()
+	return writeIfChanged(dir, contract.CABundleFile, pem, uid, gid)
+}
+
+// Remove deletes volume's credential files, its CA bundle and the directory (unpublish).
+// Missing files are not an error.
 func Remove(emptyDir *os.File, volume string) error {
 	creds, err := openDir(emptyDir, contract.CredentialsDir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -66,7 +79,8 @@ func Remove(emptyDir *os.File, volume string) error {
 	if err != nil {
 		return err
 	}
-	rerr := errors.Join(podpath.Remove(dir, contract.CredentialsConfigFile), podpath.Remove(dir, contract.CredentialsTokenFile))
+	rerr := errors.Join(podpath.Remove(dir, contract.CredentialsConfigFile), podpath.Remove(dir, contract.CredentialsTokenFile),
+		podpath.Remove(dir, contract.CABundleFile))
 	dir.Close()
 	if rerr != nil {
 		return rerr

@@ -188,3 +188,54 @@ func TestWriteIsSymlinkSafe(t *testing.T) {
 		t.Fatalf("files appeared outside the emptyDir: %v", entries)
 	}
 }
+
+// TestWriteCABundle: the extra CA bundle lands next to the volume's credentials with their
+// guarantees (owned by the sidecar, 0600, atomic, a planted symlink replaced, not followed),
+// beside a key volume's files or alone (an ADC volume), and goes with them at unpublish.
+func TestWriteCABundle(t *testing.T) {
+	pemText := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	root, dir := emptyDir(t)
+	vol := filepath.Join(root, contract.CredentialsDir, "data")
+	if w, err := WriteCABundle(dir, "data", pemText, uid, gid); err != nil || !w {
+		t.Fatalf("WriteCABundle = %v, %v", w, err)
+	}
+	ca := filepath.Join(vol, contract.CABundleFile)
+	checkOwned(t, vol, 0o700)
+	checkOwned(t, ca, 0o600)
+	if got, _ := os.ReadFile(ca); string(got) != string(pemText) {
+		t.Fatalf("ca.pem holds %q", got)
+	}
+	if w, err := WriteCABundle(dir, "data", pemText, uid, gid); err != nil || w {
+		t.Fatalf("same bundle again = %v, %v", w, err)
+	}
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(ca); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, ca); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteCABundle(dir, "data", pemText, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	checkOwned(t, ca, 0o600)
+	if b, _ := os.ReadFile(victim); string(b) != "host" {
+		t.Fatalf("the host file was changed: %q", b)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, contract.CredentialsDir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteCABundle(dir, "other", pemText, uid, gid); err == nil {
+		t.Fatal("WriteCABundle followed a symlinked volume directory")
+	}
+	if err := Remove(dir, "data"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(vol); !os.IsNotExist(err) {
+		t.Errorf("Remove left %s: %v", vol, err)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
@@ -69,6 +70,12 @@ type Config struct {
 	OnTerminating func(pod PodRef)
 	// Metrics, if set, records volume readiness, failures and call durations (metrics.go).
 	Metrics *Metrics
+	// Proxy is the proxy every volume's gcsfuse goes through (pkg/netconf; zero: none). It
+	// travels in the hand-off (Volume version 2) and reaches gcsfuse's environment only.
+	Proxy netconf.Proxy
+	// CABundle is an extra CA bundle (PEM) every volume's gcsfuse trusts besides the
+	// system's roots (nil: none). It is written into each pod's emptyDir for its sidecar.
+	CABundle []byte
 }
 
 // drainingMemory is how long the SidecarDraining Event of a pod is remembered, so that the
@@ -137,6 +144,14 @@ func (cfg Config) Validate() error {
 	if cfg.MachineType != "" {
 		if _, err := mountopts.Parse([]string{"machine-type=" + cfg.MachineType}); err != nil {
 			return fmt.Errorf("machine type: %w", err)
+		}
+	}
+	if err := cfg.Proxy.Validate(); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	if cfg.CABundle != nil {
+		if _, err := netconf.ParseCABundle(cfg.CABundle); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -277,7 +292,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 		}
 		return nil, status.Error(code, err.Error())
 	}
-	return &request{
+	r := &request{
 		target: target,
 		pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
 		opts:   opts,
@@ -291,8 +306,16 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 			Endpoint:   s.cfg.GCSEndpoint,
 			KeyFile:    plan.KeyFile(),
 			Identity:   plan.Identity,
+			HTTPSProxy: s.cfg.Proxy.HTTPS,
+			HTTPProxy:  s.cfg.Proxy.HTTP,
+			NoProxy:    s.cfg.Proxy.NoProxy,
+			CABundle:   s.cfg.CABundle != nil,
 		},
-	}, nil
+	}
+	// Version 1 unless the volume carries a proxy or a CA: a sidecar of the previous
+	// release takes every volume it can (docs/upgrade.md).
+	r.volume.Version = r.volume.NeededVersion()
+	return r, nil
 }
 
 // NodePublishVolume mounts the target with a fresh FUSE connection and offers it to the
@@ -340,8 +363,12 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
 		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime, ReadAheadKB: r.opts.ReadAheadKB}
-	// The credential files exist before the sidecar can be offered the volume.
+	// The credential files and the CA bundle exist before the sidecar can be offered the
+	// volume.
 	if _, err := s.writeCredentials(r); err != nil {
+		return nil, err
+	}
+	if err := s.writeCABundle(r); err != nil {
 		return nil, err
 	}
 	if err := s.mountAndOffer(ctx, rec, log); err != nil {
@@ -442,6 +469,23 @@ func (s *NodeServer) writeCredentials(r *request) (credentials.Written, error) {
 	return w, nil
 }
 
+// writeCABundle writes the driver's extra CA bundle into the pod's gcsfuse-tmp emptyDir,
+// beside the volume's credentials (nothing without one).
+func (s *NodeServer) writeCABundle(r *request) error {
+	if !r.volume.CABundle {
+		return nil
+	}
+	emptyDir, err := s.openEmptyDir(r.target.PodUID)
+	if err != nil {
+		return err
+	}
+	defer emptyDir.Close()
+	if _, err := credentials.WriteCABundle(emptyDir, r.target.VolumeName, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
+		return status.Errorf(codes.Internal, "volume %s (bucket %s): write the CA bundle for the sidecar: %v", r.target.VolumeName, r.volume.Bucket, err)
+	}
+	return nil
+}
+
 func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
 	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", podUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
 	if err != nil {
@@ -527,7 +571,7 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 	case handoff.StateRefused:
 		log.Error("sidecar refused the volume", "message", st.Message)
 		s.event(pod, true, contract.EventHandoffRefused,
-			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s", volume, vol.Bucket, contract.SidecarContainerName, st.Message))
+			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s%s", volume, vol.Bucket, contract.SidecarContainerName, st.Message, refusedHint(vol, st.Message)))
 	case handoff.StateTerminating:
 		log.Info("sidecar draining: the pod is stopping while containers may use the volume", "message", st.Message)
 		if s.firstDraining(pod.UID) {
@@ -540,6 +584,16 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 	default:
 		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
 	}
+}
+
+// refusedHint explains a refusal of a version-2 volume by a sidecar that reads only
+// version 1 (a pod started before the driver's upgrade): its message names a field it does
+// not know, not the cause.
+func refusedHint(vol handoff.Volume, msg string) string {
+	if vol.Version <= handoff.Version || !strings.Contains(msg, "unknown field") && !strings.Contains(msg, "unsupported hand-off version") {
+		return ""
+	}
+	return fmt.Sprintf(" (the driver gives gcsfuse a proxy or CA bundle, which needs hand-off version %d; this pod's sidecar predates it: recreate the pod to get the current sidecar)", vol.Version)
 }
 
 // firstDraining reports whether podUID has no SidecarDraining Event yet, and records one.

@@ -4,6 +4,7 @@ package emulator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +23,8 @@ type Server struct {
 	*fakestorage.Server
 	// Endpoint is what gcsfuse's --custom-endpoint must be set to.
 	Endpoint string
-	// URL is the emulator's base URL (http://host:port).
+	// URL is the emulator's base URL (http://host:port, or https:// with Options.TLS; the
+	// host is Options.PublicHost when set).
 	URL  string
 	http *http.Server
 	done chan struct{}
@@ -36,6 +38,11 @@ type Options struct {
 	Buckets []string
 	// Wrap, if set, wraps the storage API's handler (an auth layer); it gets the base URL.
 	Wrap func(baseURL string, storage http.Handler) (http.Handler, error)
+	// PublicHost, if set, is the name clients reach the emulator by (a Service's DNS name,
+	// a name only a proxy resolves) instead of Host; the port stays the listening one.
+	PublicHost string
+	// TLS, if set, serves HTTPS with it (its Certificates must cover the public host).
+	TLS *tls.Config
 }
 
 // Start runs an in-memory emulator on host:port (port 0 picks a free one) with the buckets.
@@ -52,13 +59,22 @@ func StartWith(o Options) (*Server, error) {
 		return nil, fmt.Errorf("GCS emulator: listen on %s:%d: %w", o.Host, o.Port, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	hp := net.JoinHostPort(o.Host, strconv.Itoa(port))
+	public := o.Host
+	if o.PublicHost != "" {
+		public = o.PublicHost
+	}
+	hp := net.JoinHostPort(public, strconv.Itoa(port))
+	scheme := "http"
+	if o.TLS != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, o.TLS)
+	}
 	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
-		Scheme:      "http",
+		Scheme:      scheme,
 		Host:        o.Host,
 		Port:        uint16(port),
 		PublicHost:  hp,
-		ExternalURL: "http://" + hp,
+		ExternalURL: scheme + "://" + hp,
 		NoListener:  true,
 	})
 	if err != nil {
@@ -68,7 +84,7 @@ func StartWith(o Options) (*Server, error) {
 	for _, b := range o.Buckets {
 		srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: b})
 	}
-	base := "http://" + hp
+	base := scheme + "://" + hp
 	h := srv.HTTPHandler()
 	if o.Wrap != nil {
 		if h, err = o.Wrap(base, h); err != nil {

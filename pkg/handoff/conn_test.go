@@ -13,7 +13,7 @@ import (
 // descriptor back with the error: the sidecar must answer that mount, not drop it.
 func TestRecvVolumeRefusedReturnsDescriptor(t *testing.T) {
 	v2 := validVolume()
-	v2.Version = Version + 1
+	v2.Version = MaxVersion + 1
 	badName := validVolume()
 	badName.VolumeName = "../etc"
 	future, _ := Encode(map[string]any{"version": Version, "volumeName": "data", "bucket": "b", "newField": true})

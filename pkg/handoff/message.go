@@ -15,11 +15,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 )
 
-// Version is the protocol version this build speaks. A frame with any other version is
-// refused so that a skewed node plugin and sidecar fail loudly instead of misreading.
+// Version is the protocol's base version: every Status frame, and a Volume frame that needs
+// nothing newer, carries it, so that a peer of the previous release reads what this build
+// writes whenever it can. A frame with a version the reader does not know is refused, so
+// that a skewed node plugin and sidecar fail loudly instead of misreading.
 const Version = 1
+
+// VersionNetwork is the version of a Volume frame that carries how gcsfuse reaches the
+// endpoint (a proxy, an extra CA bundle): fields a sidecar of version 1 does not know, and
+// would ignore if it could, sending the volume's traffic past the proxy and without the CA.
+// It refuses such a frame instead (the pod fails, saying why; docs/upgrade.md). A node
+// plugin sends it only when the driver is configured with a proxy or a CA (NeededVersion).
+const VersionNetwork = 2
+
+// MaxVersion is the newest Volume version this build reads.
+const MaxVersion = VersionNetwork
 
 // MaxPayload bounds a frame's JSON payload.
 const MaxPayload = 64 << 10
@@ -49,6 +63,34 @@ type Volume struct {
 	KeyFile bool `json:"keyFile,omitempty"`
 	// Identity names who reads the bucket, for the sidecar's messages (never a secret).
 	Identity string `json:"identity,omitempty"`
+
+	// Version 2 (VersionNetwork): how gcsfuse reaches the endpoint, the driver's settings
+	// (pkg/netconf). The sidecar puts them in gcsfuse's environment only.
+
+	// HTTPSProxy, HTTPProxy and NoProxy are HTTPS_PROXY, HTTP_PROXY and NO_PROXY. A proxy
+	// URL may hold a user and password: never log a Volume's proxies but through
+	// netconf.Proxy's redacted forms (Volume.Proxy).
+	HTTPSProxy string `json:"httpsProxy,omitempty"`
+	HTTPProxy  string `json:"httpProxy,omitempty"`
+	NoProxy    string `json:"noProxy,omitempty"`
+	// CABundle says the node plugin wrote an extra CA bundle (PEM) for the volume at
+	// contract.CredentialsDir/<volume>/contract.CABundleFile in the emptyDir: gcsfuse trusts
+	// it besides the system's roots.
+	CABundle bool `json:"caBundle,omitempty"`
+}
+
+// Proxy is the volume's proxy settings.
+func (v *Volume) Proxy() netconf.Proxy {
+	return netconf.Proxy{HTTPS: v.HTTPSProxy, HTTP: v.HTTPProxy, NoProxy: v.NoProxy}
+}
+
+// NeededVersion is the lowest version whose frame holds everything v carries: Version, or
+// VersionNetwork with a proxy or a CA bundle.
+func (v *Volume) NeededVersion() int {
+	if !v.Proxy().IsZero() || v.CABundle {
+		return VersionNetwork
+	}
+	return Version
 }
 
 // maxIdentity bounds Volume.Identity.
@@ -81,8 +123,14 @@ type Status struct {
 // Validate checks a Volume received from the wire. The sidecar re-checks the flags against
 // the allowlist itself; this covers the envelope.
 func (v *Volume) Validate() error {
-	if v.Version != Version {
-		return fmt.Errorf("unsupported hand-off version %d (this sidecar speaks %d)", v.Version, Version)
+	if v.Version < Version || v.Version > MaxVersion {
+		return fmt.Errorf("unsupported hand-off version %d (this sidecar speaks %d to %d)", v.Version, Version, MaxVersion)
+	}
+	if v.Version < v.NeededVersion() {
+		return fmt.Errorf("hand-off version %d carries fields of version %d (proxy, CA bundle)", v.Version, v.NeededVersion())
+	}
+	if err := v.Proxy().Validate(); err != nil {
+		return fmt.Errorf("proxy settings: %w", err)
 	}
 	if !ValidVolumeName(v.VolumeName) {
 		return fmt.Errorf("invalid volume name %q", v.VolumeName)

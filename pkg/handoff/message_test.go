@@ -42,7 +42,10 @@ func TestDecodeVolume(t *testing.T) {
 		{"not json", withPayload("{{{{"), "decode"},
 		{"unknown field", withPayload(`{"version":1,"volumeName":"a","bucket":"b","evil":1}`), "unknown field"},
 		{"trailing data", withPayload(`{"version":1,"volumeName":"a","bucket":"b"}{}`), "trailing"},
-		{"wrong version", withPayload(`{"version":2,"volumeName":"a","bucket":"b"}`), "version 2"},
+		{"wrong version", withPayload(`{"version":3,"volumeName":"a","bucket":"b"}`), "version 3"},
+		{"version 0", withPayload(`{"version":0,"volumeName":"a","bucket":"b"}`), "version 0"},
+		{"network fields in a version 1 frame", withPayload(`{"version":1,"volumeName":"a","bucket":"b","httpsProxy":"http://p:1"}`), "carries fields of version 2"},
+		{"bad proxy", withPayload(`{"version":2,"volumeName":"a","bucket":"b","httpsProxy":"ftp://p"}`), "proxy settings"},
 		{"bad volume name", withPayload(`{"version":1,"volumeName":"../x","bucket":"b"}`), "invalid volume name"},
 		{"no bucket", withPayload(`{"version":1,"volumeName":"a"}`), "empty bucket"},
 	}
@@ -62,6 +65,36 @@ func TestDecodeVolume(t *testing.T) {
 				t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A version 2 frame carries the proxy and CA settings whole; a volume without them is sent
+// as version 1, which the previous release's sidecars read.
+func TestNetworkFieldsRoundTrip(t *testing.T) {
+	v := validVolume()
+	if v.NeededVersion() != Version {
+		t.Fatalf("a volume without proxy or CA needs version %d", v.NeededVersion())
+	}
+	v.HTTPSProxy, v.HTTPProxy, v.NoProxy, v.CABundle = "http://u:pw@proxy:3128", "http://proxy:3129", ".svc,10.0.0.0/8", true
+	if v.NeededVersion() != VersionNetwork {
+		t.Fatalf("a volume with proxy and CA needs version %d", v.NeededVersion())
+	}
+	v.Version = v.NeededVersion()
+	frame, err := Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeVolume(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Proxy() != v.Proxy() || !got.CABundle || got.Version != VersionNetwork {
+		t.Fatalf("round trip: %+v", got)
+	}
+	for _, only := range []Volume{{CABundle: true}, {NoProxy: "x", HTTPProxy: "http://p:1"}} {
+		if only.NeededVersion() != VersionNetwork {
+			t.Errorf("%+v needs version %d", only, only.NeededVersion())
+		}
 	}
 }
 

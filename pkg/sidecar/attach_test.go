@@ -181,7 +181,7 @@ func TestReceiveRefusedKeepsTheDescriptor(t *testing.T) {
 	var conns atomic.Int32
 	fakeOffer(t, path, "data.sock", func(_ int, c *net.UnixConn) {
 		conns.Add(1)
-		sendVolume(t, c, &handoff.Volume{Version: handoff.Version + 1, VolumeName: "data", Bucket: "b"})
+		sendVolume(t, c, &handoff.Volume{Version: handoff.MaxVersion + 1, VolumeName: "data", Bucket: "b"})
 	})
 	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
 	if err != nil {

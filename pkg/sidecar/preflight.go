@@ -33,7 +33,8 @@ const (
 // With keyFile, the request carries an access token got from that file by the library
 // gcsfuse itself reads --key-file with (cloud.google.com/go/auth, credentials.DetectDefault),
 // so a credential the token endpoint refuses fails the volume here, naming the identity.
-func checkBucket(ctx context.Context, endpoint, bucket, keyFile, identity string) error {
+// Both requests go r's way (gcsfuse's proxy and CAs).
+func checkBucket(ctx context.Context, r *route, endpoint, bucket, keyFile, identity string) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
 	u := strings.TrimSuffix(endpoint, "/") + "/b/" + url.PathEscape(bucket)
@@ -44,31 +45,36 @@ func checkBucket(ctx context.Context, endpoint, bucket, keyFile, identity string
 	who := "anonymous access"
 	if keyFile != "" {
 		who = identity
-		creds, err := credentialsFrom(keyFile)
+		creds, err := credentialsFrom(keyFile, r.client)
 		if err != nil {
 			return fmt.Errorf("bucket %q: the credentials of %s cannot be used: %s", bucket, who, clip(err.Error()))
 		}
 		tok, err := creds.Token(ctx)
 		if err != nil {
-			return fmt.Errorf("bucket %q: %s was refused an access token: %s", bucket, who, clip(err.Error()))
+			return fmt.Errorf("bucket %q: %s was refused an access token: %s", bucket, who, clip(r.proxy.Scrub(err.Error())))
 		}
 		req.Header.Set("Authorization", "Bearer "+tok.Value)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := r.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("bucket %q: storage endpoint unreachable: %w", bucket, err)
+		// A proxy that refuses a CONNECT makes Go's error its bare status text ("Forbidden"):
+		// the message names the proxy (redacted) so that the cause is plain.
+		return fmt.Errorf("bucket %q: storage endpoint unreachable%s: %s", bucket, r.via(req), r.proxy.Scrub(err.Error()))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// Through a proxy, the status may be the proxy's own (an http:// request it refuses):
+	// the message says which way the answer came.
+	status := resp.Status + r.via(req)
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("bucket %q does not exist", bucket)
+		return fmt.Errorf("bucket %q does not exist%s", bucket, r.via(req))
 	case resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("bucket %q: %s is not accepted by the storage endpoint (%s)%s", bucket, who, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: %s is not accepted by the storage endpoint (%s)%s", bucket, who, status, gcsMessage(body))
 	case resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("bucket %q: %s may not read it (%s)%s", bucket, who, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: %s may not read it (%s)%s", bucket, who, status, gcsMessage(body))
 	case resp.StatusCode >= 300:
-		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, resp.Status, gcsMessage(body))
+		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, status, gcsMessage(body))
 	}
 	return nil
 }
@@ -76,8 +82,9 @@ func checkBucket(ctx context.Context, endpoint, bucket, keyFile, identity string
 // credentialsFrom reads a credential file the node plugin wrote, as one of the two types it
 // writes (a service account key or an external_account configuration) and no other: the
 // type is checked, not trusted. gcsfuse reads the same file with
-// credentials.DetectDefault(CredentialsFile), which takes any type.
-func credentialsFrom(keyFile string) (*auth.Credentials, error) {
+// credentials.DetectDefault(CredentialsFile), which takes any type. Token requests go
+// through client (nil: the library's default).
+func credentialsFrom(keyFile string, client *http.Client) (*auth.Credentials, error) {
 	b, err := os.ReadFile(keyFile)
 	if err != nil {
 		return nil, err
@@ -92,7 +99,7 @@ func credentialsFrom(keyFile string) (*auth.Credentials, error) {
 	if t != authcreds.ServiceAccount && t != authcreds.ExternalAccount {
 		return nil, fmt.Errorf("%s has type %q, want %s or %s", keyFile, head.Type, authcreds.ServiceAccount, authcreds.ExternalAccount)
 	}
-	return authcreds.NewCredentialsFromJSON(t, b, &authcreds.DetectOptions{Scopes: []string{storageScope}})
+	return authcreds.NewCredentialsFromJSON(t, b, &authcreds.DetectOptions{Scopes: []string{storageScope}, Client: client})
 }
 
 // gcsMessage is the message of a GCS JSON error body (": ..."), or "".

@@ -61,6 +61,9 @@ type Config struct {
 	BufferDir string
 	// GcsfusePath is the gcsfuse binary.
 	GcsfusePath string
+	// SystemRoots is the system's CA bundle, which a volume's extra CA bundle is added to
+	// (empty: DefaultSystemRoots).
+	SystemRoots string
 	// Mode is contract.ModeNative or contract.ModeLegacy.
 	Mode string
 	// Grace is the pod's terminationGracePeriodSeconds. A deletion may apply another grace
@@ -149,6 +152,9 @@ func newSidecar(cfg Config) *Sidecar {
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = contract.DefaultGraceSeconds * time.Second
+	}
+	if cfg.SystemRoots == "" {
+		cfg.SystemRoots = DefaultSystemRoots
 	}
 	return &Sidecar{cfg: cfg, log: cfg.Log, cancel: func() {}, volumes: map[string]*volume{}, pending: map[string]bool{},
 		exits: make(chan exitResult, 16), stopped: make(chan struct{})}

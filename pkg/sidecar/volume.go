@@ -36,6 +36,9 @@ type volume struct {
 	log     *slog.Logger
 	// metricsPort is where gcsfuse serves Prometheus metrics (0: not asked to).
 	metricsPort int
+	// scrub takes a proxy's password out of a line of gcsfuse's output before it is
+	// logged or reported.
+	scrub func(string) string
 	// oomBase is the container's OOM kill count when gcsfuse started (oom.go).
 	oomBase   int64
 	oomBaseOK bool
@@ -105,6 +108,12 @@ func gcsfuseArgs(v *handoff.Volume, tempDir, cacheDir, keyFile string) []string 
 	return append(args, v.Bucket, "/dev/fd/3")
 }
 
+// gcsfuseEnv is gcsfuse's whole environment: nothing of the sidecar's own, its temp dir, and
+// the volume's route (proxy variables, SSL_CERT_FILE), which only gcsfuse gets.
+func gcsfuseEnv(tempDir string, r *route) []string {
+	return append([]string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}, r.env()...)
+}
+
 func wantsFileCache(flags []string) bool {
 	for _, f := range flags {
 		if strings.HasPrefix(f, "--file-cache-max-size-mb=") && f != "--file-cache-max-size-mb=0" {
@@ -122,8 +131,14 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	if v.KeyFile {
 		keyFile = filepath.Join(s.cfg.TmpDir, contract.CredentialsDir, v.VolumeName, contract.CredentialsConfigFile)
 	}
+	rt, err := routeFor(v, s.cfg.TmpDir, s.cfg.SystemRoots)
+	if err != nil {
+		return nil, err
+	}
 	if v.Endpoint != "" {
-		if err := checkBucket(ctx, v.Endpoint, v.Bucket, keyFile, v.Identity); err != nil {
+		err := checkBucket(ctx, rt, v.Endpoint, v.Bucket, keyFile, v.Identity)
+		rt.close()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -147,7 +162,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	}
 	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir, keyFile), metricsPort)...)
 	cmd.ExtraFiles = []*os.File{fuse}
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}
+	cmd.Env = gcsfuseEnv(tempDir, rt)
 	// Pdeathsig: if the sidecar itself is killed, gcsfuse must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
@@ -158,9 +173,10 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	}
 	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
-		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort}
+		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort, scrub: rt.proxy.Scrub}
 	vol.oomBase, vol.oomBaseOK = oomKills()
-	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity)
+	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity,
+		"proxy", rt.proxy, "caBundle", rt.bundle)
 
 	logsDone := make(chan struct{})
 	go func() { // owned by vol: ends when the child's output closes
@@ -205,6 +221,9 @@ func (vol *volume) pump(r io.Reader, log *slog.Logger, onReady func()) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if vol.scrub != nil {
+			line = vol.scrub(line)
+		}
 		msg, severity := gcsfuseMessage(line)
 		log.Info("gcsfuse", "severity", severity, "msg", msg)
 		vol.mu.Lock()

@@ -392,7 +392,7 @@ func TestRefusedHandoffAnswersIOErrors(t *testing.T) {
 		change func(*handoff.Volume)
 		want   string
 	}{
-		{"other protocol version", func(v *handoff.Volume) { v.Version = handoff.Version + 1 }, "unsupported hand-off version"},
+		{"other protocol version", func(v *handoff.Volume) { v.Version = handoff.MaxVersion + 1 }, "unsupported hand-off version"},
 		{"flag outside the allowlist", func(v *handoff.Volume) { v.Flags = []string{"--key-file=/etc/shadow"} }, "key-file"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

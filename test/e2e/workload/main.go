@@ -24,6 +24,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,7 +45,7 @@ func Pattern(i int64) byte { return byte(i % 251) }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|flush|read|sleep [flags]")
+		fmt.Fprintln(os.Stderr, "usage: workload pause|write|loop|flush|read|sleep|proxy [flags]")
 		os.Exit(2)
 	}
 	if os.Args[1] != "pause" {
@@ -72,6 +74,7 @@ func run(cmd string, args []string) int {
 	readBack := fs.Bool("read-back", false, "write: after closing the file, drop its cached pages and read it back through the mount (so gcsfuse reads exactly -bytes from the bucket)")
 	readName := fs.String("read", "", "loop: after each file, read and check this file (of -read-bytes pattern bytes)")
 	readBytes := fs.Int64("read-bytes", 1<<20, "loop: size of the -read file")
+	listen := fs.String("listen", ":3128", "proxy: address to listen on")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -81,6 +84,8 @@ func run(cmd string, args []string) int {
 	case "pause":
 		<-term
 		return 0
+	case "proxy":
+		return serveProxy(*listen, term)
 	case "sleep":
 		select {
 		case <-time.After(*dur):
@@ -269,3 +274,77 @@ func loop(dir, prefix string, size int64, every, dur time.Duration, readName str
 		}
 	}
 }
+
+// serveProxy is a forward (absolute-URI) and CONNECT proxy for the e2e tests: it logs one
+// line per request, "PROXY <method> <target>", and resolves names as the pod does (its
+// /etc/hosts: the test gives it hostAliases), until SIGTERM.
+func serveProxy(addr string, term <-chan os.Signal) int {
+	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(proxyRequest)}
+	errs := make(chan error, 1)
+	go func() { errs <- srv.ListenAndServe() }()
+	fmt.Println("proxy listening on", addr)
+	select {
+	case err := <-errs:
+		fmt.Fprintln(os.Stderr, "proxy:", err)
+		return 1
+	case <-term:
+		_ = srv.Close()
+		return 0
+	}
+}
+
+func proxyRequest(w http.ResponseWriter, r *http.Request) {
+	target := r.Host
+	if r.Method != http.MethodConnect {
+		target = r.URL.String()
+	}
+	fmt.Printf("PROXY %s %s\n", r.Method, target)
+	if r.Method == http.MethodConnect {
+		up, err := net.DialTimeout("tcp", r.Host, 10*time.Second)
+		if err != nil {
+			fmt.Printf("PROXY-ERROR %s %v\n", r.Host, err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		c, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			up.Close()
+			return
+		}
+		go func() {
+			_, _ = io.Copy(up, buf)
+			if tc, ok := up.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+		}()
+		_, _ = io.Copy(c, up)
+		c.Close()
+		up.Close()
+		return
+	}
+	if !r.URL.IsAbs() {
+		http.Error(w, "not a proxy request", http.StatusBadRequest)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.Header.Del("Proxy-Connection")
+	out.Header.Del("Proxy-Authorization")
+	resp, err := proxyTransport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// proxyTransport goes straight to the target (no proxy of its own).
+var proxyTransport = &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}

@@ -1,0 +1,241 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+)
+
+// direct is the route of a volume without proxy or CA.
+var direct = &route{client: http.DefaultClient}
+
+// testCA is a CA and a server certificate it signed for host (a name or an IP).
+type testCA struct {
+	pem  []byte
+	cert tls.Certificate
+}
+
+func newTestCA(t *testing.T, host string) *testCA {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+}
+
+// volumeWithCA lays out the node plugin's CA file for volume data in a temp emptyDir.
+func volumeWithCA(t *testing.T, extra []byte) (*handoff.Volume, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, contract.CredentialsDir, "data")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, contract.CABundleFile), extra, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &handoff.Volume{Version: handoff.VersionNetwork, VolumeName: "data", Bucket: "b", CABundle: true}, tmp
+}
+
+// gcsfuse's environment: the proxy variables and SSL_CERT_FILE naming a bundle of the
+// system's roots and the extra CA, and nothing of the sidecar's own environment.
+func TestGcsfuseEnvAndBundle(t *testing.T) {
+	ca := newTestCA(t, "gcs.corp")
+	v, tmp := volumeWithCA(t, ca.pem)
+	v.HTTPSProxy, v.NoProxy = "http://u:pw@proxy:3128", ".svc"
+	system := filepath.Join(t.TempDir(), "system.crt")
+	sysCA := newTestCA(t, "x")
+	if err := os.WriteFile(system, sysCA.pem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HTTPS_PROXY", "http://sidecar-own:1")
+	r, err := routeFor(v, tmp, system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(tmp, contract.VolumesDir, "data", contract.CombinedCAFile)
+	env := gcsfuseEnv("/t", r)
+	for _, kv := range []string{"PATH=/usr/bin:/bin", "TMPDIR=/t", "HOME=/t", "HTTPS_PROXY=http://u:pw@proxy:3128", "NO_PROXY=.svc," + netconf.AlwaysDirect, "SSL_CERT_FILE=" + want} {
+		if !slices.Contains(env, kv) {
+			t.Errorf("gcsfuse env %q lacks %s", env, kv)
+		}
+	}
+	if len(env) != 6 || slices.ContainsFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "HTTP_PROXY=") || strings.Contains(kv, "sidecar-own")
+	}) {
+		t.Errorf("gcsfuse env %q has more than its own", env)
+	}
+	b, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, sysCA.pem) || !bytes.HasSuffix(b, ca.pem) {
+		t.Errorf("the bundle is not the system's roots then the extra CA:\n%s", b)
+	}
+	if st, _ := os.Stat(want); st.Mode().Perm() != 0o600 {
+		t.Errorf("bundle mode %v", st.Mode())
+	}
+	// Without system roots (an image without them) the extra CA alone; no proxy, no CA:
+	// nothing added.
+	if r, err := routeFor(v, tmp, filepath.Join(t.TempDir(), "none")); err != nil {
+		t.Fatal(err)
+	} else if b, _ := os.ReadFile(r.bundle); !bytes.Equal(b, ca.pem) {
+		t.Errorf("bundle without system roots: %q", b)
+	}
+	plain, err := routeFor(&handoff.Volume{VolumeName: "data", Bucket: "b"}, tmp, system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := gcsfuseEnv("/t", plain); len(env) != 3 {
+		t.Errorf("gcsfuse env of a plain volume: %q", env)
+	}
+}
+
+// A missing or bad CA file fails the volume, naming it.
+func TestRouteRefusesABadBundle(t *testing.T) {
+	v, tmp := volumeWithCA(t, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
+	if _, err := routeFor(v, tmp, DefaultSystemRoots); err == nil || !strings.Contains(err.Error(), "CA bundle for volume data") || strings.Contains(err.Error(), "AAAA") {
+		t.Errorf("a private key as CA bundle: %v", err)
+	}
+	if err := os.Remove(filepath.Join(tmp, contract.CredentialsDir, "data", contract.CABundleFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := routeFor(v, tmp, DefaultSystemRoots); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("no CA file: %v", err)
+	}
+}
+
+// connectProxy is a CONNECT proxy that records the targets and sends every tunnel to to
+// (it plays the name resolution of a real proxy), or refuses them all.
+type connectProxy struct {
+	to      string
+	refuse  bool
+	mu      sync.Mutex
+	targets []string
+}
+
+func (p *connectProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.targets = append(p.targets, r.Method+" "+r.Host)
+	p.mu.Unlock()
+	if r.Method != http.MethodConnect || p.refuse {
+		http.Error(w, "no", http.StatusForbidden)
+		return
+	}
+	up, err := net.Dial("tcp", p.to)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	c, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	go func() { _, _ = io.Copy(up, bufio.NewReader(buf)); up.Close() }()
+	_, _ = io.Copy(c, up)
+	c.Close()
+}
+
+// The bucket check goes gcsfuse's way: through the proxy (CONNECT to the endpoint's name,
+// which only the proxy resolves), trusting the extra CA; a refusing proxy and a missing CA
+// fail it with messages that name the cause, never the proxy's password.
+func TestCheckBucketThroughProxyWithCA(t *testing.T) {
+	const host = "storage.proxy.test"
+	ca := newTestCA(t, host)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/storage/v1/b/there" {
+			_, _ = io.WriteString(w, `{"name":"there"}`)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	endpoint := "https://" + host + ":" + port + "/storage/v1/"
+
+	px := &connectProxy{to: srv.Listener.Addr().String()}
+	ps := httptest.NewServer(px)
+	defer ps.Close()
+	proxyURL := strings.Replace(ps.URL, "http://", "http://alice:pr0xy-pw@", 1)
+
+	v, tmp := volumeWithCA(t, ca.pem)
+	v.HTTPSProxy = proxyURL
+	r, err := routeFor(v, tmp, DefaultSystemRoots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBucket(context.Background(), r, endpoint, "there", "", ""); err != nil {
+		t.Fatalf("through the proxy with the CA: %v", err)
+	}
+	px.mu.Lock()
+	got := slices.Clone(px.targets)
+	px.mu.Unlock()
+	if len(got) == 0 || got[0] != "CONNECT "+host+":"+port {
+		t.Fatalf("the proxy saw %q, want a CONNECT to %s:%s", got, host, port)
+	}
+
+	noCA := &handoff.Volume{Version: handoff.VersionNetwork, VolumeName: "data", Bucket: "b", HTTPSProxy: proxyURL}
+	r2, err := routeFor(noCA, tmp, DefaultSystemRoots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = checkBucket(context.Background(), r2, endpoint, "there", "", "")
+	if err == nil || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") {
+		t.Errorf("without the CA: %v, want an x509 error", err)
+	}
+
+	px.refuse = true
+	r.close() // a route serves one check: no tunnel kept from the first
+	err = checkBucket(context.Background(), r, endpoint, "there", "", "")
+	if err == nil || !strings.Contains(err.Error(), "unreachable through proxy http://REDACTED@127.0.0.1:") || !strings.Contains(err.Error(), "Forbidden") {
+		t.Errorf("refused by the proxy: %v", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "pr0xy-pw") {
+		t.Errorf("the error shows the proxy's password: %v", err)
+	}
+}
