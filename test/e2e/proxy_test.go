@@ -143,11 +143,12 @@ func currentValue(t *testing.T, section, key string) string {
 	if err != nil {
 		t.Fatalf("helm get values: %v", err)
 	}
-	var v map[string]map[string]any
+	var v map[string]any // top-level values are of every kind (driverName is a string)
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("helm get values: %v", err)
 	}
-	s, _ := v[section][key].(string)
+	sec, _ := v[section].(map[string]any)
+	s, _ := sec[key].(string)
 	return s
 }
 
