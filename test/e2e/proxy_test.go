@@ -97,7 +97,15 @@ func TestProxyAndCA(t *testing.T) {
 	createPod(t, name, podOpts{restart: corev1.RestartPolicyNever, volumes: []volume{{"data", bucket, mountPath}},
 		args: []string{"write", "-dir", mountPath, "-name", "proxied.bin", "-bytes", "65536", "-read-back"}})
 	waitSucceeded(t, name)
-	if got := tlsEmulatorObjects(t, emuIP, host, caPEM, bucket); !strings.Contains(got, `"name":"proxied.bin"`) || !strings.Contains(got, `"size":"65536"`) {
+	// From this host, the emulator's pod IP (a ClusterIP is routed only inside pods here).
+	emuPod, err := cs.CoreV1().Pods(ns).Get(ctx, "gcs-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the TLS emulator's pod: %v", err)
+	}
+	if emuPod.Status.PodIP == "" {
+		t.Fatal("the TLS emulator's pod has no IP")
+	}
+	if got := tlsEmulatorObjects(t, emuPod.Status.PodIP, host, caPEM, bucket); !strings.Contains(got, `"name":"proxied.bin"`) || !strings.Contains(got, `"size":"65536"`) {
 		t.Fatalf("the TLS emulator's bucket does not hold the 65536-byte proxied.bin: %s", got)
 	}
 	connect := "PROXY CONNECT " + host + ":4443"
