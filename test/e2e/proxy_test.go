@@ -98,7 +98,7 @@ func TestProxyAndCA(t *testing.T) {
 	// The pod read its object back through the mount (-read-back drops the page cache), from
 	// the only endpoint gcsfuse had: the TLS emulator. (Its bucket is not read from this
 	// host: test traffic stays inside the cluster's own network namespaces.)
-	if l := logs(name, contract.SidecarContainerName); !strings.Contains(l, "--custom-endpoint=https://"+host+":4443/storage/v1/") {
+	if l := logs(name, contract.SidecarContainerName); !strings.Contains(l, "https://"+host+":4443/storage/v1/") {
 		t.Fatalf("gcsfuse did not run against the TLS emulator; sidecar log:\n%s", l)
 	}
 	connect := "PROXY CONNECT " + host + ":4443"
