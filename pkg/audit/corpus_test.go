@@ -64,8 +64,11 @@ func TestCorpus(t *testing.T) {
 			if i < 0 {
 				t.Fatalf("expected to be refused with %q, the audit says:\n%s", f.Expect.Reason, out)
 			}
-			if st := rep.Findings[i].Stage; st != StageAdmission && st != StageMount {
-				t.Errorf("refused at %s: the e2e test checks refusals at admission or at mount only", st)
+			switch fd := rep.Findings[i]; {
+			case fd.Stage != StageAdmission && fd.Stage != StageMount:
+				t.Errorf("refused at %s: the e2e test checks refusals at admission or at mount only", fd.Stage)
+			case fd.Stage == StageAdmission && fd.Object.Kind != "Pod":
+				t.Errorf("refused at admission in a %s: the e2e test checks admission refusals in bare Pods (their create call's error)", fd.Object.Kind)
 			}
 		})
 	}
@@ -74,17 +77,25 @@ func TestCorpus(t *testing.T) {
 // TestCorpusShape checks that the corpus is what the e2e test can apply: placeholders for
 // buckets and images, only the kinds it creates, the GKE driver's name on every volume
 // (the e2e test runs the corpus with the driver installed under that name), a write for
-// every file that runs (its object is the proof), and admission refusals in bare Pods
-// (where the create call returns the denial).
+// every file that runs (its object is the proof), and names unique across files (they
+// share the e2e test's namespace).
 func TestCorpusShape(t *testing.T) {
 	files, err := migration.Files()
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := map[Ref]string{} // the e2e test creates every file's objects in one namespace
 	for _, f := range files {
 		objs, err := Decode(f.Name, f.Substitute(corpusValues))
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, o := range objs {
+			r := Ref{Kind: o.Ref.Kind, Name: o.Ref.Name}
+			if other, ok := seen[r]; ok && r.Kind != "PersistentVolume" && r.Kind != "StorageClass" { // those two are renamed
+				t.Errorf("%s: %s is also in %s", o.Source, r, other)
+			}
+			seen[r] = o.Source
 		}
 		if !f.Expect.Refused && !f.Uses(migration.Bucket) {
 			t.Errorf("%s: expected to run, but no %s placeholder: its object could not be checked", f.Name, migration.Bucket)
