@@ -10,6 +10,10 @@
 //
 // Exit status: 0 when nothing would be refused, 1 when anything would, 2 for a usage
 // error or an input that cannot be read (a message on stderr names it).
+//
+// It runs where kubectl does, Linux and macOS (GOOS=darwin go build ./cmd/kubectl-gcsfuse):
+// the packages it shares with the driver keep their Linux-only parts (the node plugin's
+// file handling) behind build tags.
 package main
 
 import (
