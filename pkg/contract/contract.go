@@ -40,6 +40,26 @@ func ValidateDriverName(name string) error {
 	return fmt.Errorf("driver name %q: must be one of %s", name, strings.Join(DriverNames, ", "))
 }
 
+// ValidVolumeName reports whether name is a Kubernetes volume name (a DNS-1123 label), which
+// is also what makes it safe as a single path element. The node plugin refuses a volume whose
+// name (a pod's volume, or a PersistentVolume's name, which the kubelet uses as the volume's
+// directory) is not one, and the sidecar refuses to serve it.
+func ValidVolumeName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(name)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // AnnotationPrefix is the one prefix for every annotation this project reads.
 const AnnotationPrefix = "gcsfuse.csi.storage/"
 

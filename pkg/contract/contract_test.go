@@ -1,6 +1,9 @@
 package contract
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The driver name is part of host paths and of the kubelet's registration: only the two
 // names the driver may be installed under are accepted.
@@ -13,6 +16,18 @@ func TestValidateDriverName(t *testing.T) {
 	for _, bad := range []string{"", "efs.csi.aws.com", "gcsfuse.csi.storage/../x", "GCSFUSE.CSI.STORAGE"} {
 		if err := ValidateDriverName(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestValidVolumeName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"data": true, "a": true, "vol-1": true, strings.Repeat("a", 63): true,
+		"": false, "-a": false, "a-": false, "A": false, "a/b": false, "..": false,
+		"a.b": false, strings.Repeat("a", 64): false, "a b": false,
+	} {
+		if got := ValidVolumeName(name); got != want {
+			t.Errorf("ValidVolumeName(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

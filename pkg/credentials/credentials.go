@@ -232,6 +232,85 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("volume %s (bucket %s%s): %s", e.Volume, e.Bucket, who, e.Reason)
 }
 
+// Choice is what a volume's attributes choose for its identity, before any token or key is
+// read: what NodePublishVolume can refuse from the volume's own definition.
+type Choice struct {
+	Kind Kind
+	// Provider is the federation provider (the STS audience) of KindFederation: the
+	// volume's workloadIdentityProvider, the one the GKE driver's identityProvider and
+	// identityPool stand for, or the node plugin's.
+	Provider string
+	// FromGKEDriver is set when Provider comes from the GKE driver's identityProvider and
+	// identityPool (gkeDriverProvider).
+	FromGKEDriver bool
+	// ServiceAccount is the service account to impersonate ("" none) and TokenURL the STS
+	// endpoint, for KindFederation.
+	ServiceAccount, TokenURL string
+}
+
+// errKeyAndFederation refuses a volume that has both a key (nodePublishSecretRef) and
+// federation attributes. Its error names no identity: which one was meant is unclear.
+var errKeyAndFederation = fmt.Errorf("the volume has both a nodePublishSecretRef and Workload Identity Federation attributes (%s, %s, %s, %s): choose one",
+	contract.AttrWorkloadIdentityProvider, contract.AttrGKEIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
+
+// Choose checks the identity attributes of a volume (attrs, its volume context) against the
+// node plugin's cfg (WithDefaults applied and Validate passed) and says which kind of
+// credentials they choose; hasKey says that the volume brings a key (its
+// nodePublishSecretRef: NodePublishVolume got secrets). Build calls it first and refuses
+// what it refuses with its message, so a tool that predicts NodePublishVolume's answer
+// from a volume's definition (pkg/audit) refuses the same volumes with the same words.
+func Choose(cfg Config, attrs map[string]string, hasKey bool) (Choice, error) {
+	provider, hasProvider := attrs[contract.AttrWorkloadIdentityProvider]
+	gkeProvider, hasGKE, err := gkeDriverProvider(attrs)
+	if err != nil {
+		return Choice{}, err
+	}
+	if hasGKE {
+		if hasProvider {
+			return Choice{}, fmt.Errorf("volume attributes %s %q and %s %q (the GKE driver's) both name the provider: given more than once, keep one",
+				contract.AttrWorkloadIdentityProvider, provider, contract.AttrGKEIdentityProvider, attrs[contract.AttrGKEIdentityProvider])
+		}
+		provider, hasProvider = gkeProvider, true
+	}
+	_, hasSA := attrs[contract.AttrServiceAccount]
+	_, hasURL := attrs[contract.AttrTokenURL]
+	if hasKey {
+		if hasProvider || hasSA || hasURL {
+			return Choice{}, errKeyAndFederation
+		}
+		return Choice{Kind: KindKey}, nil
+	}
+	if !hasProvider {
+		provider = cfg.Provider
+	} else if !providerPattern.MatchString(provider) {
+		return Choice{}, fmt.Errorf("volume attribute %s %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER",
+			contract.AttrWorkloadIdentityProvider, provider)
+	}
+	if provider == "" {
+		if hasSA || hasURL {
+			return Choice{}, fmt.Errorf("volume attributes %s and %s need Workload Identity Federation: set %s on the volume or --wif-provider on the node plugin",
+				contract.AttrServiceAccount, contract.AttrTokenURL, contract.AttrWorkloadIdentityProvider)
+		}
+		return Choice{Kind: KindADC}, nil
+	}
+	sa := cfg.ServiceAccount
+	if v, ok := attrs[contract.AttrServiceAccount]; ok {
+		if v != "" && !serviceAccountPattern.MatchString(v) {
+			return Choice{}, fmt.Errorf("volume attribute %s %q: want NAME@PROJECT.iam.gserviceaccount.com (or empty for none)", contract.AttrServiceAccount, v)
+		}
+		sa = v
+	}
+	tokenURL := cfg.TokenURL
+	if v, ok := attrs[contract.AttrTokenURL]; ok {
+		if v != cfg.TokenURL && !slices.Contains(cfg.AllowedTokenURLs, v) {
+			return Choice{}, fmt.Errorf("volume attribute %s %q is not one of the node plugin's token URLs (%s)", contract.AttrTokenURL, v,
+				strings.Join(append([]string{cfg.TokenURL}, cfg.AllowedTokenURLs...), ", "))
+		}
+		tokenURL = v
+	}
+	return Choice{Kind: KindFederation, Provider: provider, FromGKEDriver: hasGKE, ServiceAccount: sa, TokenURL: tokenURL}, nil
+}
+
 // Build decides the volume's credentials from the node plugin's cfg (WithDefaults applied
 // and Validate passed) and the request.
 func Build(cfg Config, req Request) (*Plan, error) {
@@ -240,55 +319,18 @@ func Build(cfg Config, req Request) (*Plan, error) {
 	}
 	attrs := req.Attributes
 	ksa := kubernetesServiceAccount(attrs)
-	provider, hasProvider := attrs[contract.AttrWorkloadIdentityProvider]
-	gkeProvider, hasGKE, err := gkeDriverProvider(attrs)
-	if err != nil {
+	choice, err := Choose(cfg, attrs, len(req.Secrets) > 0)
+	switch {
+	case errors.Is(err, errKeyAndFederation):
+		return fail("", "%v", err)
+	case err != nil:
 		return fail(ksa, "%v", err)
-	}
-	if hasGKE {
-		if hasProvider {
-			return fail(ksa, "volume attributes %s %q and %s %q (the GKE driver's) both name the provider: given more than once, keep one",
-				contract.AttrWorkloadIdentityProvider, provider, contract.AttrGKEIdentityProvider, attrs[contract.AttrGKEIdentityProvider])
-		}
-		provider, hasProvider = gkeProvider, true
-	}
-	_, hasSA := attrs[contract.AttrServiceAccount]
-	_, hasURL := attrs[contract.AttrTokenURL]
-	if len(req.Secrets) > 0 {
-		if hasProvider || hasSA || hasURL {
-			return fail("", "the volume has both a nodePublishSecretRef and Workload Identity Federation attributes (%s, %s, %s, %s): choose one",
-				contract.AttrWorkloadIdentityProvider, contract.AttrGKEIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
-		}
+	case choice.Kind == KindKey:
 		return buildKey(cfg, req, fail)
-	}
-	if !hasProvider {
-		provider = cfg.Provider
-	} else if !providerPattern.MatchString(provider) {
-		return fail(ksa, "volume attribute %s %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER",
-			contract.AttrWorkloadIdentityProvider, provider)
-	}
-	if provider == "" {
-		if hasSA || hasURL {
-			return fail(ksa, "volume attributes %s and %s need Workload Identity Federation: set %s on the volume or --wif-provider on the node plugin",
-				contract.AttrServiceAccount, contract.AttrTokenURL, contract.AttrWorkloadIdentityProvider)
-		}
+	case choice.Kind == KindADC:
 		return &Plan{Kind: KindADC, Identity: "application default credentials (on GKE with Workload Identity: " + ksa + ")"}, nil
 	}
-	sa := cfg.ServiceAccount
-	if v, ok := attrs[contract.AttrServiceAccount]; ok {
-		if v != "" && !serviceAccountPattern.MatchString(v) {
-			return fail(ksa, "volume attribute %s %q: want NAME@PROJECT.iam.gserviceaccount.com (or empty for none)", contract.AttrServiceAccount, v)
-		}
-		sa = v
-	}
-	tokenURL := cfg.TokenURL
-	if v, ok := attrs[contract.AttrTokenURL]; ok {
-		if v != cfg.TokenURL && !slices.Contains(cfg.AllowedTokenURLs, v) {
-			return fail(ksa, "volume attribute %s %q is not one of the node plugin's token URLs (%s)", contract.AttrTokenURL, v,
-				strings.Join(append([]string{cfg.TokenURL}, cfg.AllowedTokenURLs...), ", "))
-		}
-		tokenURL = v
-	}
+	provider, sa, tokenURL := choice.Provider, choice.ServiceAccount, choice.TokenURL
 	identity := ksa + " through " + provider
 	if sa != "" {
 		identity += " as " + sa

@@ -471,12 +471,21 @@ func TestGKEDriverIdentityAttributes(t *testing.T) {
 				attrs[k] = v
 			}
 			p, err := build(Config{}, attrs, tt.secrets)
+			// Choose, which tools that predict NodePublishVolume call (pkg/audit), refuses
+			// what Build refuses, with its reason, and chooses the same provider.
+			choice, chooseErr := Choose(Config{}.WithDefaults(), attrs, len(tt.secrets) > 0)
 			if tt.wantErr != "" {
 				var ce *Error
 				if !errors.As(err, &ce) || ce.Precondition || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want a volume *Error containing %q", err, tt.wantErr)
 				}
+				if chooseErr == nil || ce.Reason != chooseErr.Error() {
+					t.Errorf("Choose: %v, want Build's reason %q", chooseErr, ce.Reason)
+				}
 				return
+			}
+			if chooseErr != nil || choice.Provider != tt.wantProvider || choice.FromGKEDriver != (tt.wantProvider != "") {
+				t.Errorf("Choose: %+v, %v; want provider %q from the GKE driver's attributes", choice, chooseErr, tt.wantProvider)
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -247,15 +247,12 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if vc == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	if vc.GetBlock() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability: block access is not supported, use a filesystem volume")
+	if err := mountopts.CheckAccessType(vc.GetBlock() != nil, vc.GetMount().GetFsType()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	mnt := vc.GetMount()
 	if mnt == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability: mount access type is required")
-	}
-	if fs := mnt.GetFsType(); fs != "" && fs != "fuse" && fs != "gcsfuse" {
-		return nil, status.Errorf(codes.InvalidArgument, "volume_capability.mount.fs_type %q is not supported (leave it empty)", fs)
 	}
 	roAccess, ok := readOnlyAccess(vc.GetAccessMode().GetMode())
 	if !ok {
@@ -265,7 +262,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "target_path: %v", err)
 	}
-	if !handoff.ValidVolumeName(target.VolumeName) {
+	if !contract.ValidVolumeName(target.VolumeName) {
 		return nil, status.Errorf(codes.InvalidArgument, "target_path: volume name %q is not a DNS-1123 label", target.VolumeName)
 	}
 	attrs := req.GetVolumeContext()

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 )
 
@@ -132,7 +133,7 @@ func (v *Volume) Validate() error {
 	if err := v.Proxy().Validate(); err != nil {
 		return fmt.Errorf("proxy settings: %w", err)
 	}
-	if !ValidVolumeName(v.VolumeName) {
+	if !contract.ValidVolumeName(v.VolumeName) {
 		return fmt.Errorf("invalid volume name %q", v.VolumeName)
 	}
 	if v.Bucket == "" {
@@ -164,24 +165,6 @@ func (s *Status) Validate() error {
 // ErrUnknownState marks a well-formed Status whose state this build does not know: a newer
 // peer may send states added after it. The frame was read whole, so a reader can go on.
 var ErrUnknownState = errors.New("unknown status state")
-
-// ValidVolumeName reports whether name is a Kubernetes volume name (a DNS-1123 label), which
-// is also what makes it safe as a single path element.
-func ValidVolumeName(name string) bool {
-	if len(name) == 0 || len(name) > 63 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(name)-1:
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // Encode returns the frame for a payload value.
 func Encode(v any) ([]byte, error) {

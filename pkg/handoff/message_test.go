@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 func validVolume() *Volume {
@@ -103,18 +105,6 @@ func TestEncodeRefusesOversized(t *testing.T) {
 	v.Flags = []string{strings.Repeat("x", MaxPayload)}
 	if _, err := Encode(v); err == nil {
 		t.Fatal("an oversized payload was encoded")
-	}
-}
-
-func TestValidVolumeName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"data": true, "a": true, "vol-1": true, strings.Repeat("a", 63): true,
-		"": false, "-a": false, "a-": false, "A": false, "a/b": false, "..": false,
-		"a.b": false, strings.Repeat("a", 64): false, "a b": false,
-	} {
-		if got := ValidVolumeName(name); got != want {
-			t.Errorf("ValidVolumeName(%q) = %v, want %v", name, got, want)
-		}
 	}
 }
 
@@ -218,7 +208,7 @@ func FuzzDecodeVolume(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !ValidVolumeName(v.VolumeName) || v.Bucket == "" || v.Version != Version {
+		if !contract.ValidVolumeName(v.VolumeName) || v.Bucket == "" || v.Version != Version {
 			t.Fatalf("accepted an invalid volume: %+v", v)
 		}
 		again, err := Encode(v)

@@ -372,13 +372,7 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity,
 			contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
 	}
-	var opts []string
-	for _, f := range mountFlags {
-		opts = append(opts, Split(f)...)
-	}
-	if v, ok := attrs[contract.AttrMountOptions]; ok {
-		opts = append(opts, Split(v)...)
-	}
+	opts := givenOptions(attrs, mountFlags)
 	if v, ok := attrs[contract.AttrFileCacheCapacity]; ok {
 		mib, err := capacityMiB(v)
 		if err != nil {
@@ -405,6 +399,20 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 		return nil, err
 	}
 	return &Volume{Bucket: bucket, Result: *res}, nil
+}
+
+// givenOptions are the options a volume gives as options: its mount flags (a
+// PersistentVolume's mountOptions, each entry a comma-separated list) and then its
+// mountOptions attribute, in that order.
+func givenOptions(attrs map[string]string, mountFlags []string) []string {
+	var opts []string
+	for _, f := range mountFlags {
+		opts = append(opts, Split(f)...)
+	}
+	if v, ok := attrs[contract.AttrMountOptions]; ok {
+		opts = append(opts, Split(v)...)
+	}
+	return opts
 }
 
 func capacityMiB(v string) (int64, error) {

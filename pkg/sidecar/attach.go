@@ -53,7 +53,7 @@ func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
 		return
 	}
 	vname := strings.TrimSuffix(name, contract.HandoffSocketSuffix)
-	if !handoff.ValidVolumeName(vname) {
+	if !contract.ValidVolumeName(vname) {
 		s.log.Warn("ignoring a hand-off socket whose name is not a volume name", "socket", name)
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -76,7 +75,7 @@ func readTaken(tmp *os.File) (map[string]takenRecord, error) {
 	}
 	out := map[string]takenRecord{}
 	for _, e := range entries {
-		if !e.IsDir() || !handoff.ValidVolumeName(e.Name()) {
+		if !e.IsDir() || !contract.ValidVolumeName(e.Name()) {
 			continue
 		}
 		d, err := podpath.MkdirOpen(vols, e.Name(), 0o700)

@@ -94,17 +94,30 @@ func withIncumbentAliases(annotations map[string]string) (map[string]string, []s
 		out[k] = v
 	}
 	var warnings []string
+	aliases := incumbentAliases(annotations)
 	for _, k := range keys {
-		name := strings.TrimPrefix(k, incumbentPrefix)
-		if !incumbentAnnotations[name] {
+		ours, ok := aliases[k]
+		if !ok {
 			warnings = append(warnings, fmt.Sprintf("annotation %s (the GKE driver's) has no equivalent in this driver and is ignored", k))
 			continue
 		}
-		ours := contract.AnnotationPrefix + name
 		if v, ok := annotations[ours]; ok && v != annotations[k] {
 			return nil, nil, badRequest("annotations %s=%q and %s=%q disagree; set one of them", k, annotations[k], ours, v)
 		}
 		out[ours] = annotations[k]
 	}
 	return out, warnings, nil
+}
+
+// incumbentAliases maps each of the GKE driver's annotations in annotations that has an
+// equivalent here (incumbentAnnotations) to that annotation of ours.
+func incumbentAliases(annotations map[string]string) map[string]string {
+	out := map[string]string{}
+	for k := range annotations {
+		name, ok := strings.CutPrefix(k, incumbentPrefix)
+		if ok && incumbentAnnotations[name] {
+			out[k] = contract.AnnotationPrefix + name
+		}
+	}
+	return out
 }

@@ -222,8 +222,10 @@ func TestAddOnPodLeftAlone(t *testing.T) {
 // the end), the driver runs what was written for the GKE driver without any edit: the GKE
 // example pod with its `driver: gcsfuse.csi.storage.gke.io` inline volume, and a
 // PersistentVolume of that driver used through a claim by a pod without any annotation (the
-// webhook recognises the PV as the driver's). Costs two rollouts of the node plugin and the
-// webhook (the timings are recorded).
+// webhook recognises the PV as the driver's); then, under that install, every manifest of
+// the migration corpus (test/migration: written from the GKE driver's documentation) runs
+// or is refused as its expectation line and `kubectl gcsfuse audit` say (testCorpus).
+// Costs two rollouts of the node plugin and the webhook (the timings are recorded).
 func TestIncumbentDriverName(t *testing.T) {
 	if helmBin == "" {
 		t.Skip("the driver was not installed with Helm (E2E_HELM, E2E_HELM_CHART unset; DEPLOY_WITH=kustomize): this test switches driverName with helm upgrade")
@@ -255,6 +257,9 @@ func TestIncumbentDriverName(t *testing.T) {
 	}
 	waitSucceeded(t, name)
 	expectObject(t, bucket, "pv.bin", 2048)
+
+	// Under the same install, the migration corpus (test/migration, migration_test.go).
+	t.Run("corpus", testCorpus)
 }
 
 // switchDriverName installs the driver under name with `helm upgrade --reuse-values` and

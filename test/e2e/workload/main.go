@@ -69,7 +69,7 @@ func run(cmd string, args []string) int {
 	prefix := fs.String("prefix", "part", "loop: file name prefix")
 	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
 	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
-	then := fs.Duration("then", 0, "write: keep working this long after the file is closed, then exit")
+	then := fs.Duration("then", 0, "write: keep working this long after the file is closed (or until SIGTERM), then exit")
 	also := fs.String("also", "", "write: write the same file into this directory too (a second volume)")
 	readBack := fs.Bool("read-back", false, "write: after closing the file, drop its cached pages and read it back through the mount (so gcsfuse reads exactly -bytes from the bucket)")
 	readName := fs.String("read", "", "loop: after each file, read and check this file (of -read-bytes pattern bytes)")
@@ -134,7 +134,12 @@ func run(cmd string, args []string) int {
 			}
 			fmt.Printf("read back %s %d bytes ok\n", *name, *size)
 		}
-		time.Sleep(*then)
+		// A workload's pod (a Deployment's) is deleted while it keeps working: it ends then.
+		select {
+		case <-time.After(*then):
+		case s := <-term:
+			fmt.Println("signal", s)
+		}
 		return *exitCode
 	case "loop":
 		return loop(*dir, *prefix, *size, *every, *dur, *readName, *readBytes, term)
