@@ -65,7 +65,8 @@ func TestAuditCorpusDirectory(t *testing.T) {
 	for _, want := range []string{
 		"Pod/gke-inline-task volume data: mapped: bucket my-bucket; gcsfuseLoggingSeverity=warning -> --log-severity=warning; metadataCacheTTLSeconds=600 -> --metadata-cache-ttl-secs=600; driver gcsfuse.csi.storage.gke.io",
 		"Pod/gke-cloud-profiler volume gcs-fuse-csi-ephemeral: refused: at mount: ",
-		"Pod/gke-opt-in-capitalised pod: refused: at admission: ",
+		"Pod/gke-opt-in-capitalised pod: mapped: sidecar injected (native); annotation gke-gcsfuse/volumes=True -> gcsfuse.csi.storage/volumes",
+		"Pod/gke-request-above-limit pod: refused: at admission: ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no line %q in:\n%s", want, out)

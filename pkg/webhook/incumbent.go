@@ -101,12 +101,24 @@ func withIncumbentAliases(annotations map[string]string) (map[string]string, []s
 			warnings = append(warnings, fmt.Sprintf("annotation %s (the GKE driver's) has no equivalent in this driver and is ignored", k))
 			continue
 		}
-		if v, ok := annotations[ours]; ok && v != annotations[k] {
+		theirs := incumbentValue(k, annotations[k])
+		if v, ok := annotations[ours]; ok && v != theirs {
 			return nil, nil, badRequest("annotations %s=%q and %s=%q disagree; set one of them", k, annotations[k], ours, v)
 		}
-		out[ours] = annotations[k]
+		out[ours] = theirs
 	}
 	return out, warnings, nil
+}
+
+// incumbentValue is the value of the GKE driver's annotation k as that driver reads it:
+// its webhook takes gke-gcsfuse/volumes case-insensitively ("True" and "FALSE" as well),
+// where ours takes only "true" and "false"; a manifest written for it must not be denied
+// here for that. Other values pass unchanged, and are checked as ours are.
+func incumbentValue(k, v string) string {
+	if k == incumbentPrefix+"volumes" && (strings.EqualFold(v, "true") || strings.EqualFold(v, "false")) {
+		return strings.ToLower(v)
+	}
+	return v
 }
 
 // incumbentAliases maps each of the GKE driver's annotations in annotations that has an

@@ -40,6 +40,19 @@ func TestIncumbentAnnotations(t *testing.T) {
 			t.Fatalf("injected: %s", resp.Patch)
 		}
 	})
+	t.Run("opt-in in any case, as the GKE webhook reads it", func(t *testing.T) {
+		_, out := mustAdmit(t, newMutator(t, modern), gke("gke-gcsfuse/volumes", "True"))
+		if out.Annotations[contract.AnnotationInjected] == "" {
+			t.Fatal(`gke-gcsfuse/volumes: "True" not injected`)
+		}
+		resp, out := mustAdmit(t, newMutator(t, modern), gke("gke-gcsfuse/volumes", "FALSE"))
+		if resp.Patch != nil || out.Annotations[contract.AnnotationInjected] != "" {
+			t.Fatalf(`gke-gcsfuse/volumes: "FALSE" injected: %s`, resp.Patch)
+		}
+		if resp, _ := admit(t, newMutator(t, modern), gke(contract.AnnotationInject, "True")); resp.Allowed {
+			t.Fatalf(`%s: "True" (ours takes only "true" and "false") allowed`, contract.AnnotationInject)
+		}
+	})
 	t.Run("no equivalent", func(t *testing.T) {
 		resp, _ := mustAdmit(t, newMutator(t, modern), gke("gke-gcsfuse/volumes", "true", "gke-gcsfuse/metadata-prefetch-memory-limit", "10Mi"))
 		if !containsSubstring(resp.Warnings, "gke-gcsfuse/metadata-prefetch-memory-limit") {
