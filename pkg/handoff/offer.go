@@ -34,13 +34,20 @@ type OfferConfig struct {
 	Volume *Volume
 	// Fuse is the FUSE connection; Offer takes ownership and closes its copy after hand-off.
 	Fuse *os.File
-	// UID and GID own the socket file, so only the sidecar's user can connect.
+	// UID and GID own the socket file. A process connecting as another user is refused
+	// (its credentials checked with SO_PEERCRED), root included: any container of the pod
+	// that mounts its gcsfuse-tmp volume can reach the socket, and one running as root
+	// would pass the file's permissions; only the sidecar may get the FUSE descriptor.
 	UID, GID int
 	// OnHandedOff, if set, is called once the sidecar has the descriptor.
 	OnHandedOff func()
 	// OnStatus receives each Status the sidecar sends (called from the Offer's goroutine).
 	OnStatus func(*Status)
 	Log      *slog.Logger
+
+	// peerAllowed replaces the check that a peer runs as UID (tests, which connect as
+	// themselves).
+	peerAllowed func(uid uint32) bool
 }
 
 // SocketName is the socket's file name for a volume.
@@ -128,7 +135,16 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 			}
 			return
 		}
-		peer := peerCred(conn)
+		peer, uid, known := peerCred(conn)
+		allowed := known && uid == uint32(cfg.UID)
+		if cfg.peerAllowed != nil {
+			allowed = known && cfg.peerAllowed(uid)
+		}
+		if !allowed {
+			log.Warn("refused a hand-off connection from a process that is not the sidecar's user", "peer", peer, "sidecarUID", cfg.UID)
+			conn.Close()
+			continue
+		}
 		if err := o.send(ctx, conn, cfg.Volume, fuse); err != nil {
 			log.Warn("hand-off to sidecar failed; waiting for another connection", "peer", peer, "err", err)
 			conn.Close()
@@ -191,17 +207,19 @@ func (o *Offer) relay(ctx context.Context, conn *net.UnixConn, onStatus func(*St
 	}
 }
 
-func peerCred(conn *net.UnixConn) string {
+// peerCred describes the connecting process (for logs) and returns its uid; known is false
+// when the kernel could not tell, which is refused like a wrong uid.
+func peerCred(conn *net.UnixConn) (desc string, uid uint32, known bool) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
-		return "unknown"
+		return "unknown", 0, false
 	}
 	var cred *unix.Ucred
 	_ = raw.Control(func(fd uintptr) {
 		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
 	if cred == nil {
-		return "unknown"
+		return "unknown", 0, false
 	}
-	return fmt.Sprintf("pid=%d uid=%d", cred.Pid, cred.Uid)
+	return fmt.Sprintf("pid=%d uid=%d", cred.Pid, cred.Uid), cred.Uid, true
 }

@@ -97,7 +97,8 @@ func TestNewOfferSocketAppearsOnlyWithTheSidecarOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		o, err := NewOffer(OfferConfig{Dir: openDir(t, dir), Volume: validVolume(), Fuse: fuseStandIn(t),
-			UID: uid, GID: gid, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			UID: uid, GID: gid, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			peerAllowed: func(peer uint32) bool { return peer == uint32(os.Geteuid()) }}) // the test connects as itself
 		if err != nil {
 			w.Close()
 			t.Fatal(err)
@@ -248,5 +249,42 @@ func TestOfferRelaySkipsUnknownStates(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the status after an unknown state was not relayed")
+	}
+}
+
+// A process of another user than the sidecar's (here the test itself, root in CI, which
+// file permissions would not stop) is refused the descriptor: its connection is closed
+// without a frame, and the offer stays for the sidecar.
+func TestOfferRefusesAPeerOfAnotherUser(t *testing.T) {
+	uid, gid := otherOwner(t)
+	if uint32(uid) == uint32(os.Geteuid()) {
+		t.Skip("needs the socket to belong to another user than the test's (root)")
+	}
+	dir := t.TempDir()
+	o, err := NewOffer(OfferConfig{Dir: openDir(t, dir), Volume: validVolume(), Fuse: fuseStandIn(t),
+		UID: uid, GID: gid, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+		defer cancel()
+		_ = o.Stop(ctx)
+	}()
+	sock := filepath.Join(dir, SocketName("data"))
+	for i := range 2 {
+		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(appearWait))
+		if v, fd, err := RecvVolume(conn); err == nil {
+			fd.Close()
+			t.Fatalf("connect %d: a process of uid %d got volume %q offered to uid %d", i, os.Geteuid(), v.VolumeName, uid)
+		}
+		conn.Close()
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the offer is gone after refusing a stranger: %v", err)
 	}
 }
