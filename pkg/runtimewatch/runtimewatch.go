@@ -117,7 +117,11 @@ type Watcher struct {
 
 	mu         sync.Mutex
 	containers map[string]containerexit.Container // by container ID
-	synced     bool
+	// byPod indexes containers by pod UID, so that a follower's PodContainers (every
+	// PollInterval per followed pod) reads its pod's few containers, not the node's
+	// thousands.
+	byPod  map[string]map[string]struct{}
+	synced bool
 
 	source  atomic.Value // string
 	running atomic.Bool
@@ -150,7 +154,7 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Log.With("component", "runtimewatch"), containers: map[string]containerexit.Container{}}
+	w := &Watcher{cfg: cfg, log: cfg.Log.With("component", "runtimewatch"), containers: map[string]containerexit.Container{}, byPod: map[string]map[string]struct{}{}}
 	w.source.Store("")
 	return w, nil
 }
@@ -325,7 +329,7 @@ func (w *Watcher) relist(ctx context.Context) {
 	}
 	for id, c := range w.containers {
 		if !listed[id] {
-			delete(w.containers, id)
+			w.deleteLocked(id)
 			changed[c.PodUID] = true
 		}
 	}
@@ -345,7 +349,7 @@ func (w *Watcher) apply(ctx context.Context, e containerexit.Event) {
 	w.mu.Lock()
 	if e.Kind == containerexit.EventDeleted {
 		if c, ok := w.containers[e.ContainerID]; ok {
-			delete(w.containers, e.ContainerID)
+			w.deleteLocked(e.ContainerID)
 			changed[c.PodUID] = true
 		}
 	}
@@ -399,7 +403,7 @@ func (w *Watcher) mergeLocked(c containerexit.Container) bool {
 	}
 	old, ok := w.containers[c.ID]
 	if !ok {
-		w.containers[c.ID] = c
+		w.putLocked(c)
 		return true
 	}
 	if rank(c.State) < rank(old.State) {
@@ -408,8 +412,37 @@ func (w *Watcher) mergeLocked(c containerexit.Container) bool {
 	if !c.ExitKnown && old.ExitKnown && c.State == containerexit.StateExited {
 		c.ExitCode, c.ExitKnown, c.FinishedAt = old.ExitCode, true, old.FinishedAt
 	}
-	w.containers[c.ID] = c
+	w.putLocked(c)
 	return c.State != old.State || c.ExitKnown != old.ExitKnown
+}
+
+// putLocked stores c under its ID and its pod's index.
+func (w *Watcher) putLocked(c containerexit.Container) {
+	if old, ok := w.containers[c.ID]; ok && old.PodUID != c.PodUID {
+		w.deleteLocked(c.ID)
+	}
+	w.containers[c.ID] = c
+	ids := w.byPod[c.PodUID]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		w.byPod[c.PodUID] = ids
+	}
+	ids[c.ID] = struct{}{}
+}
+
+// deleteLocked forgets the container id, and its pod's index once empty.
+func (w *Watcher) deleteLocked(id string) {
+	c, ok := w.containers[id]
+	if !ok {
+		return
+	}
+	delete(w.containers, id)
+	if ids := w.byPod[c.PodUID]; ids != nil {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(w.byPod, c.PodUID)
+		}
+	}
 }
 
 func rank(s containerexit.State) int {
@@ -437,10 +470,8 @@ func (w *Watcher) PodContainers(ctx context.Context, podUID string) ([]container
 		return w.cfg.Client.PodContainers(ctx, podUID)
 	}
 	var out []containerexit.Container
-	for _, c := range w.containers {
-		if c.PodUID == podUID {
-			out = append(out, c)
-		}
+	for id := range w.byPod[podUID] {
+		out = append(out, w.containers[id])
 	}
 	w.mu.Unlock()
 	return out, nil
