@@ -62,6 +62,8 @@ type ExitCoordinator struct {
 	// use, so that an ExitCoordinator literal works.
 	released     *expiring.Set[types.UID]
 	releasedOnce sync.Once
+	// deciding are the pods whose runtime view is being decided (ContainersChanged).
+	deciding runtimeDecisions
 
 	// podFiles holds the number of the latest write of each pod file being written
 	// (writePodFile; numbers from podFileSeq, never reused): a retry of an older write

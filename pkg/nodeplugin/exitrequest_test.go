@@ -1,6 +1,7 @@
 package nodeplugin
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
@@ -465,3 +467,54 @@ func TestTerminatingFileRetriedAndNewestWins(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// hangingRuntime is a container runtime whose calls block until release is closed.
+type hangingRuntime struct{ release chan struct{} }
+
+func (h hangingRuntime) PodContainers(ctx context.Context, _ string) ([]containerexit.Container, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return nil, nil
+}
+
+func (h hangingRuntime) Status(ctx context.Context, _ string) (containerexit.Container, error) {
+	_, err := h.PodContainers(ctx, "")
+	return containerexit.Container{}, err
+}
+
+type onePod struct{ pod *corev1.Pod }
+
+func (o onePod) PodByUID(uid types.UID) (*corev1.Pod, bool) { return o.pod, uid == o.pod.UID }
+
+// The runtime watch calls ContainersChanged on its own goroutine, which must never wait for
+// the runtime: with a runtime that does not answer, every call returns at once, and the
+// decisions it started end with Close.
+func TestContainersChangedNeverBlocksTheWatch(t *testing.T) {
+	root := t.TempDir()
+	l := newCoordinator(root, &eventLog{}, time.Minute)
+	pod := donePod(t, root)
+	l.Pods = onePod{pod}
+	rt := hangingRuntime{release: make(chan struct{})}
+	l.Runtime = rt
+	returned := make(chan struct{})
+	go func() {
+		for range 100 {
+			l.ContainersChanged(string(pod.UID))
+		}
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(eventuallyWait):
+		close(rt.release)
+		t.Fatal("ContainersChanged waited for the runtime on the watch's goroutine")
+	}
+	close(rt.release)
+	l.Close(eventuallyWait)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("decisions still running after Close")
+	}
+}

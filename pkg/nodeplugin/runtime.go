@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,17 +33,83 @@ const runtimeDoneMemory = 10 * time.Minute
 // told at once, in both modes: a native sidecar that exits by itself the moment its
 // workload has exited costs a Job ~0.2 s, one the kubelet has to stop ~2 s. A follower of a
 // stopping pod, if any, looks again now.
+//
+// It runs on the watch's goroutine, which must not block, while deciding may ask the
+// runtime for exit codes (ContainerStatus, up to exitCodesBudget): so the decision runs in
+// an owned goroutine, one per pod at a time; a change that comes meanwhile makes that
+// goroutine decide once more when it is done.
 func (l *ExitCoordinator) ContainersChanged(podUID string) {
 	uid := types.UID(podUID)
 	l.follows.wake(uid)
 	if l.Pods == nil || l.Runtime == nil {
 		return
 	}
+	if !l.deciding.start(uid) {
+		return // being decided: it looks again when done
+	}
+	if !l.goOwned(func(ctx context.Context) {
+		for {
+			l.decideFromRuntime(ctx, uid)
+			if !l.deciding.again(uid) {
+				return
+			}
+		}
+	}) {
+		l.deciding.stop(uid)
+	}
+}
+
+// runtimeDecisions holds the pods whose runtime view is being decided (ContainersChanged),
+// and whether a change came meanwhile.
+type runtimeDecisions struct {
+	mu      sync.Mutex
+	pending map[types.UID]bool // in progress; true: changed again since it started
+}
+
+// start marks uid in progress; false (and a note to decide again) if it already is.
+func (r *runtimeDecisions) start(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[types.UID]bool{}
+	}
+	if _, busy := r.pending[uid]; busy {
+		r.pending[uid] = true
+		return false
+	}
+	r.pending[uid] = false
+	return true
+}
+
+// again reports whether uid changed while it was decided (and keeps it in progress), or
+// ends it.
+func (r *runtimeDecisions) again(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending[uid] {
+		r.pending[uid] = false
+		return true
+	}
+	delete(r.pending, uid)
+	return false
+}
+
+// stop ends uid's decision.
+func (r *runtimeDecisions) stop(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, uid)
+}
+
+// decideFromRuntime decides about the pod uid from its containers' runtime states and tells
+// its sidecar when its workload is done.
+func (l *ExitCoordinator) decideFromRuntime(ctx context.Context, uid types.UID) {
+	podUID := string(uid)
 	pod, ok := l.Pods.PodByUID(uid)
 	if !ok || lifecycle.SidecarMode(pod) == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), exitCodesBudget)
+	ctx, cancel := context.WithTimeout(ctx, exitCodesBudget)
 	defer cancel()
 	cs, err := l.Runtime.PodContainers(ctx, podUID)
 	if err != nil {
