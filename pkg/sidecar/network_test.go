@@ -1,18 +1,10 @@
 package sidecar
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,10 +12,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
@@ -40,28 +33,15 @@ type testCA struct {
 
 func newTestCA(t *testing.T, host string) *testCA {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	issued, err := testpki.Issue("test CA", host, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if ip := net.ParseIP(host); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{host}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	cert, err := issued.TLSCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testCA{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+	return &testCA{pem: issued.CAPEM, cert: cert}
 }
 
 // volumeWithCA lays out the node plugin's CA file for volume data in a temp emptyDir.
@@ -146,39 +126,6 @@ func TestRouteRefusesABadBundle(t *testing.T) {
 	}
 }
 
-// connectProxy is a CONNECT proxy that records the targets and sends every tunnel to to
-// (it plays the name resolution of a real proxy), or refuses them all.
-type connectProxy struct {
-	to      string
-	refuse  bool
-	mu      sync.Mutex
-	targets []string
-}
-
-func (p *connectProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.mu.Lock()
-	p.targets = append(p.targets, r.Method+" "+r.Host)
-	p.mu.Unlock()
-	if r.Method != http.MethodConnect || p.refuse {
-		http.Error(w, "no", http.StatusForbidden)
-		return
-	}
-	up, err := net.Dial("tcp", p.to)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-	c, buf, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		up.Close()
-		return
-	}
-	go func() { _, _ = io.Copy(up, bufio.NewReader(buf)); up.Close() }()
-	_, _ = io.Copy(c, up)
-	c.Close()
-}
-
 // The bucket check goes gcsfuse's way: through the proxy (CONNECT to the endpoint's name,
 // which only the proxy resolves), trusting the extra CA; a refusing proxy and a missing CA
 // fail it with messages that name the cause, never the proxy's password.
@@ -198,7 +145,8 @@ func TestCheckBucketThroughProxyWithCA(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	endpoint := "https://" + host + ":" + port + "/storage/v1/"
 
-	px := &connectProxy{to: srv.Listener.Addr().String()}
+	to := srv.Listener.Addr().String()
+	px := &testproxy.Proxy{Resolve: func(string) (string, bool) { return to, true }} // plays the proxy's name resolution
 	ps := httptest.NewServer(px)
 	defer ps.Close()
 	proxyURL := strings.Replace(ps.URL, "http://", "http://alice:pr0xy-pw@", 1)
@@ -212,9 +160,7 @@ func TestCheckBucketThroughProxyWithCA(t *testing.T) {
 	if err := checkBucket(context.Background(), r, endpoint, "there", "", ""); err != nil {
 		t.Fatalf("through the proxy with the CA: %v", err)
 	}
-	px.mu.Lock()
-	got := slices.Clone(px.targets)
-	px.mu.Unlock()
+	got := px.Requests()
 	if len(got) == 0 || got[0] != "CONNECT "+host+":"+port {
 		t.Fatalf("the proxy saw %q, want a CONNECT to %s:%s", got, host, port)
 	}
@@ -229,7 +175,7 @@ func TestCheckBucketThroughProxyWithCA(t *testing.T) {
 		t.Errorf("without the CA: %v, want an x509 error", err)
 	}
 
-	px.refuse = true
+	px.SetRefuse(true)
 	r.close() // a route serves one check: no tunnel kept from the first
 	err = checkBucket(context.Background(), r, endpoint, "there", "", "")
 	if err == nil || !strings.Contains(err.Error(), "unreachable through proxy http://REDACTED@127.0.0.1:") || !strings.Contains(err.Error(), "Forbidden") {

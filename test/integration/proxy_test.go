@@ -1,29 +1,21 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
@@ -37,94 +29,30 @@ import (
 // request fails at once and nothing leaves the machine.
 const proxiedHost = "storage.gcsfuse-test.onion"
 
-// testProxy is an HTTP forward proxy (absolute-URI requests, for http:// targets) and a
-// CONNECT proxy (for https://) that records each request's target, resolving proxiedHost to
-// the emulator's loopback address; with refuse it answers 403 to everything.
+// testProxy is the tests' proxy (internal/testproxy) on a free loopback port, resolving
+// proxiedHost to the emulator's loopback address and refusing every other target (it
+// reaches nothing else); with refuse it answers 403 to everything.
 type testProxy struct {
-	to     string // 127.0.0.1:port for proxiedHost
-	refuse bool
-	mu     sync.Mutex
-	seen   []string
-	srv    *http.Server
-	URL    string
+	*testproxy.Proxy
+	URL string
 }
 
 func startProxy(t *testing.T, to string, refuse bool) *testProxy {
 	t.Helper()
-	p := &testProxy{to: to, refuse: refuse}
+	p := &testProxy{Proxy: &testproxy.Proxy{Resolve: func(hostport string) (string, bool) {
+		h, _, err := net.SplitHostPort(hostport)
+		return to, err == nil && h == proxiedHost
+	}}}
+	p.SetRefuse(refuse)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.URL = "http://" + ln.Addr().String()
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }() // closed by the cleanup
-	t.Cleanup(func() { p.srv.Close() })
+	srv := &http.Server{Handler: p.Proxy, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // closed by the cleanup
+	t.Cleanup(func() { srv.Close() })
 	return p
-}
-
-func (p *testProxy) requests() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.seen...)
-}
-
-// resolve maps proxiedHost:port to the emulator; any other target is refused (the test's
-// proxy reaches nothing else).
-func (p *testProxy) resolve(hostport string) (string, bool) {
-	h, _, err := net.SplitHostPort(hostport)
-	return p.to, err == nil && h == proxiedHost
-}
-
-func (p *testProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	target := r.Host
-	if r.Method != http.MethodConnect {
-		target = r.URL.String()
-	}
-	p.mu.Lock()
-	p.seen = append(p.seen, r.Method+" "+target)
-	p.mu.Unlock()
-	addr, ok := p.resolve(r.Host)
-	if p.refuse || !ok {
-		http.Error(w, "proxy refuses", http.StatusForbidden)
-		return
-	}
-	if r.Method == http.MethodConnect {
-		up, err := net.Dial("tcp", addr)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-		c, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			up.Close()
-			return
-		}
-		go func() { _, _ = io.Copy(up, bufio.NewReader(buf)); up.(*net.TCPConn).CloseWrite() }()
-		_, _ = io.Copy(c, up)
-		c.Close()
-		up.Close()
-		return
-	}
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.URL.Host = addr
-	out.Header.Del("Proxy-Connection")
-	out.Header.Del("Proxy-Authorization")
-	resp, err := http.DefaultTransport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
 }
 
 // proxiedEmulator starts an emulator on 127.0.0.1 that calls itself proxiedHost (over TLS
@@ -187,7 +115,7 @@ func TestProxyCarriesGcsfuseTraffic(t *testing.T) {
 	writeAndRead(t, e, bucket, mnt)
 
 	var uploads, reads, other int
-	for _, r := range px.requests() {
+	for _, r := range px.Requests() {
 		switch {
 		case !strings.Contains(r, "://"+proxiedHost+":"):
 			t.Errorf("the proxy saw a request for another host: %s", r)
@@ -201,7 +129,7 @@ func TestProxyCarriesGcsfuseTraffic(t *testing.T) {
 	}
 	t.Logf("through the proxy: %d uploads, %d object reads, %d other requests", uploads, reads, other)
 	if uploads == 0 || reads == 0 || other < 2 {
-		t.Errorf("gcsfuse's traffic did not all cross the proxy: %d uploads, %d reads, %d other; requests: %q", uploads, reads, other, px.requests())
+		t.Errorf("gcsfuse's traffic did not all cross the proxy: %d uploads, %d reads, %d other; requests: %q", uploads, reads, other, px.Requests())
 	}
 	if !strings.Contains(sc.Output(), "proxy=\"http=http://127.0.0.1:") {
 		t.Errorf("the sidecar does not log the volume's proxy:\n%s", sc.Output())
@@ -228,7 +156,7 @@ func TestProxyCarriesGcsfuseTraffic(t *testing.T) {
 	if strings.Contains(msg, "hunter22") || strings.Contains(sc2.Output(), "hunter22") {
 		t.Errorf("the proxy's password was shown: %s\n%s", msg, sc2.Output())
 	}
-	if len(refusing.requests()) == 0 {
+	if len(refusing.Requests()) == 0 {
 		t.Error("the refusing proxy saw no request")
 	}
 }
@@ -255,13 +183,13 @@ func TestExtraCATrustsTheEmulatorsTLS(t *testing.T) {
 		t.Errorf("gcsfuse's bundle is not the system roots and the extra CA (%d bytes, %v)", len(bundle), err)
 	}
 	connects := 0
-	for _, r := range px.requests() {
+	for _, r := range px.Requests() {
 		if r == "CONNECT "+listenHostPort(e) {
 			connects++
 		}
 	}
 	if connects == 0 {
-		t.Errorf("no CONNECT to %s through the proxy: %q", listenHostPort(e), px.requests())
+		t.Errorf("no CONNECT to %s through the proxy: %q", listenHostPort(e), px.Requests())
 	}
 
 	env2, ev := proxyEnv(t, e, proxy, nil)
@@ -292,32 +220,16 @@ func listenHostPort(e *emulator.Server) string {
 	return proxiedHost + ":" + e.URL[strings.LastIndex(e.URL, ":")+1:]
 }
 
-// testCA makes a CA and a server certificate it signed for host.
+// testCA makes a CA and a server certificate it signed for host (internal/testpki).
 func testCA(t *testing.T, host string) ([]byte, tls.Certificate) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	issued, err := testpki.Issue("gcsfuse-csi test CA", host, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gcsfuse-csi test CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	cert, err := issued.TLSCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return issued.CAPEM, cert
 }

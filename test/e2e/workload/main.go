@@ -24,7 +24,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,6 +33,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
 )
 
 // chunk is the write unit; Pattern fills it so the tests can verify content by size and
@@ -284,7 +285,8 @@ func loop(dir, prefix string, size int64, every, dur time.Duration, readName str
 // line per request, "PROXY <method> <target>", and resolves names as the pod does (its
 // /etc/hosts: the test gives it hostAliases), until SIGTERM.
 func serveProxy(addr string, term <-chan os.Signal) int {
-	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(proxyRequest)}
+	p := &testproxy.Proxy{Log: func(line string) { fmt.Printf("PROXY %s\n", line) }}
+	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 10 * time.Second, Handler: p}
 	errs := make(chan error, 1)
 	go func() { errs <- srv.ListenAndServe() }()
 	fmt.Println("proxy listening on", addr)
@@ -297,59 +299,3 @@ func serveProxy(addr string, term <-chan os.Signal) int {
 		return 0
 	}
 }
-
-func proxyRequest(w http.ResponseWriter, r *http.Request) {
-	target := r.Host
-	if r.Method != http.MethodConnect {
-		target = r.URL.String()
-	}
-	fmt.Printf("PROXY %s %s\n", r.Method, target)
-	if r.Method == http.MethodConnect {
-		up, err := net.DialTimeout("tcp", r.Host, 10*time.Second)
-		if err != nil {
-			fmt.Printf("PROXY-ERROR %s %v\n", r.Host, err)
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-		c, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			up.Close()
-			return
-		}
-		go func() {
-			_, _ = io.Copy(up, buf)
-			if tc, ok := up.(*net.TCPConn); ok {
-				_ = tc.CloseWrite()
-			}
-		}()
-		_, _ = io.Copy(c, up)
-		c.Close()
-		up.Close()
-		return
-	}
-	if !r.URL.IsAbs() {
-		http.Error(w, "not a proxy request", http.StatusBadRequest)
-		return
-	}
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.Header.Del("Proxy-Connection")
-	out.Header.Del("Proxy-Authorization")
-	resp, err := proxyTransport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
-}
-
-// proxyTransport goes straight to the target (no proxy of its own).
-var proxyTransport = &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
