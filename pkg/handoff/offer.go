@@ -50,6 +50,9 @@ type OfferConfig struct {
 	peerAllowed func(uid uint32) bool
 }
 
+// SocketMode is the hand-off socket's mode: its owner, the sidecar's user, alone.
+const SocketMode = 0o600
+
 // SocketName is the socket's file name for a volume.
 func SocketName(volume string) string { return volume + ".sock" }
 
@@ -88,6 +91,11 @@ func NewOffer(cfg OfferConfig) (*Offer, error) {
 	}
 	if err := podpath.Chown(cfg.Dir, pending, cfg.UID, cfg.GID); err != nil {
 		return abandon(fmt.Errorf("give the hand-off socket to the sidecar's user: %w", err))
+	}
+	// bind(2) gives the socket the umask's mode; only its owner, the sidecar's user, may
+	// connect, whatever the node plugin's umask (the peer's uid is checked too, in serve).
+	if err := podpath.Chmod(cfg.Dir, pending, SocketMode); err != nil {
+		return abandon(fmt.Errorf("restrict the hand-off socket to the sidecar's user: %w", err))
 	}
 	if err := podpath.Rename(cfg.Dir, pending, name); err != nil {
 		return abandon(fmt.Errorf("publish the hand-off socket: %w", err))

@@ -284,7 +284,11 @@ func TestOfferRefusesAPeerOfAnotherUser(t *testing.T) {
 		}
 		conn.Close()
 	}
-	if _, err := os.Stat(sock); err != nil {
+	fi, err := os.Stat(sock)
+	if err != nil {
 		t.Fatalf("the offer is gone after refusing a stranger: %v", err)
+	}
+	if fi.Mode().Perm() != SocketMode {
+		t.Errorf("socket mode %v, want %v (its owner alone)", fi.Mode().Perm(), os.FileMode(SocketMode))
 	}
 }

@@ -186,6 +186,33 @@ func Chown(dir *os.File, name string, uid, gid int) error {
 	return nil
 }
 
+// Chmod sets the mode of name inside dir without following a symlink: Linux's fchmodat
+// ignores AT_SYMLINK_NOFOLLOW (before fchmodat2), so name is pinned first with O_PATH and
+// O_NOFOLLOW, a symlink there is refused, and the mode is set on the pinned inode through
+// its /proc/self/fd entry.
+func Chmod(dir *os.File, name string, mode uint32) error {
+	if !validElement(name) {
+		return fmt.Errorf("invalid file name %q", name)
+	}
+	path := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "openat", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return &os.PathError{Op: "chmod", Path: path, Err: unix.ELOOP}
+	}
+	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return nil
+}
+
 // Temp file naming for WriteFileAtomic.
 const (
 	// tempRandomBytes is the random part of a temp name (hex-encoded): enough that two

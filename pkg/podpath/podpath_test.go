@@ -163,6 +163,39 @@ func TestRenameStaysInTheDirectory(t *testing.T) {
 	}
 }
 
+// Chmod sets the mode of the named file itself; a symlink in its place is refused and its
+// target keeps its mode.
+func TestChmodDoesNotFollowSymlinks(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	target := filepath.Join(outside, "secret")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := Chmod(d, "f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "f")); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	if err := Chmod(d, "link", 0o600); err == nil {
+		t.Fatal("Chmod through a symlink succeeded")
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o644 {
+		t.Fatalf("the symlink's target changed mode: %v", fi.Mode().Perm())
+	}
+}
+
 func TestExistsDoesNotFollowSymlinks(t *testing.T) {
 	root := t.TempDir()
 	d, err := OpenDir(root)
