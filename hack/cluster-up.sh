@@ -10,7 +10,7 @@
 # version 3) by default; `CONTAINERD=1.6 hack/cluster-up.sh` runs Debian's containerd 1.6 with
 # the version 2 configuration instead. Both run Debian's runc. Switching wipes containerd's
 # root and state dirs (only images are there; they are imported again).
-# The kubelet takes up to $MAX_PODS pods (default 250; hack/scale.sh starts 100 at once).
+# The kubelet takes up to $MAX_PODS pods (default 250; hack/scale.sh fills the node up to it).
 # Every component runs in the network namespace $NETNS (cluster-lib.sh): the node's address
 # is $NODE_IP on a veth, reachable from this machine only through its host end.
 #
