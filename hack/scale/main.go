@@ -1740,6 +1740,12 @@ func histogramP99(before, after map[string]*dto.MetricFamily, name string, want 
 	}
 	for i, b := range bounds {
 		if float64(delta(i)) >= 0.99*float64(total) {
+			if math.IsInf(b, 1) { // the +Inf bucket of a text exposition: above the last bound
+				if i == 0 {
+					return fmt.Sprintf("no finite bucket (n=%d)", total)
+				}
+				return fmt.Sprintf("> %s (n=%d)", time.Duration(bounds[i-1]*float64(time.Second)), total)
+			}
 			return fmt.Sprintf("<= %s (n=%d)", time.Duration(b*float64(time.Second)), total)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/base64"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -593,4 +596,23 @@ func signalWatch(l lister) (lister, chan struct{}) {
 		return w, err
 	}
 	return l, watching
+}
+
+// The 99th percentile in a histogram's +Inf bucket (a text exposition lists it) is printed
+// as above the last finite bound, never as a duration overflowed from +Inf.
+func TestHistogramP99AboveTheLastBucket(t *testing.T) {
+	hist := func(counts ...uint64) map[string]*dto.MetricFamily {
+		bounds := []float64{1, 60, math.Inf(1)}
+		h := &dto.Histogram{}
+		for i, c := range counts {
+			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(bounds[i]), CumulativeCount: proto.Uint64(c)})
+		}
+		return map[string]*dto.MetricFamily{"h": {Name: proto.String("h"), Metric: []*dto.Metric{{Histogram: h}}}}
+	}
+	if got := histogramP99(nil, hist(1, 10, 100), "h", nil); got != "> 1m0s (n=100)" {
+		t.Errorf("p99 in +Inf: %q, want > 1m0s (n=100)", got)
+	}
+	if got := histogramP99(nil, hist(99, 100, 100), "h", nil); got != "<= 1s (n=100)" {
+		t.Errorf("p99 in the first bucket: %q", got)
+	}
 }
