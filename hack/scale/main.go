@@ -63,6 +63,7 @@ import (
 	"github.com/prometheus/common/model"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -634,39 +635,41 @@ type lister struct {
 }
 
 func (s *scale) podLister(selector string) lister {
-	return lister{
-		list: func(ctx context.Context) ([]runtime.Object, string, error) {
-			l, err := s.cs.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-			if err != nil {
-				return nil, "", err
-			}
-			out := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, l.ResourceVersion, nil
-		},
-		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return s.cs.CoreV1().Pods(s.ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
-		},
-	}
+	return listerOf(selector,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.cs.CoreV1().Pods(s.ns).List(ctx, o)
+		}, s.cs.CoreV1().Pods(s.ns).Watch)
 }
 
 func (s *scale) jobLister(selector string) lister {
+	return listerOf(selector,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.cs.BatchV1().Jobs(s.ns).List(ctx, o)
+		}, s.cs.BatchV1().Jobs(s.ns).Watch)
+}
+
+// listerOf is the lister of one typed client's list and watch, for the objects with the
+// label selector: the items and version of any list kind (meta.ExtractList).
+func listerOf(selector string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) lister {
 	return lister{
 		list: func(ctx context.Context) ([]runtime.Object, string, error) {
-			l, err := s.cs.BatchV1().Jobs(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			l, err := list(ctx, metav1.ListOptions{LabelSelector: selector})
 			if err != nil {
 				return nil, "", err
 			}
-			out := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
+			items, err := meta.ExtractList(l)
+			if err != nil {
+				return nil, "", err
 			}
-			return out, l.ResourceVersion, nil
+			acc, err := meta.ListAccessor(l)
+			if err != nil {
+				return nil, "", err
+			}
+			return items, acc.GetResourceVersion(), nil
 		},
 		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return s.cs.BatchV1().Jobs(s.ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+			return watchFn(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
 		},
 	}
 }
