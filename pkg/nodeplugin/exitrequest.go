@@ -234,13 +234,9 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 		if !reported {
 			wait = min(pace.Step(), reportAt.Sub(now))
 		}
-		timer := time.NewTimer(min(wait, end.Sub(now)))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, min(wait, end.Sub(now))) {
 			log.Info("node plugin stopping; no longer trying to ask the sidecar to exit", "attempts", attempts, "err", lastErr)
 			return
-		case <-timer.C:
 		}
 		attempts++
 		outcome, err := l.tryExit(pod, d)
@@ -270,6 +266,18 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 	}
 	gaveUp = true
 	log.Error("cannot ask the sidecar to exit; giving up", "attempts", attempts, "for", p.longest.String(), "err", lastErr)
+}
+
+// sleep waits d, or until ctx ends; false when ctx ended first (the retries' way to stop).
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // exitRequested logs and reports an exit file just written.

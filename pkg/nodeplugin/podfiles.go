@@ -77,12 +77,8 @@ func (l *ExitCoordinator) writePodFile(pod *corev1.Pod, name string, write func(
 				log.Error("cannot write the file for the sidecar; giving up", "attempts", attempts-1, "for", p.total.String(), "err", err)
 				return
 			}
-			timer := time.NewTimer(min(pace.Step(), remaining))
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if !sleep(ctx, min(pace.Step(), remaining)) {
 				return
-			case <-timer.C:
 			}
 			if l.podFileGeneration(key, false) != gen {
 				log.Info("a newer write of the file was asked; this one stops", "attempts", attempts-1)
