@@ -2,7 +2,8 @@
 # Installs what the local single-node cluster runs on, from Debian packages: runc and
 # containerd 1.6 (the runtime of CONTAINERD=1.6), the CNI plugins (bridge, host-local,
 # portmap, loopback in /usr/lib/cni), and the network tools the kubelet and kube-proxy call
-# (iptables, conntrack, ethtool, socat); then, for the default runtime, containerd
+# (iptables, conntrack, ethtool, socat), and Prometheus (e2e TestPrometheusDashboard scrapes
+# the node plugin with it); then, for the default runtime, containerd
 # $CONTAINERD_VERSION built from its Go module (containerd-build.sh, cached), and etcd
 # $ETCD_VERSION, the one Kubernetes $K8S_VERSION pins, built from its Go module
 # (etcd-build.sh, cached; Debian's etcd-server 3.4 is too old, see lib.sh).
@@ -13,6 +14,7 @@ source "$(dirname "$0")/cluster-lib.sh"
 declare -A need=(
   [containerd]=containerd [runc]=runc [iptables]=iptables
   [conntrack]=conntrack [ethtool]=ethtool [socat]=socat [openssl]=openssl [curl]=curl
+  [prometheus]=prometheus
 )
 missing=()
 for tool in "${!need[@]}"; do

@@ -103,6 +103,14 @@ type Layer struct {
 	imperson map[string][]string // service account email -> identities that may impersonate it
 	tokens   map[string]grant    // access token -> grant
 	issued   []string            // every secret issued or received (for log checks)
+	faults   map[string]*Fault   // by bucket: the next storage requests to fail
+}
+
+// Fault makes the next Count storage requests for a bucket answer Status (a 429 or 5xx that
+// a GCS client retries), so tests can see a client's retries without cutting the network.
+type Fault struct {
+	Status int `json:"status"`
+	Count  int `json:"count"`
 }
 
 type account struct {
@@ -465,6 +473,11 @@ func (l *Layer) serveStorage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if status := l.takeFault(bucket); status != 0 {
+		l.cfg.Log.Info("storage request failed on purpose", "bucket", bucket, "method", r.Method, "status", status)
+		gcsError(w, status, fmt.Sprintf("fault injected for bucket %s", bucket))
+		return
+	}
 	l.mu.Lock()
 	pol := l.policies[bucket]
 	l.mu.Unlock()
@@ -486,6 +499,42 @@ func (l *Layer) serveStorage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	l.storage.ServeHTTP(w, r)
+}
+
+// SetFault makes the next f.Count storage requests for bucket answer f.Status (nil or a
+// Count of 0: none). Only a 429 or a 5xx is accepted: what GCS answers when a client should
+// retry.
+func (l *Layer) SetFault(bucket string, f *Fault) error {
+	if f != nil && f.Count > 0 && f.Status != http.StatusTooManyRequests && (f.Status < 500 || f.Status > 599) {
+		return fmt.Errorf("fault status %d: want 429 or 5xx", f.Status)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f == nil || f.Count <= 0 {
+		delete(l.faults, bucket)
+		return nil
+	}
+	if l.faults == nil {
+		l.faults = map[string]*Fault{}
+	}
+	c := *f
+	l.faults[bucket] = &c
+	return nil
+}
+
+// takeFault returns the status the next request for bucket must fail with (0: none) and
+// counts it.
+func (l *Layer) takeFault(bucket string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.faults[bucket]
+	if f == nil {
+		return 0
+	}
+	if f.Count--; f.Count <= 0 {
+		delete(l.faults, bucket)
+	}
+	return f.Status
 }
 
 // CreateServiceAccount registers email (if new), makes a new RSA key for it and returns the
@@ -571,6 +620,7 @@ func (l *Layer) Issued() []string {
 //	PUT  /_admin/impersonation/EMAIL        {"identities"}
 //	POST /_admin/tokens                     {"identity"}       -> {"access_token"}
 //	GET  /_admin/issued                                        -> ["secret", ...]
+//	PUT  /_admin/faults/BUCKET              {"status","count"} (the next count requests fail)
 func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	body, err := io.ReadAll(r.Body)
@@ -617,6 +667,17 @@ func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	case name == "policies" && arg != "" && r.Method == http.MethodDelete:
 		l.SetPolicy(arg, nil)
 		reply(map[string]string{})
+	case name == "faults" && arg != "" && r.Method == http.MethodPut:
+		var f Fault
+		if !decode(&f) {
+			return
+		}
+		if err := l.SetFault(arg, &f); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		l.cfg.Log.Info("bucket fault set", "bucket", arg, "status", f.Status, "count", f.Count)
+		reply(f)
 	case name == "impersonation" && arg != "" && r.Method == http.MethodPut:
 		var req struct {
 			Identities []string `json:"identities"`

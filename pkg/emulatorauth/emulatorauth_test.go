@@ -353,3 +353,38 @@ func TestTokenReviewer(t *testing.T) {
 		t.Fatalf("bad: %v", err)
 	}
 }
+
+// TestFaults: PUT /_admin/faults/BUCKET makes exactly the next count requests for that
+// bucket fail with the status (other buckets untouched), then storage answers again; a
+// status a client would not retry is refused.
+func TestFaults(t *testing.T) {
+	e := newEnv(t)
+	put := func(path, body string) int {
+		req, _ := http.NewRequest("PUT", e.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("X-Test-Admin", "yes")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := put("/_admin/faults/b", `{"status":404,"count":1}`); code != 400 {
+		t.Fatalf("fault status 404 accepted: %d", code)
+	}
+	if code := put("/_admin/faults/b", `{"status":503,"count":2}`); code != 200 {
+		t.Fatalf("set fault: %d", code)
+	}
+	var got []int
+	for range 3 {
+		code, _ := e.do(t, "GET", "/storage/v1/b/b/o", "")
+		got = append(got, code)
+		other, _ := e.do(t, "GET", "/storage/v1/b/other/o", "")
+		if other != 200 {
+			t.Fatalf("bucket other failed too: %d", other)
+		}
+	}
+	if fmt.Sprint(got) != "[503 503 200]" {
+		t.Fatalf("bucket b answered %v, want [503 503 200]", got)
+	}
+}

@@ -27,6 +27,12 @@ const (
 	MetricPodsTracked = "gcsfuse_csi_pods_tracked"
 )
 
+// The values of MetricWatchErrors' op label.
+const (
+	opList  = "list"
+	opWatch = "watch"
+)
+
 // RegisterPodsTracked exports MetricPodsTracked on reg, read from count at each scrape.
 func RegisterPodsTracked(reg prometheus.Registerer, count func() int) error {
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -96,6 +102,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("podwatch: register metrics: %w", err)
 		}
 	}
+	// Both ops exist from the start at 0, so a dashboard shows no errors rather than no data.
+	m.watchErrors.WithLabelValues(opList)
+	m.watchErrors.WithLabelValues(opWatch)
 	return m, nil
 }
 

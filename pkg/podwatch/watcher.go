@@ -352,7 +352,7 @@ func (w *Watcher) listWatch(selector string, health *watchHealth) *cache.ListWat
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
 			list, err := pods.List(ctx, o)
-			health.observe(ctx, "list", err)
+			health.observe(ctx, opList, err)
 			if err != nil {
 				return nil, err // not a typed nil *PodList in a non-nil interface
 			}
@@ -361,7 +361,7 @@ func (w *Watcher) listWatch(selector string, health *watchHealth) *cache.ListWat
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
 			wi, err := pods.Watch(ctx, o)
-			health.observe(ctx, "watch", err)
+			health.observe(ctx, opWatch, err)
 			return wi, err
 		},
 	}

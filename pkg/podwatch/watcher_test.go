@@ -933,3 +933,25 @@ func TestWatcherReportsEachFailedSidecarRun(t *testing.T) {
 		t.Fatalf("failed reports %d %q, want 2: the 137 and the restarted run's own reason", n, msgs)
 	}
 }
+
+// TestErrorSeriesExistFromTheStart: both ops of the watch errors counter are exported at 0
+// before any error, so the dashboard's watch-health panel shows 0 instead of no data.
+func TestErrorSeriesExistFromTheStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() == MetricWatchErrors {
+			n = len(mf.GetMetric())
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%s has %d series before any error, want 2 (list, watch)", MetricWatchErrors, n)
+	}
+}

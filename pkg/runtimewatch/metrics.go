@@ -53,6 +53,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.source.WithLabelValues(SourceEvents).Set(0)
 	m.source.WithLabelValues(SourcePoll).Set(0)
+	// Both ops exist from the start at 0, so a dashboard shows no errors rather than no data.
+	m.errors.WithLabelValues(opList)
+	m.errors.WithLabelValues(opEvents)
 	return m, nil
 }
 
@@ -81,14 +84,20 @@ func (m *Metrics) relisted() {
 	}
 }
 
+// The values of MetricErrors' op label.
+const (
+	opList   = "list"
+	opEvents = "events"
+)
+
 func (m *Metrics) listError() {
 	if m != nil {
-		m.errors.WithLabelValues("list").Inc()
+		m.errors.WithLabelValues(opList).Inc()
 	}
 }
 
 func (m *Metrics) streamError() {
 	if m != nil {
-		m.errors.WithLabelValues("events").Inc()
+		m.errors.WithLabelValues(opEvents).Inc()
 	}
 }

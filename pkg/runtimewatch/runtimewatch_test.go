@@ -362,3 +362,25 @@ func TestFailedListingIsNotServedAsSynced(t *testing.T) {
 		t.Fatalf("PodContainers = %+v, %v; want p1's app exited", cs, err)
 	}
 }
+
+// TestErrorSeriesExistFromTheStart: both ops of the errors counter are exported at 0 before
+// any error, so the dashboard's watch-health panel shows 0 instead of no data.
+func TestErrorSeriesExistFromTheStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := runtimewatch.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() == runtimewatch.MetricErrors {
+			n = len(mf.GetMetric())
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%s has %d series before any error, want 2 (list, events)", runtimewatch.MetricErrors, n)
+	}
+}
