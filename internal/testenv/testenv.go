@@ -299,6 +299,13 @@ type SidecarOptions struct {
 	Args []string
 	// Echo, if not nil, receives a copy of the output.
 	Echo io.Writer
+	// UserNS, if set, is a user namespace (a /proc/PID/ns/user path) for the sidecar to run
+	// in, to bound it by that namespace's limits (its max_inotify_instances, say) without
+	// changing the machine's. util-linux's nsenter enters it as root and becomes uid/gid
+	// 65534 with no supplementary groups before it execs the sidecar: a Go process cannot
+	// join a user namespace itself (setns refuses a multi-threaded caller). The sidecar
+	// keeps its pid (nsenter execs it), its process group, and no capabilities.
+	UserNS string
 }
 
 // StartSidecarWith runs the real sidecar binary for the pod as uid/gid 65534 with no
@@ -306,7 +313,17 @@ type SidecarOptions struct {
 func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
 	args := append([]string{"--tmp-dir=" + p.TmpDir, "--gcsfuse=" + p.env.GcsfuseBin,
 		"--termination-log=" + filepath.Join(p.TmpDir, "termination-log")}, o.Args...)
-	cmd := exec.Command(p.env.SidecarBin, args...)
+	bin, cred := p.env.SidecarBin, &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID}
+	if o.UserNS != "" {
+		nsenter, err := exec.LookPath("nsenter")
+		if err != nil {
+			return nil, fmt.Errorf("run the sidecar in user namespace %s: %w", o.UserNS, err)
+		}
+		args = append([]string{"--user=" + o.UserNS, "--setuid=" + strconv.Itoa(contract.SidecarUID),
+			"--setgid=" + strconv.Itoa(contract.SidecarGID), "--", bin}, args...)
+		bin, cred = nsenter, nil // root until nsenter has entered the namespace
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{contract.EnvSidecarMode + "=" + o.Mode, contract.EnvGraceSeconds + "=" + strconv.Itoa(o.GraceSeconds)}
 	if len(o.InitContainers) > 0 {
 		cmd.Env = append(cmd.Env, contract.EnvInitContainers+"="+strings.Join(o.InitContainers, ","))
@@ -314,7 +331,7 @@ func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
 	out := &syncbuf.Buffer{Echo: o.Echo}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID},
+		Credential: cred,
 		Setpgid:    true, // so Close can kill gcsfuse children too if a test fails midway
 	}
 	if err := cmd.Start(); err != nil {

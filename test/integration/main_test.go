@@ -20,6 +20,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if limit, ok := os.LookupEnv(envUserNSHolder); ok { // this binary re-executed by startUserNS
+		os.Exit(userNSHolder(limit))
+	}
 	if miss := testenv.Prereqs(); miss != "" {
 		if needs.Required() {
 			fmt.Fprintln(os.Stderr, "integration tests required but this machine lacks:", miss)
