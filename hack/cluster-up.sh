@@ -351,6 +351,23 @@ start etcd "${NSEXEC[@]}" env -u ETCD_VERSION "$ETCD_BIN/etcd" --name local --da
   --initial-cluster local=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
 waitfor etcd 30 nsexec curl -sf http://127.0.0.1:2379/health
 
+# Authorization: from 1.32 the structured configuration of deploy/authorization (Node, the
+# node plugin's reads confined to its node, RBAC), which TestNodeScopedReads checks; before,
+# Node and RBAC only.
+authz=(--authorization-mode=Node,RBAC)
+if [ "$K8S_MINOR" -ge 32 ]; then
+  cat >"$PKI/deny.kubeconfig" <<DENY
+apiVersion: v1
+kind: Config
+clusters: [{name: deny, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: deny, user: {}}]
+contexts: [{name: deny, context: {cluster: deny, user: deny}}]
+current-context: deny
+DENY
+  sed "s|/etc/kubernetes/deny.kubeconfig|$PKI/deny.kubeconfig|" "$REPO_ROOT/deploy/authorization/node-scoped-reads.yaml" >"$PKI/authorization.yaml"
+  authz=(--authorization-config="$PKI/authorization.yaml")
+fi
+
 step "start kube-apiserver"
 start kube-apiserver "${NSEXEC[@]}" "$K8S_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port=6443 \
@@ -359,7 +376,7 @@ start kube-apiserver "${NSEXEC[@]}" "$K8S_BIN/kube-apiserver" --etcd-servers=htt
   --kubelet-preferred-address-types=InternalIP,Hostname \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
+  --service-cluster-ip-range="$SERVICE_CIDR" "${authz[@]}" \
   --enable-admission-plugins=NodeRestriction --allow-privileged=true --profiling=false
 waitfor kube-apiserver 120 nsexec curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
 # The watch cache check, in the background while the node comes up (checked at the end by

@@ -12,8 +12,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -181,16 +181,29 @@ func (l *ExitCoordinator) askAPI(ctx context.Context, pod *corev1.Pod, timeout t
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := l.API.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return true, true
-	case err != nil:
+	// A list by name on this node rather than a get: every pod read of the node plugin then
+	// carries spec.nodeName, so an authorizer that sees field selectors (Kubernetes >= 1.31)
+	// can confine it to its own node's pods (docs/architecture.md, "Node-scoped reads").
+	list, err := l.API.Pods(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: PodOnNodeSelector(pod.Name, pod.Spec.NodeName)})
+	if err != nil {
 		return false, false
-	case cur.UID != pod.UID:
-		return true, true
 	}
-	return sidecarGone(cur), true
+	for i := range list.Items {
+		if cur := &list.Items[i]; cur.Name == pod.Name && cur.UID == pod.UID {
+			return sidecarGone(cur), true
+		}
+	}
+	return true, true // gone, or its name now belongs to another pod
+}
+
+// PodOnNodeSelector is the field selector of the pod named name on node (any pod named name
+// when node is ""), the form of every single-pod read of the node plugin.
+func PodOnNodeSelector(name, node string) string {
+	sel := fields.Set{"metadata.name": name}
+	if node != "" {
+		sel["spec.nodeName"] = node
+	}
+	return sel.AsSelector().String()
 }
 
 // retryExit retries an exit request until the sidecar is told or gone, ctx ends (Close), or

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -516,5 +519,40 @@ func TestContainersChangedNeverBlocksTheWatch(t *testing.T) {
 	l.Close(eventuallyWait)
 	if !idle(l, eventuallyWait) {
 		t.Fatal("decisions still running after Close")
+	}
+}
+
+// TestAskAPIReadsItsNodeOnly: the node plugin's question about one pod is a list confined
+// by field selector to that pod's name on its node, never a get, so an authorizer that sees
+// field selectors can keep the node plugin to its own node's pods.
+func TestAskAPIReadsItsNodeOnly(t *testing.T) {
+	root := t.TempDir()
+	l := newCoordinator(root, &eventLog{}, time.Minute)
+	defer l.Close(time.Second)
+	pod := donePod(t, root)
+	pod.Spec.NodeName = "node-a"
+	client := fake.NewClientset(sidecarTerminated(pod))
+	var mu sync.Mutex
+	var reads []string
+	client.PrependReactor("*", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			reads = append(reads, "list "+a.GetListRestrictions().Fields.String())
+		case k8stesting.GetAction:
+			reads = append(reads, "get "+a.GetName())
+		}
+		return false, nil, nil
+	})
+	l.API = client.CoreV1()
+	gone, known := l.askAPI(context.Background(), pod, time.Second)
+	if !gone || !known {
+		t.Fatalf("askAPI = gone %v, known %v; want the terminated sidecar seen", gone, known)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"list metadata.name=p,spec.nodeName=node-a"}; !slices.Equal(reads, want) {
+		t.Fatalf("pod reads %q, want %q", reads, want)
 	}
 }
