@@ -13,7 +13,8 @@
 # checks that every pod and Job succeeded and every object is in the emulator with its bytes,
 # and prints tables: pod created -> app start and app exit -> pod Succeeded against the twin
 # (the sidecar's share), admission (webhook log, API server histogram), NodePublishVolume ->
-# gcsfuse serving, node plugin peak RSS and CPU per pod, gcsfuse and sidecar RSS, Jobs per
+# gcsfuse serving, node plugin peak RSS and CPU per pod (this host's samples, and a real
+# Prometheus scraping it with deploy/monitoring/prometheus-scrape.yaml), gcsfuse and sidecar RSS, Jobs per
 # minute and Job created -> Complete; then, once everything is gone and the node has settled,
 # the leaks, before vs after: driver mounts, gcsfuse and sidecar processes, hand-off and
 # metrics sockets, exit files, offer records, pod directories, node plugin goroutines
@@ -61,4 +62,6 @@ cd "$REPO_ROOT"
 go run ./hack/scale -kubeconfig "$KUBECONFIG" -gcs-url "http://$NODE_IP:14443" -workload-image "$IMAGE_REPO/workload:$IMAGE_TAG" \
   -n "${SCALE_N:-0}" -bytes "${SCALE_BYTES:-65536}" -wave "${SCALE_WAVES:-25}" -wave-gap "${SCALE_WAVE_GAP:-5s}" \
   -jobs "${SCALE_JOBS:-1000}" -jobs-parallel "${SCALE_JOBS_PARALLEL:-20}" -job-bytes "${SCALE_JOB_BYTES:-4096}" \
-  -timeout "${SCALE_TIMEOUT:-20m}" -soak-timeout "${SCALE_SOAK_TIMEOUT:-90m}" -settle "${SCALE_SETTLE:-2m}"
+  -timeout "${SCALE_TIMEOUT:-20m}" -soak-timeout "${SCALE_SOAK_TIMEOUT:-90m}" -settle "${SCALE_SETTLE:-2m}" \
+  -prometheus "$(command -v prometheus)" -netns "/run/netns/$NETNS" -prometheus-listen "$NODE_IP:19091" \
+  -scrape-config "$REPO_ROOT/deploy/monitoring/prometheus-scrape.yaml"

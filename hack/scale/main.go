@@ -25,9 +25,11 @@
 // something leaked or was lost, listing what.
 //
 // It measures from this host (the cluster's processes are this machine's, and share its
-// clock) and from the components' own logs and metrics. Every connection it opens goes to the
-// API server or to the emulator, both on the cluster's veth (dialGuard refuses any other
-// address, and no proxy is used); every loop and wait is bounded in count or time.
+// clock) and from the components' own logs and metrics; the node plugin's RSS and CPU also
+// from a real Prometheus scraping it with the documented scrape job (-prometheus,
+// internal/promrun), beside this host's own samples. Every connection it opens goes to the
+// API server, the emulator or that Prometheus, all on the cluster's veth (dialGuard refuses
+// any other address, and no proxy is used); every loop and wait is bounded in count or time.
 package main
 
 import (
@@ -70,6 +72,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -164,6 +167,8 @@ func main() { os.Exit(run()) }
 // options are the flags (hack/scale.sh sets them from its SCALE_* environment).
 type options struct {
 	kubeconfig, gcsURL, kubeletRoot, workloadImage string
+	// prometheus, netns and promListen run Prometheus (promrun.Config).
+	prometheus, netns, promListen, scrapeConfig string
 	// n is the pods per run; 0 fills the node.
 	n, size                  int
 	wave                     int
@@ -204,6 +209,10 @@ func (o options) validate() error {
 	check(o.settle >= 0 && o.settle <= maxSettle, "-settle %s: want 0 to %s", o.settle, maxSettle)
 	check(filepath.IsAbs(o.kubeletRoot), "-kubelet-root %q: want an absolute path", o.kubeletRoot)
 	check(o.workloadImage != "", "-workload-image is required")
+	check(o.prometheus != "" && o.netns != "" && o.scrapeConfig != "", "-prometheus, -netns and -scrape-config are required")
+	if _, _, err := net.SplitHostPort(o.promListen); err != nil {
+		errs = append(errs, fmt.Errorf("-prometheus-listen %q: %w", o.promListen, err))
+	}
 	if u, err := url.Parse(o.gcsURL); err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
 		errs = append(errs, fmt.Errorf("-gcs-url %q: want http://host:port", o.gcsURL))
 	}
@@ -241,6 +250,10 @@ func run() int {
 	flag.StringVar(&o.gcsURL, "gcs-url", "http://10.241.0.2:14443", "the emulator as this host reaches it")
 	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's root directory on this host")
 	flag.StringVar(&o.workloadImage, "workload-image", "gcsfuse-csi.local/workload:e2e", "the e2e workload image ($IMAGE_REPO/workload:$IMAGE_TAG)")
+	flag.StringVar(&o.prometheus, "prometheus", "/usr/bin/prometheus", "the Prometheus binary that scrapes the node plugin")
+	flag.StringVar(&o.netns, "netns", "/run/netns/gcsfuse-csi", "the cluster's network namespace, where Prometheus runs")
+	flag.StringVar(&o.promListen, "prometheus-listen", "10.241.0.2:19091", "Prometheus' listen address, in that namespace")
+	flag.StringVar(&o.scrapeConfig, "scrape-config", "deploy/monitoring/prometheus-scrape.yaml", "the documented scrape job")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "scale: unexpected arguments %q\n", flag.Args())
@@ -255,7 +268,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 1
 	}
-	guard, err := newDialGuard(cfg.Host, o.gcsURL)
+	guard, err := newDialGuard(cfg.Host, o.gcsURL, "http://"+o.promListen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 2
@@ -264,7 +277,7 @@ func run() int {
 	cfg.Dial = guard.DialContext
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil } // never a proxy
 	s := &scale{
-		cs: kubernetes.NewForConfigOrDie(cfg), opts: o,
+		cs: kubernetes.NewForConfigOrDie(cfg), opts: o, dial: guard.DialContext,
 		gcs: &http.Client{Timeout: httpTimeout, Transport: &http.Transport{Proxy: nil, DialContext: guard.DialContext}},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.bound())
@@ -337,7 +350,7 @@ func hostPort(raw string) (string, error) {
 
 func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	if !g.allowed[addr] {
-		return nil, fmt.Errorf("scale: refusing to connect to %s: only the API server and the emulator are reached", addr)
+		return nil, fmt.Errorf("scale: refusing to connect to %s: only the API server, the emulator and the run's Prometheus are reached", addr)
 	}
 	return g.d.DialContext(ctx, network, addr)
 }
@@ -345,8 +358,12 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 // ---------------------------------------------------------------------------- the run
 
 type scale struct {
-	cs   kubernetes.Interface
-	gcs  *http.Client
+	cs  kubernetes.Interface
+	gcs *http.Client
+	// dial is the guarded dialer every client uses; prom the Prometheus scraping the node
+	// plugin (set once the node plugin is found).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	prom *promrun.Server
 	opts options
 	ns   string
 	// n is the pods per run (opts.n, or the node's free pod slots).
@@ -408,6 +425,11 @@ func (s *scale) main(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopProm, err := s.startPrometheus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProm()
 	before, err := s.snapshot(ctx, np)
 	if err != nil {
 		return nil, fmt.Errorf("leak snapshot before the runs: %w", err)
@@ -1389,6 +1411,10 @@ type measured struct {
 	readyP99, apiAdmissionP99 string
 	// volumeFailures is the increase of the node plugin's volume failure counter.
 	volumeFailures float64
+	// promRSS (MiB) and promCPU (s) are the node plugin's peak RSS and CPU during the phase
+	// as Prometheus saw them (its process_* series, 1 s scrapes); promErr why not.
+	promRSS, promCPU float64
+	promErr          error
 }
 
 func (m measured) publish() []time.Duration   { return publishLatencies(m.lines, m.start) }
@@ -1424,6 +1450,7 @@ func (s *scale) measure(ctx context.Context, np nodePlugin, fn func() error) (me
 	if err != nil {
 		return m, err
 	}
+	m.promRSS, m.promCPU, m.promErr = s.promFigures(ctx, m.start)
 	m.readyP99 = histogramP99(before, after, csidriver.MetricVolumeReady, nil)
 	m.apiAdmissionP99 = apiServerAdmissionP99(ctx, s.cs, apiBefore)
 	m.volumeFailures = sumMetric(after, csidriver.MetricVolumeFailures) - sumMetric(before, csidriver.MetricVolumeFailures)
@@ -1890,6 +1917,7 @@ func printFigures(runs []pairedRun, soak *soakResult) {
 		fmt.Printf("| %s: node plugin peak RSS (%s samples), volumes / twin; VmHWM since its start | %.1f / %.1f MiB; %.1f MiB |\n", name, sampleEvery, r.vol.m.peaks.nodeRSS, r.twin.m.peaks.nodeRSS, r.vol.m.hwm)
 		fmt.Printf("| %s: node plugin CPU, volumes | %s |\n", name, perPod(r.vol.m, r.vol.n))
 		fmt.Printf("| %s: node plugin CPU, twin (the runtime watch sees every pod) | %s |\n", name, perPod(r.twin.m, r.twin.n))
+		fmt.Printf("| %s: node plugin peak RSS and CPU, volumes / twin, from Prometheus (%s scrapes) | %s / %s |\n", name, promrun.ScrapeInterval, r.vol.m.promString(), r.twin.m.promString())
 		fmt.Printf("| %s: gcsfuse RSS per volume (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.gcsfuse), mibStats(r.vol.m.peaks.gcsfuse))
 		fmt.Printf("| %s: sidecar RSS (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.sidecar), mibStats(r.vol.m.peaks.sidecar))
 		fmt.Printf("| %s: gcsfuse processes at once (peak) | %d |\n", name, r.vol.m.peaks.maxGcsfuse)
@@ -1903,8 +1931,17 @@ func printFigures(runs []pairedRun, soak *soakResult) {
 		fmt.Printf("| soak: volume failures (node plugin counter) | %.0f |\n", soak.m.volumeFailures)
 		fmt.Printf("| soak: node plugin peak RSS (%s samples); VmHWM since its start | %.1f MiB; %.1f MiB |\n", sampleEvery, soak.m.peaks.nodeRSS, soak.m.hwm)
 		fmt.Printf("| soak: node plugin CPU | %.2f s, %.1f ms per Job |\n", soak.m.cpu, 1000*soak.m.cpu/float64(max(1, len(soak.took))))
+		fmt.Printf("| soak: node plugin peak RSS and CPU, from Prometheus (%s scrapes) | %s |\n", promrun.ScrapeInterval, soak.m.promString())
 		fmt.Printf("| soak: gcsfuse processes at once (peak) | %d |\n", soak.m.peaks.maxGcsfuse)
 	}
+}
+
+// promString is the Prometheus figures of m, or why there are none.
+func (m measured) promString() string {
+	if m.promErr != nil {
+		return "none: " + m.promErr.Error()
+	}
+	return fmt.Sprintf("%.1f MiB, %.2f s", m.promRSS, m.promCPU)
 }
 
 func mibStats(v []float64) string {
@@ -2376,4 +2413,78 @@ func printLeaks(leaks []leak, settled time.Duration) {
 			fmt.Println("leaked:", l)
 		}
 	}
+}
+
+// ---------------------------------------------------------------------------- Prometheus
+
+// Bounds of the Prometheus run.
+const (
+	// promUpTimeout bounds the wait for its first scrape of the node plugin.
+	promUpTimeout = time.Minute
+	// promSettle is how long measure waits after a phase for the last scrape of it.
+	promSettle = 2 * time.Second
+)
+
+// nodePluginSeries selects the node plugin's own process series as the documented scrape
+// job labels them.
+const nodePluginSeries = `{job="gcsfuse-csi-node", container="gcsfuse-csi-node"}`
+
+// startPrometheus runs Prometheus against the node plugin and waits for its first scrape; the
+// returned function stops it and removes its data.
+func (s *scale) startPrometheus(ctx context.Context) (func(), error) {
+	l, err := s.cs.CoreV1().Pods(driverNS).List(ctx, metav1.ListOptions{LabelSelector: nodePluginLabel})
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Items) != 1 {
+		return nil, fmt.Errorf("%d node plugin pods, want 1", len(l.Items))
+	}
+	dir, err := os.MkdirTemp("", "scale-prometheus-")
+	if err != nil {
+		return nil, err
+	}
+	prom, err := promrun.Start(promrun.Config{Binary: s.opts.prometheus, NetNS: s.opts.netns, Listen: s.opts.promListen,
+		ScrapeConfig: s.opts.scrapeConfig, NodePlugin: &l.Items[0], Dir: dir,
+		Transport: &http.Transport{Proxy: nil, DialContext: s.dial}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	stop := func() {
+		prom.Stop()
+		os.RemoveAll(dir)
+	}
+	if err := prom.WaitFor(ctx, promrun.NodePluginUp, promUpTimeout); err != nil {
+		logTail := prom.Stop()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("prometheus: %w\n%s", err, logTail)
+	}
+	s.prom = prom
+	fmt.Printf("scale: Prometheus on %s scrapes the node plugin every %s (%s)\n", s.opts.promListen, promrun.ScrapeInterval, s.opts.scrapeConfig)
+	return stop, nil
+}
+
+// promFigures reads the node plugin's peak RSS (MiB) and CPU (s) since start from
+// Prometheus: the highest RSS sample, and the last CPU sample minus the first.
+func (s *scale) promFigures(ctx context.Context, start time.Time) (rss, cpu float64, err error) {
+	if s.prom == nil {
+		return 0, 0, errors.New("no Prometheus")
+	}
+	time.Sleep(promSettle)
+	window := fmt.Sprintf("[%ds]", int(math.Ceil(time.Since(start).Seconds())))
+	one := func(q string) (float64, error) {
+		v, err := s.prom.Query(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		if len(v) != 1 {
+			return 0, fmt.Errorf("%s: %d samples, want 1", q, len(v))
+		}
+		return float64(v[0].Value), nil
+	}
+	if rss, err = one("max_over_time(process_resident_memory_bytes" + nodePluginSeries + window + ")"); err != nil {
+		return 0, 0, err
+	}
+	cpu, err = one("max_over_time(process_cpu_seconds_total" + nodePluginSeries + window + ") - min_over_time(process_cpu_seconds_total" + nodePluginSeries + window + ")")
+	return rss / (1 << 20), cpu, err
 }

@@ -294,25 +294,28 @@ func TestValidate(t *testing.T) {
 		kubeconfig: "/k", gcsURL: "http://10.241.0.2:14443", kubeletRoot: "/var/lib/kubelet", workloadImage: "w",
 		size: 65536, wave: 25, waveGap: 5 * time.Second, jobs: 1000, jobsParallel: 20, jobB: 4096,
 		timeout: 20 * time.Minute, soakTimeout: 90 * time.Minute, settle: 2 * time.Minute,
+		prometheus: "/usr/bin/prometheus", netns: "/run/netns/gcsfuse-csi", promListen: "10.241.0.2:19091", scrapeConfig: "s.yaml",
 	}
 	if err := good.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, mod := range map[string]func(*options){
-		"-kubeconfig":    func(o *options) { o.kubeconfig = "" },
-		"-n":             func(o *options) { o.n = -1 },
-		"-n ":            func(o *options) { o.n = maxPodsPerRun + 1 },
-		"-bytes":         func(o *options) { o.size = 0 },
-		"-wave":          func(o *options) { o.wave = -1 },
-		"-wave-gap":      func(o *options) { o.waveGap = time.Hour },
-		"-jobs":          func(o *options) { o.jobs = -1 },
-		"-jobs-parallel": func(o *options) { o.jobsParallel = 0 },
-		"-job-bytes":     func(o *options) { o.jobB = maxBytes + 1 },
-		"-timeout":       func(o *options) { o.timeout = time.Second },
-		"-soak-timeout":  func(o *options) { o.soakTimeout = 7 * time.Hour },
-		"-settle":        func(o *options) { o.settle = -time.Second },
-		"-kubelet-root":  func(o *options) { o.kubeletRoot = "var/lib/kubelet" },
-		"-gcs-url":       func(o *options) { o.gcsURL = "https://storage.googleapis.com/storage/v1" },
+		"-kubeconfig":        func(o *options) { o.kubeconfig = "" },
+		"-n":                 func(o *options) { o.n = -1 },
+		"-n ":                func(o *options) { o.n = maxPodsPerRun + 1 },
+		"-bytes":             func(o *options) { o.size = 0 },
+		"-wave":              func(o *options) { o.wave = -1 },
+		"-wave-gap":          func(o *options) { o.waveGap = time.Hour },
+		"-jobs":              func(o *options) { o.jobs = -1 },
+		"-jobs-parallel":     func(o *options) { o.jobsParallel = 0 },
+		"-job-bytes":         func(o *options) { o.jobB = maxBytes + 1 },
+		"-timeout":           func(o *options) { o.timeout = time.Second },
+		"-soak-timeout":      func(o *options) { o.soakTimeout = 7 * time.Hour },
+		"-settle":            func(o *options) { o.settle = -time.Second },
+		"-kubelet-root":      func(o *options) { o.kubeletRoot = "var/lib/kubelet" },
+		"-gcs-url":           func(o *options) { o.gcsURL = "https://storage.googleapis.com/storage/v1" },
+		"-prometheus":        func(o *options) { o.prometheus = "" },
+		"-prometheus-listen": func(o *options) { o.promListen = "10.241.0.2" },
 	} {
 		o := good
 		mod(&o)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,29 +16,21 @@ import (
 	"testing"
 	"time"
 
-	promapi "github.com/prometheus/client_golang/api"
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 const (
 	// promPort is where the test's Prometheus listens, on the node's address.
 	promPort = 19090
-	// promScrapeEvery replaces the documented job's 30 s, so the test waits seconds, not
-	// minutes, for series and rates.
-	promScrapeEvery = "1s"
-	// promStartTimeout bounds Prometheus' start (ready endpoint) and its first scrape of the
-	// node plugin.
+	// promStartTimeout bounds Prometheus' start and its first scrape of the node plugin.
 	promStartTimeout = 60 * time.Second
 	// dashboardTimeout bounds the wait for every dashboard query to return data.
 	dashboardTimeout = 3 * time.Minute
-	// promQueryTimeout bounds one query.
-	promQueryTimeout = 10 * time.Second
 )
 
 var (
@@ -48,14 +39,9 @@ var (
 )
 
 // startPrometheus runs a real Prometheus (E2E_PROMETHEUS, Debian's package) in the cluster's
-// network namespace (E2E_NETNS), where the pod network is, with the scrape job of
-// deploy/monitoring/prometheus-scrape.yaml: its relabelling and honor_labels as documented,
-// a 1 s interval, and its targets from a file. Debian builds Prometheus without the
-// Kubernetes service discovery, so the test writes the node plugin pod's targets with the
-// labels that discovery gives a pod's container ports (__meta_kubernetes_*), and the
-// documented relabelling picks the metrics port from them. Prometheus listens on the node's
-// address, which this host reaches over the veth hack/cluster-up.sh made.
-func startPrometheus(t *testing.T) promv1.API {
+// network namespace (E2E_NETNS) with the documented scrape job (internal/promrun says how),
+// and waits until it scrapes the node plugin.
+func startPrometheus(t *testing.T) *promrun.Server {
 	t.Helper()
 	bin, netns := os.Getenv("E2E_PROMETHEUS"), os.Getenv("E2E_NETNS")
 	if bin == "" || netns == "" {
@@ -68,147 +54,26 @@ func startPrometheus(t *testing.T) promv1.API {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort(u.Hostname(), strconv.Itoa(promPort))
-	dir := t.TempDir()
-	targets := filepath.Join(dir, "targets.json")
-	writeTargets(t, targets)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), promConfig(t, targets), 0o600); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), promStartTimeout)
+	defer cancel()
+	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	if err != nil || len(np.Items) != 1 {
+		t.Fatalf("node plugin pods: %v %v", np, err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	prom, err := promrun.Start(promrun.Config{Binary: bin, NetNS: netns, Listen: net.JoinHostPort(u.Hostname(), strconv.Itoa(promPort)),
+		ScrapeConfig: scrapeConfigFile, NodePlugin: &np.Items[0], Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("nsenter", "--net="+netns, "--", bin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // owned by the test: ends when the cleanup kills it
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("prometheus log (last lines):\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		if logTail := prom.Stop(); t.Failed() {
+			t.Logf("prometheus log (last lines):\n%s", logTail)
 		}
 	})
-	client, err := promapi.NewClient(promapi.Config{Address: "http://" + addr})
-	if err != nil {
-		t.Fatal(err)
+	if err := prom.WaitFor(ctx, promrun.NodePluginUp, promStartTimeout); err != nil {
+		t.Fatalf("prometheus does not scrape the node plugin: %v", err)
 	}
-	api := promv1.NewAPI(client)
-	deadline := time.Now().Add(promStartTimeout)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("prometheus exited: %v", err)
-		default:
-		}
-		v, err := query(api, `up{job="gcsfuse-csi-node", container="gcsfuse-csi-node"}`)
-		if err == nil && len(v) == 1 && v[0].Value == 1 {
-			t.Logf("prometheus %s scrapes the node plugin %s", addr, v[0].Metric)
-			return api
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus did not scrape the node plugin within %s: up = %v, err %v", promStartTimeout, v, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// writeTargets writes, for file_sd, one target per container port of the node plugin's
-// pod with the labels Kubernetes' pod discovery gives it.
-func writeTargets(t *testing.T, path string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", pods, err)
-	}
-	p := pods.Items[0]
-	type group struct {
-		Targets []string          `json:"targets"`
-		Labels  map[string]string `json:"labels"`
-	}
-	var groups []group
-	for _, c := range p.Spec.Containers {
-		for _, port := range c.Ports {
-			groups = append(groups, group{
-				Targets: []string{net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port.ContainerPort)))},
-				Labels: map[string]string{
-					"__meta_kubernetes_namespace":                 p.Namespace,
-					"__meta_kubernetes_pod_name":                  p.Name,
-					"__meta_kubernetes_pod_node_name":             p.Spec.NodeName,
-					"__meta_kubernetes_pod_container_name":        c.Name,
-					"__meta_kubernetes_pod_container_port_name":   port.Name,
-					"__meta_kubernetes_pod_container_port_number": strconv.Itoa(int(port.ContainerPort)),
-					"__meta_kubernetes_pod_label_app":             p.Labels["app"],
-				},
-			})
-		}
-	}
-	b, err := json.Marshal(groups)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// promConfig is the documented scrape config with the test's changes: the interval, and
-// file_sd (targets) in place of the Kubernetes discovery Debian's build lacks.
-func promConfig(t *testing.T, targets string) []byte {
-	t.Helper()
-	raw, err := os.ReadFile(scrapeConfigFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		t.Fatalf("%s: %v", scrapeConfigFile, err)
-	}
-	jobs, _ := cfg["scrape_configs"].([]any)
-	if len(jobs) != 1 {
-		t.Fatalf("%s: %d scrape jobs, want 1", scrapeConfigFile, len(jobs))
-	}
-	job := jobs[0].(map[string]any)
-	if _, ok := job["kubernetes_sd_configs"]; !ok {
-		t.Fatalf("%s: no kubernetes_sd_configs", scrapeConfigFile)
-	}
-	delete(job, "kubernetes_sd_configs")
-	job["file_sd_configs"] = []any{map[string]any{"files": []string{targets}}}
-	job["scrape_interval"] = promScrapeEvery
-	cfg["global"] = map[string]any{"scrape_interval": promScrapeEvery, "evaluation_interval": promScrapeEvery}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func query(api promv1.API, q string) (model.Vector, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), promQueryTimeout)
-	defer cancel()
-	v, _, _, err := api.Query(ctx, q, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("query %s: a %s, want a vector", q, v.Type())
-	}
-	return vec, nil
+	return prom
 }
 
 // panelQuery is one query of the Grafana dashboard.
@@ -269,7 +134,7 @@ func dashboardQueries(t *testing.T, namespace string) []panelQuery {
 // times (gcsfuse retries), and the running pod reads a cached file (file cache) and a
 // missing one (file system errors). Each per-pod panel must show the running pod.
 func TestPrometheusDashboard(t *testing.T) {
-	api := startPrometheus(t)
+	prom := startPrometheus(t)
 	bucket := newBucket(t)
 	const seedSize = 256 * 1024
 	upload(t, bucket, "seed.bin", seedSize)
@@ -313,7 +178,7 @@ func TestPrometheusDashboard(t *testing.T) {
 	for {
 		missing = missing[:0]
 		for _, q := range qs {
-			v, err := query(api, q.expr)
+			v, err := prom.Query(context.Background(), q.expr)
 			switch {
 			case err != nil:
 				missing = append(missing, fmt.Sprintf("%s: %s: %v", q.panel, q.expr, err))
@@ -340,7 +205,7 @@ func TestPrometheusDashboard(t *testing.T) {
 		fmt.Sprintf(`sum(gcsfuse_file_cache_read_count{namespace=%q, pod=%q, cache_hit="true"})`, ns, reader): "file cache hits",
 		fmt.Sprintf(`sum(gcsfuse_gcs_retry_count{namespace=%q, pod=%q})`, ns, reader):                         "retried GCS requests",
 	} {
-		v, err := query(api, q)
+		v, err := prom.Query(context.Background(), q)
 		if err != nil || len(v) != 1 || v[0].Value <= 0 {
 			t.Errorf("%s: %s = %v (%v), want > 0", what, q, v, err)
 		}
