@@ -10,7 +10,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // Timings of the "still writing" data-loss check. The writers get their SIGTERM a moment
@@ -137,7 +137,7 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		err = exitfile.WriteTerminating(dir, exitfile.Terminating{GraceSeconds: int64(sc.terminatingGrace), DeletionTimestamp: time.Now()})
+		err = podfiles.WriteTerminating(dir, podfiles.Terminating{GraceSeconds: int64(sc.terminatingGrace), DeletionTimestamp: time.Now()})
 		dir.Close()
 		if err != nil {
 			return 0, 0, 0, err
@@ -152,7 +152,7 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		_ = w.Wait() // a failed write shows as a short object below
 	}
 	if sc.exitFile {
-		if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "bench-writers-exited"}); err != nil {
+		if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "bench-writers-exited"}); err != nil {
 			return 0, 0, 0, err
 		}
 	}

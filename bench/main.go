@@ -28,8 +28,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 func main() {
@@ -262,7 +262,7 @@ func (b *bench) exitOnce(mode string, writers, size int) (time.Duration, int, er
 	if mode == contract.ModeNative {
 		err = sc.Signal(syscall.SIGTERM)
 	} else {
-		err = exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "bench"})
+		err = podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "bench"})
 	}
 	if err != nil {
 		return 0, 0, err

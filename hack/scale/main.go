@@ -76,6 +76,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 const (
@@ -2165,12 +2166,11 @@ func (s *scale) snapshot(ctx context.Context, np nodePlugin) (snapshot, error) {
 	for _, m := range driverMounts(mounts, s.opts.kubeletRoot) {
 		sn.add(leakMounts, m.point+" (bucket "+m.source+")")
 	}
-	pods := filepath.Join(s.opts.kubeletRoot, "pods")
-	dirs, _ := filepath.Glob(filepath.Join(pods, "*"))
+	dirs, _ := filepath.Glob(podfiles.PodDir(s.opts.kubeletRoot, "*"))
 	for _, d := range dirs {
 		sn.add(leakPodDirs, d)
 	}
-	tmp := filepath.Join(pods, "*", "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	tmp := podfiles.TmpDirPath(s.opts.kubeletRoot, "*")
 	for _, pattern := range []string{filepath.Join(tmp, contract.HandoffDir, "*"+contract.HandoffSocketSuffix), filepath.Join(tmp, contract.MetricsSocket)} {
 		socks, _ := filepath.Glob(pattern)
 		for _, p := range socks {

@@ -37,6 +37,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -206,7 +207,7 @@ func (e *Env) NewPod() (*Pod, error) {
 	if err := os.MkdirAll(p.TmpDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~csi"), 0o750); err != nil {
+	if err := os.MkdirAll(podfiles.CSIVolumesDir(e.Root, uid), 0o750); err != nil {
 		return nil, err
 	}
 	for d := p.TmpDir; d != e.Root; d = filepath.Dir(d) {
@@ -218,12 +219,12 @@ func (e *Env) NewPod() (*Pod, error) {
 }
 
 func (e *Env) podTmpDir(uid string) string {
-	return filepath.Join(e.Root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	return podfiles.TmpDirPath(e.Root, uid)
 }
 
 // Target is the kubelet's target path for a volume of the pod.
 func (p *Pod) Target(volume string) string {
-	return filepath.Join(p.env.Root, "pods", p.UID, "volumes", "kubernetes.io~csi", volume, "mount")
+	return podfiles.CSITargetPath(p.env.Root, p.UID, volume)
 }
 
 // PublishRequest is an inline-volume NodePublishVolume request for the pod.
@@ -356,9 +357,9 @@ func (p *Pod) TerminationMessage() string {
 }
 
 // OpenTmpDir opens the pod's gcsfuse-tmp emptyDir as the node plugin does (pinned, no
-// symlinks), for exitfile's *In/Terminating functions. The caller closes it.
+// symlinks), for podfiles' *In functions. The caller closes it.
 func (p *Pod) OpenTmpDir() (*os.File, error) {
-	return podpath.OpenDir(p.env.Root, "pods", p.UID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	return podfiles.OpenTmpDir(p.env.Root, p.UID)
 }
 
 // MountFuse mounts the volume's target with a new FUSE connection, as NodePublishVolume

@@ -29,6 +29,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -228,7 +229,7 @@ func readOnlyAccess(m csi.VolumeCapability_AccessMode_Mode) (ro bool, ok bool) {
 
 // request is a validated NodePublishVolumeRequest.
 type request struct {
-	target podpath.Target
+	target podfiles.Target
 	pod    PodRef
 	volume handoff.Volume
 	opts   *mountopts.Volume
@@ -258,7 +259,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_capability.access_mode %v is not supported", vc.GetAccessMode().GetMode())
 	}
-	target, err := podpath.ParseTarget(s.cfg.KubeletRoot, req.GetTargetPath())
+	target, err := podfiles.ParseTarget(s.cfg.KubeletRoot, req.GetTargetPath())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "target_path: %v", err)
 	}
@@ -484,7 +485,7 @@ func (s *NodeServer) writeCABundle(r *request) error {
 }
 
 func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
-	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", podUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	emptyDir, err := podfiles.OpenTmpDir(s.cfg.KubeletRoot, podUID)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, status.Errorf(codes.FailedPrecondition,
@@ -651,11 +652,11 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 // token and key must not outlive the mount in the pod's emptyDir. Best effort: the
 // kubelet deletes the emptyDir with the pod anyway.
 func (s *NodeServer) removeCredentials(target string) {
-	t, err := podpath.ParseTarget(s.cfg.KubeletRoot, target)
+	t, err := podfiles.ParseTarget(s.cfg.KubeletRoot, target)
 	if err != nil {
 		return
 	}
-	emptyDir, err := podpath.OpenDir(s.cfg.KubeletRoot, "pods", t.PodUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	emptyDir, err := podfiles.OpenTmpDir(s.cfg.KubeletRoot, t.PodUID)
 	if err != nil {
 		return // the pod's emptyDir is gone already
 	}

@@ -15,10 +15,12 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 const root = "/var/lib/kubelet"
-const target = root + "/pods/uid-1/volumes/kubernetes.io~csi/data/mount"
+
+var target = podfiles.CSITargetPath(root, "uid-1", "data")
 
 func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
 	return &csi.VolumeCapability{
@@ -95,7 +97,7 @@ func TestValidatePublish(t *testing.T) {
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "fs_type"},
 		{name: "unknown access mode", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_UNKNOWN)}, wantErr: "access_mode"},
 		{name: "target outside kubelet", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: "/tmp/x", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
-		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: root + "/pods/u/volumes/kubernetes.io~csi/Bad_Name/mount", VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
+		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "Bad_Name"), VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
 		{name: "pod uid mismatch", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw),
 			VolumeContext: map[string]string{contract.CtxPodUID: "other"}}, wantErr: "does not match"},
 		{name: "inline without bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw),

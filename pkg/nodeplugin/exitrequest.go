@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // How a failed exit request is retried. A write can fail for a while for reasons that pass
@@ -124,7 +124,7 @@ const (
 
 // tryExit makes one attempt: it writes the exit file unless one is already there.
 func (l *ExitCoordinator) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOutcome, error) {
-	dir, err := exitfile.OpenDir(l.KubeletRoot, string(pod.UID))
+	dir, err := podfiles.OpenTmpDir(l.KubeletRoot, string(pod.UID))
 	if errors.Is(err, os.ErrNotExist) {
 		return exitNoDir, err
 	}
@@ -132,12 +132,12 @@ func (l *ExitCoordinator) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOu
 		return exitFailed, err
 	}
 	defer dir.Close()
-	if present, err := exitfile.Present(dir); err != nil {
+	if present, err := podfiles.Present(dir); err != nil {
 		return exitFailed, err
 	} else if present {
 		return exitPresent, nil
 	}
-	err = exitfile.WriteIn(dir, exitfile.Reason{Rule: string(d.Rule), Message: d.Reason, WorkloadFinishedAt: d.WorkloadFinishedAt})
+	err = podfiles.WriteIn(dir, podfiles.Reason{Rule: string(d.Rule), Message: d.Reason, WorkloadFinishedAt: d.WorkloadFinishedAt})
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return exitNoDir, err // removed while we wrote

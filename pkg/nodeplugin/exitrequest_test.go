@@ -23,8 +23,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // Bounds of the tests' waits.
@@ -80,7 +80,7 @@ func (e *eventLog) all() []exitEvent {
 func donePod(t *testing.T, root string) *corev1.Pod {
 	t.Helper()
 	uid := types.UID("uid-" + filepath.Base(t.Name()))
-	if err := os.MkdirAll(filepath.Join(root, "pods", string(uid), "volumes", "kubernetes.io~empty-dir"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(podfiles.TmpDirPath(root, string(uid))), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return &corev1.Pod{
@@ -97,7 +97,7 @@ func donePod(t *testing.T, root string) *corev1.Pod {
 }
 
 func emptyDirPath(root string, pod *corev1.Pod) string {
-	return filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	return podfiles.TmpDirPath(root, string(pod.UID))
 }
 
 func makeEmptyDir(t *testing.T, root string, pod *corev1.Pod) {
@@ -404,7 +404,7 @@ func TestCloseStopsExitRetries(t *testing.T) {
 }
 
 func exitFilePath(root string, pod *corev1.Pod) string {
-	return filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName, contract.ExitFile)
+	return filepath.Join(podfiles.TmpDirPath(root, string(pod.UID)), contract.ExitFile)
 }
 
 // fileAppears waits, at most d, for p to exist.
@@ -463,7 +463,7 @@ func TestTerminatingFileRetriedAndNewestWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	got, err := exitfile.ReadTerminating(d)
+	got, err := podfiles.ReadTerminating(d)
 	if err != nil || got.GraceSeconds != 3 {
 		t.Fatalf("terminating file = %+v, %v; want the newer deletion's grace 3", got, err)
 	}

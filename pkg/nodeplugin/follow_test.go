@@ -25,8 +25,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
@@ -110,7 +110,7 @@ func newEnv(t *testing.T) *env {
 }
 
 func (e *env) emptyDir(uid types.UID) string {
-	return filepath.Join(e.root, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	return podfiles.TmpDirPath(e.root, string(uid))
 }
 
 func (e *env) mkEmptyDir(uid types.UID) {
@@ -126,7 +126,7 @@ func (e *env) exitWritten(uid types.UID) bool {
 }
 
 // waitExit waits for the exit file and returns its reason and how long it took.
-func (e *env) waitExit(uid types.UID, within time.Duration) (exitfile.Reason, time.Duration) {
+func (e *env) waitExit(uid types.UID, within time.Duration) (podfiles.Reason, time.Duration) {
 	e.t.Helper()
 	start := time.Now()
 	for !e.exitWritten(uid) {
@@ -141,7 +141,7 @@ func (e *env) waitExit(uid types.UID, within time.Duration) (exitfile.Reason, ti
 		e.t.Fatal(err)
 	}
 	defer dir.Close()
-	r, err := exitfile.Read(dir)
+	r, err := podfiles.Read(dir)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestTerminatingAndInitDoneFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got exitfile.Terminating
+	var got podfiles.Terminating
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("terminating file %q: %v", b, err)
 	}

@@ -2,7 +2,6 @@ package nodeplugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,35 +11,26 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // PodDeleting writes contract.TerminatingFile for a pod being deleted
 // (podwatch.DeletionHandler): a draining sidecar serves until the grace the kubelet applies,
 // which kubectl delete --grace-period can make shorter or longer than the spec's.
 func (l *ExitCoordinator) PodDeleting(pod *corev1.Pod) {
-	t := exitfile.Terminating{GraceSeconds: graceSeconds(pod)}
+	t := podfiles.Terminating{GraceSeconds: graceSeconds(pod)}
 	if pod.DeletionTimestamp != nil {
 		t.DeletionTimestamp = pod.DeletionTimestamp.Time
 	}
-	l.writePodFile(pod, contract.TerminatingFile, func(dir *os.File) error { return exitfile.WriteTerminating(dir, t) })
+	l.writePodFile(pod, contract.TerminatingFile, func(dir *os.File) error { return podfiles.WriteTerminating(dir, t) })
 }
 
 // InitContainersSucceeded writes contract.InitDoneFile for a native-sidecar pod whose
 // regular init containers all exited 0 (podwatch.InitHandler): a SIGTERM that the sidecar
 // gets from then on comes after every container that can use the mounts has exited.
 func (l *ExitCoordinator) InitContainersSucceeded(pod *corev1.Pod) {
-	b, err := json.Marshal(struct {
-		WrittenAt time.Time `json:"writtenAt"`
-	}{time.Now()})
-	if err != nil {
-		l.Log.Error("cannot encode the init-done file", "err", err)
-		return
-	}
-	l.writePodFile(pod, contract.InitDoneFile, func(dir *os.File) error {
-		return podpath.WriteFileAtomic(dir, contract.InitDoneFile, b, 0o644)
-	})
+	d := podfiles.InitDone{WrittenAt: time.Now()}
+	l.writePodFile(pod, contract.InitDoneFile, func(dir *os.File) error { return podfiles.WriteInitDoneIn(dir, d) })
 }
 
 // writePodFile writes one file into the pod's gcsfuse-tmp emptyDir. A pod whose emptyDir is
@@ -124,7 +114,7 @@ func (l *ExitCoordinator) podFileDone(key podFileKey, gen uint64) {
 
 // tryPodFile makes one attempt at writing a file into the pod's gcsfuse-tmp emptyDir.
 func (l *ExitCoordinator) tryPodFile(pod *corev1.Pod, write func(*os.File) error) error {
-	dir, err := podpath.OpenDir(l.KubeletRoot, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	dir, err := podfiles.OpenTmpDir(l.KubeletRoot, string(pod.UID))
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -278,7 +279,7 @@ func (c *Collector) collectPod(ctx context.Context, p Pod) ([]*dto.MetricFamily,
 // read fetches the pod's socket. reason is "" for a pod without a socket (no sidecar
 // running yet, or one of a release without metrics): not an error worth counting.
 func (c *Collector) read(ctx context.Context, p Pod) (map[string]*dto.MetricFamily, string, error) {
-	dir, err := podpath.OpenDir(c.cfg.KubeletRoot, "pods", p.UID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	dir, err := podfiles.OpenTmpDir(c.cfg.KubeletRoot, p.UID)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, "", err

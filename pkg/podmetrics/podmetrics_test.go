@@ -20,10 +20,11 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 func tmpDir(t testing.TB, root, uid string) string {
-	d := filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+	d := podfiles.TmpDirPath(root, uid)
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -21,28 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Target is what a kubelet CSI target path says about the pod and its volume.
-type Target struct {
-	PodUID     string
-	VolumeName string
-}
-
-// ParseTarget checks that target is "<kubeletRoot>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount"
-// and returns its parts. The kubelet always publishes there; anything else is a caller error.
-func ParseTarget(kubeletRoot, target string) (Target, error) {
-	rel, err := filepath.Rel(filepath.Clean(kubeletRoot), filepath.Clean(target))
-	if err != nil || filepath.Clean(target) != target {
-		return Target{}, fmt.Errorf("target path %q is not a clean absolute path under %s", target, kubeletRoot)
-	}
-	parts := strings.Split(rel, string(filepath.Separator))
-	if len(parts) != 6 || parts[0] != "pods" || parts[2] != "volumes" || parts[3] != "kubernetes.io~csi" || parts[5] != "mount" {
-		return Target{}, fmt.Errorf("target path %q is not a kubelet CSI volume path (%s/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount)", target, kubeletRoot)
-	}
-	if !validElement(parts[1]) || !validElement(parts[4]) {
-		return Target{}, fmt.Errorf("target path %q has an invalid pod UID or volume name", target)
-	}
-	return Target{PodUID: parts[1], VolumeName: parts[4]}, nil
-}
+// ValidElement reports whether s can be one element of a path: not empty, not "." or "..",
+// no "/" or NUL, at most 255 bytes.
+func ValidElement(s string) bool { return validElement(s) }
 
 func validElement(s string) bool {
 	return s != "" && s != "." && s != ".." && len(s) <= 255 && !strings.ContainsAny(s, "/\x00")

@@ -12,30 +12,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
 )
 
-func TestParseTarget(t *testing.T) {
-	root := "/var/lib/kubelet"
-	tests := []struct {
-		target  string
-		want    Target
-		wantErr bool
-	}{
-		{target: root + "/pods/123-abc/volumes/kubernetes.io~csi/data/mount", want: Target{"123-abc", "data"}},
-		{target: root + "/pods/123/volumes/kubernetes.io~csi/data", wantErr: true},
-		{target: root + "/pods/123/volumes/kubernetes.io~empty-dir/data/mount", wantErr: true},
-		{target: root + "/pods/123/volumes/kubernetes.io~csi/../mount", wantErr: true},
-		{target: root + "/pods/../volumes/kubernetes.io~csi/data/mount", wantErr: true},
-		{target: "/tmp/pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
-		{target: root + "//pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
-		{target: "relative/path", wantErr: true},
-	}
-	for _, tt := range tests {
-		got, err := ParseTarget(root, tt.target)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("ParseTarget(%q) = %+v, %v; want %+v, err=%v", tt.target, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
 func TestOpenDirRefusesSymlinks(t *testing.T) {
 	root := t.TempDir()
 	outside := t.TempDir()
@@ -114,26 +90,6 @@ func TestProcPathReachesPinnedDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "f")); err != nil {
 		t.Fatalf("file not created in the pinned dir: %v", err)
 	}
-}
-
-// FuzzParseTarget checks that an accepted target path always lies under the kubelet root
-// and yields single, safe path elements.
-func FuzzParseTarget(f *testing.F) {
-	f.Add("/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/data/mount")
-	f.Add("/var/lib/kubelet/pods/../volumes/kubernetes.io~csi/data/mount")
-	f.Add("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/a/b/mount")
-	f.Fuzz(func(t *testing.T, p string) {
-		tg, err := ParseTarget("/var/lib/kubelet", p)
-		if err != nil {
-			return
-		}
-		if !strings.HasPrefix(p, "/var/lib/kubelet/pods/") || !validElement(tg.PodUID) || !validElement(tg.VolumeName) {
-			t.Fatalf("accepted %q as %+v", p, tg)
-		}
-		if filepath.Join("/var/lib/kubelet/pods", tg.PodUID, "volumes/kubernetes.io~csi", tg.VolumeName, "mount") != p {
-			t.Fatalf("accepted %q does not round-trip: %+v", p, tg)
-		}
-	})
 }
 
 // Rename acts on single names inside the pinned directory: a path that would leave it is

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -67,7 +67,7 @@ func drainDecision(cfg Config, serving int, initDone bool) (bool, string) {
 // kills the app, with no margin: a mount must never stop serving while the app may still
 // run. The grace is the deletion's (from the node plugin's terminating file, term) when
 // known, else the pod spec's, and never under the kubelet's minimum.
-func drainDeadline(sigterm time.Time, spec time.Duration, term *exitfile.Terminating) (time.Time, time.Duration, string) {
+func drainDeadline(sigterm time.Time, spec time.Duration, term *podfiles.Terminating) (time.Time, time.Duration, string) {
 	grace, source := spec, graceFromSpec
 	if term != nil {
 		grace, source = term.Grace(), graceFromFile
@@ -78,8 +78,8 @@ func drainDeadline(sigterm time.Time, spec time.Duration, term *exitfile.Termina
 
 // readTerminating reads the node plugin's terminating file; a missing one is an ordinary
 // error, a garbled one is logged (the spec's grace then applies).
-func (s *Sidecar) readTerminating(tmp *os.File) (exitfile.Terminating, error) {
-	t, err := exitfile.ReadTerminating(tmp)
+func (s *Sidecar) readTerminating(tmp *os.File) (podfiles.Terminating, error) {
+	t, err := podfiles.ReadTerminating(tmp)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("terminating file unreadable; using the pod spec's grace", "err", err)
 	}

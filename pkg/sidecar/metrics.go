@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // Metrics are the sidecar's Prometheus metrics. A nil *Metrics records nothing.
@@ -49,7 +49,7 @@ func (m *Metrics) gcsfuseExit(r exitResult) {
 	m.gcsfuseExits.WithLabelValues(reason).Inc()
 }
 
-func (m *Metrics) exited(mode string, r exitfile.Reason) {
+func (m *Metrics) exited(mode string, r podfiles.Reason) {
 	if m == nil || r.WorkloadFinishedAt.IsZero() {
 		return
 	}

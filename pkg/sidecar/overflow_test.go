@@ -12,7 +12,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -74,7 +74,7 @@ func TestOverflowRescanFindsExitFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	if err := exitfile.WriteIn(dir, exitfile.Reason{Rule: "test", WrittenAt: time.Now()}); err != nil {
+	if err := podfiles.WriteIn(dir, podfiles.Reason{Rule: "test", WrittenAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	sendOverflow(t, in)

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -35,7 +35,7 @@ func WaitExit(ctx context.Context, tmpDir string, specGrace time.Duration, log *
 	}
 	defer dir.Close()
 	grace, source := specGrace, graceFromSpec
-	if t, err := exitfile.ReadTerminating(dir); err == nil {
+	if t, err := podfiles.ReadTerminating(dir); err == nil {
 		grace, source = t.Grace(), graceFromFile
 	} else if !errors.Is(err, os.ErrNotExist) {
 		log.Warn("preStop: terminating file unreadable; using the pod spec's grace", "err", err)
@@ -47,7 +47,7 @@ func WaitExit(ctx context.Context, tmpDir string, specGrace time.Duration, log *
 	tick := time.NewTicker(preStopPoll)
 	defer tick.Stop()
 	for {
-		ok, err := exitfile.Present(dir)
+		ok, err := podfiles.Present(dir)
 		switch {
 		case err != nil:
 			log.Warn("preStop: cannot check the exit file", "err", err)

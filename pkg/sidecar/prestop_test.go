@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // The preStop hook returns as soon as the exit file appears, not before; without it, at
@@ -28,7 +28,7 @@ func TestWaitExit(t *testing.T) {
 		go func() { // ends after one write; the test waits for it before closing d
 			defer close(written)
 			time.Sleep(after)
-			if err := exitfile.WriteIn(d, exitfile.Reason{Rule: "test"}); err != nil {
+			if err := podfiles.WriteIn(d, podfiles.Reason{Rule: "test"}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -48,7 +48,7 @@ func TestWaitExit(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
-		if err := exitfile.WriteTerminating(d, exitfile.Terminating{GraceSeconds: 1}); err != nil {
+		if err := podfiles.WriteTerminating(d, podfiles.Terminating{GraceSeconds: 1}); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()

@@ -32,8 +32,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -195,13 +195,13 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	// writes it atomically, so a name that cannot be read (its content garbled, or not a
 	// regular file) still says the workload is done. Treating it as absent here would keep
 	// a restarted sidecar serving forever while a running one would have exited on it.
-	if r, err := exitfile.Read(tmpDir); err == nil || !errors.Is(err, fs.ErrNotExist) {
+	if r, err := podfiles.Read(tmpDir); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		// The workload is already done: this is a container restarted after its end (a
 		// legacy sidecar that exited 1 under restartPolicy OnFailure). Its predecessor
 		// reported its failures; exiting 1 again would restart it forever.
 		if err != nil {
 			s.log.Warn("exit file present at start but unreadable; the workload is done", "err", err)
-			r = exitfile.Reason{Rule: "unreadable-exit-file"}
+			r = podfiles.Reason{Rule: "unreadable-exit-file"}
 		}
 		s.log.Info("exit file present at start: the workload is done", "rule", r.Rule)
 		return s.shutdown("exit file present at start: "+r.Rule, r, 0)
@@ -262,7 +262,7 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return s.shutdown("inotify watcher ended", exitfile.Reason{}, s.fail("inotify watcher ended"))
+				return s.shutdown("inotify watcher ended", podfiles.Reason{}, s.fail("inotify watcher ended"))
 			}
 			batch := []dirwatch.Event{ev}
 			if ev.Overflow {
@@ -275,7 +275,7 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.HandoffDir:
 					watchHandoff()
 				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.ExitFile:
-					r, err := exitfile.Read(tmpDir)
+					r, err := podfiles.Read(tmpDir)
 					if err != nil {
 						s.log.Warn("exit file unreadable; exiting anyway", "err", err)
 					}
@@ -309,9 +309,9 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			ok, why := s.shouldDrain(tmpDir)
 			if !ok {
 				s.log.Info("signal: stopping now", "signal", sig.String(), "mode", s.cfg.Mode, "draining", false, "why", why)
-				return s.shutdown(sig.String()+" in "+s.cfg.Mode+" mode: "+why, exitfile.Reason{}, 0)
+				return s.shutdown(sig.String()+" in "+s.cfg.Mode+" mode: "+why, podfiles.Reason{}, 0)
 			}
-			var term *exitfile.Terminating
+			var term *podfiles.Terminating
 			if t, err := s.readTerminating(tmpDir); err == nil {
 				term = &t
 			}
@@ -322,9 +322,9 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			drainC = drain.C
 			s.startDrain()
 		case <-drainC:
-			return s.shutdown("drain deadline: the kubelet's grace period is over", exitfile.Reason{}, 0)
+			return s.shutdown("drain deadline: the kubelet's grace period is over", podfiles.Reason{}, 0)
 		case <-ctx.Done():
-			return s.shutdown("context ended", exitfile.Reason{}, 0)
+			return s.shutdown("context ended", podfiles.Reason{}, 0)
 		}
 	}
 }
@@ -453,7 +453,7 @@ func (s *Sidecar) report(r exitResult) {
 
 // shutdown stops every gcsfuse in parallel, each bounded by a deadline, and returns code
 // (1 instead of 0 when a volume failed during the run).
-func (s *Sidecar) shutdown(why string, r exitfile.Reason, code int) int {
+func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	t0 := time.Now()
 	s.mu.Lock()
 	close(s.stopped)

@@ -12,19 +12,19 @@ import (
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // The drain ends exactly when the kubelet would kill the app (no margin), from the
 // deletion's grace when the node plugin wrote it, else the spec's, never under 2 s.
 func TestDrainDeadline(t *testing.T) {
 	sig := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	term := func(n int64) *exitfile.Terminating { return &exitfile.Terminating{GraceSeconds: n} }
+	term := func(n int64) *podfiles.Terminating { return &podfiles.Terminating{GraceSeconds: n} }
 	for _, tt := range []struct {
 		name   string
 		spec   time.Duration
-		term   *exitfile.Terminating
+		term   *podfiles.Terminating
 		want   time.Duration
 		source string
 	}{

@@ -34,6 +34,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/secretscan"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // localProvider is the Workload Identity provider the local overlay's emulator serves.
@@ -147,8 +148,7 @@ func deleteNow(t *testing.T, pod string) {
 
 // credDir is the volume's credentials directory of the pod, on this host.
 func credDir(p *corev1.Pod, volume string) string {
-	return filepath.Join(kubeletRoot, "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName,
-		contract.CredentialsDir, volume)
+	return filepath.Join(podfiles.TmpDirPath(kubeletRoot, string(p.UID)), contract.CredentialsDir, volume)
 }
 
 // checkOwned fails unless path is owned by the sidecar's user with mode (and no symlink).

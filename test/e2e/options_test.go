@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // readAheadTimeout bounds the wait for the node plugin to set a mount's read-ahead: it does
@@ -41,7 +41,7 @@ func TestReadAheadKB(t *testing.T) {
 		return s != nil && s.State.Running != nil
 	})
 	target := func(vol string) string {
-		return filepath.Join(kubeletRoot, "pods", string(created.UID), "volumes", "kubernetes.io~csi", vol, "mount")
+		return podfiles.CSITargetPath(kubeletRoot, string(created.UID), vol)
 	}
 	got := readAheadOf(t, target("bucket"))
 	for deadline := time.Now().Add(readAheadTimeout); got != "4096" && time.Now().Before(deadline); got = readAheadOf(t, target("bucket")) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // TestStatefulSetScaleDown: a StatefulSet's pod is mid-file when the set is scaled to zero.
@@ -123,7 +124,7 @@ func containerNames(cs []corev1.Container) []string {
 // (the local cluster's kubelet runs on this host).
 func cacheFiles(t *testing.T, p *corev1.Pod) int {
 	t.Helper()
-	root := filepath.Join(kubeletRoot, "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", contract.CacheVolumeName)
+	root := podfiles.EmptyDirPath(kubeletRoot, string(p.UID), contract.CacheVolumeName)
 	n := 0
 	err := filepath.WalkDir(root, func(_ string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // A bucket mounted through NodePublishVolume and the real sidecar: files written through
@@ -181,7 +181,7 @@ func expectFailedVolume(t *testing.T, e *testenv.Env, mode, bucket, wantReason s
 	if mode == contract.ModeNative {
 		err = sc.Signal(syscall.SIGTERM)
 	} else {
-		err = exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"})
+		err = podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test"})
 	}
 	if err != nil {
 		t.Fatal(err)

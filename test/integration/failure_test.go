@@ -17,8 +17,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -62,14 +62,14 @@ func writeTerminating(t *testing.T, pod *testenv.Pod, graceSeconds int64) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := exitfile.WriteTerminating(d, exitfile.Terminating{GraceSeconds: graceSeconds, DeletionTimestamp: time.Now()}); err != nil {
+	if err := podfiles.WriteTerminating(d, podfiles.Terminating{GraceSeconds: graceSeconds, DeletionTimestamp: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func writeExitFile(t *testing.T, e *testenv.Env, pod *testenv.Pod) {
 	t.Helper()
-	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"}); err != nil {
+	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 const (
@@ -110,7 +110,7 @@ func TestSidecarsBeyondInotifyLimitServe(t *testing.T) {
 	for i, pod := range pods {
 		sc := sidecars[i]
 		fired := time.Now()
-		if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test", Message: "workload done"}); err != nil {
+		if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test", Message: "workload done"}); err != nil {
 			t.Fatal(err)
 		}
 		code, err := sc.Wait(exitWaitBound)

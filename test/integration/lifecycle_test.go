@@ -16,8 +16,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
@@ -71,7 +71,7 @@ func TestTriggerEndsSidecarPromptly(t *testing.T) {
 			return sc.Signal(syscall.SIGTERM)
 		}},
 		{contract.ModeLegacy, "exit file", func(e *testenv.Env, pod *testenv.Pod, _ *testenv.Sidecar) error {
-			return exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test", Message: "workload done"})
+			return podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test", Message: "workload done"})
 		}},
 	} {
 		t.Run(tt.mode, func(t *testing.T) {
@@ -113,7 +113,7 @@ func TestLegacySIGTERMKeepsServingUntilWorkloadDone(t *testing.T) {
 	default:
 	}
 	want := writeFiles(t, target, "after-sigterm", 4, 1<<20)
-	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "deleting-all-terminated"}); err != nil {
+	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "deleting-all-terminated"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {

@@ -19,8 +19,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 )
 
@@ -94,7 +94,7 @@ func TestGcsfuseMetricsReachTheNodePlugin(t *testing.T) {
 		t.Errorf("%s observed %d volumes ready, want 1", csidriver.MetricVolumeReady, h)
 	}
 
-	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"}); err != nil {
+	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {
@@ -172,7 +172,7 @@ func TestDisableMetricsVolumeServesWithoutMetrics(t *testing.T) {
 	if _, n := value(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"volume": "data"}); n != 0 {
 		t.Errorf("%d gcsfuse series for a volume with disableMetrics", n)
 	}
-	if err := exitfile.Write(e.Root, pod.UID, exitfile.Reason{Rule: "test"}); err != nil {
+	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {

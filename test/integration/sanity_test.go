@@ -24,8 +24,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // sanityFilter keeps the controller services' specs out ("[Controller Server]": controller,
@@ -323,13 +323,13 @@ func (k *sanityKubelet) removeTarget(dir string) error {
 	k.mu.Unlock()
 	var errs []error
 	if p.sidecar != nil {
-		if err := exitfile.Write(k.env.Root, p.pod.UID, exitfile.Reason{Rule: "sanity"}); err != nil {
+		if err := podfiles.Write(k.env.Root, p.pod.UID, podfiles.Reason{Rule: "sanity"}); err != nil {
 			errs = append(errs, err)
 		} else if code, err := p.sidecar.Wait(10 * time.Second); err != nil || code != 0 {
 			errs = append(errs, fmt.Errorf("sidecar exit %d, %v; want 0 (no gcsfuse failure)\n%s", code, err, p.sidecar.Output()))
 		}
 	}
-	podDir := filepath.Join(k.env.Root, "pods", p.pod.UID)
+	podDir := podfiles.PodDir(k.env.Root, p.pod.UID)
 	left, err := fusemount.MountsUnder(podDir)
 	if len(left) > 0 {
 		errs = append(errs, fmt.Errorf("mounts left in the pod's tree after NodeUnpublishVolume: %v", left))

@@ -1,4 +1,4 @@
-package exitfile
+package podfiles
 
 import (
 	"errors"
@@ -134,4 +134,61 @@ func TestTerminatingDoesNotFollowSymlinks(t *testing.T) {
 	if got, err := ReadTerminating(d); err != nil || got.GraceSeconds != 1 {
 		t.Fatalf("after replacing the symlink: %+v, %v", got, err)
 	}
+}
+
+func TestParseTarget(t *testing.T) {
+	root := "/var/lib/kubelet"
+	tests := []struct {
+		target  string
+		want    Target
+		wantErr bool
+	}{
+		{target: root + "/pods/123-abc/volumes/kubernetes.io~csi/data/mount", want: Target{"123-abc", "data"}},
+		{target: root + "/pods/123/volumes/kubernetes.io~csi/data", wantErr: true},
+		{target: root + "/pods/123/volumes/kubernetes.io~empty-dir/data/mount", wantErr: true},
+		{target: root + "/pods/123/volumes/kubernetes.io~csi/../mount", wantErr: true},
+		{target: root + "/pods/../volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: "/tmp/pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: root + "//pods/1/volumes/kubernetes.io~csi/data/mount", wantErr: true},
+		{target: "relative/path", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseTarget(root, tt.target)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseTarget(%q) = %+v, %v; want %+v, err=%v", tt.target, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestPaths(t *testing.T) {
+	root := "/var/lib/kubelet"
+	if got := CSITargetPath(root, "u", "v"); got != root+"/pods/u/volumes/kubernetes.io~csi/v/mount" {
+		t.Errorf("CSITargetPath = %s", got)
+	}
+	if tg, err := ParseTarget(root, CSITargetPath(root, "u", "v")); err != nil || tg != (Target{"u", "v"}) {
+		t.Errorf("ParseTarget(CSITargetPath) = %+v, %v", tg, err)
+	}
+	if got := TmpDirPath(root, "u"); got != root+"/pods/u/volumes/kubernetes.io~empty-dir/gcsfuse-tmp" {
+		t.Errorf("TmpDirPath = %s", got)
+	}
+}
+
+// FuzzParseTarget checks that an accepted target path always lies under the kubelet root
+// and yields single, safe path elements.
+func FuzzParseTarget(f *testing.F) {
+	f.Add("/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/data/mount")
+	f.Add("/var/lib/kubelet/pods/../volumes/kubernetes.io~csi/data/mount")
+	f.Add("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/a/b/mount")
+	f.Fuzz(func(t *testing.T, p string) {
+		tg, err := ParseTarget("/var/lib/kubelet", p)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(p, "/var/lib/kubelet/pods/") || !podpath.ValidElement(tg.PodUID) || !podpath.ValidElement(tg.VolumeName) {
+			t.Fatalf("accepted %q as %+v", p, tg)
+		}
+		if filepath.Join("/var/lib/kubelet/pods", tg.PodUID, "volumes/kubernetes.io~csi", tg.VolumeName, "mount") != p {
+			t.Fatalf("accepted %q does not round-trip: %+v", p, tg)
+		}
+	})
 }

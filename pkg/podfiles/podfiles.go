@@ -1,10 +1,12 @@
-// Package exitfile holds the small files through which the node plugin tells a sidecar
-// about its pod: the exit file (the workload is done) and the terminating file (the pod is
-// being deleted, with the grace period the kubelet applies). Both are JSON in the pod's
-// gcsfuse-tmp emptyDir, written atomically and without following symlinks. The sidecar
-// already watches that directory with inotify for hand-off sockets, so a file wakes it
-// within milliseconds: no polling.
-package exitfile
+// Package podfiles is the one owner of the pod's gcsfuse-tmp emptyDir as the node plugin
+// reaches it on the host (<kubelet>/pods/<uid>/volumes/kubernetes.io~empty-dir/gcsfuse-tmp)
+// and of the small files through which the node plugin tells a sidecar about its pod: the
+// exit file (the workload is done), the terminating file (the pod is being deleted, with the
+// grace period the kubelet applies) and the init-done file (a native pod's regular init
+// containers all succeeded). Each is JSON, written atomically and without following
+// symlinks, on a pinned descriptor of the directory. The sidecar already watches that
+// directory for hand-off sockets, so a file wakes it within milliseconds: no polling.
+package podfiles
 
 import (
 	"encoding/json"
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +22,70 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
+
+// The kubelet's layout of a pod's volumes under its root directory.
+const (
+	podsDir     = "pods"
+	volumesDir  = "volumes"
+	emptyDirDir = "kubernetes.io~empty-dir"
+	csiDir      = "kubernetes.io~csi"
+	mountDir    = "mount"
+)
+
+// PodDir is the host path of the pod's directory under the kubelet's root.
+func PodDir(kubeletRoot, podUID string) string {
+	return filepath.Join(kubeletRoot, podsDir, podUID)
+}
+
+// CSIVolumesDir is the host directory of the pod's CSI volumes (the parent of every target).
+func CSIVolumesDir(kubeletRoot, podUID string) string {
+	return filepath.Join(kubeletRoot, podsDir, podUID, volumesDir, csiDir)
+}
+
+// CSITargetPath is where the kubelet publishes the pod's CSI volume named volume.
+func CSITargetPath(kubeletRoot, podUID, volume string) string {
+	return filepath.Join(CSIVolumesDir(kubeletRoot, podUID), volume, mountDir)
+}
+
+// Target is what a kubelet CSI target path says about the pod and its volume.
+type Target struct {
+	PodUID     string
+	VolumeName string
+}
+
+// ParseTarget checks that target is "<kubeletRoot>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount"
+// and returns its parts. The kubelet always publishes there; anything else is a caller error.
+func ParseTarget(kubeletRoot, target string) (Target, error) {
+	rel, err := filepath.Rel(filepath.Clean(kubeletRoot), filepath.Clean(target))
+	if err != nil || filepath.Clean(target) != target {
+		return Target{}, fmt.Errorf("target path %q is not a clean absolute path under %s", target, kubeletRoot)
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 6 || parts[0] != podsDir || parts[2] != volumesDir || parts[3] != csiDir || parts[5] != mountDir {
+		return Target{}, fmt.Errorf("target path %q is not a kubelet CSI volume path (%s/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount)", target, kubeletRoot)
+	}
+	if !podpath.ValidElement(parts[1]) || !podpath.ValidElement(parts[4]) {
+		return Target{}, fmt.Errorf("target path %q has an invalid pod UID or volume name", target)
+	}
+	return Target{PodUID: parts[1], VolumeName: parts[4]}, nil
+}
+
+// emptyDirElems are the path elements, under the kubelet's root, of the pod's emptyDir
+// volume named volume.
+func emptyDirElems(podUID, volume string) []string {
+	return []string{podsDir, podUID, volumesDir, emptyDirDir, volume}
+}
+
+// EmptyDirPath is the host path of the pod's emptyDir volume named volume (for tests and
+// tools that look at it; the node plugin itself opens it with OpenTmpDir).
+func EmptyDirPath(kubeletRoot, podUID, volume string) string {
+	return filepath.Join(append([]string{kubeletRoot}, emptyDirElems(podUID, volume)...)...)
+}
+
+// TmpDirPath is the host path of the pod's gcsfuse-tmp emptyDir.
+func TmpDirPath(kubeletRoot, podUID string) string {
+	return EmptyDirPath(kubeletRoot, podUID, contract.TmpVolumeName)
+}
 
 // maxSize bounds what a reader accepts.
 const maxSize = 4096
@@ -35,10 +102,10 @@ type Reason struct {
 	WrittenAt time.Time `json:"writtenAt"`
 }
 
-// OpenDir opens, without following symlinks, the gcsfuse-tmp emptyDir of the pod with
+// OpenTmpDir opens, without following symlinks, the gcsfuse-tmp emptyDir of the pod with
 // podUID. An error wrapping os.ErrNotExist means the kubelet has not made it or has removed it.
-func OpenDir(kubeletRoot, podUID string) (*os.File, error) {
-	dir, err := podpath.OpenDir(kubeletRoot, "pods", podUID, "volumes", "kubernetes.io~empty-dir", contract.TmpVolumeName)
+func OpenTmpDir(kubeletRoot, podUID string) (*os.File, error) {
+	dir, err := podpath.OpenDir(kubeletRoot, emptyDirElems(podUID, contract.TmpVolumeName)...)
 	if err != nil {
 		return nil, fmt.Errorf("open pod %s %s emptyDir: %w", podUID, contract.TmpVolumeName, err)
 	}
@@ -47,7 +114,7 @@ func OpenDir(kubeletRoot, podUID string) (*os.File, error) {
 
 // Write puts the exit file into the emptyDir of the pod with podUID.
 func Write(kubeletRoot, podUID string, r Reason) error {
-	dir, err := OpenDir(kubeletRoot, podUID)
+	dir, err := OpenTmpDir(kubeletRoot, podUID)
 	if err != nil {
 		return err
 	}
@@ -157,4 +224,22 @@ func ReadTerminating(dir *os.File) (Terminating, error) {
 		return Terminating{}, fmt.Errorf("parse %s: %w", contract.TerminatingFile, err)
 	}
 	return t, nil
+}
+
+// InitDone is the content of the init-done file.
+type InitDone struct {
+	// WrittenAt is when the node plugin wrote the file.
+	WrittenAt time.Time `json:"writtenAt"`
+}
+
+// WriteInitDoneIn writes the init-done file into an opened gcsfuse-tmp emptyDir.
+func WriteInitDoneIn(dir *os.File, d InitDone) error {
+	if d.WrittenAt.IsZero() {
+		d.WrittenAt = time.Now()
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encode init-done file: %w", err)
+	}
+	return podpath.WriteFileAtomic(dir, contract.InitDoneFile, b, 0o644)
 }
