@@ -400,7 +400,9 @@ func TestStopEventWithoutStatusRefreshesThePod(t *testing.T) {
 		}
 	}
 	f.srv.Set(ctr("p1", "app", 0, running), ctr("p1", "gcsfuse-sidecar", 0, running))
-	_, next := f.changes.waitFor(t, "p1", 0, within)
+	// The waits below are bounded by timeout, far below the hour to the next relist: only
+	// the event, or what it makes the watch ask, can end them in time.
+	_, next := f.changes.waitFor(t, "p1", 0, timeout)
 	lists := f.srv.Calls("ListContainers")
 	if n := f.srv.PodListings("p1"); n != 0 {
 		t.Fatalf("%d listings of p1 before any event without a status", n)
@@ -411,12 +413,12 @@ func TestStopEventWithoutStatusRefreshesThePod(t *testing.T) {
 		if cs, _ := f.w.PodContainers(context.Background(), "p1"); exitedApp(cs) {
 			break
 		}
-		if time.Since(start) > within {
+		if time.Since(start) > timeout {
 			t.Fatalf("the stop event without its container's status did not refresh the pod within %s "+
-				"(%d listings of p1): its exit waits for the next relist", within, f.srv.PodListings("p1"))
+				"(%d listings of p1): its exit waits for the next relist", timeout, f.srv.PodListings("p1"))
 		}
 	}
-	f.changes.waitFor(t, "p1", next, within)
+	f.changes.waitFor(t, "p1", next, timeout)
 	if n, all := f.srv.PodListings("p1"), f.srv.Calls("ListContainers")-lists; n != 1 || all != 1 {
 		t.Fatalf("%d listings of p1 and %d in all after the event, want one of the pod alone", n, all)
 	}
