@@ -83,3 +83,54 @@ func mustEncode(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestFramesWithoutAVersionAreRefused guards the rule that a frame of version 0, or with no
+// version at all (which decodes as 0), is refused as a version this build does not speak:
+// a Volume by the sidecar (RecvVolume), a Status by the node plugin (RecvStatus). A
+// version-0 Volume would also fail the check of its fields' version, but with a reason that
+// blames a proxy or CA bundle it does not carry; the refusal must name the version, which
+// the sidecar reports to the user (StateRefused, the HandoffRefused Event).
+func TestFramesWithoutAVersionAreRefused(t *testing.T) {
+	volumes := map[string]map[string]any{
+		"volume of version 0":           {"version": 0, "volumeName": "data", "bucket": "b"},
+		"volume without a version":      {"volumeName": "data", "bucket": "b"},
+		"volume with proxy, no version": {"volumeName": "data", "bucket": "b", "httpsProxy": "http://proxy:3128"},
+	}
+	for name, payload := range volumes {
+		t.Run(name, func(t *testing.T) {
+			a, b := socketPair(t)
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			defer w.Close()
+			if _, _, err := a.WriteMsgUnix(mustEncode(t, payload), unix.UnixRights(int(w.Fd())), nil); err != nil {
+				t.Fatal(err)
+			}
+			v, f, err := RecvVolume(b)
+			if f != nil {
+				defer f.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), "unsupported hand-off version 0") {
+				t.Fatalf("RecvVolume(%v) = %+v, %v; want a refusal naming the unsupported hand-off version 0", payload, v, err)
+			}
+		})
+	}
+	statuses := map[string]map[string]any{
+		"status of version 0":      {"version": 0, "state": StateStarted},
+		"status without a version": {"state": StateStarted},
+	}
+	for name, payload := range statuses {
+		t.Run(name, func(t *testing.T) {
+			a, b := socketPair(t)
+			if _, err := a.Write(mustEncode(t, payload)); err != nil {
+				t.Fatal(err)
+			}
+			s, err := RecvStatus(b)
+			if err == nil || !strings.Contains(err.Error(), "unsupported status version 0") {
+				t.Fatalf("RecvStatus(%v) = %+v, %v; want a refusal naming the unsupported status version 0", payload, s, err)
+			}
+		})
+	}
+}

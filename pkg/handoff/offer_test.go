@@ -292,3 +292,70 @@ func TestOfferRefusesAPeerOfAnotherUser(t *testing.T) {
 		t.Errorf("socket mode %v, want %v (its owner alone)", fi.Mode().Perm(), os.FileMode(SocketMode))
 	}
 }
+
+// releaseWait bounds the wait for the last copy of a descriptor to be closed.
+const releaseWait = 5 * time.Second
+
+// TestOfferHoldsNoDescriptorAfterTheHandOff guards the rule that once the sidecar has the
+// FUSE descriptor, the node plugin's side holds no copy of it, while the offer still relays
+// the sidecar's statuses: a copy kept there would keep the FUSE connection alive after
+// gcsfuse died, so the pod's mount would hang instead of failing with ENOTCONN. A pipe's
+// write end stands for the descriptor: once the sidecar's copy, the only one left, is
+// closed, its read end sees EOF.
+func TestOfferHoldsNoDescriptorAfterTheHandOff(t *testing.T) {
+	tmp, err := os.MkdirTemp("", "offer") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	handedOff := make(chan struct{})
+	o, err := NewOffer(OfferConfig{
+		Dir: openDir(t, tmp), Volume: validVolume(), Fuse: w, UID: os.Getuid(), GID: os.Getgid(),
+		OnHandedOff: func() { close(handedOff) },
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+		defer cancel()
+		if err := o.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, SocketName("data")), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close() // open until the end: the offer relays statuses meanwhile
+	_ = conn.SetDeadline(time.Now().Add(releaseWait))
+	_, sidecarCopy, err := RecvVolume(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handedOff:
+	case <-time.After(releaseWait):
+		sidecarCopy.Close()
+		t.Fatal("OnHandedOff was not called after the sidecar received the descriptor")
+	}
+	select {
+	case <-o.Done():
+		t.Fatal("the offer ended at the hand-off; it must keep relaying the sidecar's statuses")
+	default:
+	}
+	sidecarCopy.Close()
+	if err := r.SetReadDeadline(time.Now().Add(releaseWait)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the hand-off the descriptor is still open outside the sidecar (read = %d, %v; want EOF): the offer kept its copy", n, err)
+	}
+}

@@ -215,49 +215,52 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 		name string
 		// setup returns the pod as the watcher reports it, and an API client (or nil).
 		setup func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset)
+		// whileRetrying, if set, runs once requestExit has returned: its first attempt
+		// is over, and it retries.
+		whileRetrying func(t *testing.T, root string, pod *corev1.Pod)
 	}{
-		{"status shows the sidecar ended, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "status shows the sidecar ended, emptyDir removed", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return sidecarTerminated(pod), nil
 		}},
-		{"pod failed, sidecar exited 1 under OnFailure, emptyDir removed", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "pod failed, sidecar exited 1 under OnFailure, emptyDir removed", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			pod = pod.DeepCopy()
 			pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 			pod.Status.Phase = corev1.PodFailed
 			pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}
 			return pod, fake.NewClientset(pod.DeepCopy()) // the API says the same
 		}},
-		{"emptyDir removed while retrying", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "emptyDir removed while retrying", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			// The first attempt finds the emptyDir and cannot write to it: from then on,
+			// its disappearance means the kubelet tore the pod's volumes down.
 			makeEmptyDir(t, root, pod)
-			dir := emptyDirPath(root, pod)
-			readOnly(t, dir)
-			done := make(chan struct{})
-			go func() { // the kubelet tears the volume down while we retry
-				defer close(done)
-				time.Sleep(quietWait)
-				// The path goes away at once, still read-only: making it writable before
-				// removing it would let a retry write the exit file in between.
-				parent := filepath.Dir(dir)
-				if err := os.Rename(parent, parent+".gone"); err != nil {
-					t.Error(err)
-					return
-				}
-				moved := filepath.Join(parent+".gone", filepath.Base(dir))
-				_ = unix.Unmount(moved, unix.MNT_DETACH)
-				_ = os.Chmod(moved, 0o777)
-				_ = os.RemoveAll(parent + ".gone")
-			}()
-			t.Cleanup(func() { <-done })
+			readOnly(t, emptyDirPath(root, pod))
 			return pod, nil
+		}, whileRetrying: func(t *testing.T, root string, pod *corev1.Pod) {
+			dir := emptyDirPath(root, pod)
+			if _, err := os.Stat(filepath.Join(dir, contract.ExitFile)); err == nil {
+				t.Fatal("exit file written into a read-only emptyDir?")
+			}
+			// The kubelet tears the volume down. The path goes away at once, still
+			// read-only: making it writable before removing it would let a retry write the
+			// exit file in between.
+			parent := filepath.Dir(dir)
+			if err := os.Rename(parent, parent+".gone"); err != nil {
+				t.Fatal(err)
+			}
+			moved := filepath.Join(parent+".gone", filepath.Base(dir))
+			_ = unix.Unmount(moved, unix.MNT_DETACH)
+			_ = os.Chmod(moved, 0o777)
+			_ = os.RemoveAll(parent + ".gone")
 		}},
-		{"API: pod deleted", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "API: pod deleted", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return pod, fake.NewClientset()
 		}},
-		{"API: pod name reused by another pod", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "API: pod name reused by another pod", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			other := pod.DeepCopy()
 			other.UID = "another-uid"
 			return pod, fake.NewClientset(other)
 		}},
-		{"API: sidecar terminated", func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+		{name: "API: sidecar terminated", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return pod, fake.NewClientset(sidecarTerminated(pod))
 		}},
 	} {
@@ -271,6 +274,9 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 				l.API = client.CoreV1()
 			}
 			l.requestExit(pod, decision)
+			if tc.whileRetrying != nil {
+				tc.whileRetrying(t, root, pod)
+			}
 			if !idle(l, eventuallyWait) {
 				t.Fatal("still retrying although the sidecar is gone")
 			}

@@ -2,9 +2,11 @@ package nodeplugin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,5 +162,95 @@ func TestRuntimeExitLeavesANativeSidecarBesideARunningProxy(t *testing.T) {
 	e.rt.SetState(id("mesh", "istio-proxy", 0), exited, 0)
 	if r, _ := e.waitExit("mesh", releaseBound); r.Rule != string(lifecycle.RuleNeverAllTerminated) {
 		t.Errorf("released with %+v", r)
+	}
+}
+
+// exitUnknownRuntime is a container runtime that lists a pod's containers but cannot give
+// the exit code of an exited one (ContainerStatus fails, as for a container removed between
+// the listing and the call) until known is called.
+type exitUnknownRuntime struct {
+	mu          sync.Mutex
+	containers  []containerexit.Container
+	code        int32
+	codeKnown   bool
+	statusCalls int
+}
+
+func (r *exitUnknownRuntime) PodContainers(_ context.Context, podUID string) ([]containerexit.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []containerexit.Container
+	for _, c := range r.containers {
+		if c.PodUID == podUID {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (r *exitUnknownRuntime) Status(_ context.Context, id string) (containerexit.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.statusCalls++
+	for _, c := range r.containers {
+		if c.ID == id && r.codeKnown {
+			c.ExitCode, c.ExitKnown, c.FinishedAt = r.code, true, time.Now()
+			return c, nil
+		}
+	}
+	return containerexit.Container{}, fmt.Errorf("container %q not found", id)
+}
+
+// known makes Status give code from now on.
+func (r *exitUnknownRuntime) known(code int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.code, r.codeKnown = code, true
+}
+
+func (r *exitUnknownRuntime) calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statusCalls
+}
+
+// TestRuntimeUnknownExitCodeKeepsTheSidecarUnderOnFailure guards the rule that a workload
+// container the runtime shows exited, with an exit code it cannot give, is not done under
+// restartPolicy OnFailure: the runtime view counts it as exit code -1 (unknownExitCode), a
+// failure, which the kubelet restarts. The sidecar is told only once the code is known to
+// be 0.
+func TestRuntimeUnknownExitCodeKeepsTheSidecarUnderOnFailure(t *testing.T) {
+	e := newEnv(t)
+	rt := &exitUnknownRuntime{containers: []containerexit.Container{
+		{ID: "job-sidecar-0", PodUID: "job", Name: contract.SidecarContainerName, State: containerexit.StateRunning},
+		{ID: "job-app-0", PodUID: "job", Name: "app", State: containerexit.StateExited}, // a listing: no exit code
+	}}
+	e.l.Runtime, e.l.Pods = rt, podCache{"job": withPolicy(legacyPod("job"), corev1.RestartPolicyOnFailure)}
+	e.mkEmptyDir("job")
+
+	e.l.ContainersChanged("job")
+	if !idle(e.l, testTimeout) {
+		t.Fatalf("the decision did not end within %s", testTimeout)
+	}
+	if rt.calls() == 0 {
+		t.Fatal("the runtime was never asked for the app's exit code: the decision did not reach the rule")
+	}
+	if e.exitWritten("job") {
+		r, _ := e.waitExit("job", 0)
+		t.Fatalf("sidecar told to exit (rule %q: %s) although the app exited with an exit code the runtime could not give, "+
+			"and restartPolicy OnFailure may restart it", r.Rule, r.Message)
+	}
+
+	// The runtime gives the code now: 0, nothing runs again.
+	rt.known(0)
+	e.l.ContainersChanged("job")
+	if !idle(e.l, testTimeout) {
+		t.Fatalf("the decision did not end within %s", testTimeout)
+	}
+	if !e.exitWritten("job") {
+		t.Fatal("sidecar not told to exit once the app's exit code was known to be 0")
+	}
+	if r, _ := e.waitExit("job", 0); r.Rule != string(lifecycle.RuleOnFailureAllSucceeded) {
+		t.Fatalf("released with rule %q, want %q", r.Rule, lifecycle.RuleOnFailureAllSucceeded)
 	}
 }

@@ -384,3 +384,54 @@ func TestErrorSeriesExistFromTheStart(t *testing.T) {
 		t.Fatalf("%s has %d series before any error, want 2 (list, events)", runtimewatch.MetricErrors, n)
 	}
 }
+
+// TestStopEventWithoutStatusRefreshesThePod guards the rule that a stop event which does not
+// carry its own container's status (containerd sends one when it cannot read the statuses)
+// makes the watch list that pod's containers at once, and report the exit, rather than leave
+// it to the next relist (DefaultResyncInterval, 10 s; an hour here, so only the refresh can
+// tell). The refresh asks for that pod alone, not the node.
+func TestStopEventWithoutStatusRefreshesThePod(t *testing.T) {
+	f := start(t, "containerd", "v2.2.9", true, runtimewatch.Config{ResyncInterval: time.Hour})
+	// Past the relist that closes the subscription gap: from here on, only events and what
+	// they make the watch ask reach it.
+	for start := time.Now(); f.srv.Calls("ListContainers") < 2 || f.srv.Subscribers() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > timeout {
+			t.Fatalf("no stream and relist after subscribing: %d listings, %d streams", f.srv.Calls("ListContainers"), f.srv.Subscribers())
+		}
+	}
+	f.srv.Set(ctr("p1", "app", 0, running), ctr("p1", "gcsfuse-sidecar", 0, running))
+	// The waits below are bounded by timeout, far below the hour to the next relist: only
+	// the event, or what it makes the watch ask, can end them in time.
+	_, next := f.changes.waitFor(t, "p1", 0, timeout)
+	lists := f.srv.Calls("ListContainers")
+	if n := f.srv.PodListings("p1"); n != 0 {
+		t.Fatalf("%d listings of p1 before any event without a status", n)
+	}
+
+	f.srv.SetStateWithoutStatuses("p1-app", exited, 3)
+	for start := time.Now(); ; time.Sleep(2 * time.Millisecond) {
+		if cs, _ := f.w.PodContainers(context.Background(), "p1"); exitedApp(cs) {
+			break
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("the stop event without its container's status did not refresh the pod within %s "+
+				"(%d listings of p1): its exit waits for the next relist", timeout, f.srv.PodListings("p1"))
+		}
+	}
+	f.changes.waitFor(t, "p1", next, timeout)
+	if n, all := f.srv.PodListings("p1"), f.srv.Calls("ListContainers")-lists; n != 1 || all != 1 {
+		t.Fatalf("%d listings of p1 and %d in all after the event, want one of the pod alone", n, all)
+	}
+	if st, err := f.w.Status(context.Background(), "p1-app"); err != nil || !st.ExitKnown || st.ExitCode != 3 {
+		t.Fatalf("Status(p1-app) = %+v, %v; want exit code 3", st, err)
+	}
+}
+
+func exitedApp(cs []containerexit.Container) bool {
+	for _, c := range cs {
+		if c.Name == "app" && c.State == containerexit.StateExited {
+			return true
+		}
+	}
+	return false
+}

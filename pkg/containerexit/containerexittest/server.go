@@ -41,6 +41,7 @@ type Server struct {
 	mu         sync.Mutex
 	containers map[string]*runtimeapi.ContainerStatus
 	calls      []string
+	podLists   map[string]int // ListContainers calls filtered on a pod UID, by UID
 	failList   error
 	// version answers Version; events enables GetContainerEvents (off: Unimplemented, as
 	// containerd 1.6 answers); subs are the open streams.
@@ -129,8 +130,7 @@ func (s *Server) publishLocked(id, podUID string, typ runtimeapi.ContainerEventT
 	if !s.events {
 		return
 	}
-	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(),
-		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Metadata: &runtimeapi.PodSandboxMetadata{Uid: podUID}}}
+	ev := newEvent(id, podUID, typ)
 	for _, c := range s.containers {
 		if c.Labels[kubelettypes.KubernetesPodUIDLabel] == podUID {
 			ev.ContainersStatuses = append(ev.ContainersStatuses, cloneStatus(c))
@@ -139,6 +139,17 @@ func (s *Server) publishLocked(id, podUID string, typ runtimeapi.ContainerEventT
 	if gone != nil {
 		ev.ContainersStatuses = append(ev.ContainersStatuses, cloneStatus(gone))
 	}
+	s.sendLocked(ev)
+}
+
+// newEvent is an event about container id of pod podUID, without container statuses.
+func newEvent(id, podUID string, typ runtimeapi.ContainerEventType) *runtimeapi.ContainerEventResponse {
+	return &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(),
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Metadata: &runtimeapi.PodSandboxMetadata{Uid: podUID}}}
+}
+
+// sendLocked sends ev to every stream.
+func (s *Server) sendLocked(ev *runtimeapi.ContainerEventResponse) {
 	for ch := range s.subs {
 		select {
 		case ch <- ev:
@@ -196,6 +207,12 @@ func (s *Server) ListContainers(_ context.Context, req *runtimeapi.ListContainer
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, "ListContainers")
+	if uid := req.GetFilter().GetLabelSelector()[kubelettypes.KubernetesPodUIDLabel]; uid != "" {
+		if s.podLists == nil {
+			s.podLists = map[string]int{}
+		}
+		s.podLists[uid]++
+	}
 	if s.failList != nil {
 		return nil, s.failList
 	}
@@ -260,6 +277,20 @@ func (s *Server) SetState(id string, state runtimeapi.ContainerState, exitCode i
 	}
 }
 
+// SetStateWithoutStatuses changes a container's state (and exit code, for
+// CONTAINER_EXITED) with an event that carries no container statuses, as containerd sends
+// one when it cannot read them; the event still names the container and its pod.
+func (s *Server) SetStateWithoutStatuses(id string, state runtimeapi.ContainerState, exitCode int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.containers[id]; c != nil {
+		c.State, c.ExitCode = state, exitCode
+		if s.events {
+			s.sendLocked(newEvent(id, c.Labels[kubelettypes.KubernetesPodUIDLabel], eventType(state)))
+		}
+	}
+}
+
 // SetStateQuiet changes a container's state without an event, as a stale listing would
 // show it.
 func (s *Server) SetStateQuiet(id string, state runtimeapi.ContainerState) {
@@ -300,6 +331,14 @@ func (s *Server) Calls(method string) int {
 		}
 	}
 	return n
+}
+
+// PodListings returns how many ListContainers calls were filtered on podUID (one pod's
+// containers, not the node's).
+func (s *Server) PodListings(podUID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.podLists[podUID]
 }
 
 // Called returns a copy of every call so far, in order.
