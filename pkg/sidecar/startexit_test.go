@@ -11,7 +11,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitfile"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // startExitWait bounds the wait for Run to return when it should do so at start.
@@ -27,7 +27,7 @@ const startExitWait = 5 * time.Second
 //     exiting 1 again would have the kubelet restart it forever.
 func TestExitFileAtStartExitsZeroAtOnce(t *testing.T) {
 	dir, tmp := pinnedTemp(t)
-	if err := exitfile.WriteIn(dir, exitfile.Reason{Rule: "test-rule", Message: "workload done", WrittenAt: time.Now()}); err != nil {
+	if err := podfiles.WriteIn(dir, podfiles.Reason{Rule: "test-rule", Message: "workload done", WrittenAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := writeTaken(dir, "lost", takenRecord{Bucket: "bkt", TakenAt: time.Now()}); err != nil {
