@@ -297,9 +297,14 @@ func TestNewValidates(t *testing.T) {
 func TestRuntimeDownIsRetried(t *testing.T) {
 	f := start(t, "containerd", "1.6.20", false, runtimewatch.Config{PollInterval: 20 * time.Millisecond})
 	f.srv.FailList(errDown)
-	time.Sleep(100 * time.Millisecond)
-	if v := errorCount(t, f.reg, "list"); v < 2 {
-		t.Fatalf("list errors = %v, want retries", v)
+	// Retried: a second failed listing comes (bounded wait, not a fixed sleep: under load a
+	// fixed 100 ms saw only the first).
+	deadline := time.Now().Add(within)
+	for errorCount(t, f.reg, "list") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("list errors = %v after %s, want retries", errorCount(t, f.reg, "list"), within)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	f.srv.FailList(nil)
 	f.srv.Set(ctr("p1", "app", 0, running))
