@@ -1,11 +1,23 @@
-// Package podfiles is the one owner of the pod's gcsfuse-tmp emptyDir as the node plugin
-// reaches it on the host (<kubelet>/pods/<uid>/volumes/kubernetes.io~empty-dir/gcsfuse-tmp)
-// and of the small files through which the node plugin tells a sidecar about its pod: the
-// exit file (the workload is done), the terminating file (the pod is being deleted, with the
-// grace period the kubelet applies) and the init-done file (a native pod's regular init
-// containers all succeeded). Each is JSON, written atomically and without following
-// symlinks, on a pinned descriptor of the directory. The sidecar already watches that
-// directory for hand-off sockets, so a file wakes it within milliseconds: no polling.
+// Package podfiles is the one owner of the pod directory's layout, on the host and inside
+// the pod. On the host it knows the kubelet's paths: the pod's gcsfuse-tmp emptyDir as the
+// node plugin reaches it (<kubelet>/pods/<uid>/volumes/kubernetes.io~empty-dir/gcsfuse-tmp)
+// and its CSI target paths. Inside that emptyDir (layout.go) it knows every file the node
+// plugin and the sidecar share, and gives each a typed read or write on a pinned descriptor
+// of the directory (openat and O_NOFOLLOW through pkg/podpath, never a path a container of
+// the pod could redirect with a symlink):
+//   - the exit file (the workload is done), the terminating file (the pod is being deleted,
+//     with the grace period the kubelet applies) and the init-done file (a native pod's
+//     regular init containers all succeeded), which the node plugin writes as JSON,
+//     atomically; the sidecar watches the directory, so a file wakes it within
+//     milliseconds: no polling;
+//   - the hand-off directory and its per-volume socket names;
+//   - the sidecar's per-volume directory: its taken record, its CA bundle and temp dir;
+//   - the node plugin's per-volume credentials directory (credentials, token, CA bundle);
+//   - the sidecar's metrics socket.
+//
+// Paths (At) gives the same files as paths, for what must go by path: the sidecar's view of
+// its mount (what it hands gcsfuse), and tests and tools on the host. The node plugin, the
+// sidecar and the tests import this package; no other package joins these path elements.
 package podfiles
 
 import (
@@ -127,12 +139,12 @@ func Write(kubeletRoot, podUID string, r Reason) error {
 // will reach at its start, every sidecar of the pod: writing it again would change nothing.
 func Present(dir *os.File) (bool, error) {
 	var st unix.Stat_t
-	err := unix.Fstatat(int(dir.Fd()), contract.ExitFile, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(int(dir.Fd()), ExitFile, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return false, nil
 	case err != nil:
-		return false, &os.PathError{Op: "fstatat", Path: filepath.Join(dir.Name(), contract.ExitFile), Err: err}
+		return false, &os.PathError{Op: "fstatat", Path: filepath.Join(dir.Name(), ExitFile), Err: err}
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFREG, nil
 }
@@ -146,13 +158,13 @@ func WriteIn(dir *os.File, r Reason) error {
 	if err != nil {
 		return fmt.Errorf("encode exit file: %w", err)
 	}
-	return podpath.WriteFileAtomic(dir, contract.ExitFile, b, 0o644)
+	return podpath.WriteFileAtomic(dir, ExitFile, b, 0o644)
 }
 
 // Read parses the exit file in dir. A file that is not valid JSON still means "exit": the
 // reason is then reported as unreadable.
 func Read(dir *os.File) (Reason, error) {
-	b, err := podpath.ReadFile(dir, contract.ExitFile, maxSize)
+	b, err := podpath.ReadFile(dir, ExitFile, maxSize)
 	if err != nil {
 		return Reason{}, err
 	}
@@ -198,14 +210,14 @@ func WriteTerminating(dir *os.File, t Terminating) error {
 	if err != nil {
 		return fmt.Errorf("encode terminating file: %w", err)
 	}
-	return podpath.WriteFileAtomic(dir, contract.TerminatingFile, b, 0o644)
+	return podpath.WriteFileAtomic(dir, TerminatingFile, b, 0o644)
 }
 
 // ReadTerminating parses the terminating file in dir. Unlike the exit file, a file that does
 // not parse is an error: the caller then keeps the pod spec's grace rather than guess one.
 // A missing file is an error that matches os.ErrNotExist.
 func ReadTerminating(dir *os.File) (Terminating, error) {
-	b, err := podpath.ReadFile(dir, contract.TerminatingFile, maxSize)
+	b, err := podpath.ReadFile(dir, TerminatingFile, maxSize)
 	if err != nil {
 		return Terminating{}, err
 	}
@@ -214,14 +226,14 @@ func ReadTerminating(dir *os.File) (Terminating, error) {
 		DeletionTimestamp time.Time `json:"deletionTimestamp"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return Terminating{}, fmt.Errorf("parse %s: %w", contract.TerminatingFile, err)
+		return Terminating{}, fmt.Errorf("parse %s: %w", TerminatingFile, err)
 	}
 	if raw.GraceSeconds == nil {
-		return Terminating{}, errors.New("parse " + contract.TerminatingFile + ": no graceSeconds")
+		return Terminating{}, errors.New("parse " + TerminatingFile + ": no graceSeconds")
 	}
 	t := Terminating{GraceSeconds: *raw.GraceSeconds, DeletionTimestamp: raw.DeletionTimestamp}
 	if err := t.validate(); err != nil {
-		return Terminating{}, fmt.Errorf("parse %s: %w", contract.TerminatingFile, err)
+		return Terminating{}, fmt.Errorf("parse %s: %w", TerminatingFile, err)
 	}
 	return t, nil
 }
@@ -232,6 +244,10 @@ type InitDone struct {
 	WrittenAt time.Time `json:"writtenAt"`
 }
 
+// InitDonePresent reports whether the pinned emptyDir dir holds the init-done file
+// (without following a symlink: a symlink counts as present).
+func InitDonePresent(dir *os.File) (bool, error) { return podpath.Exists(dir, InitDoneFile) }
+
 // WriteInitDoneIn writes the init-done file into an opened gcsfuse-tmp emptyDir.
 func WriteInitDoneIn(dir *os.File, d InitDone) error {
 	if d.WrittenAt.IsZero() {
@@ -241,5 +257,5 @@ func WriteInitDoneIn(dir *os.File, d InitDone) error {
 	if err != nil {
 		return fmt.Errorf("encode init-done file: %w", err)
 	}
-	return podpath.WriteFileAtomic(dir, contract.InitDoneFile, b, 0o644)
+	return podpath.WriteFileAtomic(dir, InitDoneFile, b, 0o644)
 }

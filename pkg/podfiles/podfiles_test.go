@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -32,7 +31,7 @@ func TestPresent(t *testing.T) {
 	if err := os.WriteFile(target, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(target, filepath.Join(dir, contract.ExitFile)); err != nil {
+	if err := os.Symlink(target, At(dir).ExitFile()); err != nil {
 		t.Fatal(err)
 	}
 	check(false, "symlink under the name")
@@ -94,7 +93,7 @@ func TestReadTerminatingParsing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d, p := openDir(t)
-			if err := os.WriteFile(filepath.Join(p, contract.TerminatingFile), []byte(tt.content), 0o644); err != nil {
+			if err := os.WriteFile(At(p).TerminatingFile(), []byte(tt.content), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			got, err := ReadTerminating(d)
@@ -119,7 +118,7 @@ func TestTerminatingDoesNotFollowSymlinks(t *testing.T) {
 	if err := os.WriteFile(outside, []byte(`{"graceSeconds": 9}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(outside, filepath.Join(p, contract.TerminatingFile)); err != nil {
+	if err := os.Symlink(outside, At(p).TerminatingFile()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadTerminating(d); err == nil {
