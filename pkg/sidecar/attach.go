@@ -11,9 +11,9 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -49,11 +49,11 @@ type offered struct {
 // attach takes the offer on a hand-off socket in the background. A socket already being
 // taken, or whose volume is served, is ignored.
 func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
-	if !strings.HasSuffix(name, contract.HandoffSocketSuffix) || strings.HasPrefix(name, ".") {
+	vname, err := podfiles.HandoffSocketVolume(name)
+	if errors.Is(err, podfiles.ErrNotHandoffSocket) {
 		return
 	}
-	vname := strings.TrimSuffix(name, contract.HandoffSocketSuffix)
-	if !contract.ValidVolumeName(vname) {
+	if err != nil {
 		s.log.Warn("ignoring a hand-off socket whose name is not a volume name", "socket", name)
 		return
 	}
@@ -95,7 +95,7 @@ func (s *Sidecar) take(ctx context.Context, dir *os.File, sockName, vname string
 		bucket = o.vol.Bucket
 	}
 	// From here this container holds the mount: if it dies, a restarted one must know.
-	if err := writeTaken(s.tmp, vname, takenRecord{Bucket: bucket, TakenAt: received}); err != nil {
+	if err := podfiles.WriteTaken(s.tmp, vname, podfiles.Taken{Bucket: bucket, TakenAt: received}); err != nil {
 		s.log.Warn("cannot record the taken volume; a restarted sidecar would not report it", "volume", vname, "err", err)
 	}
 	if o.refused == nil {
@@ -207,7 +207,7 @@ func receiveOnce(ctx context.Context, dir *os.File, sockName string) (offered, e
 // checkOffer refuses a decoded volume that does not belong on its socket or whose flags do
 // not pass the allowlist.
 func checkOffer(sockName string, v *handoff.Volume) error {
-	if v.VolumeName+contract.HandoffSocketSuffix != sockName {
+	if podfiles.HandoffSocketName(v.VolumeName) != sockName {
 		return fmt.Errorf("hand-off refused: the offer on %s names volume %q", sockName, v.VolumeName)
 	}
 	// The node plugin already applied the allowlist; apply it again so that nothing else

@@ -15,8 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
+
+// dataSock is the hand-off socket name of the volume "data".
+var dataSock = podfiles.HandoffSocketName("data")
 
 func quietSidecar() *Sidecar {
 	return newSidecar(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -73,13 +77,13 @@ func sendVolume(t *testing.T, c *net.UnixConn, v *handoff.Volume) {
 // not ready) is retried until the descriptor arrives.
 func TestReceiveRetriesUntilTheOfferArrives(t *testing.T) {
 	dir, path := pinnedTemp(t)
-	fakeOffer(t, path, "data.sock", func(n int, c *net.UnixConn) {
+	fakeOffer(t, path, dataSock, func(n int, c *net.UnixConn) {
 		if n < 3 {
 			return // closed without a frame
 		}
 		sendVolume(t, c, &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b"})
 	})
-	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	o, err := quietSidecar().receive(context.Background(), dir, dataSock)
 	if err != nil {
 		t.Fatalf("receive gave up: %v", err)
 	}
@@ -101,7 +105,7 @@ func TestReceiveRetriesARefusedConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(path, "data.sock")}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(path, dataSock)}); err != nil {
 		t.Fatal(err)
 	}
 	var listening atomic.Bool
@@ -128,7 +132,7 @@ func TestReceiveRetriesARefusedConnection(t *testing.T) {
 		defer c.Close()
 		sendVolume(t, c, &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b"})
 	}()
-	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	o, err := quietSidecar().receive(context.Background(), dir, dataSock)
 	if err != nil {
 		t.Fatalf("receive: %v", err)
 	}
@@ -143,12 +147,12 @@ func TestReceiveRetriesARefusedConnection(t *testing.T) {
 func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
 	dir, path := pinnedTemp(t)
 	// A plain file: every connect fails with ECONNREFUSED.
-	if err := os.WriteFile(filepath.Join(path, "data.sock"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(path, dataSock), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
-	go func() { _, err := quietSidecar().receive(ctx, dir, "data.sock"); res <- err }()
+	go func() { _, err := quietSidecar().receive(ctx, dir, dataSock); res <- err }()
 	time.Sleep(100 * time.Millisecond)
 	cancel()
 	select {
@@ -160,9 +164,9 @@ func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
 		t.Fatal("receive did not stop with the sidecar")
 	}
 
-	go func() { _, err := quietSidecar().receive(context.Background(), dir, "data.sock"); res <- err }()
+	go func() { _, err := quietSidecar().receive(context.Background(), dir, dataSock); res <- err }()
 	time.Sleep(100 * time.Millisecond)
-	if err := os.Remove(filepath.Join(path, "data.sock")); err != nil {
+	if err := os.Remove(filepath.Join(path, dataSock)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -179,11 +183,11 @@ func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
 func TestReceiveRefusedKeepsTheDescriptor(t *testing.T) {
 	dir, path := pinnedTemp(t)
 	var conns atomic.Int32
-	fakeOffer(t, path, "data.sock", func(_ int, c *net.UnixConn) {
+	fakeOffer(t, path, dataSock, func(_ int, c *net.UnixConn) {
 		conns.Add(1)
 		sendVolume(t, c, &handoff.Volume{Version: handoff.MaxVersion + 1, VolumeName: "data", Bucket: "b"})
 	})
-	o, err := quietSidecar().receive(context.Background(), dir, "data.sock")
+	o, err := quietSidecar().receive(context.Background(), dir, dataSock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,51 +203,16 @@ func TestReceiveRefusedKeepsTheDescriptor(t *testing.T) {
 
 func TestCheckOffer(t *testing.T) {
 	ok := &handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "b", Flags: []string{"--implicit-dirs"}}
-	if err := checkOffer("data.sock", ok); err != nil {
+	if err := checkOffer(dataSock, ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkOffer("other.sock", ok); err == nil || !strings.Contains(err.Error(), `names volume "data"`) {
+	if err := checkOffer(podfiles.HandoffSocketName("other"), ok); err == nil || !strings.Contains(err.Error(), `names volume "data"`) {
 		t.Fatalf("name mismatch: %v", err)
 	}
 	bad := *ok
 	bad.Flags = []string{"--key-file=/etc/shadow"}
-	if err := checkOffer("data.sock", &bad); err == nil || !strings.Contains(err.Error(), "key-file") {
+	if err := checkOffer(dataSock, &bad); err == nil || !strings.Contains(err.Error(), "key-file") {
 		t.Fatalf("refused flag: %v", err)
-	}
-}
-
-func TestTakenRecords(t *testing.T) {
-	dir, path := pinnedTemp(t)
-	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	if err := writeTaken(dir, "a", takenRecord{Bucket: "bkt-a", TakenAt: at}); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeTaken(dir, "b", takenRecord{Bucket: "bkt-b", TakenAt: at}); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeTaken(dir, "b", takenRecord{Bucket: "bkt-b2", TakenAt: at}); err != nil { // replaced
-		t.Fatal(err)
-	}
-	if err := removeTaken(dir, "a"); err != nil {
-		t.Fatal(err)
-	}
-	// A pod-planted symlink in place of a volume dir is never followed.
-	outside := t.TempDir()
-	if err := os.WriteFile(filepath.Join(outside, "taken"), []byte(`{"bucket":"evil"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(path, "volumes", "c")); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeTaken(dir, "c", takenRecord{Bucket: "x"}); err == nil {
-		t.Fatal("wrote a taken record through a symlink")
-	}
-	got, err := readTaken(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got["b"].Bucket != "bkt-b2" || !got["b"].TakenAt.Equal(at) {
-		t.Fatalf("records = %+v, want only b with bucket bkt-b2", got)
 	}
 }
 
@@ -252,14 +221,14 @@ func TestTakenRecords(t *testing.T) {
 func TestAdoptPredecessor(t *testing.T) {
 	dir, path := pinnedTemp(t)
 	for _, v := range []string{"gone", "again"} {
-		if err := writeTaken(dir, v, takenRecord{Bucket: "bkt-" + v, TakenAt: time.Now()}); err != nil {
+		if err := podfiles.WriteTaken(dir, v, podfiles.Taken{Bucket: "bkt-" + v, TakenAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(path, "handoff"), 0o755); err != nil {
+	if err := os.MkdirAll(podfiles.At(path).HandoffDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(path, "handoff", "again.sock"), nil, 0o644); err != nil {
+	if err := os.WriteFile(podfiles.At(path).HandoffSocket("again"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := newSidecar(Config{TmpDir: path, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

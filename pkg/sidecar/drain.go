@@ -8,7 +8,6 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // minKubeletGrace is the shortest grace the kubelet gives a container it stops, whatever
@@ -36,7 +35,7 @@ func (s *Sidecar) shouldDrain(tmp *os.File) (bool, string) {
 	s.mu.Unlock()
 	initDone := false
 	if s.cfg.Mode == contract.ModeNative && len(s.cfg.InitContainers) > 0 {
-		ok, err := podpath.Exists(tmp, contract.InitDoneFile)
+		ok, err := podfiles.InitDonePresent(tmp)
 		if err != nil {
 			s.log.Warn("cannot check the init-done file; assuming init containers may still run", "err", err)
 		}

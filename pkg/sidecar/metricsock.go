@@ -18,17 +18,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // gcsfuse v3.13.0 serves Prometheus metrics only over TCP, on every address of the pod's
 // network namespace (":<port>", its --prometheus-port); it has no unix socket option. So the
 // sidecar gives each gcsfuse a free port, reads it on the pod's loopback only, and serves the
-// reduced series of all its volumes on contract.MetricsSocket in the gcsfuse-tmp emptyDir,
-// where the node plugin reads them. No port is declared on the pod, and nothing but the
-// sidecar is meant to read gcsfuse's port (it serves counters, no secrets).
+// reduced series of all its volumes on the metrics socket in the gcsfuse-tmp emptyDir
+// (podfiles.ListenMetrics), where the node plugin reads them (podfiles.DialMetrics). No port
+// is declared on the pod, and nothing but the sidecar is meant to read gcsfuse's port (it
+// serves counters, no secrets).
 const (
 	// metricsScrapeTimeout bounds one read of one gcsfuse's metrics on the loopback.
 	metricsScrapeTimeout = 2 * time.Second
@@ -66,16 +66,13 @@ var metricsClient = &http.Client{
 	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, MaxResponseHeaderBytes: 64 << 10},
 }
 
-// serveMetrics serves the gcsfuse metrics of every serving volume on contract.MetricsSocket
+// serveMetrics serves the gcsfuse metrics of every serving volume on the metrics socket
 // inside dir (the pinned gcsfuse-tmp directory). The returned stop closes the server and
 // removes the socket; Run calls it before it returns.
 func (s *Sidecar) serveMetrics(dir *os.File) (stop func(), err error) {
-	if err := podpath.Remove(dir, contract.MetricsSocket); err != nil { // a predecessor's
-		return nil, err
-	}
-	ln, err := net.Listen("unix", podpath.ProcPath(dir, contract.MetricsSocket))
+	ln, err := podfiles.ListenMetrics(dir) // replaces a predecessor's socket
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", contract.MetricsSocket, err)
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
@@ -90,7 +87,7 @@ func (s *Sidecar) serveMetrics(dir *os.File) (stop func(), err error) {
 	return func() {
 		_ = srv.Close()
 		<-done
-		_ = podpath.Remove(dir, contract.MetricsSocket)
+		_ = podfiles.RemoveMetricsSocket(dir)
 	}, nil
 }
 

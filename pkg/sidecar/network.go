@@ -12,9 +12,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // DefaultSystemRoots is the system's CA bundle in the sidecar image (build/sidecar).
@@ -53,16 +53,17 @@ func (r *route) via(req *http.Request) string {
 func (r *route) close() { r.client.CloseIdleConnections() }
 
 // routeFor prepares v's route. With v.CABundle it reads the extra bundle the node plugin
-// wrote (contract.CredentialsDir/<volume>/contract.CABundleFile), checks it, and writes the
-// system's roots (systemRoots; none if the file is missing) followed by it to
-// contract.VolumesDir/<volume>/contract.CombinedCAFile, which only this user reads.
+// wrote (podfiles.Paths.CABundleFile), checks it, and writes the system's roots (systemRoots;
+// none if the file is missing) followed by it to podfiles.Paths.CombinedCAFile, in the
+// volume's own directory, which only this user reads.
 func routeFor(v *handoff.Volume, tmpDir, systemRoots string) (*route, error) {
 	r := &route{proxy: v.Proxy()}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	proxyFor := r.proxy.Func()
 	tr.Proxy = func(req *http.Request) (*url.URL, error) { return proxyFor(req.URL) }
 	if v.CABundle {
-		extraPath := filepath.Join(tmpDir, contract.CredentialsDir, v.VolumeName, contract.CABundleFile)
+		paths := podfiles.At(tmpDir)
+		extraPath := paths.CABundleFile(v.VolumeName)
 		extra, err := readBounded(extraPath, netconf.MaxCABundle)
 		if err != nil {
 			return nil, fmt.Errorf("the driver's CA bundle for volume %s: %w", v.VolumeName, err)
@@ -75,11 +76,10 @@ func routeFor(v *handoff.Volume, tmpDir, systemRoots string) (*route, error) {
 			return nil, fmt.Errorf("the system's CA bundle: %w", err)
 		}
 		combined := netconf.Combine(system, extra)
-		dir := filepath.Join(tmpDir, contract.VolumesDir, v.VolumeName)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(paths.VolumeDir(v.VolumeName), 0o700); err != nil {
 			return nil, fmt.Errorf("create the directory of volume %s: %w", v.VolumeName, err)
 		}
-		r.bundle = filepath.Join(dir, contract.CombinedCAFile)
+		r.bundle = paths.CombinedCAFile(v.VolumeName)
 		if err := writeAtomic(r.bundle, combined); err != nil {
 			return nil, fmt.Errorf("write the CA bundle of volume %s: %w", v.VolumeName, err)
 		}

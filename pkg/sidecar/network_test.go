@@ -17,9 +17,9 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // direct is the route of a volume without proxy or CA.
@@ -48,11 +48,10 @@ func newTestCA(t *testing.T, host string) *testCA {
 func volumeWithCA(t *testing.T, extra []byte) (*handoff.Volume, string) {
 	t.Helper()
 	tmp := t.TempDir()
-	dir := filepath.Join(tmp, contract.CredentialsDir, "data")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(podfiles.At(tmp).CredentialsDir("data"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, contract.CABundleFile), extra, 0o600); err != nil {
+	if err := os.WriteFile(podfiles.At(tmp).CABundleFile("data"), extra, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &handoff.Volume{Version: handoff.VersionNetwork, VolumeName: "data", Bucket: "b", CABundle: true}, tmp
@@ -74,7 +73,7 @@ func TestGcsfuseEnvAndBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(tmp, contract.VolumesDir, "data", contract.CombinedCAFile)
+	want := podfiles.At(tmp).CombinedCAFile("data")
 	env := gcsfuseEnv("/t", r)
 	for _, kv := range []string{"PATH=/usr/bin:/bin", "TMPDIR=/t", "HOME=/t", "HTTPS_PROXY=http://u:pw@proxy:3128", "NO_PROXY=.svc," + netconf.AlwaysDirect, "SSL_CERT_FILE=" + want} {
 		if !slices.Contains(env, kv) {
@@ -118,7 +117,7 @@ func TestRouteRefusesABadBundle(t *testing.T) {
 	if _, err := routeFor(v, tmp, DefaultSystemRoots); err == nil || !strings.Contains(err.Error(), "CA bundle for volume data") || strings.Contains(err.Error(), "AAAA") {
 		t.Errorf("a private key as CA bundle: %v", err)
 	}
-	if err := os.Remove(filepath.Join(tmp, contract.CredentialsDir, "data", contract.CABundleFile)); err != nil {
+	if err := os.Remove(podfiles.At(tmp).CABundleFile("data")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := routeFor(v, tmp, DefaultSystemRoots); err == nil || !strings.Contains(err.Error(), "no such file") {

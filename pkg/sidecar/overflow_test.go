@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -92,10 +91,10 @@ func TestOverflowRescanFindsExitFile(t *testing.T) {
 // starts watching the directory and takes the offer (the sidecar dials the socket).
 func TestOverflowRescanFindsHandoffSockets(t *testing.T) {
 	tmp, in, _ := overflowRun(t)
-	if err := os.Mkdir(filepath.Join(tmp, contract.HandoffDir), 0o755); err != nil {
+	if err := os.Mkdir(podfiles.At(tmp).HandoffDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(tmp, contract.HandoffDir, "data"+contract.HandoffSocketSuffix), Net: "unix"})
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: podfiles.At(tmp).HandoffSocket("data"), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,14 +114,14 @@ func TestOverflowRescanFindsHandoffSockets(t *testing.T) {
 // already watched hand-off directory.
 func TestRescanEventsOrder(t *testing.T) {
 	tmp := t.TempDir()
-	hand := filepath.Join(tmp, contract.HandoffDir)
+	hand := podfiles.At(tmp).HandoffDir()
 	for _, p := range []string{hand} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{filepath.Join(tmp, contract.ExitFile), filepath.Join(tmp, contract.TerminatingFile),
-		filepath.Join(hand, "a.sock"), filepath.Join(hand, "b.sock")} {
+	for _, p := range []string{podfiles.At(tmp).ExitFile(), podfiles.At(tmp).TerminatingFile(),
+		podfiles.At(tmp).HandoffSocket("a"), podfiles.At(tmp).HandoffSocket("b")} {
 		if err := os.WriteFile(p, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +131,7 @@ func TestRescanEventsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tmpDir.Close()
-	handDir, err := podpath.OpenDir(tmp, contract.HandoffDir)
+	handDir, err := podfiles.OpenHandoffDir(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +143,10 @@ func TestRescanEventsOrder(t *testing.T) {
 		for _, ev := range evs {
 			names[ev.Dir+"/"+ev.Name] = true
 		}
-		if evs[0].Name != contract.HandoffDir || evs[len(evs)-1].Name != contract.ExitFile || !names[tmp+"/"+contract.TerminatingFile] {
+		if evs[0].Name != podfiles.HandoffDir || evs[len(evs)-1].Name != podfiles.ExitFile || !names[podfiles.At(tmp).TerminatingFile()] {
 			t.Fatalf("rescan events %+v: want the hand-off dir first, the exit file last, the terminating file", evs)
 		}
-		if sockets := names[hand+"/a.sock"] && names[hand+"/b.sock"]; sockets != (hd != nil) {
+		if sockets := names[podfiles.At(tmp).HandoffSocket("a")] && names[podfiles.At(tmp).HandoffSocket("b")]; sockets != (hd != nil) {
 			t.Fatalf("rescan events %+v: sockets listed %v, want %v", evs, sockets, hd != nil)
 		}
 	}
@@ -157,7 +156,7 @@ func TestRescanEventsOrder(t *testing.T) {
 // the sidecar as a readable one does: the name is the trigger, at start as while running.
 func TestUnreadableExitFileAtStartEndsTheSidecar(t *testing.T) {
 	tmp := t.TempDir()
-	if err := os.Mkdir(filepath.Join(tmp, contract.ExitFile), 0o755); err != nil {
+	if err := os.Mkdir(podfiles.At(tmp).ExitFile(), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	s := newSidecar(Config{TmpDir: tmp, Mode: contract.ModeLegacy, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -213,12 +213,12 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			handoffDir.Close()
 		}
 	}()
-	handoffPath := filepath.Join(s.cfg.TmpDir, contract.HandoffDir)
+	handoffPath := podfiles.At(s.cfg.TmpDir).HandoffDir()
 	watchHandoff := func() {
 		if handoffDir != nil {
 			return
 		}
-		d, err := podpath.OpenDir(s.cfg.TmpDir, contract.HandoffDir)
+		d, err := podfiles.OpenHandoffDir(s.cfg.TmpDir)
 		if err != nil {
 			return // not created yet: the watch on TmpDir will tell us
 		}
@@ -272,15 +272,15 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			}
 			for _, ev := range batch {
 				switch {
-				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.HandoffDir:
+				case ev.Dir == s.cfg.TmpDir && ev.Name == podfiles.HandoffDir:
 					watchHandoff()
-				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.ExitFile:
+				case ev.Dir == s.cfg.TmpDir && ev.Name == podfiles.ExitFile:
 					r, err := podfiles.Read(tmpDir)
 					if err != nil {
 						s.log.Warn("exit file unreadable; exiting anyway", "err", err)
 					}
 					return s.shutdown("exit file: "+r.Rule, r, 0)
-				case ev.Dir == s.cfg.TmpDir && ev.Name == contract.TerminatingFile:
+				case ev.Dir == s.cfg.TmpDir && ev.Name == podfiles.TerminatingFile:
 					t, err := s.readTerminating(tmpDir)
 					switch {
 					case drain == nil:
@@ -344,16 +344,16 @@ func (s *Sidecar) rescanEvents(tmpDir, handoffDir *os.File) []dirwatch.Event {
 	for _, n := range names {
 		ev := dirwatch.Event{Dir: s.cfg.TmpDir, Name: n}
 		switch n {
-		case contract.HandoffDir:
+		case podfiles.HandoffDir:
 			first = append(first, ev)
-		case contract.ExitFile:
+		case podfiles.ExitFile:
 			last = append(last, ev)
 		default:
 			middle = append(middle, ev)
 		}
 	}
 	if handoffDir != nil {
-		handoffPath := filepath.Join(s.cfg.TmpDir, contract.HandoffDir)
+		handoffPath := podfiles.At(s.cfg.TmpDir).HandoffDir()
 		names, err := listDir(handoffDir)
 		if err != nil {
 			s.log.Error("cannot list the hand-off directory after an inotify overflow", "dir", handoffPath, "err", err)
@@ -397,7 +397,7 @@ func (s *Sidecar) volumeEnded(res exitResult) {
 	switch {
 	case res.Clean:
 		// The node plugin unmounted it: a restarted container must not count it as lost.
-		if err := removeTaken(s.tmp, res.Volume); err != nil {
+		if err := podfiles.RemoveTaken(s.tmp, res.Volume); err != nil {
 			s.log.Warn("cannot remove the volume's taken record", "volume", res.Volume, "err", err)
 		}
 	case res.Failure():

@@ -30,7 +30,7 @@ func TestExitFileAtStartExitsZeroAtOnce(t *testing.T) {
 	if err := podfiles.WriteIn(dir, podfiles.Reason{Rule: "test-rule", Message: "workload done", WrittenAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeTaken(dir, "lost", takenRecord{Bucket: "bkt", TakenAt: time.Now()}); err != nil {
+	if err := podfiles.WriteTaken(dir, "lost", podfiles.Taken{Bucket: "bkt", TakenAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	termLog := filepath.Join(t.TempDir(), "termination-log")

@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // readyMarker is what gcsfuse logs once it has answered the kernel's INIT: from then on the
@@ -129,7 +129,7 @@ func wantsFileCache(flags []string) bool {
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
 	keyFile := ""
 	if v.KeyFile {
-		keyFile = filepath.Join(s.cfg.TmpDir, contract.CredentialsDir, v.VolumeName, contract.CredentialsConfigFile)
+		keyFile = podfiles.At(s.cfg.TmpDir).CredentialsConfigFile(v.VolumeName)
 	}
 	rt, err := routeFor(v, s.cfg.TmpDir, s.cfg.SystemRoots)
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 			return nil, err
 		}
 	}
-	tempDir := filepath.Join(s.cfg.TmpDir, contract.VolumesDir, v.VolumeName, "tmp")
+	tempDir := podfiles.At(s.cfg.TmpDir).VolumeTempDir(v.VolumeName)
 	if s.cfg.BufferDir != "" {
 		tempDir = filepath.Join(s.cfg.BufferDir, v.VolumeName)
 	}
