@@ -179,9 +179,9 @@ type Request struct {
 	Attributes map[string]string
 	// Secrets is NodePublishVolume's secrets: the data of the volume's nodePublishSecretRef.
 	Secrets map[string]string
-	// SidecarDir is the volume's contract.CredentialsDir/<volume> directory as the
-	// sidecar's gcsfuse sees it: the external_account configuration points there.
-	SidecarDir string
+	// SidecarTokenFile is the volume's token file as the sidecar's gcsfuse sees it
+	// (podfiles.Paths.CredentialsTokenFile): the external_account configuration points there.
+	SidecarTokenFile string
 }
 
 // Plan is the identity of one volume and the files that carry it. Its printed and logged
@@ -344,15 +344,15 @@ func Build(cfg Config, req Request) (*Plan, error) {
 		var missing *missingToken
 		return nil, &Error{Volume: req.Volume, Bucket: req.Bucket, Identity: identity, Reason: err.Error(), Precondition: errors.As(err, &missing)}
 	}
-	if !path.IsAbs(req.SidecarDir) || path.Clean(req.SidecarDir) != req.SidecarDir {
-		return fail(identity, "internal error: the sidecar's credentials directory %q is not a clean absolute path", req.SidecarDir)
+	if !path.IsAbs(req.SidecarTokenFile) || path.Clean(req.SidecarTokenFile) != req.SidecarTokenFile {
+		return fail(identity, "internal error: the sidecar's token file %q is not a clean absolute path", req.SidecarTokenFile)
 	}
 	conf := externalAccount{
 		Type:             "external_account",
 		Audience:         provider,
 		SubjectTokenType: subjectTokenType,
 		TokenURL:         tokenURL,
-		CredentialSource: fileSource{File: path.Join(req.SidecarDir, contract.CredentialsTokenFile), Format: fileFormat{Type: "text"}},
+		CredentialSource: fileSource{File: req.SidecarTokenFile, Format: fileFormat{Type: "text"}},
 		UniverseDomain:   universeDomain,
 	}
 	if sa != "" {

@@ -28,7 +28,8 @@ const (
 	testProvider = "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/kube-1"
 	testToken    = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bnM6YXBwIn0.c2lnbmF0dXJlLXNlY3JldA"
 	testSA       = "reader@my-project.iam.gserviceaccount.com"
-	sidecarDir   = "/gcsfuse-tmp/credentials/data"
+	// sidecarTokenFile is podfiles.At(contract.TmpMountPath).CredentialsTokenFile("data").
+	sidecarTokenFile = "/gcsfuse-tmp/credentials/data/token"
 )
 
 var (
@@ -81,7 +82,7 @@ func keyJSON(t testing.TB, mutate func(map[string]any)) string {
 }
 
 func build(cfg Config, attrs, secrets map[string]string) (*Plan, error) {
-	return Build(cfg.WithDefaults(), Request{Volume: "data", Bucket: "bucket-a", Attributes: attrs, Secrets: secrets, SidecarDir: sidecarDir})
+	return Build(cfg.WithDefaults(), Request{Volume: "data", Bucket: "bucket-a", Attributes: attrs, Secrets: secrets, SidecarTokenFile: sidecarTokenFile})
 }
 
 func TestBuildChoosesTheKind(t *testing.T) {
@@ -121,7 +122,7 @@ func TestBuildChoosesTheKind(t *testing.T) {
 	want := map[string]any{
 		"type": "external_account", "audience": other, "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
 		"token_url":                         "http://127.0.0.1:9/sts",
-		"credential_source":                 map[string]any{"file": sidecarDir + "/token", "format": map[string]any{"type": "text"}},
+		"credential_source":                 map[string]any{"file": sidecarTokenFile, "format": map[string]any{"type": "text"}},
 		"service_account_impersonation_url": "http://127.0.0.1:9/v1/projects/-/serviceAccounts/" + testSA + ":generateAccessToken",
 		"universe_domain":                   "googleapis.com",
 	}
@@ -262,14 +263,14 @@ func TestConfigsWorkWithGcsfusesAuthLibrary(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	dir := t.TempDir()
+	tokenFile := filepath.Join(t.TempDir(), "token")
 	cfg := Config{Provider: testProvider, TokenURL: srv.URL + "/sts", IAMCredentialsURL: srv.URL, ServiceAccount: testSA,
 		KeyTokenURIs: []string{srv.URL + "/oauth2/token"}}.WithDefaults()
-	fed, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: baseAttrs(), SidecarDir: dir})
+	fed, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: baseAttrs(), SidecarTokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, contract.CredentialsTokenFile), fed.Token, 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, fed.Token, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	key, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: baseAttrs(),
@@ -317,7 +318,7 @@ func TestGKEIdentityNamespaceProvider(t *testing.T) {
 	}
 	attrs := baseAttrs()
 	attrs[contract.CtxSATokens] = tokensAttr("my-project.svc.id.goog", testToken)
-	p, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: attrs, SidecarDir: sidecarDir})
+	p, err := Build(cfg, Request{Volume: "data", Bucket: "b", Attributes: attrs, SidecarTokenFile: sidecarTokenFile})
 	if err != nil || !strings.Contains(string(p.Config), `"audience": "`+gke+`"`) {
 		t.Fatalf("%v %v", p, err)
 	}
@@ -411,7 +412,7 @@ func FuzzBuild(f *testing.F) {
 			if err := json.Unmarshal(p.Config, &conf); err != nil {
 				t.Fatal(err)
 			}
-			if conf.Type != "external_account" || conf.CredentialSource.File != sidecarDir+"/token" || !providerPattern.MatchString(conf.Audience) ||
+			if conf.Type != "external_account" || conf.CredentialSource.File != sidecarTokenFile || !providerPattern.MatchString(conf.Audience) ||
 				checkURL(conf.TokenURL) != nil || len(p.Token) == 0 || !tokenPattern.Match(p.Token) {
 				t.Fatalf("federation configuration %s", p.Config)
 			}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -30,7 +29,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // Config is the node plugin's driver-level configuration.
@@ -280,7 +278,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	}
 	plan, err := credentials.Build(s.cfg.Credentials, credentials.Request{
 		Volume: target.VolumeName, Bucket: opts.Bucket, Attributes: attrs, Secrets: req.GetSecrets(),
-		SidecarDir: path.Join(s.cfg.SidecarTmpPath(target.PodUID), contract.CredentialsDir, target.VolumeName),
+		SidecarTokenFile: podfiles.At(s.cfg.SidecarTmpPath(target.PodUID)).CredentialsTokenFile(target.VolumeName),
 	})
 	if err != nil {
 		code := codes.InvalidArgument
@@ -384,7 +382,7 @@ func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *s
 	if err != nil {
 		return err
 	}
-	handoffDir, err := podpath.MkdirOpen(emptyDir, contract.HandoffDir, 0o755)
+	handoffDir, err := podfiles.CreateHandoffDir(emptyDir)
 	emptyDir.Close()
 	if err != nil {
 		return status.Errorf(codes.Internal, "prepare hand-off directory: %v", err)
@@ -478,7 +476,7 @@ func (s *NodeServer) writeCABundle(r *request) error {
 		return err
 	}
 	defer emptyDir.Close()
-	if _, err := credentials.WriteCABundle(emptyDir, r.target.VolumeName, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
+	if _, err := podfiles.WriteCABundle(emptyDir, r.target.VolumeName, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
 		return status.Errorf(codes.Internal, "volume %s (bucket %s): write the CA bundle for the sidecar: %v", r.target.VolumeName, r.volume.Bucket, err)
 	}
 	return nil
@@ -661,7 +659,7 @@ func (s *NodeServer) removeCredentials(target string) {
 		return // the pod's emptyDir is gone already
 	}
 	defer emptyDir.Close()
-	if err := credentials.Remove(emptyDir, t.VolumeName); err != nil {
+	if err := podfiles.RemoveCredentials(emptyDir, t.VolumeName); err != nil {
 		s.log.Warn("cannot remove the volume's credential files", "target", target, "err", err)
 	}
 }
