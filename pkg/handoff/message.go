@@ -58,9 +58,9 @@ type Volume struct {
 	// Endpoint is the driver-level GCS endpoint (an emulator); empty means real GCS.
 	Endpoint string `json:"endpoint,omitempty"`
 	// KeyFile says gcsfuse reads its credentials with --key-file from the file the node
-	// plugin wrote, contract.CredentialsDir/<volume>/contract.CredentialsConfigFile in the
-	// emptyDir. Unset: Application Default Credentials (anonymous with an emulator Endpoint).
-	// The frame never carries a secret, only where the sidecar finds it.
+	// plugin wrote in the emptyDir (podfiles.Paths.CredentialsConfigFile). Unset:
+	// Application Default Credentials (anonymous with an emulator Endpoint). The frame never
+	// carries a secret, only where the sidecar finds it.
 	KeyFile bool `json:"keyFile,omitempty"`
 	// Identity names who reads the bucket, for the sidecar's messages (never a secret).
 	Identity string `json:"identity,omitempty"`
@@ -74,9 +74,8 @@ type Volume struct {
 	HTTPSProxy string `json:"httpsProxy,omitempty"`
 	HTTPProxy  string `json:"httpProxy,omitempty"`
 	NoProxy    string `json:"noProxy,omitempty"`
-	// CABundle says the node plugin wrote an extra CA bundle (PEM) for the volume at
-	// contract.CredentialsDir/<volume>/contract.CABundleFile in the emptyDir: gcsfuse trusts
-	// it besides the system's roots.
+	// CABundle says the node plugin wrote an extra CA bundle (PEM) for the volume in the
+	// emptyDir (podfiles.Paths.CABundleFile): gcsfuse trusts it besides the system's roots.
 	CABundle bool `json:"caBundle,omitempty"`
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
@@ -53,15 +54,6 @@ type OfferConfig struct {
 // SocketMode is the hand-off socket's mode: its owner, the sidecar's user, alone.
 const SocketMode = 0o600
 
-// SocketName is the socket's file name for a volume.
-func SocketName(volume string) string { return volume + ".sock" }
-
-// pendingSocketName is the hidden name a volume's socket is bound under before it has its
-// owner. The sidecar ignores names that start with "."; the name is fixed per volume (no
-// pid or counter), so a node plugin killed between bind and rename leaves at most one such
-// file per volume, and the next offer of that volume removes it.
-func pendingSocketName(volume string) string { return "." + SocketName(volume) + ".pending" }
-
 // NewOffer binds the volume's socket inside cfg.Dir and starts serving it.
 //
 // The socket appears under its final name only once it belongs to cfg.UID/cfg.GID: bind(2)
@@ -70,8 +62,8 @@ func pendingSocketName(volume string) string { return "." + SocketName(volume) +
 // chowned there, and renamed into place, all relative to the pinned directory. The rename
 // also replaces, atomically, a stale socket left by an earlier publish or node plugin.
 func NewOffer(cfg OfferConfig) (*Offer, error) {
-	name := SocketName(cfg.Volume.VolumeName)
-	pending := pendingSocketName(cfg.Volume.VolumeName)
+	name := podfiles.HandoffSocketName(cfg.Volume.VolumeName)
+	pending := podfiles.PendingHandoffSocketName(cfg.Volume.VolumeName)
 	if err := podpath.Remove(cfg.Dir, pending); err != nil { // left by a node plugin killed mid-offer
 		return nil, fmt.Errorf("remove leftover hand-off socket: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/firstseen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // Bounds for the tests' waits.
@@ -81,10 +82,10 @@ func TestNewOfferSocketAppearsOnlyWithTheSidecarOwner(t *testing.T) {
 	uid, gid := otherOwner(t)
 	const rounds = 20
 	dir := t.TempDir()
-	name := SocketName("data")
+	name := podfiles.HandoffSocketName("data")
 	for i := range rounds {
 		// Leftovers of an earlier, killed node plugin: a dead socket and a pending one.
-		for _, n := range []string{name, pendingSocketName("data")} {
+		for _, n := range []string{name, podfiles.PendingHandoffSocketName("data")} {
 			ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, n), Net: "unix"})
 			if err != nil {
 				t.Fatal(err)
@@ -145,7 +146,7 @@ func TestNewOfferSocketAppearsOnlyWithTheSidecarOwner(t *testing.T) {
 func TestNewOfferCleansUpWhenItCannotPublish(t *testing.T) {
 	uid, gid := os.Geteuid(), os.Getegid()
 	dir := t.TempDir()
-	name := SocketName("data")
+	name := podfiles.HandoffSocketName("data")
 	// A non-empty directory under the socket's name: the rename into place fails.
 	if err := os.MkdirAll(filepath.Join(dir, name, "x"), 0o755); err != nil {
 		t.Fatal(err)
@@ -226,7 +227,7 @@ func TestOfferRelaySkipsUnknownStates(t *testing.T) {
 		}
 	}()
 
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, SocketName("data")), Net: "unix"})
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, podfiles.HandoffSocketName("data")), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestOfferRefusesAPeerOfAnotherUser(t *testing.T) {
 		defer cancel()
 		_ = o.Stop(ctx)
 	}()
-	sock := filepath.Join(dir, SocketName("data"))
+	sock := filepath.Join(dir, podfiles.HandoffSocketName("data"))
 	for i := range 2 {
 		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 		if err != nil {
@@ -330,7 +331,7 @@ func TestOfferHoldsNoDescriptorAfterTheHandOff(t *testing.T) {
 		}
 	}()
 
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, SocketName("data")), Net: "unix"})
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, podfiles.HandoffSocketName("data")), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}

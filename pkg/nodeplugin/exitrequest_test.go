@@ -237,7 +237,7 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			return pod, nil
 		}, whileRetrying: func(t *testing.T, root string, pod *corev1.Pod) {
 			dir := emptyDirPath(root, pod)
-			if _, err := os.Stat(filepath.Join(dir, contract.ExitFile)); err == nil {
+			if _, err := os.Stat(podfiles.At(dir).ExitFile()); err == nil {
 				t.Fatal("exit file written into a read-only emptyDir?")
 			}
 			// The kubelet tears the volume down. The path goes away at once, still
@@ -410,7 +410,7 @@ func TestCloseStopsExitRetries(t *testing.T) {
 }
 
 func exitFilePath(root string, pod *corev1.Pod) string {
-	return filepath.Join(podfiles.TmpDirPath(root, string(pod.UID)), contract.ExitFile)
+	return podfiles.At(podfiles.TmpDirPath(root, string(pod.UID))).ExitFile()
 }
 
 // fileAppears waits, at most d, for p to exist.
@@ -437,7 +437,7 @@ func TestTerminatingFileRetriedAndNewestWins(t *testing.T) {
 	writable := readOnly(t, emptyDirPath(root, pod))
 	pod.DeletionGracePeriodSeconds = ptrTo(int64(40))
 	l.PodDeleting(pod)
-	file := filepath.Join(emptyDirPath(root, pod), contract.TerminatingFile)
+	file := podfiles.At(emptyDirPath(root, pod)).TerminatingFile()
 	time.Sleep(quietWait)
 	if _, err := os.Stat(file); err == nil {
 		t.Fatal("terminating file written into a read-only emptyDir?")

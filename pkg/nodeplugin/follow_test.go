@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +120,7 @@ func (e *env) mkEmptyDir(uid types.UID) {
 }
 
 func (e *env) exitWritten(uid types.UID) bool {
-	_, err := os.Stat(filepath.Join(e.emptyDir(uid), contract.ExitFile))
+	_, err := os.Stat(podfiles.At(e.emptyDir(uid)).ExitFile())
 	return err == nil
 }
 
@@ -478,7 +477,7 @@ func TestTerminatingAndInitDoneFiles(t *testing.T) {
 	specGrace := int64(30)
 	pod.Spec.TerminationGracePeriodSeconds = &specGrace
 	e.l.PodDeleting(pod)
-	b, err := os.ReadFile(filepath.Join(e.emptyDir(uid), contract.TerminatingFile))
+	b, err := os.ReadFile(podfiles.At(e.emptyDir(uid)).TerminatingFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,13 +495,13 @@ func TestTerminatingAndInitDoneFiles(t *testing.T) {
 	p2.Spec.TerminationGracePeriodSeconds = &specGrace
 	p2.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	e.l.PodDeleting(p2)
-	b, _ = os.ReadFile(filepath.Join(e.emptyDir(specOnly), contract.TerminatingFile))
+	b, _ = os.ReadFile(podfiles.At(e.emptyDir(specOnly)).TerminatingFile())
 	if !strings.Contains(string(b), `"graceSeconds":30`) {
 		t.Errorf("terminating file without a deletion grace = %s, want the spec's 30", b)
 	}
 
 	e.l.InitContainersSucceeded(pod)
-	if _, err := os.Stat(filepath.Join(e.emptyDir(uid), contract.InitDoneFile)); err != nil {
+	if _, err := os.Stat(podfiles.At(e.emptyDir(uid)).InitDoneFile()); err != nil {
 		t.Errorf("init-done file: %v", err)
 	}
 	// A pod whose emptyDir is gone is skipped.

@@ -10,11 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
-// PodDeleting writes contract.TerminatingFile for a pod being deleted
+// PodDeleting writes podfiles.TerminatingFile for a pod being deleted
 // (podwatch.DeletionHandler): a draining sidecar serves until the grace the kubelet applies,
 // which kubectl delete --grace-period can make shorter or longer than the spec's.
 func (l *ExitCoordinator) PodDeleting(pod *corev1.Pod) {
@@ -22,15 +21,15 @@ func (l *ExitCoordinator) PodDeleting(pod *corev1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		t.DeletionTimestamp = pod.DeletionTimestamp.Time
 	}
-	l.writePodFile(pod, contract.TerminatingFile, func(dir *os.File) error { return podfiles.WriteTerminating(dir, t) })
+	l.writePodFile(pod, podfiles.TerminatingFile, func(dir *os.File) error { return podfiles.WriteTerminating(dir, t) })
 }
 
-// InitContainersSucceeded writes contract.InitDoneFile for a native-sidecar pod whose
+// InitContainersSucceeded writes podfiles.InitDoneFile for a native-sidecar pod whose
 // regular init containers all exited 0 (podwatch.InitHandler): a SIGTERM that the sidecar
 // gets from then on comes after every container that can use the mounts has exited.
 func (l *ExitCoordinator) InitContainersSucceeded(pod *corev1.Pod) {
 	d := podfiles.InitDone{WrittenAt: time.Now()}
-	l.writePodFile(pod, contract.InitDoneFile, func(dir *os.File) error { return podfiles.WriteInitDoneIn(dir, d) })
+	l.writePodFile(pod, podfiles.InitDoneFile, func(dir *os.File) error { return podfiles.WriteInitDoneIn(dir, d) })
 }
 
 // writePodFile writes one file into the pod's gcsfuse-tmp emptyDir. A pod whose emptyDir is

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
 )
 
@@ -145,7 +145,7 @@ func TestRuntimeExitKeepsTheSidecarWhileTheWorkloadMayRun(t *testing.T) {
 }
 
 func removeExit(e *env, uid types.UID) error {
-	return os.Remove(filepath.Join(e.emptyDir(uid), contract.ExitFile))
+	return os.Remove(podfiles.At(e.emptyDir(uid)).ExitFile())
 }
 
 // A native pod whose mesh proxy (istio-proxy, a native sidecar of its own) still runs in

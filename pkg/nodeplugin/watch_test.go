@@ -3,7 +3,6 @@ package nodeplugin
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
@@ -100,7 +100,7 @@ func TestWatcherAndSidecarStartOneFollowerPerPod(t *testing.T) {
 	if _, err := pods.Create(ctx, native, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, filepath.Join(e.emptyDir(nuid), contract.InitDoneFile))
+	waitFile(t, podfiles.At(e.emptyDir(nuid)).InitDoneFile())
 
 	if _, err := pods.Update(ctx, deletedAt(pod, 7), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestWatcherAndSidecarStartOneFollowerPerPod(t *testing.T) {
 		wg.Go(func() { e.l.SidecarTerminating(ref) })
 	}
 	wg.Wait()
-	if b := waitFile(t, filepath.Join(e.emptyDir(uid), contract.TerminatingFile)); !strings.Contains(string(b), `"graceSeconds":7`) {
+	if b := waitFile(t, podfiles.At(e.emptyDir(uid)).TerminatingFile()); !strings.Contains(string(b), `"graceSeconds":7`) {
 		t.Errorf("terminating file = %s, want the deletion's grace 7", b)
 	}
 	e.hold(uid, holdFor, "the app runs")

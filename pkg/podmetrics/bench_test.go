@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // sidecarOutput is what a sidecar with the given volumes serves, from gcsfuse v3.13.0's real
@@ -59,7 +58,7 @@ func BenchmarkGather110Pods(b *testing.B) {
 	var pods []Pod
 	for i := range 110 {
 		uid := fmt.Sprintf("uid-%03d", i)
-		serveSidecar(b, filepath.Join(tmpDir(b, root, uid), contract.MetricsSocket), body)
+		serveSidecar(b, podfiles.At(tmpDir(b, root, uid)).MetricsSocket(), body)
 		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: "pod-" + uid, Volumes: []string{"in", "out"}})
 	}
 	c, err := New(Config{KubeletRoot: root, Pods: func() []Pod { return pods }}, prometheus.NewRegistry())

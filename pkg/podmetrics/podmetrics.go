@@ -1,6 +1,6 @@
 // Package podmetrics collects the gcsfuse metrics of this node's pods and re-exports them from
 // the node plugin. Each pod's sidecar serves its volumes' series on a unix socket in the pod's
-// gcsfuse-tmp emptyDir (contract.MetricsSocket); at each scrape of the node plugin the
+// gcsfuse-tmp emptyDir (pkg/podfiles); at each scrape of the node plugin the
 // Collector reads the sockets of the pods the pod watch knows, so the series of a pod that is
 // gone disappear with it, and labels every series with namespace, pod, volume and bucket.
 // A sidecar is run by the pod's user: the socket is reached without following symlinks, what
@@ -27,10 +27,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 const (
@@ -290,7 +288,7 @@ func (c *Collector) read(ctx context.Context, p Pod) (map[string]*dto.MetricFami
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PodTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	conn, err := podpath.DialUnix(dir, contract.MetricsSocket, deadline)
+	conn, err := podfiles.DialMetrics(dir, deadline)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, "", err

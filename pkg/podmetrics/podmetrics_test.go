@@ -87,12 +87,12 @@ func TestCollectorLabelsAndBoundsPodSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	serveSidecar(t, filepath.Join(tmpDir(t, root, "uid-a"), contract.MetricsSocket), sidecarBody)
+	serveSidecar(t, podfiles.At(tmpDir(t, root, "uid-a")).MetricsSocket(), sidecarBody)
 	tmpDir(t, root, "uid-nosock") // no sidecar yet: nothing, and no error
 	// A pod whose socket is a symlink to a socket elsewhere: never read.
 	elsewhere := filepath.Join(root, "host.sock")
 	serveSidecar(t, elsewhere, sidecarBody)
-	if err := os.Symlink(elsewhere, filepath.Join(tmpDir(t, root, "uid-link"), contract.MetricsSocket)); err != nil {
+	if err := os.Symlink(elsewhere, podfiles.At(tmpDir(t, root, "uid-link")).MetricsSocket()); err != nil {
 		t.Fatal(err)
 	}
 	pods := []Pod{
@@ -221,12 +221,12 @@ func TestCollectorHangingSocketsKeepTheScrapeBounded(t *testing.T) {
 	var pods []Pod
 	for i := range 30 {
 		uid := fmt.Sprintf("hang-%d", i)
-		hangingSidecar(t, filepath.Join(tmpDir(t, root, uid), contract.MetricsSocket))
+		hangingSidecar(t, podfiles.At(tmpDir(t, root, uid)).MetricsSocket())
 		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: uid, Volumes: []string{"data"}})
 	}
 	for i := range 3 {
 		uid := fmt.Sprintf("ok-%d", i)
-		serveSidecar(t, filepath.Join(tmpDir(t, root, uid), contract.MetricsSocket), sidecarBody)
+		serveSidecar(t, podfiles.At(tmpDir(t, root, uid)).MetricsSocket(), sidecarBody)
 		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: uid, Volumes: []string{"data"}})
 	}
 	reg := prometheus.NewRegistry()
