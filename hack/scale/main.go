@@ -2170,14 +2170,15 @@ func (s *scale) snapshot(ctx context.Context, np nodePlugin) (snapshot, error) {
 	for _, d := range dirs {
 		sn.add(leakPodDirs, d)
 	}
-	tmp := podfiles.TmpDirPath(s.opts.kubeletRoot, "*")
-	for _, pattern := range []string{filepath.Join(tmp, contract.HandoffDir, "*"+contract.HandoffSocketSuffix), filepath.Join(tmp, contract.MetricsSocket)} {
+	// Glob patterns: "*" for every pod, and for every volume.
+	tmp := podfiles.At(podfiles.TmpDirPath(s.opts.kubeletRoot, "*"))
+	for _, pattern := range []string{tmp.HandoffSocket("*"), tmp.MetricsSocket()} {
 		socks, _ := filepath.Glob(pattern)
 		for _, p := range socks {
 			sn.add(leakSockets, p)
 		}
 	}
-	exits, _ := filepath.Glob(filepath.Join(tmp, contract.ExitFile))
+	exits, _ := filepath.Glob(tmp.ExitFile())
 	for _, p := range exits {
 		sn.add(leakExitFiles, p)
 	}

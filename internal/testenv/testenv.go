@@ -38,7 +38,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // Prereqs reports what is missing to run real mounts here ("" when nothing is).
@@ -401,7 +400,7 @@ func (p *Pod) OfferRaw(v handoff.Volume) (*RawOffer, error) {
 		fuse.Close()
 		return nil, err
 	}
-	dir, err := podpath.MkdirOpen(tmp, contract.HandoffDir, 0o755)
+	dir, err := podfiles.CreateHandoffDir(tmp)
 	tmp.Close()
 	if err != nil {
 		fuse.Close()

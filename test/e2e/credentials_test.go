@@ -146,9 +146,9 @@ func deleteNow(t *testing.T, pod string) {
 	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), pod, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 }
 
-// credDir is the volume's credentials directory of the pod, on this host.
-func credDir(p *corev1.Pod, volume string) string {
-	return filepath.Join(podfiles.TmpDirPath(kubeletRoot, string(p.UID)), contract.CredentialsDir, volume)
+// hostFiles is the layout of the pod's gcsfuse-tmp emptyDir, on this host.
+func hostFiles(p *corev1.Pod) podfiles.Paths {
+	return podfiles.At(podfiles.TmpDirPath(kubeletRoot, string(p.UID)))
 }
 
 // checkOwned fails unless path is owned by the sidecar's user with mode (and no symlink).
@@ -201,10 +201,11 @@ func claimsOf(t *testing.T, token string) tokenClaims {
 func waitToken(t *testing.T, name, volume, identity string) string {
 	t.Helper()
 	p := waitPod(t, name, 90*time.Second, "running its app", appRunning)
-	dir := credDir(p, volume)
+	files := hostFiles(p)
+	dir := files.CredentialsDir(volume)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Lstat(filepath.Join(dir, contract.CredentialsTokenFile)); err == nil {
+		if _, err := os.Lstat(files.CredentialsTokenFile(volume)); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -214,9 +215,9 @@ func waitToken(t *testing.T, name, volume, identity string) string {
 	}
 	checkOwned(t, filepath.Dir(dir), 0o700)
 	checkOwned(t, dir, 0o700)
-	checkOwned(t, filepath.Join(dir, contract.CredentialsTokenFile), 0o600)
-	checkOwned(t, filepath.Join(dir, contract.CredentialsConfigFile), 0o600)
-	b, err := os.ReadFile(filepath.Join(dir, contract.CredentialsTokenFile))
+	checkOwned(t, files.CredentialsTokenFile(volume), 0o600)
+	checkOwned(t, files.CredentialsConfigFile(volume), 0o600)
+	b, err := os.ReadFile(files.CredentialsTokenFile(volume))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +226,8 @@ func waitToken(t *testing.T, name, volume, identity string) string {
 	if c.Sub != identity || c.K8s.Pod.Name != name || c.K8s.Pod.UID != string(p.UID) || !containsString(c.Aud, contract.TokenAudience) {
 		t.Errorf("token of pod %s: sub %q pod %s/%s aud %v; want %s bound to this pod for %s", name, c.Sub, c.K8s.Pod.Name, c.K8s.Pod.UID, c.Aud, identity, contract.TokenAudience)
 	}
-	conf, _ := os.ReadFile(filepath.Join(dir, contract.CredentialsConfigFile))
-	if !strings.Contains(string(conf), `"file": "`+contract.TmpMountPath+"/"+contract.CredentialsDir+"/"+volume+"/"+contract.CredentialsTokenFile+`"`) {
+	conf, _ := os.ReadFile(files.CredentialsConfigFile(volume))
+	if !strings.Contains(string(conf), `"file": "`+podfiles.At(contract.TmpMountPath).CredentialsTokenFile(volume)+`"`) {
 		t.Errorf("the external_account configuration does not point to the token in the sidecar's emptyDir:\n%s", conf)
 	}
 	// No app container sees the emptyDir that holds it.
@@ -312,7 +313,7 @@ func testFederation(t *testing.T) {
 	pid := gcsfusePID(t, allowed)
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	args := strings.Split(string(cmdline), "\x00")
-	if want := "--key-file=" + contract.TmpMountPath + "/" + contract.CredentialsDir + "/bucket/" + contract.CredentialsConfigFile; !containsString(args, want) || containsString(args, "--anonymous-access") {
+	if want := "--key-file=" + podfiles.At(contract.TmpMountPath).CredentialsConfigFile("bucket"); !containsString(args, want) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want %s and no --anonymous-access", args, want)
 	}
 	p := waitPod(t, okPod, 120*time.Second, "terminal", terminal)
@@ -382,9 +383,9 @@ func testSecretKey(t *testing.T) {
 		args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(2 * mib), "-then", "5s"},
 	})
 	running := waitPod(t, pod, 90*time.Second, "running its app", appRunning)
-	dir := credDir(running, "bucket")
-	checkOwned(t, dir, 0o700)
-	checkOwned(t, filepath.Join(dir, contract.CredentialsConfigFile), 0o600)
+	files := hostFiles(running)
+	checkOwned(t, files.CredentialsDir("bucket"), 0o700)
+	checkOwned(t, files.CredentialsConfigFile("bucket"), 0o600)
 	p := waitPod(t, pod, 120*time.Second, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: %s\n%s\n%s", pod, p.Status.Phase, describe(p), podEvents(pod))

@@ -27,6 +27,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulatorauth"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 const (
@@ -171,9 +172,16 @@ func (a *authEnv) assertNoSecrets(t *testing.T, outputs map[string]string) {
 	}
 }
 
-func checkCredentialFiles(t *testing.T, pod *testenv.Pod, want ...string) {
+// checkCredentialFiles checks the credentials directory of the pod's volume "data": both
+// levels 0700 directories of the sidecar's user, holding exactly the files of want (in the
+// directory's order), each a 0600 file of the sidecar's user.
+func checkCredentialFiles(t *testing.T, pod *testenv.Pod, want ...func(podfiles.Paths, string) string) {
 	t.Helper()
-	dir := filepath.Join(pod.TmpDir, contract.CredentialsDir, "data")
+	dir := podfiles.At(pod.TmpDir).CredentialsDir("data")
+	var wantPaths []string
+	for _, f := range want {
+		wantPaths = append(wantPaths, f(podfiles.At(pod.TmpDir), "data"))
+	}
 	for _, p := range []string{filepath.Dir(dir), dir} {
 		st, err := os.Lstat(p)
 		if err != nil {
@@ -186,14 +194,15 @@ func checkCredentialFiles(t *testing.T, pod *testenv.Pod, want ...string) {
 	entries, _ := os.ReadDir(dir)
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
-		st, _ := os.Lstat(filepath.Join(dir, e.Name()))
+		p := filepath.Join(dir, e.Name())
+		names = append(names, p)
+		st, _ := os.Lstat(p)
 		if sys := st.Sys().(*syscall.Stat_t); !st.Mode().IsRegular() || sys.Uid != contract.SidecarUID || sys.Gid != contract.SidecarGID || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v uid %d gid %d, want a 0600 file of %d", e.Name(), st.Mode(), sys.Uid, sys.Gid, contract.SidecarUID)
 		}
 	}
-	if fmt.Sprint(names) != fmt.Sprint(want) {
-		t.Errorf("credential files %v, want %v", names, want)
+	if fmt.Sprint(names) != fmt.Sprint(wantPaths) {
+		t.Errorf("credential files %v, want %v", names, wantPaths)
 	}
 }
 
@@ -215,7 +224,7 @@ func TestFederatedIdentityReadsAndWritesItsBucket(t *testing.T) {
 	if err := pod.PublishReq(ctx(t), federated(pod, "bucket-a", token)); err != nil {
 		t.Fatalf("NodePublishVolume: %v", err)
 	}
-	checkCredentialFiles(t, pod, contract.CredentialsConfigFile, contract.CredentialsTokenFile)
+	checkCredentialFiles(t, pod, podfiles.Paths.CredentialsConfigFile, podfiles.Paths.CredentialsTokenFile)
 	sc, err := pod.StartSidecar(contract.ModeNative, 30, echo(t))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +250,7 @@ func TestFederatedIdentityReadsAndWritesItsBucket(t *testing.T) {
 	}
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pids[0]))
 	args := strings.Split(string(cmdline), "\x00")
-	keyFlag := "--key-file=" + filepath.Join(pod.TmpDir, contract.CredentialsDir, "data", contract.CredentialsConfigFile)
+	keyFlag := "--key-file=" + podfiles.At(pod.TmpDir).CredentialsConfigFile("data")
 	if !contains(args, keyFlag) || contains(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want %s and no --anonymous-access", args, keyFlag)
 	}
@@ -363,7 +372,7 @@ func TestTokenRefreshKeepsServing(t *testing.T) {
 	if err := pod.PublishReq(ctx(t), req); err != nil {
 		t.Fatalf("identical republish: %v", err)
 	}
-	tokFile := filepath.Join(pod.TmpDir, contract.CredentialsDir, "data", contract.CredentialsTokenFile)
+	tokFile := podfiles.At(pod.TmpDir).CredentialsTokenFile("data")
 	before, _ := os.Lstat(tokFile)
 	newTok := ksaToken("new")
 	a.rev.add(newTok, appIdentity)
@@ -375,7 +384,7 @@ func TestTokenRefreshKeepsServing(t *testing.T) {
 	if b, _ := os.ReadFile(tokFile); string(b) != newTok || os.SameFile(before, after) {
 		t.Fatalf("the token file was not replaced by a new file holding the new token")
 	}
-	checkCredentialFiles(t, pod, contract.CredentialsConfigFile, contract.CredentialsTokenFile)
+	checkCredentialFiles(t, pod, podfiles.Paths.CredentialsConfigFile, podfiles.Paths.CredentialsTokenFile)
 	deadline := time.Now().Add(2*lifetime + 5*time.Second)
 	for a.rev.count(newTok) == 0 {
 		if time.Now().After(deadline) {
@@ -417,7 +426,7 @@ func TestServiceAccountKeyFromSecret(t *testing.T) {
 	if err := pod.PublishReq(ctx(t), req); err != nil {
 		t.Fatalf("NodePublishVolume: %v", err)
 	}
-	checkCredentialFiles(t, pod, contract.CredentialsConfigFile)
+	checkCredentialFiles(t, pod, podfiles.Paths.CredentialsConfigFile)
 	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
 	if err != nil {
 		t.Fatal(err)

@@ -244,7 +244,7 @@ func TestPublishRefusesSymlinkedHandoffDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	elsewhere := t.TempDir()
-	if err := os.Symlink(elsewhere, filepath.Join(pod.TmpDir, contract.HandoffDir)); err != nil {
+	if err := os.Symlink(elsewhere, podfiles.At(pod.TmpDir).HandoffDir()); err != nil {
 		t.Fatal(err)
 	}
 	err = pod.Publish(ctx(t), "data", "bkt-sym", "", false)

@@ -177,7 +177,7 @@ func TestOneVolumeFailsOthersKeepServing(t *testing.T) {
 func TestRestartedSidecarReportsLostVolume(t *testing.T) {
 	e := newEnv(t, "bkt-lost", "bkt-late")
 	pod, first, _ := mounted(t, e, contract.ModeLegacy, "bkt-lost")
-	if _, err := os.Stat(filepath.Join(pod.TmpDir, contract.VolumesDir, "data", contract.TakenFile)); err != nil {
+	if _, err := os.Stat(podfiles.At(pod.TmpDir).TakenFile("data")); err != nil {
 		t.Fatalf("no taken record for the volume: %v", err)
 	}
 	if err := first.Signal(syscall.SIGKILL); err != nil {
@@ -365,7 +365,7 @@ func TestNativeDrainDuringInitPhase(t *testing.T) {
 			sc := startSidecar(t, pod, testenv.SidecarOptions{Mode: contract.ModeNative, GraceSeconds: 30, InitContainers: []string{"prep"}, Args: tt.args})
 			waitReady(t, sc, pod.Target("data"))
 			if tt.initDone {
-				if err := os.WriteFile(filepath.Join(pod.TmpDir, contract.InitDoneFile), nil, 0o644); err != nil {
+				if err := os.WriteFile(podfiles.At(pod.TmpDir).InitDoneFile(), nil, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -456,18 +456,19 @@ func TestSidecarRetriesASocketItCannotOpenYet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hd, err := podpath.MkdirOpen(tmp, contract.HandoffDir, 0o755)
+	hd, err := podfiles.CreateHandoffDir(tmp)
 	tmp.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hd.Close()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: podpath.ProcPath(hd, "data.sock"), Net: "unix"})
+	sock := podfiles.HandoffSocketName("data")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: podpath.ProcPath(hd, sock), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := unix.Fchmodat(int(hd.Fd()), "data.sock", 0o700, 0); err != nil { // root only, for now
+	if err := unix.Fchmodat(int(hd.Fd()), sock, 0o700, 0); err != nil { // root only, for now
 		t.Fatal(err)
 	}
 	sc := startSidecar(t, pod, testenv.SidecarOptions{Mode: contract.ModeLegacy, GraceSeconds: 30})
@@ -475,7 +476,7 @@ func TestSidecarRetriesASocketItCannotOpenYet(t *testing.T) {
 	if !strings.Contains(sc.Output(), "permission denied") {
 		t.Fatalf("the sidecar did not meet EACCES:\n%s", sc.Output())
 	}
-	if err := podpath.Chown(hd, "data.sock", contract.SidecarUID, contract.SidecarGID); err != nil {
+	if err := podpath.Chown(hd, sock, contract.SidecarUID, contract.SidecarGID); err != nil {
 		t.Fatal(err)
 	}
 	_ = ln.SetDeadline(time.Now().Add(10 * time.Second))

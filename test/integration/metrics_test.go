@@ -100,7 +100,7 @@ func TestGcsfuseMetricsReachTheNodePlugin(t *testing.T) {
 	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("sidecar exit %d, %v", code, err)
 	}
-	if _, err := os.Lstat(filepath.Join(pod.TmpDir, contract.MetricsSocket)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(podfiles.At(pod.TmpDir).MetricsSocket()); !os.IsNotExist(err) {
 		t.Errorf("metrics socket left behind by the sidecar: %v", err)
 	}
 	mfs, _ = c.Gather()

@@ -19,6 +19,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // proxiedHost is the emulator's name in these tests. Only the test's proxy resolves it, so a
@@ -178,7 +179,7 @@ func TestExtraCATrustsTheEmulatorsTLS(t *testing.T) {
 	env, _ := proxyEnv(t, e, proxy, caPEM)
 	pod, _, mnt := mountedWith(t, env, contract.ModeNative, bucket, withMachineType)
 	writeAndRead(t, e, bucket, mnt)
-	bundle, err := os.ReadFile(filepath.Join(pod.TmpDir, contract.VolumesDir, "data", contract.CombinedCAFile))
+	bundle, err := os.ReadFile(podfiles.At(pod.TmpDir).CombinedCAFile("data"))
 	if err != nil || !bytes.HasSuffix(bundle, caPEM) || len(bundle) <= len(caPEM) {
 		t.Errorf("gcsfuse's bundle is not the system roots and the extra CA (%d bytes, %v)", len(bundle), err)
 	}

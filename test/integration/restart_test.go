@@ -17,6 +17,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/firstseen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // nodeProcess runs the real node plugin binary on the test's kubelet root.
@@ -105,8 +106,8 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 		t.Fatalf("after the node plugin died the mount should be dead (ENOTCONN), stat = %v", err)
 	}
 
-	handoffDir := filepath.Join(pod.TmpDir, contract.HandoffDir)
-	sockName := "data" + contract.HandoffSocketSuffix
+	handoffDir := podfiles.At(pod.TmpDir).HandoffDir()
+	sockName := podfiles.HandoffSocketName("data")
 	var sc *testenv.Sidecar
 	if sidecarBefore {
 		if sc, err = pod.StartSidecar(contract.ModeLegacy, 30, echo(t)); err != nil {
