@@ -1,6 +1,8 @@
 // Package contract holds the names that the webhook, the node plugin and the sidecar must agree
-// on: annotations, container and volume names, environment variables and the layout of the
-// hand-off directory. They live in one place so a rename cannot leave one component behind.
+// on: annotations, container and volume names, mount paths and environment variables. They
+// live in one place so a rename cannot leave one component behind. The layout inside the
+// TmpVolumeName emptyDir (hand-off sockets, exit and other files, credentials) is
+// pkg/podfiles's.
 package contract
 
 import (
@@ -103,7 +105,7 @@ const (
 // Volumes the webhook injects and the paths where the sidecar mounts them.
 const (
 	// TmpVolumeName is the emptyDir shared by the node plugin and the sidecar: it holds the
-	// hand-off sockets, the exit file and gcsfuse's temp dirs.
+	// hand-off sockets, the exit file and gcsfuse's temp dirs (its layout: pkg/podfiles).
 	TmpVolumeName    = "gcsfuse-tmp"
 	TmpMountPath     = "/gcsfuse-tmp"
 	BufferVolumeName = "gcsfuse-buffer"
@@ -122,8 +124,8 @@ const (
 	// containers that start after a native sidecar and mount a gcsfuse volume. The kubelet
 	// SIGTERMs such a container and the native sidecar together when the pod is deleted
 	// during its init phase, so a native sidecar with this set drains on SIGTERM (like a
-	// legacy one) unless InitDoneFile says the init phase is over. Empty: SIGTERM means every
-	// container that uses the mounts has exited.
+	// legacy one) unless the init-done file (pkg/podfiles) says the init phase is over.
+	// Empty: SIGTERM means every container that uses the mounts has exited.
 	EnvInitContainers = "GCSFUSE_INIT_CONTAINERS"
 	// EnvSidecarUsers lists, comma separated, the user's own native sidecars (init
 	// containers with restartPolicy: Always, not ours) that start after a native gcsfuse
@@ -149,52 +151,6 @@ const SidecarBinary = "/gcsfuse-sidecar"
 
 // DefaultGraceSeconds is Kubernetes' default terminationGracePeriodSeconds.
 const DefaultGraceSeconds = 30
-
-// Layout inside the TmpVolumeName emptyDir.
-const (
-	// HandoffDir holds one listening socket per volume, "<volume>.sock", created by the node
-	// plugin and connected to by the sidecar.
-	HandoffDir = "handoff"
-	// HandoffSocketSuffix ends every hand-off socket name.
-	HandoffSocketSuffix = ".sock"
-	// ExitFile, written by the node plugin, tells a sidecar that the workload is done.
-	ExitFile = "exit"
-	// TerminatingFile, written by the node plugin when it sees the pod being deleted, holds
-	// JSON {"graceSeconds": N, "deletionTimestamp": ...}: N is the grace the kubelet applies
-	// (metadata.deletionGracePeriodSeconds, which kubectl delete --grace-period sets), and a
-	// draining sidecar keeps serving until N seconds after its SIGTERM, never less.
-	TerminatingFile = "terminating"
-	// InitDoneFile, written by the node plugin once every regular init container of a
-	// native-sidecar pod has terminated successfully (from the API), tells the sidecar that
-	// a later SIGTERM comes after the regular containers exited: exit at once, no drain.
-	InitDoneFile = "init-done"
-	// TakenFile, "<VolumesDir>/<volume>/<TakenFile>", is the sidecar's record that it took
-	// the volume's descriptor. A restarted sidecar container finds its predecessor's volumes
-	// there: their gcsfuse died with that container, so it reports them as failed (and keeps
-	// serving the rest) instead of waiting for offers that will never come again.
-	TakenFile = "taken"
-	// VolumesDir holds the sidecar's per-volume temp dirs.
-	VolumesDir = "volumes"
-	// MetricsSocket is the sidecar's unix socket serving, over HTTP GET /metrics, the
-	// metrics of its gcsfuse processes (pkg/gcsfusemetrics), one series set per volume. The
-	// node plugin reads it; no network port of the pod is involved.
-	MetricsSocket = "metrics.sock"
-	// CredentialsDir, "<CredentialsDir>/<volume>/", holds the credential files the node
-	// plugin writes for one volume (mode 0700 and files 0600, owned by SidecarUID):
-	// CredentialsConfigFile, which gcsfuse reads with --key-file, and for Workload Identity
-	// Federation CredentialsTokenFile, the pod's service account token it points to.
-	CredentialsDir        = "credentials"
-	CredentialsConfigFile = "credentials.json"
-	CredentialsTokenFile  = "token"
-	// CABundleFile, "<CredentialsDir>/<volume>/<CABundleFile>", is the extra CA bundle (PEM)
-	// the node plugin writes for a volume when the driver has one (--ca-bundle-file; the
-	// hand-off's Volume.CABundle). The sidecar gives gcsfuse the system's roots and these
-	// (pkg/netconf), in a file of its own under VolumesDir/<volume>.
-	CABundleFile = "ca.pem"
-	// CombinedCAFile, "<VolumesDir>/<volume>/<CombinedCAFile>", is that file: what gcsfuse's
-	// SSL_CERT_FILE names.
-	CombinedCAFile = "ca-certificates.crt"
-)
 
 // Volume attributes and CSI context keys.
 const (
