@@ -11,13 +11,15 @@
 //     atomically; the sidecar watches the directory, so a file wakes it within
 //     milliseconds: no polling;
 //   - the hand-off directory and its per-volume socket names;
-//   - the sidecar's per-volume directory: its taken record, its CA bundle and temp dir;
+//   - the sidecar's taken record of each volume it took;
 //   - the node plugin's per-volume credentials directory (credentials, token, CA bundle);
 //   - the sidecar's metrics socket.
 //
 // Paths (At) gives the same files as paths, for what must go by path: the sidecar's view of
-// its mount (what it hands gcsfuse), and tests and tools on the host. The node plugin, the
-// sidecar and the tests import this package; no other package joins these path elements.
+// its mount (what it hands gcsfuse: the key file, the combined CA bundle and the temp dir,
+// which the sidecar, unprivileged inside the pod, makes by path), and tests and tools on the
+// host. The node plugin, the sidecar and the tests import this package; no other package
+// joins these path elements.
 package podfiles
 
 import (
