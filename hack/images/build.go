@@ -12,8 +12,10 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -46,8 +48,7 @@ type layerFile struct {
 }
 
 // rootfsLayer packs an image's file system into a tar: the shared root (passwd, group,
-// /tmp, CA bundle) and the given files. It is reproducible (sorted entries, owner 0, mtime
-// 0), so an unchanged image keeps its digest and pushing it again uploads nothing.
+// /tmp, CA bundle) and the given files, with writeLayer.
 func rootfsLayer(caBundle []byte, files []layerFile) ([]byte, error) {
 	files = append([]layerFile{
 		{path: "etc/passwd", mode: 0o644, data: []byte(passwd)},
@@ -62,36 +63,54 @@ func rootfsLayer(caBundle []byte, files []layerFile) ([]byte, error) {
 			}
 		}
 	}
-	type entry struct {
-		hdr  tar.Header
-		data []byte
-	}
-	var entries []entry
+	var entries []layerEntry
 	for d, mode := range dirs {
-		entries = append(entries, entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode}})
+		entries = append(entries, layerEntry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode}})
 	}
 	for _, f := range files {
-		entries = append(entries, entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: f.path, Mode: f.mode, Size: int64(len(f.data))}, data: f.data})
+		entries = append(entries, layerEntry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: f.path, Mode: f.mode, Size: int64(len(f.data))}, data: f.data})
 	}
-	slices.SortFunc(entries, func(a, b entry) int {
-		switch {
-		case a.hdr.Name < b.hdr.Name:
-			return -1
-		case a.hdr.Name > b.hdr.Name:
-			return 1
-		}
-		return 0
-	})
+	return writeLayer(entries)
+}
+
+// layerEntry is one entry of an image's only layer: a directory (its name ends in a
+// slash), a symbolic or hard link, or a regular file whose contents are data, or the file
+// at src when src is set.
+type layerEntry struct {
+	hdr  tar.Header
+	data []byte
+	src  string
+}
+
+// sortEntries sorts entries by name: a directory comes before what it holds.
+func sortEntries(entries []layerEntry) {
+	slices.SortFunc(entries, func(a, b layerEntry) int { return strings.Compare(a.hdr.Name, b.hdr.Name) })
+}
+
+// writeLayer packs entries into a layer tar, the one way every image's layer is written
+// (rootfsLayer for the project's images, dirLayer for a directory packed as it is). It is
+// reproducible: entries sorted by name, owner 0 without names, mtime 0, only the header
+// fields given (type, name, mode, size, link target), so an unchanged file system keeps its
+// digest and pushing it again uploads nothing.
+func writeLayer(entries []layerEntry) ([]byte, error) {
+	sortEntries(entries)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		e.hdr.ModTime = time.Unix(0, 0)
-		e.hdr.Format = tar.FormatPAX
-		if err := tw.WriteHeader(&e.hdr); err != nil {
-			return nil, fmt.Errorf("tar header %s: %w", e.hdr.Name, err)
+		hdr := tar.Header{
+			Typeflag: e.hdr.Typeflag,
+			Name:     e.hdr.Name,
+			Linkname: e.hdr.Linkname,
+			Mode:     e.hdr.Mode,
+			Size:     e.hdr.Size,
+			ModTime:  time.Unix(0, 0),
+			Format:   tar.FormatPAX,
 		}
-		if _, err := tw.Write(e.data); err != nil {
-			return nil, fmt.Errorf("tar %s: %w", e.hdr.Name, err)
+		if err := tw.WriteHeader(&hdr); err != nil {
+			return nil, fmt.Errorf("tar header %s: %w", hdr.Name, err)
+		}
+		if err := writeEntryData(tw, e); err != nil {
+			return nil, fmt.Errorf("tar %s: %w", hdr.Name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -100,9 +119,41 @@ func rootfsLayer(caBundle []byte, files []layerFile) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// ociImage makes the single-platform OCI image of one spec from its layer, gzipped, or
-// a plain tar when uncompressed (no gzip time; for the local cluster, read once from disk).
+// writeEntryData writes an entry's contents: its data, or hdr.Size bytes of the file at src
+// (a file whose size changed since is an error, not a short or long entry).
+func writeEntryData(w io.Writer, e layerEntry) error {
+	if e.src == "" {
+		_, err := w.Write(e.data)
+		return err
+	}
+	f, err := os.Open(e.src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, f)
+	if err != nil {
+		return err
+	}
+	if n != e.hdr.Size {
+		return fmt.Errorf("%s: %d bytes, %d when listed", e.src, n, e.hdr.Size)
+	}
+	return nil
+}
+
+// ociImage makes the single-platform OCI image of one spec from its layer (newImage).
 func ociImage(s imageSpec, arch string, layerTar []byte, uncompressed bool) (v1.Image, error) {
+	img, err := newImage(arch, s.config(), layerTar, uncompressed)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", s.name, err)
+	}
+	return img, nil
+}
+
+// newImage makes a single-platform linux OCI image of one layer with the given config, the
+// layer gzipped, or a plain tar when uncompressed (no gzip time; for the local cluster, read
+// once from disk).
+func newImage(arch string, config v1.Config, layerTar []byte, uncompressed bool) (v1.Image, error) {
 	layer := static.NewLayer(layerTar, types.OCIUncompressedLayer)
 	if !uncompressed {
 		var err error
@@ -110,29 +161,37 @@ func ociImage(s imageSpec, arch string, layerTar []byte, uncompressed bool) (v1.
 			return io.NopCloser(bytes.NewReader(layerTar)), nil
 		}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
 		if err != nil {
-			return nil, fmt.Errorf("layer of %s: %w", s.name, err)
+			return nil, fmt.Errorf("layer: %w", err)
 		}
 	}
 	cfg := &v1.ConfigFile{
 		Architecture: arch,
 		OS:           "linux",
-		Config: v1.Config{
-			User:       s.user,
-			Entrypoint: s.entrypoint(),
-			Env:        []string{pathEnv},
-		},
-		RootFS: v1.RootFS{Type: "layers"},
+		Config:       config,
+		RootFS:       v1.RootFS{Type: "layers"},
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.ConfigFile(base, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("config of %s: %w", s.name, err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	img, err = mutate.AppendLayers(img, layer)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", s.name, err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
 	return img, nil
+}
+
+// writeDockerTar writes img as a `docker save` tar tagged ref at out (through out.tmp, so a
+// failed run leaves no partial tar under the name): what `ctr images import` takes.
+func writeDockerTar(out string, ref name.Reference, img v1.Image) error {
+	if err := tarball.MultiRefWriteToFile(out+".tmp", map[name.Reference]v1.Image{ref: img}); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	if err := os.Rename(out+".tmp", out); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return nil
 }
 
 // platformIndex is the multi-platform index of one image: one manifest per architecture.

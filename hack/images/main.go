@@ -31,7 +31,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 const (
@@ -213,11 +212,8 @@ func run(ctx context.Context, o options) error {
 		idx := platformIndex(built[s.name])
 		if o.dockerDir != "" {
 			out := filepath.Join(o.dockerDir, s.name+".tar")
-			if err := tarball.MultiRefWriteToFile(out+".tmp", map[name.Reference]v1.Image{ref: built[s.name][o.arches[0]]}); err != nil {
-				return fmt.Errorf("write %s: %w", out, err)
-			}
-			if err := os.Rename(out+".tmp", out); err != nil {
-				return fmt.Errorf("write %s: %w", out, err)
+			if err := writeDockerTar(out, ref, built[s.name][o.arches[0]]); err != nil {
+				return err
 			}
 		}
 		if o.ociDir != "" {

@@ -1,5 +1,7 @@
 package main
 
+import v1 "github.com/google/go-containerregistry/pkg/v1"
+
 // imageSpec is what one image holds and how it starts. The table below is the one
 // description of the images: the build here packs it, and the Dockerfiles under build/ are
 // checked against it (dockerfile_test.go), so the two ways to build cannot drift apart.
@@ -35,6 +37,11 @@ var images = []imageSpec{
 // entrypoint is the image's entrypoint: its binary at the root, then its arguments.
 func (s imageSpec) entrypoint() []string {
 	return append([]string{"/" + s.bin}, s.args...)
+}
+
+// config is the image's runtime config: its user and entrypoint, PATH=/.
+func (s imageSpec) config() v1.Config {
+	return v1.Config{User: s.user, Entrypoint: s.entrypoint(), Env: []string{pathEnv}}
 }
 
 // The root file system every image shares besides its binaries: /etc/passwd and /etc/group
