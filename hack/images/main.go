@@ -11,6 +11,11 @@
 //     credentials of ~/.docker/config.json (`crane auth login` writes them).
 //
 // hack/images.sh and hack/release-images.sh run it; see them for the usual flags.
+//
+// `images pack -ref REF -rootfs DIR -out TAR -config JSON` packs a directory as it is into
+// a one-layer image with that runtime config, as a `docker save` tar tagged REF, through
+// the same reproducible layer writer (pack.go): hack/conformance-images.sh packs the
+// storage suite's test images (busybox, agnhost) so.
 package main
 
 import (
@@ -61,6 +66,17 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pack" {
+		err := runPack(os.Args[2:])
+		if err == flag.ErrHelp {
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "images:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	var platforms, names, gcsfuse string
 	flag.StringVar(&o.repoRoot, "repo-root", ".", "the repository's root (where go.mod is)")
