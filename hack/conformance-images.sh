@@ -13,7 +13,9 @@
 #                  shell), with upstream's extras: /agnhost-2, /uploads, porter's TLS pair, the
 #                  user-defined-in-image (1000) and group-defined-in-image (50000) entries.
 #
-# The tags are read from test/utils/image/manifest.go of $K8S_VERSION. Output:
+# Each root is packed by hack/images (`images pack`: one reproducible layer, a `docker save`
+# tar, as hack/images.sh packs the project's images) for this machine's platform. The tags are
+# read from test/utils/image/manifest.go of $K8S_VERSION. Output:
 # $GCSFUSE_CSI_CACHE/k8s-<ver>/e2e/images/*.tar and repo-list.yaml. Cheap: always rebuilds.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -41,6 +43,13 @@ agnhost_tag=$(image_tag agnhost)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
+# pack_root REF ROOT OUT CONFIG_JSON: packs the directory ROOT as the image REF into the tar OUT
+# (hack/images pack; CONFIG_JSON is the image's runtime config: Cmd, Entrypoint, Env...).
+step "build hack/images"
+(cd "$REPO_ROOT" && go build -o "$work/images" ./hack/images)
+pack_root() {
+  "$work/images" pack -platform "linux/$(go env GOARCH)" -ref "$1" -rootfs "$2" -out "$3" -config "$4"
+}
 
 # busybox_root DIR: /bin/busybox and a link per applet, /etc/passwd and /etc/group, /tmp.
 busybox_root() {
@@ -56,7 +65,7 @@ env_path='"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 
 step "pack $TEST_REGISTRY/busybox:$busybox_tag (Debian's busybox-static $(dpkg-query -W -f '${Version}' busybox-static))"
 busybox_root "$work/busybox"
-pack_image "$TEST_REGISTRY/busybox:$busybox_tag" "$work/busybox" "$out/busybox.tar" "{\"Cmd\":[\"sh\"],$env_path}"
+pack_root "$TEST_REGISTRY/busybox:$busybox_tag" "$work/busybox" "$out/busybox.tar" "{\"Cmd\":[\"sh\"],$env_path}"
 
 step "pack $TEST_REGISTRY/agnhost:$agnhost_tag (agnhost of v$K8S_VERSION)"
 r=$work/agnhost
@@ -67,7 +76,7 @@ mkdir -p "$r/uploads"
 cp "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$r/"
 printf 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n' >> "$r/etc/passwd"
 printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >> "$r/etc/group"
-pack_image "$TEST_REGISTRY/agnhost:$agnhost_tag" "$r" "$out/agnhost.tar" \
+pack_root "$TEST_REGISTRY/agnhost:$agnhost_tag" "$r" "$out/agnhost.tar" \
   "{\"Entrypoint\":[\"/agnhost\"],\"Cmd\":[\"pause\"],$env_path}"
 
 # The suite's registry mapping (test/utils/image/manifest.go RegistryList): only the e2e test

@@ -117,25 +117,3 @@ k8s_version_ldflags() {
   done
   echo "$ld"
 }
-
-# pack_image REF ROOTFS_DIR OUT_TAR CONFIG_JSON: packs ROOTFS_DIR as a one-layer amd64 image
-# in the `docker save` format (layer tar, config JSON whose diff_id is the layer's sha256,
-# manifest.json with the tag REF), which `ctr images import` takes: no Docker, no registry.
-# CONFIG_JSON is the image's "config" object (User, Entrypoint, Cmd, Env...).
-pack_image() {
-  local ref=$1 root=$2 out=$3 config=$4 t layer_sha cfg_sha
-  t=$(mktemp -d)
-  # Reproducible layer: fixed order, owner and mtime, so an unchanged image keeps its digest.
-  tar --sort=name --numeric-owner --owner=0 --group=0 --mtime=@0 -C "$root" -cf "$t/layer.tar" .
-  layer_sha=$(sha256sum "$t/layer.tar" | cut -d' ' -f1)
-  mkdir "$t/$layer_sha"
-  mv "$t/layer.tar" "$t/$layer_sha/layer.tar"
-  printf '{"architecture":"amd64","os":"linux","config":%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-    "$config" "$layer_sha" > "$t/config.json"
-  cfg_sha=$(sha256sum "$t/config.json" | cut -d' ' -f1)
-  mv "$t/config.json" "$t/$cfg_sha.json"
-  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg_sha" "$ref" "$layer_sha" > "$t/manifest.json"
-  tar -C "$t" -cf "$out.tmp" manifest.json "$cfg_sha.json" "$layer_sha"
-  mv "$out.tmp" "$out"
-  rm -rf "$t"
-}
