@@ -1,7 +1,10 @@
 // Package metricstest reads Prometheus samples in tests.
 package metricstest
 
-import dto "github.com/prometheus/client_model/go"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Sum adds up the series of mf (nil: none) whose labels include want: counters and gauges
 // by value, histograms by sample count. series is how many matched.
@@ -24,4 +27,18 @@ next:
 		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 	}
 	return sum, series
+}
+
+// SeriesOf is how many series the family name has in g (0 when it has none or g fails).
+func SeriesOf(g prometheus.Gatherer, name string) int {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
 }

@@ -5,42 +5,20 @@ package credentials
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 const uid, gid = 65534, 65534
 
-func emptyDir(t *testing.T) (string, *os.File) {
-	t.Helper()
-	needs.Root(t)
-	root := t.TempDir()
-	if err := os.Chmod(root, 0o777); err != nil { // as the kubelet makes an emptyDir
-		t.Fatal(err)
-	}
-	d, err := podpath.OpenDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return root, d
-}
+func emptyDir(t *testing.T) (string, *os.File) { d, p := dirtest.EmptyDir(t); return p, d }
 
 func checkOwned(t *testing.T, p string, mode os.FileMode) {
 	t.Helper()
-	st, err := os.Lstat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := st.Sys().(*syscall.Stat_t)
-	if sys.Uid != uid || sys.Gid != gid || st.Mode().Perm() != mode || st.Mode()&os.ModeSymlink != 0 {
-		t.Errorf("%s: uid %d gid %d mode %v, want %d %d %v", p, sys.Uid, sys.Gid, st.Mode(), uid, gid, mode)
-	}
+	dirtest.CheckOwned(t, p, uid, gid, mode)
 }
 
 func TestWriteFederation(t *testing.T) {

@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -30,17 +31,7 @@ func TestRecvVolumeRefusedReturnsDescriptor(t *testing.T) {
 		{"truncated payload", good[:len(good)-4], "read hand-off payload", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := socketPair(t)
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			defer w.Close()
-			if _, _, err := a.WriteMsgUnix(tt.frame, unix.UnixRights(int(w.Fd())), nil); err != nil {
-				t.Fatal(err)
-			}
-			a.CloseWrite()
+			b, r := sendFrame(t, tt.frame)
 			v, f, err := RecvVolume(b)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "refused") {
 				t.Fatalf("err = %v, want a refusal containing %q", err, tt.want)
@@ -98,16 +89,7 @@ func TestFramesWithoutAVersionAreRefused(t *testing.T) {
 	}
 	for name, payload := range volumes {
 		t.Run(name, func(t *testing.T) {
-			a, b := socketPair(t)
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			defer w.Close()
-			if _, _, err := a.WriteMsgUnix(mustEncode(t, payload), unix.UnixRights(int(w.Fd())), nil); err != nil {
-				t.Fatal(err)
-			}
+			b, _ := sendFrame(t, mustEncode(t, payload))
 			v, f, err := RecvVolume(b)
 			if f != nil {
 				defer f.Close()
@@ -133,4 +115,22 @@ func TestFramesWithoutAVersionAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sendFrame writes frame with the write end of a new pipe as its descriptor into one end of
+// a socket pair, closes that end for writing, and returns the other end and the pipe's read
+// end (both closed at the test's end).
+func sendFrame(t *testing.T, frame []byte) (*net.UnixConn, *os.File) {
+	t.Helper()
+	a, b := socketPair(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	if _, _, err := a.WriteMsgUnix(frame, unix.UnixRights(int(w.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	a.CloseWrite()
+	return b, r
 }

@@ -219,18 +219,9 @@ func TestOfferRelaySkipsUnknownStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := o.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	stopAtEnd(t, o, 5*time.Second)
 
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, podfiles.HandoffSocketName("data")), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialData(t, tmp)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	_, fuse, err := RecvVolume(conn)
@@ -323,18 +314,9 @@ func TestOfferHoldsNoDescriptorAfterTheHandOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stopWait)
-		defer cancel()
-		if err := o.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	stopAtEnd(t, o, stopWait)
 
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(tmp, podfiles.HandoffSocketName("data")), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialData(t, tmp)
 	defer conn.Close() // open until the end: the offer relays statuses meanwhile
 	_ = conn.SetDeadline(time.Now().Add(releaseWait))
 	_, sidecarCopy, err := RecvVolume(conn)
@@ -359,4 +341,26 @@ func TestOfferHoldsNoDescriptorAfterTheHandOff(t *testing.T) {
 	if n, err := r.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("after the hand-off the descriptor is still open outside the sidecar (read = %d, %v; want EOF): the offer kept its copy", n, err)
 	}
+}
+
+// stopAtEnd stops o when the test ends, within d.
+func stopAtEnd(t *testing.T, o *Offer, d time.Duration) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		if err := o.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// dialData connects, as the sidecar does, to the hand-off socket of the volume "data" in
+// dir.
+func dialData(t *testing.T, dir string) *net.UnixConn {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, podfiles.HandoffSocketName("data")), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }

@@ -4,41 +4,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 )
 
 const sidecarUID, sidecarGID = 65534, 65534
 
 // emptyDir is a pinned directory made as the kubelet makes an emptyDir (0777, root's).
-func emptyDir(t *testing.T) (string, *os.File) {
-	t.Helper()
-	needs.Root(t)
-	root := t.TempDir()
-	if err := os.Chmod(root, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	d, err := podpath.OpenDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return root, d
-}
+func emptyDir(t *testing.T) (string, *os.File) { d, p := dirtest.EmptyDir(t); return p, d }
 
 func checkOwned(t *testing.T, p string, mode os.FileMode) {
 	t.Helper()
-	st, err := os.Lstat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := st.Sys().(*syscall.Stat_t)
-	if sys.Uid != sidecarUID || sys.Gid != sidecarGID || st.Mode().Perm() != mode || st.Mode()&os.ModeSymlink != 0 {
-		t.Errorf("%s: uid %d gid %d mode %v, want %d %d %v", p, sys.Uid, sys.Gid, st.Mode(), sidecarUID, sidecarGID, mode)
-	}
+	dirtest.CheckOwned(t, p, sidecarUID, sidecarGID, mode)
 }
 
 func writeCredentials(tmp *os.File, volume string, token, config []byte) error {

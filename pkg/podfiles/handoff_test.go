@@ -2,6 +2,7 @@ package podfiles
 
 import (
 	"errors"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"os"
 	"testing"
 )
@@ -45,7 +46,7 @@ func TestHandoffSocketVolume(t *testing.T) {
 // The node plugin creates the hand-off directory on the pinned emptyDir (never through a
 // planted symlink); the sidecar opens it by path and checks for a volume's socket.
 func TestHandoffDir(t *testing.T) {
-	tmp, p := openDir(t)
+	tmp, p := dirtest.Pinned(t)
 	if _, err := OpenHandoffDir(p); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("OpenHandoffDir before any offer: %v, want ErrNotExist", err)
 	}
@@ -72,7 +73,7 @@ func TestHandoffDir(t *testing.T) {
 		t.Fatalf("HandoffSocketPresent(other) = %v, %v", ok, err)
 	}
 
-	planted, q := openDir(t)
+	planted, q := dirtest.Pinned(t)
 	if err := os.Symlink(t.TempDir(), At(q).HandoffDir()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package podfiles
 
 import (
 	"errors"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"io"
 	"net"
 	"os"
@@ -12,7 +13,7 @@ import (
 // The sidecar listens (replacing a predecessor's socket) and the node plugin dials, both on
 // pinned descriptors; a symlink planted under the name is never dialed.
 func TestMetricsSocket(t *testing.T) {
-	tmp, p := openDir(t)
+	tmp, p := dirtest.Pinned(t)
 	deadline := time.Now().Add(5 * time.Second)
 	if _, err := DialMetrics(tmp, deadline); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("DialMetrics without a sidecar: %v, want ErrNotExist", err)

@@ -2,6 +2,7 @@ package podfiles
 
 import (
 	"errors"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,19 +45,8 @@ func TestPresent(t *testing.T) {
 	}
 }
 
-func openDir(t *testing.T) (*os.File, string) {
-	t.Helper()
-	p := t.TempDir()
-	d, err := podpath.OpenDir(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d, p
-}
-
 func TestTerminatingRoundTrip(t *testing.T) {
-	d, _ := openDir(t)
+	d, _ := dirtest.Pinned(t)
 	if _, err := ReadTerminating(d); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: err = %v, want ErrNotExist", err)
 	}
@@ -92,7 +82,7 @@ func TestReadTerminatingParsing(t *testing.T) {
 		{"wrong type", `{"graceSeconds": "30"}`, 0, "parse"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d, p := openDir(t)
+			d, p := dirtest.Pinned(t)
 			if err := os.WriteFile(At(p).TerminatingFile(), []byte(tt.content), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +103,7 @@ func TestReadTerminatingParsing(t *testing.T) {
 // The emptyDir is writable by the pod: a symlink planted at the name must be neither
 // followed when reading nor written through.
 func TestTerminatingDoesNotFollowSymlinks(t *testing.T) {
-	d, p := openDir(t)
+	d, p := dirtest.Pinned(t)
 	outside := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(outside, []byte(`{"graceSeconds": 9}`), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package podfiles
 
 import (
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,7 +9,7 @@ import (
 )
 
 func TestTakenRecords(t *testing.T) {
-	dir, path := openDir(t)
+	dir, path := dirtest.Pinned(t)
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	if err := WriteTaken(dir, "a", Taken{Bucket: "bkt-a", TakenAt: at}); err != nil {
 		t.Fatal(err)

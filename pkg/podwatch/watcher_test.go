@@ -3,6 +3,7 @@ package podwatch
 import (
 	"context"
 	"errors"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
 	"io"
 	"log/slog"
 	"reflect"
@@ -941,17 +942,7 @@ func TestErrorSeriesExistFromTheStart(t *testing.T) {
 	if _, err := NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() == MetricWatchErrors {
-			n = len(mf.GetMetric())
-		}
-	}
-	if n != 2 {
+	if n := metricstest.SeriesOf(reg, MetricWatchErrors); n != 2 {
 		t.Fatalf("%s has %d series before any error, want 2 (list, watch)", MetricWatchErrors, n)
 	}
 }

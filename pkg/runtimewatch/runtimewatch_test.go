@@ -2,6 +2,7 @@ package runtimewatch_test
 
 import (
 	"context"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
 	"io"
 	"log/slog"
 	"strings"
@@ -375,17 +376,7 @@ func TestErrorSeriesExistFromTheStart(t *testing.T) {
 	if _, err := runtimewatch.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() == runtimewatch.MetricErrors {
-			n = len(mf.GetMetric())
-		}
-	}
-	if n != 2 {
+	if n := metricstest.SeriesOf(reg, runtimewatch.MetricErrors); n != 2 {
 		t.Fatalf("%s has %d series before any error, want 2 (list, events)", runtimewatch.MetricErrors, n)
 	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // dataSock is the hand-off socket name of the volume "data".
@@ -24,17 +24,6 @@ var dataSock = podfiles.HandoffSocketName("data")
 
 func quietSidecar() *Sidecar {
 	return newSidecar(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-}
-
-func pinnedTemp(t *testing.T) (*os.File, string) {
-	t.Helper()
-	p := t.TempDir()
-	d, err := podpath.OpenDir(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d, p
 }
 
 // fakeOffer listens on dir/name and runs serve for each connection until the test ends.
@@ -76,7 +65,7 @@ func sendVolume(t *testing.T, c *net.UnixConn, v *handoff.Volume) {
 // A node plugin that drops the first connections (it restarted mid-offer, or the frame was
 // not ready) is retried until the descriptor arrives.
 func TestReceiveRetriesUntilTheOfferArrives(t *testing.T) {
-	dir, path := pinnedTemp(t)
+	dir, path := dirtest.Pinned(t)
 	fakeOffer(t, path, dataSock, func(n int, c *net.UnixConn) {
 		if n < 3 {
 			return // closed without a frame
@@ -100,7 +89,7 @@ func TestReceiveRetriesARefusedConnection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 3.5 s")
 	}
-	dir, path := pinnedTemp(t)
+	dir, path := dirtest.Pinned(t)
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +134,7 @@ func TestReceiveRetriesARefusedConnection(t *testing.T) {
 
 // The offer withdrawn (socket removed) or the sidecar stopping ends the retries at once.
 func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
-	dir, path := pinnedTemp(t)
+	dir, path := dirtest.Pinned(t)
 	// A plain file: every connect fails with ECONNREFUSED.
 	if err := os.WriteFile(filepath.Join(path, dataSock), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -181,7 +170,7 @@ func TestReceiveStopsWhenWithdrawnOrStopping(t *testing.T) {
 
 // A refused frame is not retried: its descriptor arrived and is handed on with the reason.
 func TestReceiveRefusedKeepsTheDescriptor(t *testing.T) {
-	dir, path := pinnedTemp(t)
+	dir, path := dirtest.Pinned(t)
 	var conns atomic.Int32
 	fakeOffer(t, path, dataSock, func(_ int, c *net.UnixConn) {
 		conns.Add(1)
@@ -219,7 +208,7 @@ func TestCheckOffer(t *testing.T) {
 // A restarted sidecar counts the volumes its predecessor took and that are not offered again
 // as failed, naming them and their buckets; a volume offered again is left to the hand-off.
 func TestAdoptPredecessor(t *testing.T) {
-	dir, path := pinnedTemp(t)
+	dir, path := dirtest.Pinned(t)
 	for _, v := range []string{"gone", "again"} {
 		if err := podfiles.WriteTaken(dir, v, podfiles.Taken{Bucket: "bkt-" + v, TakenAt: time.Now()}); err != nil {
 			t.Fatal(err)
@@ -238,7 +227,7 @@ func TestAdoptPredecessor(t *testing.T) {
 		t.Fatalf("failed = %q", s.failed)
 	}
 	// Nothing taken before: nothing failed.
-	empty, _ := pinnedTemp(t)
+	empty, _ := dirtest.Pinned(t)
 	s = quietSidecar()
 	s.adoptPredecessor(empty)
 	if len(s.failed) != 0 {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
 	"io"
 	"log/slog"
 	"os"
@@ -26,7 +27,7 @@ const startExitWait = 5 * time.Second
 //     which a sidecar that runs reports as exit 1: its predecessor reported that, and
 //     exiting 1 again would have the kubelet restart it forever.
 func TestExitFileAtStartExitsZeroAtOnce(t *testing.T) {
-	dir, tmp := pinnedTemp(t)
+	dir, tmp := dirtest.Pinned(t)
 	if err := podfiles.WriteIn(dir, podfiles.Reason{Rule: "test-rule", Message: "workload done", WrittenAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
