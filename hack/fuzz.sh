@@ -6,9 +6,12 @@
 # the package's testdata/fuzz/<target>/: add it to the seed corpus with the fix.
 #   FUZZ_TIME=30s hack/fuzz.sh          every target, 30 s each
 #   hack/fuzz.sh ./pkg/webhook          the targets of one package
+#   FUZZ_PARALLEL=1 hack/fuzz.sh        one fuzzing worker (default: one per CPU)
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 FUZZ_TIME=${FUZZ_TIME:-10s}
+parallel=()
+if [ -n "${FUZZ_PARALLEL:-}" ]; then parallel=(-parallel "$FUZZ_PARALLEL"); fi
 pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
   mapfile -t pkgs < <(git grep -l '^func Fuzz[A-Z][A-Za-z0-9_]*(f \*testing.F)' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
@@ -21,7 +24,7 @@ for pkg in "${pkgs[@]}"; do
     corpus=$pkg/testdata/fuzz/$target
     before=$(ls "$corpus" 2>/dev/null | sort || true)
     out=$(mktemp)
-    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZ_TIME" "$pkg" 2>&1 | tee "$out"; [ "${PIPESTATUS[0]}" = 0 ]; then
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZ_TIME" "${parallel[@]}" "$pkg" 2>&1 | tee "$out"; [ "${PIPESTATUS[0]}" = 0 ]; then
       rm -f "$out"
       n=$((n + 1))
       continue

@@ -4,8 +4,8 @@
 # tests with the race detector (the release images for amd64 and arm64 among them, pushed to
 # a loopback registry and pulled back), the fuzz seeds, the integration tests (real
 # /dev/fuse mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node
-# suites among them, publish and unpublish included), then each fuzz target for 10 s
-# (hack/fuzz.sh) and, when present and not
+# suites among them, publish and unpublish included), each fuzz target for 10 s
+# (hack/fuzz.sh; behind the first e2e run's tests when those run) and, when present and not
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
 # of them on containerd 2.x with images under a repository other than the default, followed
 # by Kubernetes' own storage e2e suite against the driver (hack/conformance.sh, ~40 s warm;
@@ -66,9 +66,17 @@ bash hack/chart.sh
 step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
-# Beyond the seeds: each fuzz target for a bounded time (FUZZ_TIME, 10 s each).
-step "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh)"
-bash hack/fuzz.sh
+# Beyond the seeds: each fuzz target for a bounded time (FUZZ_TIME, 10 s each). Without the
+# e2e stage, here; with it, in the background at nice 19 with one fuzzing worker while the
+# first e2e run's tests leave the cores ~90% idle (its instrumented build is ~200 s of CPU
+# cold): in the foreground it kept the cluster's components, building at nice 19 behind it,
+# waiting. Its result is waited for, and fails the run, after that e2e run.
+fuzz_pid=
+fuzz_log=$GCSFUSE_CSI_CACHE/fuzz.log
+if [ "${SKIP_E2E:-0}" = 1 ] || [ ! -x hack/e2e.sh ]; then
+  step "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh)"
+  bash hack/fuzz.sh
+fi
 
 if [ -n "$cluster_build_pid" ]; then
   step "waiting for the background build of the cluster's components"
@@ -78,12 +86,20 @@ if [ -n "$cluster_build_pid" ]; then
 fi
 
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
+  step "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh) in the background at nice 19, one worker (log $fuzz_log)"
+  "${BACKGROUND[@]}" FUZZ_PARALLEL=1 bash hack/fuzz.sh >"$fuzz_log" 2>&1 &
+  fuzz_pid=$!
+  trap 'background_stop "$cluster_build_pid"; background_stop "$fuzz_pid"' EXIT
   # Under a repository and tag other than the default, as a team installing from its own
   # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
   # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
   # What the later stages build (e2e.test, the previous release) is built while the tests run.
   step "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
   IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_PREBUILD_PREVIOUS=1 bash hack/e2e.sh
+  step "waiting for the fuzz targets"
+  pid=$fuzz_pid
+  fuzz_pid=
+  background_wait "$pid" "$fuzz_log" "fuzzing"
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
   step "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
