@@ -150,7 +150,7 @@ func (l *ExitCoordinator) Follow(pod *corev1.Pod, why FollowWhy) bool {
 	if lifecycle.SidecarMode(pod) == "" {
 		return false
 	}
-	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: podGrace(pod)}, why)
+	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: lifecycle.AppliedGrace(pod)}, why)
 }
 
 func (l *ExitCoordinator) start(pod *corev1.Pod, t target, why FollowWhy) bool {
@@ -354,22 +354,6 @@ func apiTerminated(pod *corev1.Pod, name string) bool {
 		}
 	}
 	return false
-}
-
-// podGrace is the grace period the kubelet applies to a stopping pod: the deletion's
-// (kubectl delete --grace-period sets it), else the spec's, else Kubernetes' default.
-func podGrace(pod *corev1.Pod) time.Duration {
-	return time.Duration(graceSeconds(pod)) * time.Second
-}
-
-func graceSeconds(pod *corev1.Pod) int64 {
-	switch {
-	case pod.DeletionGracePeriodSeconds != nil:
-		return max(*pod.DeletionGracePeriodSeconds, 0)
-	case pod.Spec.TerminationGracePeriodSeconds != nil:
-		return max(*pod.Spec.TerminationGracePeriodSeconds, 0)
-	}
-	return contract.DefaultGraceSeconds
 }
 
 // Close stops following pods and waits for the followers, at most d.

@@ -224,7 +224,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return nil, nil, "", err
 	}
 	newVolumes, vols := sidecarVolumes(pod, u.vols)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), resources, vols)
+	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -693,7 +693,12 @@ func emptyDir(name string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 }
 
-func graceSeconds(pod *corev1.Pod) int64 {
+// specGraceSeconds is the pod spec's terminationGracePeriodSeconds, else Kubernetes' default:
+// the grace the injected sidecar is given (contract.EnvGraceSeconds) and uses when no
+// terminating file from the node plugin names the deletion's. Not
+// lifecycle.AppliedGraceSeconds, the grace the kubelet applies to a deletion, which only
+// exists once the pod is deleted.
+func specGraceSeconds(pod *corev1.Pod) int64 {
 	if pod.Spec.TerminationGracePeriodSeconds != nil {
 		return *pod.Spec.TerminationGracePeriodSeconds
 	}
