@@ -237,7 +237,7 @@ func waitOtherNativeSidecars(pod *corev1.Pod, d *Decision) bool {
 	}
 	for _, name := range OtherNativeSidecars(pod) {
 		// No status at all: never seen running (the API has not reported it yet, and the
-		// runtime view, withRuntimeStates, lists no container of that name).
+		// runtime view, WithRuntimeStates, lists no container of that name).
 		st := findStatus(pod.Status.InitContainerStatuses, name)
 		if st != nil && terminatedState(st, false) == nil {
 			d.Rule = RuleNativeSidecarRunning

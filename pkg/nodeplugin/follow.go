@@ -304,7 +304,7 @@ func evaluate(cs []containerexit.Container, t target, terminating bool) (done bo
 
 // release writes the exit file through requestExit, with a reason naming the containers.
 func (l *ExitCoordinator) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
-	latest := latestByName(cs)
+	latest := lifecycle.LatestAttempts(runtimeContainers(cs))
 	names := slices.Clone(t.names)
 	if t.allButSidecar {
 		for name := range latest {
