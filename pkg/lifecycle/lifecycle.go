@@ -189,8 +189,8 @@ func Decide(pod *corev1.Pod) Decision {
 }
 
 // SidecarUsers returns the user's own native sidecars that mount a gcsfuse volume, as the
-// webhook found them at admission (inline volumes and claims alike) and listed them in the
-// native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
+// webhook found them at admission (NativeSidecarUsers, inline volumes and claims alike) and
+// listed them in the native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
 // sidecars outlive every regular container, ours included, so nothing can wait for them).
 func SidecarUsers(pod *corev1.Pod) []string {
 	for i := range pod.Spec.InitContainers {
