@@ -1,8 +1,21 @@
-// Package lifecycle decides, from a pod object alone, whether the workload of a pod that
-// mounts GCS buckets through the gcsfuse sidecar is finished, so that the node plugin can tell
-// the sidecar to exit. Ending the sidecar too early loses data still being written through the
-// mount; ending it too late keeps a Job's pod Running forever. The rules live here, free of
-// I/O, so they can be tested exhaustively and reused by every caller that sees a pod.
+// Package lifecycle holds the rules of the gcsfuse sidecar's lifecycle, free of I/O, so
+// that they can be tested exhaustively and reused by every caller: the node plugin and the
+// webhook call them and keep only the effects (reading the API, the runtime and files,
+// writing files, logs, Events, metrics). Ending the sidecar too early loses data still being
+// written through the mount; ending it too late keeps a Job's pod Running forever.
+//
+//   - when the workload is done: Decide, on the API's statuses or on the runtime's view of
+//     them (WithRuntimeStates);
+//   - who uses the mounts: MountUsers, WorkloadContainers, RegularInitContainers,
+//     SidecarUsers, and at admission InitContainerUsers and NativeSidecarUsers;
+//   - when a stopping pod must be followed in the runtime, and when its follower may release
+//     it: NeedsRuntimeFollow, FollowVerdict, ReleaseConfirmation; for how long:
+//     AppliedGraceSeconds;
+//   - whether a sidecar has ended for good (SidecarGone) or failed (SidecarFailure), and
+//     whether a native pod's init phase is over (InitContainersSucceeded).
+//
+// The sidecar's own rules (what a SIGTERM means, when a drain ends) are in
+// lifecycle/sidecarrule, which the sidecar links without the Kubernetes types.
 package lifecycle
 
 import (
@@ -189,8 +202,8 @@ func Decide(pod *corev1.Pod) Decision {
 }
 
 // SidecarUsers returns the user's own native sidecars that mount a gcsfuse volume, as the
-// webhook found them at admission (inline volumes and claims alike) and listed them in the
-// native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
+// webhook found them at admission (NativeSidecarUsers, inline volumes and claims alike) and
+// listed them in the native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
 // sidecars outlive every regular container, ours included, so nothing can wait for them).
 func SidecarUsers(pod *corev1.Pod) []string {
 	for i := range pod.Spec.InitContainers {
@@ -237,7 +250,7 @@ func waitOtherNativeSidecars(pod *corev1.Pod, d *Decision) bool {
 	}
 	for _, name := range OtherNativeSidecars(pod) {
 		// No status at all: never seen running (the API has not reported it yet, and the
-		// runtime view, withRuntimeStates, lists no container of that name).
+		// runtime view, WithRuntimeStates, lists no container of that name).
 		st := findStatus(pod.Status.InitContainerStatuses, name)
 		if st != nil && terminatedState(st, false) == nil {
 			d.Rule = RuleNativeSidecarRunning

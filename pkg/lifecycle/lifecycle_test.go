@@ -163,10 +163,10 @@ func TestDecide(t *testing.T) {
 			wantRule: RuleOnFailureWillRestart, wantMode: contract.ModeLegacy,
 		},
 		{
-			// The runtime view (nodeplugin.withRuntimeStates) gives -1 for an exit code the
+			// The runtime view (WithRuntimeStates) gives UnknownExitCode for an exit code the
 			// runtime could not give: it may have failed, so the kubelet may restart it.
 			name:     "OnFailure: unknown exit code (-1) will be restarted",
-			pod:      legacyPod([]string{"a"}, restart(corev1.RestartPolicyOnFailure), statuses(terminated("a", -1, t1), sc)),
+			pod:      legacyPod([]string{"a"}, restart(corev1.RestartPolicyOnFailure), statuses(terminated("a", UnknownExitCode, t1), sc)),
 			wantRule: RuleOnFailureWillRestart, wantMode: contract.ModeLegacy,
 		},
 		{

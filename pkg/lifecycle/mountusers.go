@@ -32,6 +32,43 @@ func RegularInitContainers(pod *corev1.Pod) []string {
 	return names
 }
 
+// InitContainerUsers returns, in order, the regular (run-to-completion) init containers in
+// after, the init containers that start after a native sidecar, that mount one of the
+// driver's volumes (mounts says which do; the webhook resolves claims for it). The webhook
+// gives them to the sidecar at admission in contract.EnvInitContainers: the sidecar keeps
+// serving them when the pod is deleted during its init phase (sidecarrule.DrainDecision).
+func InitContainerUsers(after []corev1.Container, mounts func(corev1.Container) bool) []string {
+	var users []string
+	for _, c := range after {
+		if !restartable(c) && mounts(c) {
+			users = append(users, c.Name)
+		}
+	}
+	return users
+}
+
+// NativeSidecarUsers returns, in order, the user's own native sidecars (restartPolicy:
+// Always, not ours) in after that mount one of the driver's volumes (mounts says which do).
+// The webhook gives them to the sidecar at admission in contract.EnvSidecarUsers, which
+// SidecarUsers reads back: the kubelet stops native sidecars in reverse order after the
+// regular containers, so these stop before ours, and the workload is done only once they
+// have exited (a log shipper flushing its last object into the bucket on SIGTERM).
+func NativeSidecarUsers(after []corev1.Container, mounts func(corev1.Container) bool) []string {
+	var users []string
+	for _, c := range after {
+		if restartable(c) && c.Name != contract.SidecarContainerName && mounts(c) {
+			users = append(users, c.Name)
+		}
+	}
+	return users
+}
+
+// restartable reports whether an init container is a native sidecar (restartPolicy:
+// Always), which keeps running alongside the next containers instead of completing.
+func restartable(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
 // MountUsers returns the names of the containers whose exit the sidecar must wait for when
 // the pod stops: for a legacy sidecar the workload containers (its init containers ran
 // before the sidecar could serve); for a native sidecar also the regular init containers,

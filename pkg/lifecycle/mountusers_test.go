@@ -102,3 +102,45 @@ func TestNeedsRuntimeFollow(t *testing.T) {
 		})
 	}
 }
+
+// The webhook's classification of the init containers after a native sidecar: regular ones
+// that mount a volume of the driver go in contract.EnvInitContainers, the user's native
+// sidecars that do in contract.EnvSidecarUsers; order kept, ours never counted.
+func TestInitContainerAndNativeSidecarUsers(t *testing.T) {
+	always, never := corev1.ContainerRestartPolicyAlways, corev1.ContainerRestartPolicy("Never")
+	c := func(name string, policy *corev1.ContainerRestartPolicy, vols ...string) corev1.Container {
+		ct := corev1.Container{Name: name, RestartPolicy: policy}
+		for _, v := range vols {
+			ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: v})
+		}
+		return ct
+	}
+	// mounts: the driver's volumes are "data" and "claimed".
+	mounts := func(ct corev1.Container) bool {
+		return slices.ContainsFunc(ct.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "data" || m.Name == "claimed" })
+	}
+	tests := []struct {
+		name           string
+		after          []corev1.Container
+		init, sidecars []string
+	}{
+		{"none", nil, nil, nil},
+		{"regular and native users, in order, among others",
+			[]corev1.Container{c("warmup", nil, "data"), c("logship", &always, "data"), c("proxy", &always, "scratch"), c("index", nil, "scratch", "claimed"),
+				c("plain", nil), c("uploader", &always, "claimed")},
+			[]string{"warmup", "index"}, []string{"logship", "uploader"}},
+		{"a restartPolicy other than Always is a regular init container", []corev1.Container{c("odd", &never, "data")}, []string{"odd"}, nil},
+		{"ours is not a user of itself", []corev1.Container{c(contract.SidecarContainerName, &always, "data")}, nil, nil},
+		{"nothing mounts the driver's volumes", []corev1.Container{c("a", nil, "scratch"), c("b", &always)}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := InitContainerUsers(tt.after, mounts); !slices.Equal(got, tt.init) {
+				t.Errorf("InitContainerUsers = %q, want %q", got, tt.init)
+			}
+			if got := NativeSidecarUsers(tt.after, mounts); !slices.Equal(got, tt.sidecars) {
+				t.Errorf("NativeSidecarUsers = %q, want %q", got, tt.sidecars)
+			}
+		})
+	}
+}

@@ -107,7 +107,7 @@ func (l *ExitCoordinator) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
 // caller's goroutine: it is a small local write, and the common case needs no goroutine.
 func (l *ExitCoordinator) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
 	log := l.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule, "mode", d.Mode)
-	if sidecarGone(pod) {
+	if lifecycle.SidecarGone(pod) {
 		log.Info("workload done; the sidecar has already ended, nothing to tell")
 		return
 	}

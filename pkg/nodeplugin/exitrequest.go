@@ -147,31 +147,6 @@ func (l *ExitCoordinator) tryExit(pod *corev1.Pod, d lifecycle.Decision) (exitOu
 	return exitWritten, nil
 }
 
-// sidecarGone reports whether pod's status shows a sidecar that has ended for good: it
-// terminated and the kubelet will not start it again (the pod is being deleted or has
-// reached a final phase, its restartPolicy is Never, or OnFailure after a clean exit). Such a
-// sidecar needs no exit
-// file, and a restarted node plugin, which reports done pods again, must not complain that
-// it cannot tell it: its emptyDir is usually gone with it.
-func sidecarGone(pod *corev1.Pod) bool {
-	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
-		for i := range statuses {
-			t := statuses[i].State.Terminated
-			if statuses[i].Name != contract.SidecarContainerName || t == nil {
-				continue
-			}
-			switch {
-			case pod.DeletionTimestamp != nil, pod.Spec.RestartPolicy == corev1.RestartPolicyNever,
-				pod.Status.Phase == corev1.PodSucceeded, pod.Status.Phase == corev1.PodFailed:
-				return true
-			case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && t.ExitCode == 0:
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // askAPI asks the API server whether the pod's sidecar is gone: the pod no longer exists
 // (or its name now belongs to another pod), or its status shows the sidecar ended for good.
 // known is false when the API could not answer (no client, unreachable, timeout).
@@ -190,7 +165,7 @@ func (l *ExitCoordinator) askAPI(ctx context.Context, pod *corev1.Pod, timeout t
 	}
 	for i := range list.Items {
 		if cur := &list.Items[i]; cur.Name == pod.Name && cur.UID == pod.UID {
-			return sidecarGone(cur), true
+			return lifecycle.SidecarGone(cur), true
 		}
 	}
 	return true, true // gone, or its name now belongs to another pod

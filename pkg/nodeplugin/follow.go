@@ -20,10 +20,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
-// RuleRuntimeContainersExited is the exit file's rule when the container runtime, not the
-// API, showed that every container that can use a stopping pod's mounts has exited.
-const RuleRuntimeContainersExited lifecycle.Rule = "runtime-containers-exited"
-
 // Why a pod is followed: the trigger, in logs and as a metric label.
 type FollowWhy string
 
@@ -40,12 +36,9 @@ const (
 // costs no runtime call; it looks on every change the watch reports, and every interval.
 const (
 	// FollowPollInterval is how often a followed pod's containers are looked at without a
-	// change, and the least time between the two looks that release a pod.
-	FollowPollInterval = 100 * time.Millisecond
-	// followConfirmPolls is how many consecutive polls must find nothing running before the
-	// sidecar is released, so a container the kubelet is creating at that very moment
-	// (listed only once created) is seen before the mounts go away.
-	followConfirmPolls = 2
+	// change: the least time between the looks that release a pod (lifecycle.ReleaseGap),
+	// so that a pod no change wakes for is released after ReleaseLooks polls.
+	FollowPollInterval = lifecycle.ReleaseGap
 	// followMargin is added to the pod's grace period to bound a follow: by then the
 	// kubelet has SIGKILLed every container, and the sidecar has reached its drain deadline.
 	followMargin = 5 * time.Second
@@ -150,7 +143,7 @@ func (l *ExitCoordinator) Follow(pod *corev1.Pod, why FollowWhy) bool {
 	if lifecycle.SidecarMode(pod) == "" {
 		return false
 	}
-	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: podGrace(pod)}, why)
+	return l.start(pod, target{pod: pod, names: lifecycle.MountUsers(pod), grace: lifecycle.AppliedGrace(pod)}, why)
 }
 
 func (l *ExitCoordinator) start(pod *corev1.Pod, t target, why FollowWhy) bool {
@@ -216,37 +209,30 @@ func (l *ExitCoordinator) follow(parent context.Context, f *follower, t target, 
 	tick := time.NewTicker(FollowPollInterval)
 	defer tick.Stop()
 
-	confirmed := 0
-	var doneSince time.Time
+	var confirm lifecycle.ReleaseConfirmation
 	waitingFor, lastErr := "", ""
 	for {
 		cs, err := l.Runtime.PodContainers(ctx, string(t.pod.UID))
 		switch {
 		case err != nil:
-			confirmed = 0
+			confirm.Reset()
 			if msg := err.Error(); msg != lastErr && ctx.Err() == nil {
 				log.Warn("cannot list the pod's containers; retrying", "err", err)
 				lastErr = msg
 			}
 		default:
 			lastErr = ""
-			done, awaited := evaluate(cs, t, f.terminating.Load())
+			done, awaited := lifecycle.FollowVerdict(lifecycle.FollowLook{Pod: t.pod, Followed: t.names, AllButSidecar: t.allButSidecar,
+				Terminating: f.terminating.Load(), Listed: runtimeContainers(cs)})
+			release, doneSince := confirm.Look(done, time.Now())
 			if !done {
-				confirmed, doneSince = 0, time.Time{}
 				if awaited != waitingFor {
 					log.Debug("waiting for containers", "for", awaited)
 					waitingFor = awaited
 				}
 				break
 			}
-			if confirmed == 0 {
-				doneSince = time.Now()
-			}
-			confirmed++
-			// Two looks, at least a poll interval apart: a wake-up from the runtime watch
-			// may come right after a look, and a container the kubelet creates at that
-			// moment must still be seen.
-			if confirmed >= followConfirmPolls && time.Since(doneSince) >= FollowPollInterval {
+			if release {
 				l.release(parent, t, cs, doneSince, log)
 				log.Info("stopped following the pod: containers exited", "result", followReleased,
 					"durationMs", time.Since(start).Milliseconds())
@@ -269,42 +255,9 @@ func (l *ExitCoordinator) follow(parent context.Context, f *follower, t target, 
 	}
 }
 
-// evaluate decides from one listing whether no container that can use the mounts may run
-// any more. Not done: the runtime lists no container of the pod at all (a runtime that does
-// not know the pod yet, or the wrong runtime, must not release it); a followed container is
-// created, running or unknown; or a followed container is not in the runtime while it may
-// still be started: the kubelet is not known to be stopping the pod and the API does not
-// show it terminated. awaited says what the follower waits for.
-func evaluate(cs []containerexit.Container, t target, terminating bool) (done bool, awaited string) {
-	if len(cs) == 0 {
-		return false, "the runtime lists no container of the pod"
-	}
-	followed := func(name string) bool {
-		if t.allButSidecar {
-			return name != contract.SidecarContainerName
-		}
-		return slices.Contains(t.names, name)
-	}
-	present := map[string]bool{}
-	for _, c := range cs {
-		present[c.Name] = true
-		if followed(c.Name) && c.State.Active() {
-			return false, fmt.Sprintf("container %q is %s", c.Name, c.State)
-		}
-	}
-	if !t.allButSidecar && !terminating {
-		for _, name := range t.names {
-			if !present[name] && !apiTerminated(t.pod, name) {
-				return false, fmt.Sprintf("container %q is not in the runtime yet", name)
-			}
-		}
-	}
-	return true, ""
-}
-
 // release writes the exit file through requestExit, with a reason naming the containers.
 func (l *ExitCoordinator) release(parent context.Context, t target, cs []containerexit.Container, doneSince time.Time, log *slog.Logger) {
-	latest := latestByName(cs)
+	latest := lifecycle.LatestAttempts(runtimeContainers(cs))
 	names := slices.Clone(t.names)
 	if t.allButSidecar {
 		for name := range latest {
@@ -336,40 +289,9 @@ func (l *ExitCoordinator) release(parent context.Context, t target, cs []contain
 		reason += ": " + strings.Join(parts, ", ")
 	}
 	l.requestExit(t.pod, lifecycle.Decision{
-		Done: true, Mode: lifecycle.SidecarMode(t.pod), Rule: RuleRuntimeContainersExited,
+		Done: true, Mode: lifecycle.SidecarMode(t.pod), Rule: lifecycle.RuleRuntimeContainersExited,
 		Reason: reason, WorkloadFinishedAt: doneSince,
 	})
-}
-
-// apiTerminated reports whether the API status shows the container finished for good: the
-// pod is stopping, so a container waiting after having run will not run again.
-func apiTerminated(pod *corev1.Pod, name string) bool {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
-		for i := range list {
-			if list[i].Name != name {
-				continue
-			}
-			st := &list[i]
-			return st.State.Terminated != nil || (st.State.Waiting != nil && st.LastTerminationState.Terminated != nil)
-		}
-	}
-	return false
-}
-
-// podGrace is the grace period the kubelet applies to a stopping pod: the deletion's
-// (kubectl delete --grace-period sets it), else the spec's, else Kubernetes' default.
-func podGrace(pod *corev1.Pod) time.Duration {
-	return time.Duration(graceSeconds(pod)) * time.Second
-}
-
-func graceSeconds(pod *corev1.Pod) int64 {
-	switch {
-	case pod.DeletionGracePeriodSeconds != nil:
-		return max(*pod.DeletionGracePeriodSeconds, 0)
-	case pod.Spec.TerminationGracePeriodSeconds != nil:
-		return max(*pod.Spec.TerminationGracePeriodSeconds, 0)
-	}
-	return contract.DefaultGraceSeconds
 }
 
 // Close stops following pods and waits for the followers, at most d.

@@ -257,8 +257,8 @@ func TestDeletedPodWithoutContainerIDsIsHeldUntilTheAppExits(t *testing.T) {
 	if took > releaseBound {
 		t.Errorf("released %s after the app exited, want within %s", took, releaseBound)
 	}
-	if r.Rule != string(RuleRuntimeContainersExited) || !strings.Contains(r.Message, "app (exit 0)") {
-		t.Errorf("exit reason = %+v, want rule %s naming app (exit 0)", r, RuleRuntimeContainersExited)
+	if r.Rule != string(lifecycle.RuleRuntimeContainersExited) || !strings.Contains(r.Message, "app (exit 0)") {
+		t.Errorf("exit reason = %+v, want rule %s naming app (exit 0)", r, lifecycle.RuleRuntimeContainersExited)
 	}
 	polls := int(time.Since(start)/FollowPollInterval) + 2
 	if n := e.rt.Calls("ListContainers"); n > polls {

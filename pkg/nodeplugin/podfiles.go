@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -17,7 +18,7 @@ import (
 // (podwatch.DeletionHandler): a draining sidecar serves until the grace the kubelet applies,
 // which kubectl delete --grace-period can make shorter or longer than the spec's.
 func (l *ExitCoordinator) PodDeleting(pod *corev1.Pod) {
-	t := podfiles.Terminating{GraceSeconds: graceSeconds(pod)}
+	t := podfiles.Terminating{GraceSeconds: lifecycle.AppliedGraceSeconds(pod)}
 	if pod.DeletionTimestamp != nil {
 		t.DeletionTimestamp = pod.DeletionTimestamp.Time
 	}

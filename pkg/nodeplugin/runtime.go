@@ -3,23 +3,16 @@ package nodeplugin
 import (
 	"cmp"
 	"context"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
-
-// unknownExitCode stands for an exit code the runtime could not give: under restartPolicy
-// OnFailure it counts as a failure, so the sidecar is not released for a container that
-// may be restarted.
-const unknownExitCode = -1
 
 // runtimeDoneMemory is how long a pod released from the runtime's view is remembered, so
 // that the later changes of its containers (the sidecar's exit, removals) do not ask again.
@@ -116,7 +109,7 @@ func (l *ExitCoordinator) decideFromRuntime(ctx context.Context, uid types.UID) 
 		l.Log.Debug("no runtime view of the pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return
 	}
-	view := l.withRuntimeStates(ctx, pod, cs)
+	view := l.runtimeView(ctx, pod, cs)
 	d := lifecycle.Decide(view)
 	if !d.Done {
 		return
@@ -130,58 +123,32 @@ func (l *ExitCoordinator) decideFromRuntime(ctx context.Context, uid types.UID) 
 	l.requestExit(view, d)
 }
 
-// withRuntimeStates returns a copy of pod whose workload containers' statuses, and those of
-// the pod's other native sidecars (lifecycle.OtherNativeSidecars), are replaced by
-// their latest runtime containers (highest attempt): exited ones as terminated, with the
-// exit code and time the runtime gives, every other state as running. A container the
-// runtime does not list keeps its API status (not created yet, or already removed). The
-// sidecar's own status is left as the API has it.
-func (l *ExitCoordinator) withRuntimeStates(ctx context.Context, pod *corev1.Pod, cs []containerexit.Container) *corev1.Pod {
-	latest := latestByName(cs)
-	view := pod.DeepCopy()
-	for _, set := range []struct {
-		names    []string
-		statuses *[]corev1.ContainerStatus
-	}{
-		{lifecycle.WorkloadContainers(pod), &view.Status.ContainerStatuses},
-		{lifecycle.OtherNativeSidecars(pod), &view.Status.InitContainerStatuses},
-	} {
-		for _, name := range set.names {
-			c, ok := latest[name]
-			if !ok {
-				continue
-			}
-			st := corev1.ContainerStatus{Name: name, ContainerID: "cri://" + c.ID, RestartCount: int32(c.Attempt)}
-			switch c.State {
-			case containerexit.StateExited:
-				code, finished := l.exitOf(ctx, c)
-				st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(finished)}
-			default:
-				st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.CreatedAt)}
-			}
-			list := *set.statuses
-			i := slices.IndexFunc(list, func(s corev1.ContainerStatus) bool { return s.Name == name })
-			if i < 0 {
-				*set.statuses = append(list, st)
-				continue
-			}
-			st.LastTerminationState = list[i].LastTerminationState
-			list[i] = st
+// runtimeView is pod as lifecycle.WithRuntimeStates shows it from the runtime's listing cs,
+// once the exit codes the listing lacks have been asked of the runtime (exitOf), for the
+// containers the view takes from the runtime only.
+func (l *ExitCoordinator) runtimeView(ctx context.Context, pod *corev1.Pod, cs []containerexit.Container) *corev1.Pod {
+	latest := lifecycle.LatestAttempts(runtimeContainers(cs))
+	for _, name := range lifecycle.RuntimeViewContainers(pod) {
+		if c, ok := latest[name]; ok && c.Exited {
+			c.ExitCode, c.FinishedAt = l.exitOf(ctx, c)
+			c.ExitKnown = true
+			latest[name] = c
 		}
 	}
-	return view
+	return lifecycle.WithRuntimeStates(pod, latest)
 }
 
 // exitOf returns an exited container's exit code and finish time, asking the runtime when
-// its listing did not carry them.
-func (l *ExitCoordinator) exitOf(ctx context.Context, c containerexit.Container) (int32, time.Time) {
+// its listing did not carry them: lifecycle.UnknownExitCode when the runtime cannot give the
+// code, now when it gives no time.
+func (l *ExitCoordinator) exitOf(ctx context.Context, c lifecycle.RuntimeContainer) (int32, time.Time) {
 	if !c.ExitKnown {
 		st, err := l.Runtime.Status(ctx, c.ID)
 		if err != nil || !st.ExitKnown {
 			l.Log.Debug("no exit code from the runtime; counted as a failure", "container", c.Name, "err", err)
-			return unknownExitCode, cmp.Or(c.FinishedAt, time.Now())
+			return lifecycle.UnknownExitCode, cmp.Or(c.FinishedAt, time.Now())
 		}
-		c = st
+		c = runtimeContainer(st)
 	}
 	if c.FinishedAt.IsZero() {
 		return c.ExitCode, time.Now()
@@ -189,13 +156,17 @@ func (l *ExitCoordinator) exitOf(ctx context.Context, c containerexit.Container)
 	return c.ExitCode, c.FinishedAt
 }
 
-// latestByName keeps, per container name, the latest attempt.
-func latestByName(cs []containerexit.Container) map[string]containerexit.Container {
-	latest := map[string]containerexit.Container{}
-	for _, c := range cs {
-		if p, ok := latest[c.Name]; !ok || c.Attempt > p.Attempt || (c.Attempt == p.Attempt && c.CreatedAt.After(p.CreatedAt)) {
-			latest[c.Name] = c
-		}
+// runtimeContainer is c as the lifecycle rules take it.
+func runtimeContainer(c containerexit.Container) lifecycle.RuntimeContainer {
+	return lifecycle.RuntimeContainer{Name: c.Name, ID: c.ID, Attempt: c.Attempt, State: c.State.String(), Exited: !c.State.Active(),
+		CreatedAt: c.CreatedAt, ExitCode: c.ExitCode, ExitKnown: c.ExitKnown, FinishedAt: c.FinishedAt}
+}
+
+// runtimeContainers is cs as the lifecycle rules take them.
+func runtimeContainers(cs []containerexit.Container) []lifecycle.RuntimeContainer {
+	out := make([]lifecycle.RuntimeContainer, len(cs))
+	for i, c := range cs {
+		out[i] = runtimeContainer(c)
 	}
-	return latest
+	return out
 }

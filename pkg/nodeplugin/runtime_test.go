@@ -216,7 +216,7 @@ func (r *exitUnknownRuntime) calls() int {
 
 // TestRuntimeUnknownExitCodeKeepsTheSidecarUnderOnFailure guards the rule that a workload
 // container the runtime shows exited, with an exit code it cannot give, is not done under
-// restartPolicy OnFailure: the runtime view counts it as exit code -1 (unknownExitCode), a
+// restartPolicy OnFailure: the runtime view counts it as exit code -1 (lifecycle.UnknownExitCode), a
 // failure, which the kubelet restarts. The sidecar is told only once the code is known to
 // be 0.
 func TestRuntimeUnknownExitCodeKeepsTheSidecarUnderOnFailure(t *testing.T) {
@@ -252,5 +252,22 @@ func TestRuntimeUnknownExitCodeKeepsTheSidecarUnderOnFailure(t *testing.T) {
 	}
 	if r, _ := e.waitExit("job", 0); r.Rule != string(lifecycle.RuleOnFailureAllSucceeded) {
 		t.Fatalf("released with rule %q, want %q", r.Rule, lifecycle.RuleOnFailureAllSucceeded)
+	}
+}
+
+// The lifecycle rules see a runtime container as the runtime listed it: only an exited one
+// is exited (created and unknown may still use the mounts), and its state keeps the
+// runtime's words, which the follower's reasons quote.
+func TestRuntimeContainerAsTheRulesSeeIt(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, s := range []containerexit.State{containerexit.StateCreated, containerexit.StateRunning, containerexit.StateExited, containerexit.StateUnknown} {
+		c := containerexit.Container{ID: "id", PodUID: "p", Name: "app", Attempt: 2, State: s, CreatedAt: at,
+			ExitCode: 3, ExitKnown: true, FinishedAt: at.Add(time.Second)}
+		got := runtimeContainer(c)
+		want := lifecycle.RuntimeContainer{Name: "app", ID: "id", Attempt: 2, State: s.String(), Exited: s == containerexit.StateExited,
+			CreatedAt: at, ExitCode: 3, ExitKnown: true, FinishedAt: at.Add(time.Second)}
+		if got != want {
+			t.Errorf("runtimeContainer(%s) = %+v, want %+v", s, got, want)
+		}
 	}
 }

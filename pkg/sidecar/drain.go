@@ -3,32 +3,16 @@ package sidecar
 import (
 	"errors"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
-// minKubeletGrace is the shortest grace the kubelet gives a container it stops, whatever
-// the pod or the deletion asks for: a drain lasts at least that long.
-const minKubeletGrace = 2 * time.Second
-
-// Grace sources, for logs.
-const (
-	graceFromFile = "terminating file"
-	graceFromSpec = "pod spec"
-)
-
-// shouldDrain decides what a SIGTERM means, and says why for the log.
-//
-// Draining keeps every mount serving until the node plugin's exit file says the containers
-// that use them have exited. It is needed whenever the SIGTERM may reach those containers
-// at the same moment: always for a legacy sidecar (a regular container, stopped with the
-// app), and for a native sidecar while regular init containers that mount a volume may
-// still run (the kubelet stops them with the sidecars when the pod is deleted during its
-// init phase). Otherwise the kubelet signals a native sidecar only after every container
-// that could use the mounts has exited: stopping at once is safe and costs nothing.
+// shouldDrain decides what a SIGTERM means (sidecarrule.DrainDecision), and says why for
+// the log. It reads what the rule needs: the number of serving volumes and, for a native
+// sidecar with init containers that mount a volume, the node plugin's init-done file.
 func (s *Sidecar) shouldDrain(tmp *os.File) (bool, string) {
 	s.mu.Lock()
 	serving := len(s.volumes)
@@ -41,38 +25,18 @@ func (s *Sidecar) shouldDrain(tmp *os.File) (bool, string) {
 		}
 		initDone = ok
 	}
-	return drainDecision(s.cfg, serving, initDone)
+	return sidecarrule.DrainDecision(sidecarrule.DrainInputs{Enabled: s.cfg.Drain, Mode: s.cfg.Mode, Serving: serving,
+		InitContainers: s.cfg.InitContainers, InitDone: initDone})
 }
 
-// drainDecision is shouldDrain's rule, on plain inputs.
-func drainDecision(cfg Config, serving int, initDone bool) (bool, string) {
-	switch {
-	case !cfg.Drain:
-		return false, "draining disabled (--drain=false)"
-	case serving == 0:
-		return false, "no volume is serving: nothing to drain"
-	case cfg.Mode != contract.ModeNative:
-		return true, "legacy sidecar: the app got the same SIGTERM and may still write"
-	case len(cfg.InitContainers) > 0 && !initDone:
-		return true, "native sidecar during the init phase: init containers " + strings.Join(cfg.InitContainers, ",") + " may still use the mounts"
-	case len(cfg.InitContainers) > 0:
-		return false, "native sidecar: init phase over and the kubelet signals sidecars after the regular containers exited"
+// deletionGrace is the deletion's grace from the node plugin's terminating file, as
+// sidecarrule.StopGrace takes it: nil without one.
+func deletionGrace(term *podfiles.Terminating) *time.Duration {
+	if term == nil {
+		return nil
 	}
-	return false, "native sidecar: the kubelet signals sidecars after the regular containers exited"
-}
-
-// drainDeadline returns when a drain started by a SIGTERM at sigterm ends without the exit
-// file, the grace it used and where that grace came from. It is exactly when the kubelet
-// kills the app, with no margin: a mount must never stop serving while the app may still
-// run. The grace is the deletion's (from the node plugin's terminating file, term) when
-// known, else the pod spec's, and never under the kubelet's minimum.
-func drainDeadline(sigterm time.Time, spec time.Duration, term *podfiles.Terminating) (time.Time, time.Duration, string) {
-	grace, source := spec, graceFromSpec
-	if term != nil {
-		grace, source = term.Grace(), graceFromFile
-	}
-	grace = max(grace, minKubeletGrace)
-	return sigterm.Add(grace), grace, source
+	g := term.Grace()
+	return &g
 }
 
 // readTerminating reads the node plugin's terminating file; a missing one is an ordinary

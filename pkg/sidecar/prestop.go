@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
@@ -34,14 +35,14 @@ func WaitExit(ctx context.Context, tmpDir string, specGrace time.Duration, log *
 		return fmt.Errorf("preStop: open %s: %w", tmpDir, err)
 	}
 	defer dir.Close()
-	grace, source := specGrace, graceFromSpec
+	var term *podfiles.Terminating
 	if t, err := podfiles.ReadTerminating(dir); err == nil {
-		grace, source = t.Grace(), graceFromFile
+		term = &t
 	} else if !errors.Is(err, os.ErrNotExist) {
 		log.Warn("preStop: terminating file unreadable; using the pod spec's grace", "err", err)
 	}
-	grace = max(grace, minKubeletGrace)
-	log.Info("preStop: serving until the containers that use the mounts have exited", "grace", grace, "graceFrom", source)
+	grace, source := sidecarrule.StopGrace(specGrace, deletionGrace(term))
+	log.Info("preStop: serving until the containers that use the mounts have exited", "grace", grace, "graceFrom", string(source))
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
 	tick := time.NewTicker(preStopPoll)

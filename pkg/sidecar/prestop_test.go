@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -57,7 +58,7 @@ func TestWaitExit(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "terminating file") {
 			t.Fatalf("err %v, want one naming the grace's source", err)
 		}
-		if took < minKubeletGrace || took > minKubeletGrace+time.Second {
+		if took < sidecarrule.MinKubeletGrace || took > sidecarrule.MinKubeletGrace+time.Second {
 			t.Fatalf("returned after %s, want the 2 s minimum (the deletion asked 1 s)", took)
 		}
 	})

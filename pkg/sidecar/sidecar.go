@@ -33,6 +33,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
@@ -290,9 +291,9 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 					case err == nil:
 						// The node plugin saw the deletion after our SIGTERM: its grace, not the
 						// spec's, is when the kubelet kills the app.
-						d, grace, source := drainDeadline(sigterm, s.cfg.Grace, &t)
+						d, grace, source := sidecarrule.DrainDeadline(sigterm, s.cfg.Grace, deletionGrace(&t))
 						drain.Reset(time.Until(d))
-						s.log.Info("drain deadline moved", "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+						s.log.Info("drain deadline moved", "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", string(source))
 					}
 				case ev.Dir == handoffPath && handoffDir != nil:
 					s.attach(ctx, handoffDir, ev.Name)
@@ -315,9 +316,9 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			if t, err := s.readTerminating(tmpDir); err == nil {
 				term = &t
 			}
-			d, grace, source := drainDeadline(sigterm, s.cfg.Grace, term)
+			d, grace, source := sidecarrule.DrainDeadline(sigterm, s.cfg.Grace, deletionGrace(term))
 			s.log.Info("signal: keep serving until the workload is done", "signal", sig.String(), "mode", s.cfg.Mode,
-				"draining", true, "why", why, "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", source)
+				"draining", true, "why", why, "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", string(source))
 			drain = time.NewTimer(time.Until(d))
 			drainC = drain.C
 			s.startDrain()

@@ -13,65 +13,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
-
-// The drain ends exactly when the kubelet would kill the app (no margin), from the
-// deletion's grace when the node plugin wrote it, else the spec's, never under 2 s.
-func TestDrainDeadline(t *testing.T) {
-	sig := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	term := func(n int64) *podfiles.Terminating { return &podfiles.Terminating{GraceSeconds: n} }
-	for _, tt := range []struct {
-		name   string
-		spec   time.Duration
-		term   *podfiles.Terminating
-		want   time.Duration
-		source string
-	}{
-		{"spec grace, no file", 30 * time.Second, nil, 30 * time.Second, graceFromSpec},
-		{"longer deletion grace", 2 * time.Second, term(45), 45 * time.Second, graceFromFile},
-		{"shorter deletion grace", 30 * time.Second, term(5), 5 * time.Second, graceFromFile},
-		{"force delete: the kubelet still gives 2 s", 30 * time.Second, term(0), 2 * time.Second, graceFromFile},
-		{"spec under the kubelet minimum", time.Second, nil, 2 * time.Second, graceFromSpec},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			d, grace, source := drainDeadline(sig, tt.spec, tt.term)
-			if !d.Equal(sig.Add(tt.want)) || grace != tt.want || source != tt.source {
-				t.Fatalf("drainDeadline = %s after SIGTERM, grace %s from %q; want %s from %q", d.Sub(sig), grace, source, tt.want, tt.source)
-			}
-		})
-	}
-}
-
-func TestDrainDecision(t *testing.T) {
-	native := Config{Mode: contract.ModeNative, Drain: true}
-	nativeInit := Config{Mode: contract.ModeNative, Drain: true, InitContainers: []string{"prep", "load"}}
-	legacy := Config{Mode: contract.ModeLegacy, Drain: true}
-	for _, tt := range []struct {
-		name     string
-		cfg      Config
-		serving  int
-		initDone bool
-		drain    bool
-		why      string
-	}{
-		{"legacy drains", legacy, 1, false, true, "legacy"},
-		{"legacy with nothing serving stops", legacy, 0, false, false, "nothing to drain"},
-		{"native stops at once", native, 2, false, false, "native"},
-		{"native with init containers drains", nativeInit, 1, false, true, "prep,load"},
-		{"native after the init phase stops", nativeInit, 1, true, false, "init phase over"},
-		{"native with init containers but nothing serving stops", nativeInit, 0, false, false, "nothing to drain"},
-		{"drain disabled: legacy stops", Config{Mode: contract.ModeLegacy}, 1, false, false, "disabled"},
-		{"drain disabled: native in init phase stops", Config{Mode: contract.ModeNative, InitContainers: []string{"x"}}, 1, false, false, "disabled"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			drain, why := drainDecision(tt.cfg, tt.serving, tt.initDone)
-			if drain != tt.drain || !strings.Contains(why, tt.why) {
-				t.Fatalf("drainDecision = %v %q; want %v and a reason containing %q", drain, why, tt.drain, tt.why)
-			}
-		})
-	}
-}
 
 func TestGcsfuseArgs(t *testing.T) {
 	v := &handoff.Volume{Bucket: "bkt", Flags: []string{"--implicit-dirs", "--file-cache-max-size-mb=100"}, Endpoint: "http://e/storage/v1/"}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
 // istioProxyName is the container name of Istio's proxy. In legacy mode the sidecar goes
@@ -224,7 +225,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return nil, nil, "", err
 	}
 	newVolumes, vols := sidecarVolumes(pod, u.vols)
-	sidecar := buildSidecar(image, mode, graceSeconds(pod), resources, vols)
+	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -374,12 +375,15 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes
 }
 
 // usersEnv are the native sidecar's variables naming the containers after it (after) that
-// use the mounts: contract.EnvInitContainers and contract.EnvSidecarUsers, in that order,
-// with an empty Value when there are none.
+// use the mounts: contract.EnvInitContainers (lifecycle.InitContainerUsers) and
+// contract.EnvSidecarUsers (lifecycle.NativeSidecarUsers), in that order, with an empty
+// Value when there are none. A reader through a claim bound to one of the driver's
+// PersistentVolumes counts like one of an inline volume.
 func usersEnv(after []corev1.Container, ours driverVolumes) []corev1.EnvVar {
+	mounts := func(c corev1.Container) bool { return mountsAny(c, ours) }
 	return []corev1.EnvVar{
-		{Name: contract.EnvInitContainers, Value: strings.Join(initContainerUsers(after, ours), ",")},
-		{Name: contract.EnvSidecarUsers, Value: strings.Join(sidecarUsers(after, ours), ",")},
+		{Name: contract.EnvInitContainers, Value: strings.Join(lifecycle.InitContainerUsers(after, mounts), ",")},
+		{Name: contract.EnvSidecarUsers, Value: strings.Join(lifecycle.NativeSidecarUsers(after, mounts), ",")},
 	}
 }
 
@@ -503,36 +507,6 @@ func nativeIndex(init []corev1.Container, ours driverVolumes) int {
 		}
 	}
 	return 0
-}
-
-// initContainerUsers are the names, in order, of the regular (run-to-completion) init
-// containers in after (the init containers that start after a native sidecar) that mount one
-// of our volumes: the sidecar gets them in contract.EnvInitContainers, to keep serving them
-// when the pod is deleted during its init phase. A reader through a claim bound to one of
-// the driver's PersistentVolumes counts like one of an inline volume.
-func initContainerUsers(after []corev1.Container, ours driverVolumes) []string {
-	var users []string
-	for _, c := range after {
-		if !isRestartable(c) && mountsAny(c, ours) {
-			users = append(users, c.Name)
-		}
-	}
-	return users
-}
-
-// sidecarUsers are the names, in order, of the user's own native sidecars (restartPolicy:
-// Always, not ours) in after that mount one of our volumes: the sidecar gets them in
-// contract.EnvSidecarUsers. The kubelet stops native sidecars in reverse order after the
-// regular containers, so these stop before ours, and the workload is done only once they
-// have exited (a log shipper flushing its last object into the bucket on SIGTERM).
-func sidecarUsers(after []corev1.Container, ours driverVolumes) []string {
-	var users []string
-	for _, c := range after {
-		if isRestartable(c) && c.Name != contract.SidecarContainerName && mountsAny(c, ours) {
-			users = append(users, c.Name)
-		}
-	}
-	return users
 }
 
 // legacyIndex is where the legacy sidecar goes among the containers: first, so that the
@@ -693,7 +667,12 @@ func emptyDir(name string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 }
 
-func graceSeconds(pod *corev1.Pod) int64 {
+// specGraceSeconds is the pod spec's terminationGracePeriodSeconds, else Kubernetes' default:
+// the grace the injected sidecar is given (contract.EnvGraceSeconds) and uses when no
+// terminating file from the node plugin names the deletion's. Not
+// lifecycle.AppliedGraceSeconds, the grace the kubelet applies to a deletion, which only
+// exists once the pod is deleted.
+func specGraceSeconds(pod *corev1.Pod) int64 {
 	if pod.Spec.TerminationGracePeriodSeconds != nil {
 		return *pod.Spec.TerminationGracePeriodSeconds
 	}
