@@ -2444,9 +2444,9 @@ func (s *scale) startPrometheus(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	prom, err := promrun.Start(promrun.Config{Binary: s.opts.prometheus, NetNS: s.opts.netns, Listen: s.opts.promListen,
+	prom, err := promrun.Run(ctx, promrun.Config{Binary: s.opts.prometheus, NetNS: s.opts.netns, Listen: s.opts.promListen,
 		ScrapeConfig: s.opts.scrapeConfig, NodePlugin: &l.Items[0], Dir: dir,
-		Transport: &http.Transport{Proxy: nil, DialContext: s.dial}})
+		Transport: &http.Transport{Proxy: nil, DialContext: s.dial}}, promUpTimeout)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -2454,11 +2454,6 @@ func (s *scale) startPrometheus(ctx context.Context) (func(), error) {
 	stop := func() {
 		prom.Stop()
 		os.RemoveAll(dir)
-	}
-	if err := prom.WaitFor(ctx, promrun.NodePluginUp, promUpTimeout); err != nil {
-		logTail := prom.Stop()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("prometheus: %w\n%s", err, logTail)
 	}
 	s.prom = prom
 	fmt.Printf("scale: Prometheus on %s scrapes the node plugin every %s (%s)\n", s.opts.promListen, promrun.ScrapeInterval, s.opts.scrapeConfig)

@@ -135,6 +135,19 @@ func Start(c Config) (*Server, error) {
 	return s, nil
 }
 
+// Run is Start, then WaitFor(NodePluginUp) within up; on failure Prometheus is stopped and
+// the error carries the end of its log.
+func Run(ctx context.Context, c Config, up time.Duration) (*Server, error) {
+	s, err := Start(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.WaitFor(ctx, NodePluginUp, up); err != nil {
+		return nil, fmt.Errorf("prometheus does not scrape the node plugin: %w\n%s", err, s.Stop())
+	}
+	return s, nil
+}
+
 // Configure turns the documented scrape config raw into the one to run: the interval, and a
 // file of targets in place of the Kubernetes discovery. It fails on a config that is not
 // one job with kubernetes_sd_configs, so the documented file cannot drift from what runs.

@@ -35,11 +35,7 @@ func TestNodeScopedReads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(np.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", np, err)
-	}
-	plugin := np.Items[0]
+	plugin := nodePluginPod(t)
 	tr, err := cs.CoreV1().ServiceAccounts(plugin.Namespace).CreateToken(ctx, plugin.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr(int64(600)),

@@ -394,7 +394,7 @@ func TestUnclaimedOfferRestart(t *testing.T) {
 // restartNodePlugin deletes the node plugin pod and waits for its replacement to be ready.
 func restartNodePlugin(t *testing.T) {
 	t.Helper()
-	old := nodePluginPod(t)
+	old := nodePluginPod(t).Name
 	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(context.Background(), old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func restartNodePlugin(t *testing.T) {
 // pod annotation that changes its template) and waits for the new pod.
 func upgradeNodePlugin(t *testing.T) {
 	t.Helper()
-	old := nodePluginPod(t)
+	old := nodePluginPod(t).Name
 	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", "gcsfuse-csi",
 		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values",
 		"--set-string", "node.podAnnotations.e2e-upgraded="+strconv.FormatInt(time.Now().UnixNano(), 10)).CombinedOutput()
@@ -415,13 +415,16 @@ func upgradeNodePlugin(t *testing.T) {
 	waitNewNodePlugin(t, old)
 }
 
-func nodePluginPod(t *testing.T) string {
+// nodePluginPod is the node plugin's pod (the local cluster has one node).
+func nodePluginPod(t *testing.T) corev1.Pod {
 	t.Helper()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(context.Background(), metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("node plugin pods: %v %v", pods, err)
 	}
-	return pods.Items[0].Name
+	return pods.Items[0]
 }
 
 // waitNewNodePlugin waits until a node plugin pod other than old is ready.

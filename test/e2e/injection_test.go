@@ -267,7 +267,7 @@ func TestIncumbentDriverName(t *testing.T) {
 func switchDriverName(t *testing.T, name string) {
 	t.Helper()
 	start := time.Now()
-	old := nodePluginPod(t)
+	old := nodePluginPod(t).Name
 	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", driverNamespace,
 		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values", "--set", "driverName="+name).CombinedOutput()
 	if err != nil {

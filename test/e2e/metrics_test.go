@@ -32,13 +32,10 @@ const (
 // the request stays inside the cluster's network namespace.
 func scrapeNodePlugin(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
+	np := nodePluginPod(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(np.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", np, err)
-	}
-	raw, err := cs.CoreV1().Pods("gcsfuse-csi").ProxyGet("http", np.Items[0].Name, metricsPort, "/metrics", nil).DoRaw(ctx)
+	raw, err := cs.CoreV1().Pods(np.Namespace).ProxyGet("http", np.Name, metricsPort, "/metrics", nil).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("scrape the node plugin: %v", err)
 	}

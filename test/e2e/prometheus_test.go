@@ -56,12 +56,9 @@ func startPrometheus(t *testing.T) *promrun.Server {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), promStartTimeout)
 	defer cancel()
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(np.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", np, err)
-	}
-	prom, err := promrun.Start(promrun.Config{Binary: bin, NetNS: netns, Listen: net.JoinHostPort(u.Hostname(), strconv.Itoa(promPort)),
-		ScrapeConfig: scrapeConfigFile, NodePlugin: &np.Items[0], Dir: t.TempDir()})
+	np := nodePluginPod(t)
+	prom, err := promrun.Run(ctx, promrun.Config{Binary: bin, NetNS: netns, Listen: net.JoinHostPort(u.Hostname(), strconv.Itoa(promPort)),
+		ScrapeConfig: scrapeConfigFile, NodePlugin: &np, Dir: t.TempDir()}, promStartTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +67,6 @@ func startPrometheus(t *testing.T) *promrun.Server {
 			t.Logf("prometheus log (last lines):\n%s", logTail)
 		}
 	})
-	if err := prom.WaitFor(ctx, promrun.NodePluginUp, promStartTimeout); err != nil {
-		t.Fatalf("prometheus does not scrape the node plugin: %v", err)
-	}
 	return prom
 }
 

@@ -118,7 +118,7 @@ func TestProxyAndCA(t *testing.T) {
 func helmSet(t *testing.T, what string, args ...string) {
 	t.Helper()
 	start := time.Now()
-	old := nodePluginPod(t)
+	old := nodePluginPod(t).Name
 	cmd := append([]string{"upgrade", "gcsfuse-csi", helmChart, "--namespace", driverNamespace,
 		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values"}, args...)
 	out, err := exec.Command(helmBin, cmd...).CombinedOutput()

@@ -257,7 +257,7 @@ func tagOf(ref string) string {
 // nodePluginImage is the image of the running node plugin pod's container.
 func nodePluginImage(t *testing.T) string {
 	t.Helper()
-	p, err := cs.CoreV1().Pods("gcsfuse-csi").Get(context.Background(), nodePluginPod(t), metav1.GetOptions{})
+	p, err := cs.CoreV1().Pods("gcsfuse-csi").Get(context.Background(), nodePluginPod(t).Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
