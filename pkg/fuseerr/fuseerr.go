@@ -66,7 +66,7 @@ func Serve(fuse *os.File, initWait time.Duration, onInit func()) error {
 	buf := make([]byte, bufferSize)
 	first := true
 	for {
-		n, err := fuse.Read(buf)
+		n, err := read(fuse, buf)
 		if err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				return ErrInitTaken
@@ -119,6 +119,29 @@ func Serve(fuse *os.File, initWait time.Duration, onInit func()) error {
 			return nil
 		}
 	}
+}
+
+// read reads one request. Once the kernel ends the connection (unmount), epoll reports an
+// error on the descriptor and Go's poller answers every later Read with a generic "not
+// pollable" error instead of the kernel's ENODEV; then the read is made directly on the
+// descriptor, so the caller sees the kernel's own answer.
+func read(fuse *os.File, buf []byte) (int, error) {
+	n, err := fuse.Read(buf)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) {
+		return n, err
+	}
+	rc, cerr := fuse.SyscallConn()
+	if cerr != nil {
+		return n, err
+	}
+	var rerr error
+	if cerr := rc.Control(func(fd uintptr) { n, rerr = unix.Read(int(fd), buf) }); cerr != nil {
+		return 0, err
+	}
+	if rerr != nil {
+		return 0, &os.PathError{Op: "read", Path: fuse.Name(), Err: rerr}
+	}
+	return n, nil
 }
 
 func header(size int, errno syscall.Errno, unique uint64) []byte {
