@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 

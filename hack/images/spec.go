@@ -29,7 +29,7 @@ var images = []imageSpec{
 	{name: "node", pkg: "./cmd/gcsfuse-csi-node", bin: "gcsfuse-csi-node", user: "0", release: true},
 	{name: "sidecar", pkg: "./cmd/gcsfuse-sidecar", bin: "gcsfuse-sidecar", user: "65534", gcsfuse: true, release: true},
 	{name: "webhook", pkg: "./cmd/gcsfuse-webhook", bin: "gcsfuse-webhook", user: "65534", release: true},
-	{name: "emulator", pkg: "./cmd/gcs-emulator", bin: "gcs-emulator", user: "65534"},
+	{name: "emulator", pkg: "./test/gcs-emulator", bin: "gcs-emulator", user: "65534"},
 	{name: "workload", pkg: "./test/e2e/workload", bin: "workload", user: "0"},
 	{name: "pause", pkg: "./test/e2e/workload", bin: "workload", args: []string{"pause"}, user: "0"},
 }

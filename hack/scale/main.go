@@ -27,7 +27,7 @@
 // It measures from this host (the cluster's processes are this machine's, and share its
 // clock) and from the components' own logs and metrics; the node plugin's RSS and CPU also
 // from a real Prometheus scraping it with the documented scrape job (-prometheus,
-// internal/promrun), beside this host's own samples. Every connection it opens goes to the
+// internal/testing/promrun), beside this host's own samples. Every connection it opens goes to the
 // API server, the emulator or that Prometheus, all on the cluster's veth (dialGuard refuses
 // any other address, and no proxy is used); every loop and wait is bounded in count or time.
 package main
@@ -72,7 +72,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/promrun"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"

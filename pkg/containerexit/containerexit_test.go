@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit/containerexittest"
 )
 
 func dial(t *testing.T, srv *containerexittest.Server) *containerexit.CRI {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dirtest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 )
 

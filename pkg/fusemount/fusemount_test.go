@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 )
 
 func requireRootFuse(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/procs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/procs"
 )
 
 func TestMain(m *testing.M) {

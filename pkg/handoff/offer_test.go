@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/firstseen"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/firstseen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )

@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dirtest"
 )
 
 const sidecarUID, sidecarGID = 65534, 65534

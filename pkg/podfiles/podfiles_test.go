@@ -2,7 +2,7 @@ package podfiles
 
 import (
 	"errors"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dirtest"
 	"os"
 	"path/filepath"
 	"strings"

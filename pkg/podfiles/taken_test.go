@@ -1,7 +1,7 @@
 package podfiles
 
 import (
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dirtest"
 	"os"
 	"path/filepath"
 	"testing"

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 )
 
 func TestOpenDirRefusesSymlinks(t *testing.T) {

@@ -3,7 +3,7 @@ package podwatch
 import (
 	"context"
 	"errors"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
 	"io"
 	"log/slog"
 	"reflect"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"

@@ -2,7 +2,7 @@ package runtimewatch_test
 
 import (
 	"context"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
 )
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testproxy"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"

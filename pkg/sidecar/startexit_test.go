@@ -2,7 +2,7 @@ package sidecar
 
 import (
 	"context"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/dirtest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dirtest"
 	"io"
 	"log/slog"
 	"os"

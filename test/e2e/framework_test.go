@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/exitorder"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/exitorder"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 

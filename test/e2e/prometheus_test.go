@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/promrun"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -39,7 +39,7 @@ var (
 )
 
 // startPrometheus runs a real Prometheus (E2E_PROMETHEUS, Debian's package) in the cluster's
-// network namespace (E2E_NETNS) with the documented scrape job (internal/promrun says how),
+// network namespace (E2E_NETNS) with the documented scrape job (internal/testing/promrun says how),
 // and waits until it scrapes the node plugin.
 func startPrometheus(t *testing.T) *promrun.Server {
 	t.Helper()

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -180,7 +180,7 @@ func waitPodReady(t *testing.T, name string) {
 	})
 }
 
-// e2eCA makes a CA and a serving certificate it signed for host (internal/testpki): the
+// e2eCA makes a CA and a serving certificate it signed for host (internal/testing/testpki): the
 // CA's PEM, the certificate's and its key's.
 func e2eCA(t *testing.T, host string) (caPEM, certPEM, keyPEM []byte) {
 	t.Helper()

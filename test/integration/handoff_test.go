@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 

@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"

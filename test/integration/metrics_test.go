@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/metricstest"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"

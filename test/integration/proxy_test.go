@@ -13,11 +13,11 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testenv"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testpki"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testproxy"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
@@ -30,7 +30,7 @@ import (
 // request fails at once and nothing leaves the machine.
 const proxiedHost = "storage.gcsfuse-test.onion"
 
-// testProxy is the tests' proxy (internal/testproxy) on a free loopback port, resolving
+// testProxy is the tests' proxy (internal/testing/testproxy) on a free loopback port, resolving
 // proxiedHost to the emulator's loopback address and refusing every other target (it
 // reaches nothing else); with refuse it answers 403 to everything.
 type testProxy struct {
@@ -221,7 +221,7 @@ func listenHostPort(e *emulator.Server) string {
 	return proxiedHost + ":" + e.URL[strings.LastIndex(e.URL, ":")+1:]
 }
 
-// testCA makes a CA and a server certificate it signed for host (internal/testpki).
+// testCA makes a CA and a server certificate it signed for host (internal/testing/testpki).
 func testCA(t *testing.T, host string) ([]byte, tls.Certificate) {
 	t.Helper()
 	issued, err := testpki.Issue("gcsfuse-csi test CA", host, time.Hour)

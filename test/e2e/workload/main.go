@@ -34,7 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testproxy"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testproxy"
 )
 
 // chunk is the write unit; Pattern fills it so the tests can verify content by size and

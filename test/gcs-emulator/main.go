@@ -1,5 +1,5 @@
 // Command gcs-emulator serves an in-memory GCS API (fake-gcs-server) for the demo, the tests
-// and local clusters; with --auth, behind pkg/emulatorauth's token checks (a token
+// and local clusters; with --auth, behind internal/testing/emulatorauth's token checks (a token
 // endpoint, an STS that validates Kubernetes tokens with the API server's TokenReview, and
 // per-bucket policies).
 package main
@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulatorauth"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 )
 
 func main() { os.Exit(run()) }

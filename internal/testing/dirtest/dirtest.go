@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/procs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/procs"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -29,11 +29,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"

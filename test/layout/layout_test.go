@@ -1,0 +1,171 @@
+// Package layout checks the shape of the code base that review alone keeps losing: the
+// shipping binaries link no test library, product code never imports a test helper, and
+// each concern that once had copies (the pod directory, the inotify reader) has one home.
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gcsfuse-csi/gcsfuse-csi"
+
+// testLibraries are import path prefixes that belong to tests only. k8s.io/client-go/testing
+// is not here: client-go's own typed clients (gentype) import it, so every client-go user
+// links it.
+var testLibraries = []string{
+	"testing", // the standard library's, and everything under it
+	"net/http/httptest",
+	"github.com/onsi/",
+	"github.com/kubernetes-csi/csi-test",
+	"github.com/fsouza/fake-gcs-server",
+	"github.com/google/go-containerregistry",
+	"github.com/stretchr/testify",
+	module + "/internal/testing",
+	module + "/test",
+}
+
+type goPackage struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot find this file's path")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func goList(t *testing.T, patterns ...string) []goPackage {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list packages: %v", err)
+	}
+	cmd := exec.Command(goBin, append([]string{"list", "-json"}, patterns...)...)
+	cmd.Dir = root(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", patterns, err, stderr.String())
+	}
+	var pkgs []goPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p goPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatalf("go list %v named no package", patterns)
+	}
+	return pkgs
+}
+
+func isTestLibrary(path string) bool {
+	for _, prefix := range testLibraries {
+		if path == prefix || strings.HasPrefix(path, strings.TrimSuffix(prefix, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// The binaries that ship (./cmd/...) link no test library: the emulator and the test
+// helpers live under test/ and internal/testing/.
+func TestShippingBinariesLinkNoTestLibrary(t *testing.T) {
+	binaries := 0
+	for _, p := range goList(t, "./cmd/...") {
+		binaries++
+		for _, dep := range p.Deps {
+			if isTestLibrary(dep) {
+				t.Errorf("%s links %s, a test library", p.ImportPath, dep)
+			}
+		}
+	}
+	if binaries < 4 {
+		t.Fatalf("found %d binaries under cmd/, want the node plugin, sidecar, webhook and kubectl plugin", binaries)
+	}
+}
+
+// No import arrow runs from product code (pkg/, cmd/, non-test files) into a test helper.
+func TestProductImportsNoTestHelper(t *testing.T) {
+	for _, p := range goList(t, "./pkg/...", "./cmd/...", "./internal/...") {
+		if strings.HasPrefix(p.ImportPath, module+"/internal/testing") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if isTestLibrary(imp) {
+				t.Errorf("%s (product code) imports %s", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// grepGo returns the packages whose non-test Go files match re, as directories relative to
+// the module root.
+func grepGo(t *testing.T, re *regexp.Regexp) map[string]bool {
+	t.Helper()
+	found := map[string]bool{}
+	top := root(t)
+	err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != top {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if re.Match(b) {
+			rel, _ := filepath.Rel(top, filepath.Dir(path))
+			found[rel] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func wantOnly(t *testing.T, what string, found map[string]bool, home string) {
+	t.Helper()
+	if !found[home] {
+		t.Fatalf("%s: not found in %s at all; the check is looking for the wrong thing", what, home)
+	}
+	for dir := range found {
+		if dir != home {
+			t.Errorf("%s: found in %s as well as in %s", what, dir, home)
+		}
+	}
+}
+
+// The pod directory's path elements are spelled in one package.
+func TestPodDirectoryHasOneHome(t *testing.T) {
+	wantOnly(t, "the kubelet's emptyDir path element", grepGo(t, regexp.MustCompile(`kubernetes\.io~empty-dir`)), "pkg/podfiles")
+}
