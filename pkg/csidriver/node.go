@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,9 +62,11 @@ type Config struct {
 	StateDir string
 	// OnTerminating, if set, is called each time a sidecar reports handoff.StateTerminating
 	// (once per volume): the kubelet is stopping the pod while containers may still use the
-	// mounts, and only the node plugin can tell the sidecar when they have exited. It is
-	// called from the volume's hand-off goroutine and must not block.
-	OnTerminating func(pod PodRef)
+	// mounts, and only the node plugin can tell the sidecar when they have exited. It
+	// returns whether this is the pod's first report, which records the SidecarDraining
+	// Event (the node plugin's per-pod record knows; without a hook every report records
+	// one). It is called from the volume's hand-off goroutine and must not block.
+	OnTerminating func(pod PodRef) (first bool)
 	// Metrics, if set, records volume readiness, failures and call durations (metrics.go).
 	Metrics *Metrics
 	// Proxy is the proxy every volume's gcsfuse goes through (pkg/netconf; zero: none). It
@@ -76,10 +76,6 @@ type Config struct {
 	// system's roots (nil: none). It is written into each pod's emptyDir for its sidecar.
 	CABundle []byte
 }
-
-// drainingMemory is how long the SidecarDraining Event of a pod is remembered, so that the
-// StateTerminating of each of its volumes makes one Event, not one per volume.
-const drainingMemory = 10 * time.Minute
 
 // PodRef names the pod a volume belongs to, for Events.
 type PodRef struct{ Namespace, Name, UID string }
@@ -100,8 +96,6 @@ type NodeServer struct {
 	mu        sync.Mutex
 	inflight  map[string]bool
 	published map[string]*publication
-	// draining records the pod UIDs whose SidecarDraining Event was recorded.
-	draining *expiring.Set[string]
 	// machineType is Config.MachineType, or what SetMachineType set since.
 	machineType atomic.Pointer[string]
 }
@@ -171,8 +165,7 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if log == nil {
 		log = slog.Default()
 	}
-	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		draining: expiring.New[string](drainingMemory)}
+	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{}}
 	ns.machineType.Store(&cfg.MachineType)
 	return ns, nil
 }
@@ -570,12 +563,13 @@ func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status
 			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s%s", volume, vol.Bucket, contract.SidecarContainerName, st.Message, refusedHint(vol, st.Message)))
 	case handoff.StateTerminating:
 		log.Info("sidecar draining: the pod is stopping while containers may use the volume", "message", st.Message)
-		if s.firstDraining(pod.UID) {
+		first := true
+		if s.cfg.OnTerminating != nil && pod.UID != "" {
+			first = s.cfg.OnTerminating(pod)
+		}
+		if first {
 			s.event(pod, false, contract.EventSidecarDraining,
 				fmt.Sprintf("%s keeps serving the volumes until the containers that use them have exited", contract.SidecarContainerName))
-		}
-		if s.cfg.OnTerminating != nil && pod.UID != "" {
-			s.cfg.OnTerminating(pod)
 		}
 	default:
 		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
@@ -590,11 +584,6 @@ func refusedHint(vol handoff.Volume, msg string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (the driver gives gcsfuse a proxy or CA bundle, which needs hand-off version %d; this pod's sidecar predates it: recreate the pod to get the current sidecar)", vol.Version)
-}
-
-// firstDraining reports whether podUID has no SidecarDraining Event yet, and records one.
-func (s *NodeServer) firstDraining(podUID string) bool {
-	return s.draining.Add(podUID, time.Now())
 }
 
 func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {

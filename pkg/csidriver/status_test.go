@@ -29,12 +29,13 @@ func (r *recordedEvents) PodEvent(pod PodRef, warning bool, reason, msg string) 
 	r.events = append(r.events, event{pod, warning, reason, msg})
 }
 
-// The sidecar's refusal and drain reach the user as Events; a drain also reaches the
-// OnTerminating hook (each time, so the follower can dedup), its Event only once per pod.
+// The sidecar's refusal and drain reach the user as Events; a drain reaches the
+// OnTerminating hook each time (the node plugin's record tells the first), and its Event
+// is recorded when the hook says it is the pod's first.
 func TestOnStatusRefusedAndTerminating(t *testing.T) {
 	var hooked []PodRef
 	rec := &recordedEvents{}
-	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, OnTerminating: func(p PodRef) { hooked = append(hooked, p) }},
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, OnTerminating: func(p PodRef) bool { hooked = append(hooked, p); return len(hooked) == 1 }},
 		rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pod := PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
 	vol := handoff.Volume{VolumeName: "data", Bucket: "bkt"}

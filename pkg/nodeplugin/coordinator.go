@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -47,36 +45,20 @@ type ExitCoordinator struct {
 	Runtime containerexit.Runtime
 	// Pods finds the pod of a sidecar that reported it is terminating; nil: the runtime alone.
 	Pods PodLookup
-	// Metrics counts the follows; nil counts nothing.
+	// Metrics counts done pods, follows, exit latencies and sidecar failures; nil counts
+	// nothing.
 	Metrics *podwatch.Metrics
 
-	follows followers
+	// workers owns the goroutines: followers, exit retries, runtime decisions, sweeps.
+	workers workers
 	// API, if set, lets a retried exit request ask the API whether the pod or its sidecar
 	// is gone, so that it stops without a false SidecarExitFailed. Without it only the
 	// pod status the watcher passed in and the emptyDir are consulted.
 	API corev1client.PodsGetter
 
-	exits     exitRequests
 	exitRetry exitRetryPolicy // zero: the Exit* constants
-	// released are the pods told from the runtime's view (ContainersChanged); made on first
-	// use, so that an ExitCoordinator literal works.
-	released     *expiring.Set[types.UID]
-	releasedOnce sync.Once
-	// deciding are the pods whose runtime view is being decided (ContainersChanged).
-	deciding runtimeDecisions
-
-	// podFiles holds the number of the latest write of each pod file being written
-	// (writePodFile; numbers from podFileSeq, never reused): a retry of an older write
-	// stops once a newer one was asked, so it never overwrites newer content.
-	podFilesMu sync.Mutex
-	podFiles   map[podFileKey]uint64
-	podFileSeq uint64
-}
-
-// podFileKey names one file of one pod.
-type podFileKey struct {
-	uid  types.UID
-	name string
+	// pods is what the node plugin remembers of each pod (podrecord.go).
+	pods podRecords
 }
 
 // The pod watcher's callbacks ExitCoordinator implements.
@@ -85,13 +67,29 @@ var (
 	_ podwatch.TerminationHandler = (*ExitCoordinator)(nil)
 	_ podwatch.DeletionHandler    = (*ExitCoordinator)(nil)
 	_ podwatch.InitHandler        = (*ExitCoordinator)(nil)
+	_ podwatch.LatencyHandler     = (*ExitCoordinator)(nil)
 )
 
 // WorkloadDone writes the exit file, in both modes: the API reported the workload done.
 // With a runtime watch the sidecar has usually been told already (ContainersChanged); this
 // is the path without one, and a backstop. A native sidecar told before the kubelet stops it
-// ends the pod sooner than the kubelet's SIGTERM would.
+// ends the pod sooner than the kubelet's SIGTERM would. The pod watch reports a done pod at
+// each of its updates: the first report is logged and counted, and a request given up
+// before is tried again.
 func (l *ExitCoordinator) WorkloadDone(pod *corev1.Pod, d lifecycle.Decision) {
+	l.workloadDone(pod, d)
+}
+
+// workloadDone logs and counts the first report of the pod's done workload, from the API or
+// the runtime, and asks its sidecar to exit.
+func (l *ExitCoordinator) workloadDone(pod *corev1.Pod, d lifecycle.Decision) {
+	first := false
+	l.record(pod.UID, func(r *podRecord) { first, r.doneReported = !r.doneReported, true })
+	if first {
+		l.Log.Info("workload done, sidecar must exit", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "rule", d.Rule,
+			"mode", d.Mode, "reason", d.Reason, "workloadFinishedAt", d.WorkloadFinishedAt)
+		l.Metrics.PodDone(d.Rule)
+	}
 	l.requestExit(pod, d)
 }
 
@@ -111,32 +109,50 @@ func (l *ExitCoordinator) requestExit(pod *corev1.Pod, d lifecycle.Decision) {
 		log.Info("workload done; the sidecar has already ended, nothing to tell")
 		return
 	}
-	if !l.exits.claim(pod.UID, time.Now()) {
-		log.Debug("exit already being requested, or given up, for this pod")
+	if !l.claimExit(pod.UID) {
+		log.Debug("exit already requested for this pod")
 		return
 	}
 	outcome, err := l.tryExit(pod, d)
 	switch outcome {
 	case exitWritten:
-		l.exits.release(pod.UID, false, time.Now())
+		l.endExit(pod.UID, true)
 		l.exitRequested(pod, d, log)
 		return
 	case exitPresent:
-		l.exits.release(pod.UID, false, time.Now())
+		l.endExit(pod.UID, true)
 		log.Info("workload done; exit file already present, the sidecar was told")
 		return
 	}
 	log.Warn("cannot ask the sidecar to exit yet; retrying", "err", err)
 	if !l.goOwned(func(ctx context.Context) { l.retryExit(ctx, pod, d, outcome == exitFailed, err, log) }) {
-		l.exits.release(pod.UID, false, time.Now())
+		l.endExit(pod.UID, false)
 		log.Warn("node plugin stopping; the exit request is not retried", "err", err)
 	}
 }
 
-// SidecarFailed records a Warning Event naming the sidecar's reason.
-func (l *ExitCoordinator) SidecarFailed(pod *corev1.Pod, code int32, message string) {
+// SidecarFailed records a Warning Event naming the sidecar's reason, once per failed run
+// of the sidecar (run, lifecycle.SidecarFailedRun): the pod watch reports it at each update.
+func (l *ExitCoordinator) SidecarFailed(pod *corev1.Pod, run string, code int32, message string) {
+	first := false
+	l.record(pod.UID, func(r *podRecord) { first, r.failedRun = r.failedRun != run, run })
+	if !first {
+		return
+	}
 	l.Log.Warn("sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "code", code, "message", message)
+	l.Metrics.SidecarFailure()
 	l.event(pod, true, contract.EventSidecarFailed, fmt.Sprintf("%s exited with code %d: %s", contract.SidecarContainerName, code, message))
+}
+
+// SidecarExited counts, once per pod, how long its sidecar took to exit after the
+// workload (podwatch.LatencyHandler).
+func (l *ExitCoordinator) SidecarExited(pod *corev1.Pod, mode string, latency time.Duration) {
+	first := false
+	l.record(pod.UID, func(r *podRecord) { first, r.latencyObserved = !r.latencyObserved, true })
+	if first {
+		l.Log.Info("sidecar exited after the workload", "pod", pod.Namespace+"/"+pod.Name, "mode", mode, "latency", latency.String())
+		l.Metrics.ObserveExitLatency(mode, latency)
+	}
 }
 
 func (l *ExitCoordinator) event(pod *corev1.Pod, warning bool, reason, msg string) {

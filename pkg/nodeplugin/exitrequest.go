@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
@@ -37,14 +36,11 @@ const (
 	ExitRetryFor = 2 * time.Minute
 	// ExitRetryLate is the pace of the attempts after ExitRetryFor.
 	ExitRetryLate = 30 * time.Second
-	// ExitRetryLongest bounds the whole effort: after it the request is given up for good
-	// (remembered for ExitFailedMemory), and the pod is left to the user.
+	// ExitRetryLongest bounds one effort: after it the request is given up, until a later
+	// report of the pod's done workload (the API, the runtime) starts another.
 	ExitRetryLongest = 24 * time.Hour
 	// ExitAPITimeout bounds each question to the API server about the pod.
 	ExitAPITimeout = 5 * time.Second
-	// ExitFailedMemory is how long a pod whose sidecar could not be told is remembered, so
-	// that a second decision about it (the runtime, then the API) does not report it again.
-	ExitFailedMemory = 10 * time.Minute
 )
 
 // exitRetryPolicy holds the retry timings; tests shorten them.
@@ -74,42 +70,38 @@ func (p exitRetryPolicy) orDefaults() exitRetryPolicy {
 	return p
 }
 
-// exitRequests remembers, per pod UID, an exit request in progress (attempting or retrying)
-// or given up, so that each pod gets one writer and at most one SidecarExitFailed Event.
-// Requests that succeeded are forgotten: the exit file itself then answers a repeat.
-type exitRequests struct {
-	mu     sync.Mutex
-	active map[types.UID]bool      // being attempted or retried
-	failed map[types.UID]time.Time // gave up at
-}
-
-// claim marks uid as in progress; false if it already is, or gave up recently.
-func (e *exitRequests) claim(uid types.UID, now time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.active == nil {
-		e.active, e.failed = map[types.UID]bool{}, map[types.UID]time.Time{}
-	}
-	for u, at := range e.failed {
-		if now.Sub(at) > ExitFailedMemory {
-			delete(e.failed, u)
+// claimExit marks the pod's exit request in progress: false if it already is, or its
+// sidecar was told or is gone. A request given up before is claimed again: any later report of a done
+// workload retries it.
+func (l *ExitCoordinator) claimExit(uid types.UID) (claimed bool) {
+	l.record(uid, func(r *podRecord) {
+		if r.exit != exitActive && r.exit != exitSettled {
+			r.exit, claimed = exitActive, true
 		}
-	}
-	if _, gaveUp := e.failed[uid]; gaveUp || e.active[uid] {
-		return false
-	}
-	e.active[uid] = true
-	return true
+	})
+	return claimed
 }
 
-// release ends the request for uid; gaveUp records that its sidecar could not be told.
-func (e *exitRequests) release(uid types.UID, gaveUp bool, now time.Time) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.active, uid)
-	if gaveUp {
-		e.failed[uid] = now
-	}
+// endExit ends the pod's exit request: settled (told, or nothing to tell), or not (given
+// up, or stopped).
+func (l *ExitCoordinator) endExit(uid types.UID, settled bool) {
+	l.record(uid, func(r *podRecord) {
+		if settled {
+			r.exit = exitSettled
+		} else {
+			r.exit = exitGaveUp
+		}
+	})
+}
+
+// exitFailedOnce reports whether SidecarExitFailed is still to be recorded for the pod,
+// and marks it recorded: at most one per pod, however many efforts it takes.
+func (l *ExitCoordinator) exitFailedOnce(uid types.UID) (first bool) {
+	l.record(uid, func(r *podRecord) {
+		first = !r.exitFailedReported
+		r.exitFailedReported = true
+	})
+	return first
 }
 
 // exitOutcome is the result of one attempt to write the exit file.
@@ -189,8 +181,8 @@ func PodOnNodeSelector(name, node string) string {
 // the pod's volumes down, sidecar included.
 func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d lifecycle.Decision, sawDir bool, lastErr error, log *slog.Logger) {
 	p := l.exitRetry.orDefaults()
-	gaveUp := false
-	defer func() { l.exits.release(pod.UID, gaveUp, time.Now()) }()
+	settled := true // told, or nothing to tell; false when stopped or given up
+	defer func() { l.endExit(pod.UID, settled) }()
 	start := time.Now()
 	reportAt, end := start.Add(p.total), start.Add(p.longest)
 	reported := false
@@ -207,13 +199,15 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 				return
 			}
 			if ctx.Err() != nil {
+				settled = false
 				return
 			}
 			reported = true
 			log.Error("cannot ask the sidecar to exit; still trying", "attempts", attempts, "for", p.total.String(),
 				"every", p.late.String(), "until", p.longest.String(), "err", lastErr)
-			l.event(pod, true, contract.EventSidecarExitFailed,
-				fmt.Sprintf("cannot ask %s to exit after %d attempts over %s: %v; still trying every %s", contract.SidecarContainerName, attempts, p.total, lastErr, p.late))
+			if l.exitFailedOnce(pod.UID) {
+				l.event(pod, true, contract.EventSidecarExitFailed, fmt.Sprintf("cannot ask %s to exit after %d attempts over %s: %v; still trying every %s", contract.SidecarContainerName, attempts, p.total, lastErr, p.late))
+			}
 		}
 		if !now.Before(end) {
 			break
@@ -223,6 +217,7 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 			wait = min(pace.Step(), reportAt.Sub(now))
 		}
 		if !sleep(ctx, min(wait, end.Sub(now))) {
+			settled = false
 			log.Info("node plugin stopping; no longer trying to ask the sidecar to exit", "attempts", attempts, "err", lastErr)
 			return
 		}
@@ -249,11 +244,11 @@ func (l *ExitCoordinator) retryExit(ctx context.Context, pod *corev1.Pod, d life
 			return
 		}
 	}
+	settled = false
 	if ctx.Err() != nil {
 		return
 	}
-	gaveUp = true
-	log.Error("cannot ask the sidecar to exit; giving up", "attempts", attempts, "for", p.longest.String(), "err", lastErr)
+	log.Error("cannot ask the sidecar to exit; giving up until the workload's end is reported again", "attempts", attempts, "for", p.longest.String(), "err", lastErr)
 }
 
 // sleep waits d, or until ctx ends; false when ctx ended first (the retries' way to stop).
@@ -278,24 +273,23 @@ func (l *ExitCoordinator) exitRequested(pod *corev1.Pod, d lifecycle.Decision, l
 	l.event(pod, false, contract.EventSidecarExitRequested, fmt.Sprintf("asked %s to exit: %s", contract.SidecarContainerName, d.Reason))
 }
 
-// goOwned runs f in a goroutine that ExitCoordinator.Close stops (it cancels f's ctx) and waits
-// for, within Close's bound. It returns false, without running f, once Close has begun.
-// The goroutine joins the runtime followers (follow.go): the same context and WaitGroup.
+// goOwned runs f in a goroutine that ExitCoordinator.Close stops (it cancels f's ctx) and
+// waits for, within Close's bound. It returns false, without running f, once Close has
+// begun.
 func (l *ExitCoordinator) goOwned(f func(ctx context.Context)) bool {
-	fs := &l.follows
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.stopped {
+	w := &l.workers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
 		return false
 	}
-	if fs.pods == nil {
-		fs.pods = map[types.UID]*follower{}
-		fs.ctx, fs.cancel = context.WithCancel(context.Background())
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithCancel(context.Background())
 	}
-	parent := fs.ctx
-	fs.wg.Add(1)
+	parent := w.ctx
+	w.wg.Add(1)
 	go func() {
-		defer fs.wg.Done()
+		defer w.wg.Done()
 		ctx, cancel := context.WithCancel(parent)
 		defer cancel()
 		f(ctx)

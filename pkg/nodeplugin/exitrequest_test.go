@@ -123,7 +123,7 @@ func newCoordinator(root string, events *eventLog, total time.Duration) *ExitCoo
 // idle waits, at most d, until no goroutine of l runs; false if one still does.
 func idle(l *ExitCoordinator, d time.Duration) bool {
 	done := make(chan struct{})
-	go func() { l.follows.wg.Wait(); close(done) }()
+	go func() { l.workers.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return true

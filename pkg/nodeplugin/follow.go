@@ -42,9 +42,6 @@ const (
 	// followMargin is added to the pod's grace period to bound a follow: by then the
 	// kubelet has SIGKILLed every container, and the sidecar has reached its drain deadline.
 	followMargin = 5 * time.Second
-	// followMemory is how long a finished follow is remembered, so that the later triggers
-	// for the same pod (one StateTerminating per volume, the watch) do not start it again.
-	followMemory = 10 * time.Minute
 	// exitCodesBudget bounds the ContainerStatus calls that put exit codes into the reason.
 	exitCodesBudget = 250 * time.Millisecond
 )
@@ -61,37 +58,38 @@ type PodLookup interface {
 	PodByUID(uid types.UID) (*corev1.Pod, bool)
 }
 
-// followers is the registry of per-pod followers, one per pod UID. Each follower is a
-// goroutine owned by the registry: it ends when the pod's containers have exited, at its
-// deadline, or on Close, which waits for it.
-type followers struct {
-	mu   sync.Mutex
-	pods map[types.UID]*follower
-	wg   sync.WaitGroup
-	// ctx is the parent of every follower's context; Close cancels it, which also aborts
-	// a runtime call in flight.
-	ctx     context.Context
+// workers owns the ExitCoordinator's goroutines (followers, exit and pod file retries,
+// runtime decisions, record sweeps): Close cancels their context, which also aborts a
+// runtime call in flight, and waits for them.
+type workers struct {
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	ctx     context.Context // made on first use, so that an ExitCoordinator literal works
 	cancel  context.CancelFunc
 	stopped bool
 }
 
-// follower is one pod being followed.
+// follower is one pod being followed; the pod's record holds it.
 type follower struct {
 	// terminating records that the kubelet is stopping the pod (the sidecar got SIGTERM):
 	// from then on it creates no container for the pod, so a container absent from the
 	// runtime will never run.
 	terminating atomic.Bool
-	// finished is when the follow ended (zero while it runs); guarded by followers.mu.
+	// finished is when the follow ended (zero while it runs); guarded by podRecords.mu.
 	finished time.Time
 	// wake makes the follower look at the runtime now: its containers changed.
 	wake chan struct{}
 }
 
-// wake tells the follower of uid, if one runs, that its containers changed.
-func (fs *followers) wake(uid types.UID) {
-	fs.mu.Lock()
-	f := fs.pods[uid]
-	fs.mu.Unlock()
+// wakeFollower tells the follower of uid, if one runs, that its containers changed. It
+// makes no record: a pod without one has no follower.
+func (l *ExitCoordinator) wakeFollower(uid types.UID) {
+	l.pods.mu.Lock()
+	var f *follower
+	if r := l.pods.pods[uid]; r != nil {
+		f = r.follower
+	}
+	l.pods.mu.Unlock()
 	if f == nil {
 		return
 	}
@@ -119,19 +117,22 @@ func (l *ExitCoordinator) WorkloadTerminating(pod *corev1.Pod, d lifecycle.Decis
 }
 
 // SidecarTerminating is the CSI driver's hook for a sidecar that reported
-// handoff.StateTerminating. The pod is looked up in the pod watcher's cache; when it is not
-// there (API unreachable, or the cache not synced yet), every container of the pod but the
-// sidecar is followed, in the runtime alone.
-func (l *ExitCoordinator) SidecarTerminating(ref csidriver.PodRef) {
+// handoff.StateTerminating (once per volume); it returns whether this is the pod's first
+// report, for the SidecarDraining Event. The pod is looked up in the pod watcher's cache;
+// when it is not there (API unreachable, or the cache not synced yet), every container of
+// the pod but the sidecar is followed, in the runtime alone.
+func (l *ExitCoordinator) SidecarTerminating(ref csidriver.PodRef) (first bool) {
 	uid := types.UID(ref.UID)
+	l.record(uid, func(r *podRecord) { first, r.drainingReported = !r.drainingReported, true })
 	if l.Pods != nil {
 		if pod, ok := l.Pods.PodByUID(uid); ok && lifecycle.SidecarMode(pod) != "" {
 			l.Follow(pod, WhySidecarTerminating)
-			return
+			return first
 		}
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name, UID: uid}}
 	l.start(pod, target{pod: pod, allButSidecar: true, grace: contract.DefaultGraceSeconds * time.Second}, WhySidecarTerminating)
+	return first
 }
 
 // Follow starts following pod in the container runtime, once per pod UID, until no
@@ -152,45 +153,35 @@ func (l *ExitCoordinator) start(pod *corev1.Pod, t target, why FollowWhy) bool {
 		log.Debug("no container runtime configured; the sidecar ends at its drain deadline")
 		return false
 	}
-	fs := &l.follows
-	fs.mu.Lock()
-	if fs.pods == nil {
-		fs.pods = map[types.UID]*follower{}
-		fs.ctx, fs.cancel = context.WithCancel(context.Background())
-	}
-	if fs.stopped {
-		fs.mu.Unlock()
+	var f *follower
+	l.record(pod.UID, func(r *podRecord) {
+		if r.follower != nil {
+			if why == WhySidecarTerminating && r.follower.terminating.CompareAndSwap(false, true) {
+				log.Info("the kubelet is stopping the followed pod; containers not in the runtime will not start")
+			}
+			return
+		}
+		f = &follower{wake: make(chan struct{}, 1)}
+		f.terminating.Store(why == WhySidecarTerminating)
+		r.follower = f
+	})
+	if f == nil {
 		return false
 	}
 	now := time.Now()
-	for uid, f := range fs.pods {
-		if !f.finished.IsZero() && now.Sub(f.finished) > followMemory {
-			delete(fs.pods, uid)
-		}
-	}
-	if f := fs.pods[pod.UID]; f != nil {
-		if why == WhySidecarTerminating && f.terminating.CompareAndSwap(false, true) {
-			log.Info("the kubelet is stopping the followed pod; containers not in the runtime will not start")
-		}
-		fs.mu.Unlock()
-		return false
-	}
-	f := &follower{wake: make(chan struct{}, 1)}
-	f.terminating.Store(why == WhySidecarTerminating)
-	fs.pods[pod.UID] = f
-	fs.wg.Add(1)
-	parent := fs.ctx
-	fs.mu.Unlock()
-
-	go func() { // owned by l.follows: ends on release, deadline or Close
-		defer fs.wg.Done()
-		result := l.follow(parent, f, t, log)
-		fs.mu.Lock()
+	started := l.goOwned(func(ctx context.Context) { // ends on release, deadline or Close
+		result := l.follow(ctx, f, t, log)
+		l.pods.mu.Lock()
 		f.finished = time.Now()
-		fs.mu.Unlock()
+		l.pods.mu.Unlock()
 		l.Metrics.ObserveFollow(string(why), result, time.Since(now))
-	}()
-	return true
+	})
+	if !started {
+		l.pods.mu.Lock()
+		f.finished = time.Now()
+		l.pods.mu.Unlock()
+	}
+	return started
 }
 
 // follow polls the runtime until the containers have exited (then requests the exit), the
@@ -294,24 +285,25 @@ func (l *ExitCoordinator) release(parent context.Context, t target, cs []contain
 	})
 }
 
-// Close stops following pods and waits for the followers, at most d.
+// Close stops the coordinator's goroutines (followers, retries, decisions) and waits for
+// them, at most d.
 func (l *ExitCoordinator) Close(d time.Duration) {
-	fs := &l.follows
-	fs.mu.Lock()
-	if !fs.stopped {
-		fs.stopped = true
-		if fs.cancel != nil {
-			fs.cancel()
+	w := &l.workers
+	w.mu.Lock()
+	if !w.stopped {
+		w.stopped = true
+		if w.cancel != nil {
+			w.cancel()
 		}
 	}
-	fs.mu.Unlock()
+	w.mu.Unlock()
 	done := make(chan struct{})
-	go func() { fs.wg.Wait(); close(done) }() // ends once every follower saw stop
+	go func() { w.wg.Wait(); close(done) }() // ends once every goroutine saw stop
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-done:
 	case <-timer.C:
-		l.Log.Warn("runtime followers still running after stop", "waited", d)
+		l.Log.Warn("node plugin goroutines still running after stop", "waited", d)
 	}
 }

@@ -3,20 +3,14 @@ package nodeplugin
 import (
 	"cmp"
 	"context"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/expiring"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
-
-// runtimeDoneMemory is how long a pod released from the runtime's view is remembered, so
-// that the later changes of its containers (the sidecar's exit, removals) do not ask again.
-const runtimeDoneMemory = 10 * time.Minute
 
 // ContainersChanged is the runtime watch's callback (runtimewatch.Config.OnChange): the
 // containers of the pod with podUID changed in the runtime. The pod's spec comes from the
@@ -33,65 +27,44 @@ const runtimeDoneMemory = 10 * time.Minute
 // goroutine decide once more when it is done.
 func (l *ExitCoordinator) ContainersChanged(podUID string) {
 	uid := types.UID(podUID)
-	l.follows.wake(uid)
+	l.wakeFollower(uid)
 	if l.Pods == nil || l.Runtime == nil {
 		return
 	}
-	if !l.deciding.start(uid) {
-		return // being decided: it looks again when done
+	if pod, ok := l.Pods.PodByUID(uid); !ok || lifecycle.SidecarMode(pod) == "" {
+		return // not a pod with our sidecar (or not known yet): no record
+	}
+	start := false
+	l.record(uid, func(r *podRecord) {
+		if r.deciding {
+			r.decideAgain = true // being decided: it looks again when done
+			return
+		}
+		r.deciding, start = true, true
+	})
+	if !start {
+		return
 	}
 	if !l.goOwned(func(ctx context.Context) {
 		for {
 			l.decideFromRuntime(ctx, uid)
-			if !l.deciding.again(uid) {
+			if !l.decideAgain(uid) {
 				return
 			}
 		}
 	}) {
-		l.deciding.stop(uid)
+		l.record(uid, func(r *podRecord) { r.deciding, r.decideAgain = false, false })
 	}
 }
 
-// runtimeDecisions holds the pods whose runtime view is being decided (ContainersChanged),
-// and whether a change came meanwhile.
-type runtimeDecisions struct {
-	mu      sync.Mutex
-	pending map[types.UID]bool // in progress; true: changed again since it started
-}
-
-// start marks uid in progress; false (and a note to decide again) if it already is.
-func (r *runtimeDecisions) start(uid types.UID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending == nil {
-		r.pending = map[types.UID]bool{}
-	}
-	if _, busy := r.pending[uid]; busy {
-		r.pending[uid] = true
-		return false
-	}
-	r.pending[uid] = false
-	return true
-}
-
-// again reports whether uid changed while it was decided (and keeps it in progress), or
-// ends it.
-func (r *runtimeDecisions) again(uid types.UID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending[uid] {
-		r.pending[uid] = false
-		return true
-	}
-	delete(r.pending, uid)
-	return false
-}
-
-// stop ends uid's decision.
-func (r *runtimeDecisions) stop(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.pending, uid)
+// decideAgain reports whether the pod's containers changed while it was decided (and keeps
+// it deciding), or ends its decision.
+func (l *ExitCoordinator) decideAgain(uid types.UID) (again bool) {
+	l.record(uid, func(r *podRecord) {
+		again, r.decideAgain = r.decideAgain, false
+		r.deciding = again
+	})
+	return again
 }
 
 // decideFromRuntime decides about the pod uid from its containers' runtime states and tells
@@ -114,13 +87,8 @@ func (l *ExitCoordinator) decideFromRuntime(ctx context.Context, uid types.UID) 
 	if !d.Done {
 		return
 	}
-	l.releasedOnce.Do(func() { l.released = expiring.New[types.UID](runtimeDoneMemory) })
-	if !l.released.Add(uid, time.Now()) {
-		return
-	}
 	d.Reason = "the container runtime shows it: " + d.Reason
-	l.Metrics.PodDone(d.Rule)
-	l.requestExit(view, d)
+	l.workloadDone(view, d)
 }
 
 // runtimeView is pod as lifecycle.WithRuntimeStates shows it from the runtime's listing cs,

@@ -138,7 +138,8 @@ func (m *Metrics) PodDone(rule lifecycle.Rule) {
 	}
 }
 
-func (m *Metrics) sidecarFailed() {
+// SidecarFailure counts a failed run of a sidecar.
+func (m *Metrics) SidecarFailure() {
 	if m != nil {
 		m.sidecarFailures.Inc()
 	}

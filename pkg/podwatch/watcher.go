@@ -1,7 +1,9 @@
-// Package podwatch watches the pods of one node for the node plugin and reports, once per pod,
-// the moment the workload of a pod using the gcsfuse sidecar is done (so the sidecar can be
-// told to exit) and the moment its sidecar failed (so the user gets an Event explaining why the
-// mount broke). It is event driven: decisions are taken on the informer's add and update
+// Package podwatch watches the pods of one node for the node plugin and reports, at each
+// update of a pod using the gcsfuse sidecar, whether its workload is done (so the sidecar can
+// be told to exit) and whether its sidecar failed (so the user gets an Event explaining why
+// the mount broke). It keeps no memory of its own of what it reported: the node plugin's
+// per-pod record does, so that a request given up can be retried by a later update. It is
+// event driven: decisions are taken on the informer's add and update
 // notifications, never by polling, so the sidecar is ended as soon as the API server reports
 // the last workload container's exit.
 package podwatch
@@ -32,29 +34,29 @@ import (
 
 // Handler receives the watcher's findings. Its methods are called from one goroutine owned by
 // Watcher.Run, one call at a time, never from the informer, so a slow call delays later
-// callbacks but never the watch itself. Each method is called at most once per pod UID (and
-// SidecarFailed once per failed sidecar run) and
-// Watcher. The memory of what was reported is not persisted: a restarted node plugin reports
-// again the pods that are already done (including completed pods still on the node), so the
-// handler must be idempotent, as writing an exit file is.
+// callbacks but never the watch itself. A method is called at every evaluation of the pod
+// (each update the informer delivers) for which its condition holds: the watcher remembers
+// nothing, so the handler tells a repeat from news (nodeplugin.ExitCoordinator keeps one
+// record per pod for that), and must be idempotent, as writing an exit file is: a restarted
+// node plugin reports again the pods that are already done.
 //
 // The pod passed in is a private, trimmed copy (see Watcher): it carries the name, namespace,
 // UID, annotations with the contract.AnnotationPrefix prefix, the container names, the
 // volumes and the container statuses, but no images, env, labels or managedFields. The
 // handler may keep or modify it.
 type Handler interface {
-	// WorkloadDone is called the first time lifecycle.Decide reports the pod's workload as
-	// done: the sidecar must be told to exit now.
+	// WorkloadDone is called while lifecycle.Decide reports the pod's workload as done: the
+	// sidecar must be told to exit now.
 	WorkloadDone(pod *corev1.Pod, decision lifecycle.Decision)
-	// SidecarFailed is called once per failed sidecar run (lifecycle.SidecarFailedRun): the
-	// pod's sidecar exited with a non-zero code; message is its termination message. A
-	// restarted sidecar that fails again (one that found the volumes its predecessor lost)
-	// is reported again.
-	SidecarFailed(pod *corev1.Pod, exitCode int32, message string)
+	// SidecarFailed is called while the pod's last sidecar run (run, from
+	// lifecycle.SidecarFailedRun) shows that it exited with a non-zero code; message is its
+	// termination message. A restarted sidecar that fails again (one that found the volumes
+	// its predecessor lost) has another run.
+	SidecarFailed(pod *corev1.Pod, run string, exitCode int32, message string)
 }
 
 // TerminationHandler is an optional extension of Handler. WorkloadTerminating is called
-// once per pod UID when lifecycle.NeedsRuntimeFollow reports that a pod is being deleted
+// while lifecycle.NeedsRuntimeFollow reports that a pod is being deleted
 // while containers that can use its mounts may still run: a legacy pod whose workload has
 // not terminated, or a native pod deleted during its init phase. The kubelet publishes no
 // container status while it stops a pod's containers, so the handler must learn of their
@@ -63,18 +65,24 @@ type TerminationHandler interface {
 	WorkloadTerminating(pod *corev1.Pod, decision lifecycle.Decision)
 }
 
-// DeletionHandler is an optional extension of Handler. PodDeleting is called once per pod
-// UID, the first time the pod is seen with a deletionTimestamp, whatever its sidecar mode and
-// state, so the sidecar can learn the grace period the kubelet applies before it needs it.
+// DeletionHandler is an optional extension of Handler. PodDeleting is called while the pod
+// has a deletionTimestamp, whatever its sidecar mode and state, so the sidecar can learn the
+// grace period the kubelet applies before it needs it (a second deletion can shorten it).
 type DeletionHandler interface {
 	PodDeleting(pod *corev1.Pod)
 }
 
-// InitHandler is an optional extension of Handler. InitContainersSucceeded is called once
-// per pod UID when lifecycle.InitContainersSucceeded first holds: every regular init
-// container of a native-sidecar pod terminated with exit code 0.
+// InitHandler is an optional extension of Handler. InitContainersSucceeded is called while
+// lifecycle.InitContainersSucceeded holds: every regular init container of a native-sidecar
+// pod terminated with exit code 0.
 type InitHandler interface {
 	InitContainersSucceeded(pod *corev1.Pod)
+}
+
+// LatencyHandler is an optional extension of Handler. SidecarExited is called while the
+// pod's status shows how long its sidecar (in mode) took to exit after the workload.
+type LatencyHandler interface {
+	SidecarExited(pod *corev1.Pod, mode string, latency time.Duration)
 }
 
 // Default timeouts; see WithSyncTimeout and WithShutdownTimeout.
@@ -153,24 +161,10 @@ type Watcher struct {
 
 	// indexer is the synced pod cache, set while Run watches, for PodByUID.
 	indexer atomic.Pointer[cache.Indexer]
-
-	// seen is what has been reported per pod key, owned by the worker goroutine alone.
-	seen map[string]*podState
 }
 
 // uidIndex indexes the pod cache by UID: the sidecar's hand-off names pods by UID only.
 const uidIndex = "uid"
-
-// podState records which callbacks already fired for one pod UID.
-type podState struct {
-	uid             types.UID
-	doneSent        bool
-	failedRun       string // the last sidecar run reported as failed (lifecycle.SidecarFailedRun)
-	latencySent     bool
-	terminatingSent bool
-	deletingSent    bool
-	initDoneSent    bool
-}
 
 // New returns a Watcher for the pods of nodeName that reports to handler.
 func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...Option) *Watcher {
@@ -182,7 +176,6 @@ func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...
 		log:             slog.Default(),
 		syncTimeout:     DefaultSyncTimeout,
 		shutdownTimeout: DefaultShutdownTimeout,
-		seen:            make(map[string]*podState),
 	}
 	for _, o := range opts {
 		o(w)
@@ -444,66 +437,43 @@ func (w *Watcher) work(queue workqueue.TypedInterface[string], indexer cache.Ind
 }
 
 // process evaluates the current cached state of one pod. It reads the cache rather than the
-// notified object so that a burst of updates collapses into one evaluation of the newest state.
+// notified object so that a burst of updates collapses into one evaluation of the newest
+// state, and reports every condition that holds (see Handler).
 func (w *Watcher) process(key string, indexer cache.Indexer) {
 	obj, exists, err := indexer.GetByKey(key)
 	if err != nil || !exists {
-		delete(w.seen, key)
 		return
 	}
 	pod, ok := obj.(*corev1.Pod)
 	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod, w.driverName) {
-		delete(w.seen, key)
 		return
-	}
-	st := w.seen[key]
-	if st == nil || st.uid != pod.UID {
-		// New pod, or a new pod reusing a deleted pod's name.
-		st = &podState{uid: pod.UID}
-		w.seen[key] = st
 	}
 	log := w.log.With("pod", key, "uid", pod.UID)
 
-	if ih, ok := w.handler.(InitHandler); ok && !st.initDoneSent && lifecycle.InitContainersSucceeded(pod) {
-		st.initDoneSent = true
-		log.Info("init containers succeeded")
+	if ih, ok := w.handler.(InitHandler); ok && lifecycle.InitContainersSucceeded(pod) {
 		ih.InitContainersSucceeded(pod.DeepCopy())
 	}
-	if dh, ok := w.handler.(DeletionHandler); ok && !st.deletingSent && pod.DeletionTimestamp != nil {
-		st.deletingSent = true
+	if dh, ok := w.handler.(DeletionHandler); ok && pod.DeletionTimestamp != nil {
 		dh.PodDeleting(pod.DeepCopy())
 	}
-	if !st.doneSent {
-		if d := lifecycle.Decide(pod); d.Done {
-			st.doneSent = true
-			log.Info("workload done, sidecar must exit", "rule", d.Rule, "mode", d.Mode, "reason", d.Reason,
-				"workloadFinishedAt", d.WorkloadFinishedAt)
-			w.metrics.PodDone(d.Rule)
-			w.handler.WorkloadDone(pod.DeepCopy(), d)
-		} else {
-			log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
-			if th, ok := w.handler.(TerminationHandler); ok && !st.terminatingSent {
-				if fd, follow := lifecycle.NeedsRuntimeFollow(pod); follow {
-					st.terminatingSent = true
-					log.Info("pod deleted while containers may use its mounts", "rule", fd.Rule, "reason", fd.Reason)
-					th.WorkloadTerminating(pod.DeepCopy(), fd)
-				}
+	if d := lifecycle.Decide(pod); d.Done {
+		w.handler.WorkloadDone(pod.DeepCopy(), d)
+	} else {
+		log.Debug("workload not done", "rule", d.Rule, "reason", d.Reason)
+		if th, ok := w.handler.(TerminationHandler); ok {
+			if fd, follow := lifecycle.NeedsRuntimeFollow(pod); follow {
+				th.WorkloadTerminating(pod.DeepCopy(), fd)
 			}
 		}
 	}
-	if !st.latencySent {
+	if lh, ok := w.handler.(LatencyHandler); ok {
 		if mode, d, ok := sidecarExitLatency(pod); ok {
-			st.latencySent = true
-			log.Info("sidecar exited after the workload", "mode", mode, "latency", d.String())
-			w.metrics.ObserveExitLatency(mode, d)
+			lh.SidecarExited(pod.DeepCopy(), mode, d)
 		}
 	}
-	if run := lifecycle.SidecarFailedRun(pod); run != "" && run != st.failedRun {
+	if run := lifecycle.SidecarFailedRun(pod); run != "" {
 		if failed, code, msg := lifecycle.SidecarFailure(pod); failed {
-			st.failedRun = run
-			log.Warn("sidecar failed", "exitCode", code, "message", msg)
-			w.metrics.sidecarFailed()
-			w.handler.SidecarFailed(pod.DeepCopy(), code, msg)
+			w.handler.SidecarFailed(pod.DeepCopy(), run, code, msg)
 		}
 	}
 }
