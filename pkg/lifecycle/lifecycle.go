@@ -206,15 +206,23 @@ func Decide(pod *corev1.Pod) Decision {
 // listed them in the native sidecar's contract.EnvSidecarUsers; nil for a legacy pod (there the user's native
 // sidecars outlive every regular container, ours included, so nothing can wait for them).
 func SidecarUsers(pod *corev1.Pod) []string {
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if c.Name != contract.SidecarContainerName || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-			continue
-		}
+	if c := nativeSidecar(pod); c != nil {
 		for _, e := range c.Env {
 			if e.Name == contract.EnvSidecarUsers {
 				return splitNames(e.Value)
 			}
+		}
+	}
+	return nil
+}
+
+// nativeSidecar returns our sidecar when it runs as a native sidecar (an init container with
+// restartPolicy Always), nil otherwise.
+func nativeSidecar(pod *corev1.Pod) *corev1.Container {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == contract.SidecarContainerName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return c
 		}
 	}
 	return nil

@@ -71,18 +71,38 @@ func restartable(c corev1.Container) bool {
 
 // MountUsers returns the names of the containers whose exit the sidecar must wait for when
 // the pod stops: for a legacy sidecar the workload containers (its init containers ran
-// before the sidecar could serve); for a native sidecar also the regular init containers,
-// which run while it serves, and the user's native sidecars that mount a volume
-// (SidecarUsers), which the kubelet stops before ours. It returns nil for a pod without a
-// sidecar.
+// before the sidecar could serve); for a native sidecar also the regular init containers
+// that mount a volume (InitUsers), which run while it serves, and the user's native
+// sidecars that mount a volume (SidecarUsers), which the kubelet stops before ours. It
+// returns nil for a pod without a sidecar.
 func MountUsers(pod *corev1.Pod) []string {
 	switch SidecarMode(pod) {
 	case contract.ModeLegacy:
 		return WorkloadContainers(pod)
 	case contract.ModeNative:
-		return append(append(RegularInitContainers(pod), WorkloadContainers(pod)...), SidecarUsers(pod)...)
+		return append(append(InitUsers(pod), WorkloadContainers(pod)...), SidecarUsers(pod)...)
 	}
 	return nil
+}
+
+// InitUsers returns a native pod's regular init containers that mount a gcsfuse volume, as
+// the webhook found them at admission (InitContainerUsers: after our sidecar, inline volumes
+// and claims alike) and listed them in the native sidecar's contract.EnvInitContainers: the
+// one computation the webhook, the sidecar and the node plugin share. A sidecar injected
+// without that variable (by an older webhook) leaves every regular init container
+// (RegularInitContainers): waiting for one that does not mount costs time, never data. It
+// returns nil for a legacy pod.
+func InitUsers(pod *corev1.Pod) []string {
+	sidecar := nativeSidecar(pod)
+	if sidecar == nil {
+		return nil
+	}
+	for _, e := range sidecar.Env {
+		if e.Name == contract.EnvInitContainers {
+			return splitNames(e.Value)
+		}
+	}
+	return RegularInitContainers(pod)
 }
 
 // InitContainersSucceeded reports, from the API status, that a native-sidecar pod has
@@ -119,7 +139,7 @@ func NeedsRuntimeFollow(pod *corev1.Pod) (Decision, bool) {
 	}
 	mode := SidecarMode(pod)
 	if mode == contract.ModeNative {
-		for _, name := range RegularInitContainers(pod) {
+		for _, name := range InitUsers(pod) {
 			if terminatedState(findStatus(pod.Status.InitContainerStatuses, name), true) == nil {
 				return Decision{Mode: contract.ModeNative, Rule: RuleDeletingInitRunning,
 					Reason: fmt.Sprintf("pod is being deleted during its init phase; init container %q has not terminated", name)}, true

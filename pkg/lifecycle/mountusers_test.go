@@ -23,6 +23,17 @@ func withNativeInit(p *corev1.Pod) {
 		corev1.Container{Name: "index"})
 }
 
+// withInitUsers sets what the webhook listed in the native sidecar's
+// contract.EnvInitContainers: the regular init containers that mount a volume.
+func withInitUsers(p *corev1.Pod, users string) *corev1.Pod {
+	for i := range p.Spec.InitContainers {
+		if c := &p.Spec.InitContainers[i]; c.Name == contract.SidecarContainerName {
+			c.Env = append(c.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: users})
+		}
+	}
+	return p
+}
+
 func TestMountUsers(t *testing.T) {
 	tests := []struct {
 		name string
@@ -31,8 +42,12 @@ func TestMountUsers(t *testing.T) {
 	}{
 		{"legacy: workload only, init containers ran before the sidecar",
 			legacyPod([]string{"a", "b"}, initContainers("setup"), annotate(contract.AnnotationIgnoreContainers, "b")), []string{"a"}},
-		{"native: regular init containers then workload, no native sidecars",
+		{"native, sidecar from an older webhook: every regular init container, then workload",
 			nativePod([]string{"main"}, withNativeInit), []string{"fetch", "index", "main"}},
+		{"native: the init containers the webhook found mounting a volume, then workload",
+			withInitUsers(nativePod([]string{"main"}, withNativeInit), "index"), []string{"index", "main"}},
+		{"native: no init container mounts a volume",
+			withInitUsers(nativePod([]string{"main"}, withNativeInit), ""), []string{"main"}},
 		{"no sidecar", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}, nil},
 	}
 	for _, tt := range tests {
@@ -86,6 +101,8 @@ func TestNeedsRuntimeFollow(t *testing.T) {
 		{"native deleted during init", nativePod([]string{"main"}, withNativeInit, deleting(),
 			initStatuses(running("istio-proxy"), terminated("fetch", 0, t1), running("index"))), true, RuleDeletingInitRunning},
 		{"native deleted before any init status", nativePod([]string{"main"}, withNativeInit, deleting()), true, RuleDeletingInitRunning},
+		{"native deleted while only an init container that does not mount runs", withInitUsers(nativePod([]string{"main"}, withNativeInit, deleting(),
+			initStatuses(terminated("fetch", 0, t1), running("index"))), "fetch"), true, RuleDeletingWorkloadRunning},
 		{"native deleted after init, app running", nativePod([]string{"main"}, withNativeInit, deleting(),
 			initStatuses(terminated("fetch", 0, t1), terminated("index", 0, t1)), statuses(running("main"))), true, RuleDeletingWorkloadRunning},
 		{"native without regular init containers, app running", nativePod([]string{"main"}, deleting(), statuses(running("main"))), true, RuleDeletingWorkloadRunning},
