@@ -5,6 +5,10 @@
 // so they all share that user's fs.inotify.max_user_instances (128 on most distributions,
 // fewer than the 110-250 pods a node runs), and a sidecar that could not watch would leave
 // its pod's app waiting on a mount nobody serves.
+//
+// It is the module's one inotify reader (test/layout keeps it so): tests that must see the
+// moment a name appears (internal/testing/firstseen) read their events through it too, with
+// OnEvent, so that the event parsing, the overflow and the reader's bounds exist once.
 package dirwatch
 
 import (
