@@ -29,6 +29,12 @@ const PollInterval = 100 * time.Millisecond
 // inotifyInit makes an inotify instance; a variable so that tests can make it fail.
 var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK) }
 
+// inotifyAddWatch watches dir on the instance fd; a variable so that a test can widen the
+// window between the kernel's watch and Add's record of it.
+var inotifyAddWatch = func(fd int, dir string) (int, error) {
+	return unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+}
+
 // Event is a name that appeared in a watched directory, or an overflow.
 type Event struct {
 	Dir  string // as given to Add
@@ -122,19 +128,22 @@ func (w *Watcher) Add(dir string) error {
 	if err != nil {
 		return err
 	}
+	// The lock is held from before the watch until it is recorded: the kernel may queue an
+	// event the moment the watch exists, and the reader, which looks the watch up under the
+	// lock, must find it known rather than report the event with no Dir.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var wd int
 	var aerr error
 	if err := raw.Control(func(fd uintptr) {
-		wd, aerr = unix.InotifyAddWatch(int(fd), dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+		wd, aerr = inotifyAddWatch(int(fd), dir)
 	}); err != nil {
 		return err
 	}
 	if aerr != nil {
 		return fmt.Errorf("watch %s: %w", dir, aerr)
 	}
-	w.mu.Lock()
 	w.wds[int32(wd)] = dir
-	w.mu.Unlock()
 	return nil
 }
 

@@ -383,3 +383,37 @@ func TestOnEventWhenPolling(t *testing.T) {
 		t.Fatal("an event went on C although a handler was given")
 	}
 }
+
+// An event the kernel queues as soon as the watch exists, before Add has recorded which
+// directory the watch is, still names that directory: the reader must not find the watch
+// unknown and report an empty Dir, which a consumer matching on Dir would drop.
+func TestEventRightAfterTheWatchNamesItsDir(t *testing.T) {
+	dir := t.TempDir()
+	orig := inotifyAddWatch
+	inotifyAddWatch = func(fd int, d string) (int, error) {
+		wd, err := orig(fd, d)
+		if err == nil {
+			// A name created at once, and time for the reader to read it, before Add records wd.
+			_ = os.WriteFile(filepath.Join(d, "early"), nil, 0o644)
+			time.Sleep(3 * PollInterval)
+		}
+		return wd, err
+	}
+	defer func() { inotifyAddWatch = orig }()
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.C:
+		if ev != (Event{Dir: dir, Name: "early"}) {
+			t.Fatalf("event = %+v, want early created in %s", ev, dir)
+		}
+	case <-time.After(eventWait):
+		t.Fatal("no event for early")
+	}
+}
