@@ -34,7 +34,7 @@ func TestCreated(t *testing.T) {
 	if a.MovedIn || a.StatErr != nil || int(a.UID) != os.Geteuid() || a.Seen.IsZero() {
 		t.Fatalf("appearance %+v, want created, owned by %d", a, os.Geteuid())
 	}
-	if again, err := w.Wait(0); err != nil || again != a {
+	if again, err := w.Wait(wait); err != nil || again != a {
 		t.Fatalf("second Wait = %+v, %v; want %+v again", again, err, a)
 	}
 }
