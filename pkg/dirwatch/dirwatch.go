@@ -5,6 +5,10 @@
 // so they all share that user's fs.inotify.max_user_instances (128 on most distributions,
 // fewer than the 110-250 pods a node runs), and a sidecar that could not watch would leave
 // its pod's app waiting on a mount nobody serves.
+//
+// It is the module's one inotify reader (test/layout keeps it so): tests that must see the
+// moment a name appears (internal/testing/firstseen) read their events through it too, with
+// OnEvent, so that the event parsing, the overflow and the reader's bounds exist once.
 package dirwatch
 
 import (
@@ -25,10 +29,21 @@ const PollInterval = 100 * time.Millisecond
 // inotifyInit makes an inotify instance; a variable so that tests can make it fail.
 var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK) }
 
+// inotifyAddWatch watches dir on the instance fd; a variable so that a test can widen the
+// window between the kernel's watch and Add's record of it.
+var inotifyAddWatch = func(fd int, dir string) (int, error) {
+	return unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+}
+
 // Event is a name that appeared in a watched directory, or an overflow.
 type Event struct {
 	Dir  string // as given to Add
 	Name string
+	// MovedIn is true when inotify reported a rename into Dir (IN_MOVED_TO), false when the
+	// name was created there (open, mknod, bind, mkdir, symlink). A test needs the
+	// difference: a socket must never appear under its final name by bind, with bind's
+	// owner. A polling Watcher cannot tell, and leaves it false.
+	MovedIn bool
 	// Overflow (Dir and Name empty) says the kernel's event queue overflowed and dropped
 	// events, in any watched directory: inotify then cannot say which names appeared, so
 	// the consumer must list every watched directory again and treat what it finds as
@@ -36,15 +51,18 @@ type Event struct {
 	Overflow bool
 }
 
-// Watcher delivers Events on C until Close.
+// Watcher delivers Events on C until Close, or to the handler given with OnEvent.
 type Watcher struct {
+	// C carries the Events, and is closed once the reader has ended. With OnEvent it
+	// carries none and only closes.
 	C <-chan Event
 	// Polling is set when the kernel refused an inotify instance (Fallback says why): the
 	// directories are listed every PollInterval instead.
 	Polling  bool
 	Fallback error
 	c        chan Event
-	f        *os.File // the inotify instance; nil when polling
+	handle   func(Event) // set by OnEvent: called instead of sending on c
+	f        *os.File    // the inotify instance; nil when polling
 	mu       sync.Mutex
 	wds      map[int32]string
 	// listed holds, when polling, each directory's names at its last listing.
@@ -55,12 +73,30 @@ type Watcher struct {
 	done      chan struct{}
 }
 
+// Option changes how New's Watcher delivers its events.
+type Option func(*Watcher)
+
+// OnEvent makes the Watcher call handle with each Event in its reader goroutine, the moment
+// the event is read (polling: listed), instead of sending it on C. It is for a consumer
+// that must look at the name before anything else happens to it: firstseen stats a new
+// socket's name to learn who owned it when it appeared, and the hop through C's buffer to
+// another goroutine could let the publisher finish a chown in between, hiding the very
+// state the test looks for. While handle runs the reader reads nothing else, so it must
+// return promptly; it must not call Close, which waits for the reader. Once Close has
+// returned, handle is not called again.
+func OnEvent(handle func(Event)) Option {
+	return func(w *Watcher) { w.handle = handle }
+}
+
 // New starts a watcher: inotify, or polling when the kernel refuses an instance for want
 // of one (EMFILE: the user's or the process's limit; ENFILE, ENOMEM: the system's). Close
 // must be called to release it.
-func New() (*Watcher, error) {
+func New(opts ...Option) (*Watcher, error) {
 	c := make(chan Event, eventBuffer)
 	w := &Watcher{C: c, c: c, wds: map[int32]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, o := range opts {
+		o(w)
+	}
 	fd, err := inotifyInit()
 	switch {
 	case err == nil:
@@ -92,19 +128,22 @@ func (w *Watcher) Add(dir string) error {
 	if err != nil {
 		return err
 	}
+	// The lock is held from before the watch until it is recorded: the kernel may queue an
+	// event the moment the watch exists, and the reader, which looks the watch up under the
+	// lock, must find it known rather than report the event with no Dir.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var wd int
 	var aerr error
 	if err := raw.Control(func(fd uintptr) {
-		wd, aerr = unix.InotifyAddWatch(int(fd), dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+		wd, aerr = inotifyAddWatch(int(fd), dir)
 	}); err != nil {
 		return err
 	}
 	if aerr != nil {
 		return fmt.Errorf("watch %s: %w", dir, aerr)
 	}
-	w.mu.Lock()
 	w.wds[int32(wd)] = dir
-	w.mu.Unlock()
 	return nil
 }
 
@@ -154,9 +193,7 @@ func (w *Watcher) poll() {
 				if before[n] {
 					continue
 				}
-				select {
-				case w.c <- Event{Dir: dir, Name: n}:
-				case <-w.stop:
+				if !w.emit(Event{Dir: dir, Name: n}) {
 					return
 				}
 			}
@@ -210,7 +247,7 @@ func (w *Watcher) read() {
 	}
 }
 
-// deliver sends the events of one read(2) on C, and reports false when Close stopped it.
+// deliver emits the events of one read(2), and reports false when Close stopped it.
 // An IN_Q_OVERFLOW record becomes an Overflow event; events that name nothing (a watch
 // removed, say) are dropped.
 func (w *Watcher) deliver(buf []byte) bool {
@@ -234,14 +271,33 @@ func (w *Watcher) deliver(buf []byte) bool {
 				continue
 			}
 			w.mu.Lock()
-			out = Event{Dir: w.wds[ev.Wd], Name: name}
+			out = Event{Dir: w.wds[ev.Wd], Name: name, MovedIn: ev.Mask&unix.IN_MOVED_TO != 0}
 			w.mu.Unlock()
 		}
-		select {
-		case w.c <- out:
-		case <-w.stop:
+		if !w.emit(out) {
 			return false
 		}
 	}
 	return true
+}
+
+// emit hands ev to the OnEvent handler, or sends it on C, and reports false when Close
+// stopped it. A handler is not called once Close has begun: Close then only waits for a
+// call already running.
+func (w *Watcher) emit(ev Event) bool {
+	if w.handle != nil {
+		select {
+		case <-w.stop:
+			return false
+		default:
+		}
+		w.handle(ev)
+		return true
+	}
+	select {
+	case w.c <- ev:
+		return true
+	case <-w.stop:
+		return false
+	}
 }

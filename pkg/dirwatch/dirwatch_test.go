@@ -30,15 +30,15 @@ func TestReportsCreateAndRename(t *testing.T) {
 	tmp := filepath.Join(t.TempDir(), "x")
 	_ = os.WriteFile(tmp, nil, 0o644)
 	_ = os.Rename(filepath.Join(dir, "a.sock"), filepath.Join(dir, "exit"))
-	want := []string{"a.sock", "exit"}
-	for _, name := range want {
+	want := []Event{{Dir: dir, Name: "a.sock"}, {Dir: dir, Name: "exit", MovedIn: true}}
+	for _, we := range want {
 		select {
 		case ev := <-w.C:
-			if ev.Name != name || ev.Dir != dir {
-				t.Fatalf("event = %+v, want %s in %s", ev, name, dir)
+			if ev != we {
+				t.Fatalf("event = %+v, want %+v", ev, we)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("no event for %s", name)
+			t.Fatalf("no event for %s", we.Name)
 		}
 	}
 }
@@ -262,5 +262,158 @@ func TestNewFailsOnOtherInotifyErrors(t *testing.T) {
 	if w, err := New(); err == nil {
 		w.Close()
 		t.Fatal("New succeeded although inotify_init1 failed with EINVAL")
+	}
+}
+
+// With OnEvent the handler gets each event in the reader goroutine, and nothing goes on C:
+// while the handler runs, the reader reads nothing else (a later name waits for it), so
+// what the handler looks at is the state at its event. Close waits for a running handler,
+// and the handler is never called after Close has returned.
+func TestOnEventRunsHandlerInTheReader(t *testing.T) {
+	dir := t.TempDir()
+	calls := make(chan Event, 8)
+	release := make(chan struct{})
+	w, err := New(OnEvent(func(ev Event) {
+		calls <- ev
+		<-release
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	call := func() Event {
+		t.Helper()
+		select {
+		case ev := <-calls:
+			return ev
+		case <-time.After(eventWait):
+			t.Fatal("handler not called")
+			return Event{}
+		}
+	}
+	if ev := call(); ev != (Event{Dir: dir, Name: "a.sock"}) {
+		t.Fatalf("handler got %+v, want a.sock created in %s", ev, dir)
+	}
+	// The handler is still running: a second name is not handed over until it returns.
+	tmp := filepath.Join(t.TempDir(), "exit.tmp")
+	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "exit")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-calls:
+		t.Fatalf("handler called with %+v while its previous call was running", ev)
+	case <-time.After(3 * PollInterval):
+	}
+	release <- struct{}{}
+	if ev := call(); ev != (Event{Dir: dir, Name: "exit", MovedIn: true}) {
+		t.Fatalf("handler got %+v, want exit moved into %s", ev, dir)
+	}
+	// Close while that call runs: Close waits for it.
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the handler was running", err)
+	case <-time.After(3 * PollInterval):
+	}
+	close(release)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(eventWait):
+		t.Fatal("Close did not return after the handler did")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "late"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-calls:
+		t.Fatalf("handler called with %+v after Close", ev)
+	case <-time.After(3 * PollInterval):
+	}
+	if _, ok := <-w.C; ok {
+		t.Fatal("an event went on C although a handler was given")
+	}
+}
+
+// A polling Watcher hands its events to the OnEvent handler too, from its poller.
+func TestOnEventWhenPolling(t *testing.T) {
+	orig := inotifyInit
+	inotifyInit = func() (int, error) { return -1, unix.EMFILE }
+	defer func() { inotifyInit = orig }()
+	dir := t.TempDir()
+	calls := make(chan Event, 8)
+	w, err := New(OnEvent(func(ev Event) { calls <- ev }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if !w.Polling {
+		t.Fatal("not polling although inotify was refused")
+	}
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-calls:
+		if ev != (Event{Dir: dir, Name: "a.sock"}) {
+			t.Fatalf("handler got %+v, want a.sock in %s", ev, dir)
+		}
+	case <-time.After(eventWait):
+		t.Fatal("handler not called")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-w.C; ok {
+		t.Fatal("an event went on C although a handler was given")
+	}
+}
+
+// An event the kernel queues as soon as the watch exists, before Add has recorded which
+// directory the watch is, still names that directory: the reader must not find the watch
+// unknown and report an empty Dir, which a consumer matching on Dir would drop.
+func TestEventRightAfterTheWatchNamesItsDir(t *testing.T) {
+	dir := t.TempDir()
+	orig := inotifyAddWatch
+	inotifyAddWatch = func(fd int, d string) (int, error) {
+		wd, err := orig(fd, d)
+		if err == nil {
+			// A name created at once, and time for the reader to read it, before Add records wd.
+			_ = os.WriteFile(filepath.Join(d, "early"), nil, 0o644)
+			time.Sleep(3 * PollInterval)
+		}
+		return wd, err
+	}
+	defer func() { inotifyAddWatch = orig }()
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.C:
+		if ev != (Event{Dir: dir, Name: "early"}) {
+			t.Fatalf("event = %+v, want early created in %s", ev, dir)
+		}
+	case <-time.After(eventWait):
+		t.Fatal("no event for early")
 	}
 }

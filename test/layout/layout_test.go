@@ -169,3 +169,12 @@ func wantOnly(t *testing.T, what string, found map[string]bool, home string) {
 func TestPodDirectoryHasOneHome(t *testing.T) {
 	wantOnly(t, "the kubelet's emptyDir path element", grepGo(t, regexp.MustCompile(`kubernetes\.io~empty-dir`)), "pkg/podfiles")
 }
+
+// Inotify is read in one package, pkg/dirwatch: its event parsing, overflow handling,
+// polling fallback and the reader's bounds were once copied into a test helper, and the
+// copies drift. Tests that need an event the moment it is read use dirwatch.OnEvent. Test
+// files are not checked (grepGo skips them): test/integration's probe of a user namespace's
+// instance limit makes instances and reads none.
+func TestOneInotifyReader(t *testing.T) {
+	wantOnly(t, "an inotify instance or watch", grepGo(t, regexp.MustCompile(`\bInotify(Init1?|AddWatch)\b`)), "pkg/dirwatch")
+}

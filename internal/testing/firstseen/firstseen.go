@@ -2,22 +2,24 @@
 // directory: whether it was created there or moved in, and who owned it at that moment. A
 // test that only looks after the fact sees the final state and cannot tell whether a reader
 // woken by the name could have met a half-prepared file.
+//
+// It reads its events through pkg/dirwatch, the module's one inotify reader, with
+// dirwatch.OnEvent: the name is stat'ed in dirwatch's reader goroutine as soon as its event
+// is read, with no hop through a channel to another goroutine that would give the
+// publisher time to finish (a chown, say) before the stat and hide what the test looks for.
 package firstseen
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// eventBufSize holds a full batch of inotify events with the longest names.
-const eventBufSize = 64 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
+)
 
 // Appearance is how a name first appeared.
 type Appearance struct {
@@ -32,89 +34,83 @@ type Appearance struct {
 	Seen time.Time
 }
 
+// errOverflow is what Wait returns when the kernel dropped events before the name's: the
+// name may have appeared, and even gone again, unseen, so its first appearance is unknown.
+var errOverflow = errors.New("the inotify queue overflowed before the name was seen: its first appearance is unknown")
+
+// outcome is the first appearance, or errOverflow.
+type outcome struct {
+	a   Appearance
+	err error
+}
+
 // Watch records the first appearance of one name in one directory. Start it with Start and
 // release it with Close.
 type Watch struct {
 	dir, name string
-	f         *os.File
+	w         *dirwatch.Watcher
 	once      sync.Once
-	first     chan Appearance // buffered, written at most once
-	done      chan struct{}   // closed when the reader has ended
-	closeOnce sync.Once
+	first     chan outcome // buffered, written at most once
 }
 
-// Start watches dir for name. Only appearances after Start returns are reported.
+// Start watches dir for name. Only appearances after Start returns are reported. It fails
+// where the kernel refuses an inotify instance: dirwatch's polling fallback would see the
+// name up to dirwatch.PollInterval late, and could not tell a rename from a creation.
 func Start(dir, name string) (*Watch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	fw := &Watch{dir: dir, name: name, first: make(chan outcome, 1)}
+	w, err := dirwatch.New(dirwatch.OnEvent(fw.event))
 	if err != nil {
-		return nil, fmt.Errorf("inotify_init1: %w", err)
+		return nil, err
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("watch %s: %w", dir, err)
+	if w.Polling {
+		w.Close()
+		return nil, fmt.Errorf("firstseen needs inotify: %w", w.Fallback)
 	}
-	w := &Watch{dir: dir, name: name, f: os.NewFile(uintptr(fd), "inotify"), first: make(chan Appearance, 1), done: make(chan struct{})}
-	go w.read() // owned by w: ends when Close closes the descriptor
-	return w, nil
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, err
+	}
+	fw.w = w
+	return fw, nil
+}
+
+// event runs in dirwatch's reader goroutine: it stats the name at once, before the reader
+// reads anything else.
+func (fw *Watch) event(ev dirwatch.Event) {
+	if ev.Overflow {
+		fw.once.Do(func() { fw.first <- outcome{err: errOverflow} })
+		return
+	}
+	if ev.Name != fw.name {
+		return
+	}
+	a := Appearance{MovedIn: ev.MovedIn, Seen: time.Now()}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(fw.dir, fw.name), &st); err != nil {
+		a.StatErr = err
+	} else {
+		a.UID, a.GID = st.Uid, st.Gid
+	}
+	fw.once.Do(func() { fw.first <- outcome{a: a} })
 }
 
 // Wait returns the first appearance, waiting at most d for it.
-func (w *Watch) Wait(d time.Duration) (Appearance, error) {
+func (fw *Watch) Wait(d time.Duration) (Appearance, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case a := <-w.first:
-		w.first <- a // keep it for a later Wait
-		return a, nil
+	case o := <-fw.first:
+		fw.first <- o // keep it for a later Wait
+		if o.err != nil {
+			return Appearance{}, fmt.Errorf("%s in %s: %w", fw.name, fw.dir, o.err)
+		}
+		return o.a, nil
 	case <-t.C:
-		return Appearance{}, fmt.Errorf("%s did not appear in %s within %s", w.name, w.dir, d)
+		return Appearance{}, fmt.Errorf("%s did not appear in %s within %s", fw.name, fw.dir, d)
 	}
 }
 
-// Close stops the watch and waits for its reader.
-func (w *Watch) Close() {
-	w.closeOnce.Do(func() {
-		_ = w.f.Close() // wakes the reader: the descriptor is in Go's poller
-		<-w.done
-	})
-}
-
-func (w *Watch) read() {
-	defer close(w.done)
-	buf := make([]byte, eventBufSize)
-	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
-				fmt.Fprintln(os.Stderr, "firstseen: read inotify:", err)
-			}
-			return
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-			if cstring(raw) != w.name {
-				continue
-			}
-			a := Appearance{MovedIn: ev.Mask&unix.IN_MOVED_TO != 0, Seen: time.Now()}
-			var st unix.Stat_t
-			if err := unix.Lstat(filepath.Join(w.dir, w.name), &st); err != nil {
-				a.StatErr = err
-			} else {
-				a.UID, a.GID = st.Uid, st.Gid
-			}
-			w.once.Do(func() { w.first <- a })
-		}
-	}
-}
-
-// cstring cuts the NUL padding inotify adds to names.
-func cstring(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
+// Close stops the watch and waits for dirwatch's reader. It may be called more than once.
+func (fw *Watch) Close() {
+	_ = fw.w.Close()
 }
