@@ -58,8 +58,9 @@ _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
 STATICCHECK_VERSION=v0.8.2
 DEADCODE_VERSION=v0.52.0
-# Helm renders and lints the chart (hack/chart.sh) and installs the driver on the local
-# cluster; v4 is the maintained major; built from its module like the other tools.
+# Helm renders and lints the chart (the Go tests in deploy/chart, given it as $HELM) and
+# installs the driver on the local cluster; v4 is the maintained major; built from its
+# module like the other tools.
 HELM_VERSION=4.3.2
 # The release before this tree: hack/previous-release.sh builds its images from this commit
 # (its own hack/images.sh, tag = its version) and hack/e2e.sh (UPGRADE_FROM=previous)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then runs formatting, vet, staticcheck, the
-# Helm chart's checks (hack/chart.sh: lint, edge values, drift of deploy/base), unit
-# tests with the race detector (the release images for amd64 and arm64 among them, pushed to
-# a loopback registry and pulled back), the fuzz seeds, the integration tests (real
+# unit tests with the race detector (among them the Helm chart's checks in deploy/chart: lint,
+# edge values, bad values, drift of deploy/base; and the release images for amd64 and arm64,
+# pushed to a loopback registry and pulled back), the fuzz seeds, the integration tests (real
 # /dev/fuse mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node
 # suites among them, publish and unpublish included), each fuzz target for 10 s
 # (hack/fuzz.sh; behind the first e2e run's tests when those run) and, when present and not
@@ -60,10 +60,14 @@ step "deadcode (functions that nothing, not even a test, reaches)"
 dead=$("$BIN/deadcode" -test ./...)
 if [ -n "$dead" ]; then echo "$dead"; exit 1; fi
 
-step "Helm chart: lint, edge values, bad values, deploy/base rendered from it (hack/chart.sh)"
-bash hack/chart.sh
+# The Helm chart's checks (lint, edge values, bad values, deploy/base rendered from it) are Go
+# tests in deploy/chart, run once, in go test below, with the helm pinned here (HELM_VERSION):
+# without $HELM they would fail there (GCSFUSE_CSI_REQUIRE_INTEGRATION=1), not skip.
+step "helm v$HELM_VERSION for the chart's tests (deploy/chart)"
+ensure_helm
+export HELM=$HELM_DIR/helm
 
-step "go test -race (unit, fuzz seeds, csi-sanity, integration with real mounts)"
+step "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 go test -race -count=1 -timeout 20m ./...
 # Beyond the seeds: each fuzz target for a bounded time (FUZZ_TIME, 10 s each). Without the

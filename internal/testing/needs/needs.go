@@ -7,6 +7,7 @@ package needs
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -46,4 +47,29 @@ func Root(t testing.TB) {
 		t.Fatalf("this test needs root, and %s=1 says it must run here", EnvRequire)
 	}
 	t.Skip("needs root")
+}
+
+// EnvHelm names the variable that gives the helm binary. hack/test.sh sets it to the helm
+// it builds at the pinned HELM_VERSION, so the chart is checked by the Helm that installs it.
+const EnvHelm = "HELM"
+
+// Helm returns the helm binary to run: $HELM, else helm on PATH. Without either it stops t:
+// a skip, or a failure when Required, since the chart's checks would otherwise pass in CI
+// without rendering anything.
+func Helm(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv(EnvHelm); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v", EnvHelm, p, err)
+		}
+		return p
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	if Required() {
+		t.Fatalf("this test needs helm ($%s or helm on PATH; hack/test.sh builds it), and %s=1 says it must run here", EnvHelm, EnvRequire)
+	}
+	t.Skipf("needs helm: set %s to a helm binary (hack/chart.sh builds the pinned one) or put helm on PATH", EnvHelm)
+	return ""
 }
