@@ -44,7 +44,7 @@ func main() {
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
 	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
 	tpRuns := flag.Int("throughput-runs", 1, "throughput comparisons back to back (each printed: the machine is noisy)")
-	markdown := flag.String("markdown", "", "also write the figures as the README's generated blocks to this file (go run ./hack/readme -file README.md < FILE)")
+	markdown := flag.String("markdown", "", "also write the figures as the README's generated blocks to this file, when every benchmark that ran succeeded (go run ./hack/readme -file README.md < FILE)")
 	flag.Parse()
 	if miss := testenv.Prereqs(); miss != "" {
 		fmt.Fprintln(os.Stderr, "bench needs:", miss)
