@@ -29,6 +29,8 @@ const (
 // drainScenario is one way a pod ends while its containers still write.
 type drainScenario struct {
 	name string
+	// short is the name in the README's table, among the others.
+	short string
 	// mode is the sidecar mode; initContainers is set for a native sidecar serving an init
 	// container (the only native case where SIGTERM can come while a writer runs).
 	mode           string
@@ -44,10 +46,10 @@ type drainScenario struct {
 }
 
 var drainScenarios = []drainScenario{
-	{name: "native SIGTERM, init container writing", mode: contract.ModeNative, initContainers: []string{"seed"}, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
-	{name: "legacy deletion (SIGTERM, then exit file)", mode: contract.ModeLegacy, specGrace: 30, terminatingGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
-	{name: "deletion --grace-period 4 > spec 1, no exit file", mode: contract.ModeLegacy, specGrace: 1, terminatingGrace: 4, chunkDelay: slowChunkDelay},
-	{name: "deadline kill (SIGTERM, no deletion)", mode: contract.ModeLegacy, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
+	{name: "native SIGTERM, init container writing", short: "native SIGTERM during the init phase", mode: contract.ModeNative, initContainers: []string{"seed"}, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
+	{name: "legacy deletion (SIGTERM, then exit file)", short: "legacy deletion", mode: contract.ModeLegacy, specGrace: 30, terminatingGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
+	{name: "deletion --grace-period 4 > spec 1, no exit file", short: "`--grace-period` 4 > spec 1 s with no exit file", mode: contract.ModeLegacy, specGrace: 1, terminatingGrace: 4, chunkDelay: slowChunkDelay},
+	{name: "deadline kill (SIGTERM, no deletion)", short: "deadline kill", mode: contract.ModeLegacy, specGrace: 30, exitFile: true, chunkDelay: drainChunkDelay},
 }
 
 // dataLossWriting is the data-loss check where it can fail: the writers still have their
@@ -74,12 +76,14 @@ func (b *bench) dataLossWriting(iterations, offIterations int) error {
 	}
 	totalLost := 0
 	per := max(iterations/len(drainScenarios), 1)
+	res := &writingResult{perScenario: per, offIterations: offIterations}
 	for _, sc := range drainScenarios {
 		objs, lost, s, err := run(sc, true, per)
 		if err != nil {
 			return err
 		}
 		totalLost += lost
+		res.on = append(res.on, scenarioResult{sc: sc, objects: objs, lost: lost, s: s})
 		fmt.Printf("  %-50s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, per, objs, lost, s)
 	}
 	fmt.Printf("  drain switched off (sidecar --drain=false), %d iterations each:\n", offIterations)
@@ -88,8 +92,10 @@ func (b *bench) dataLossWriting(iterations, offIterations int) error {
 		if err != nil {
 			return err
 		}
+		res.off = append(res.off, scenarioResult{sc: sc, objects: objs, lost: lost, s: s})
 		fmt.Printf("  %-50s n=%d  objects %d  lost or short %d  trigger -> sidecar exit %s\n", sc.name, offIterations, objs, lost, s)
 	}
+	b.res.writing = res
 	if totalLost > 0 {
 		return fmt.Errorf("%d objects lost or short with the drain on", totalLost)
 	}

@@ -5,6 +5,10 @@
 //	go run ./bench                      # everything
 //	go run ./bench -only mount,exit     # some
 //	go run ./bench -only rss            # gcsfuse and sidecar memory per volume
+//	go run ./bench -rounds 20 -throughput-runs 2 -markdown /tmp/bench.md   # README's blocks too
+//
+// -markdown FILE also writes the figures as the README holds them, as generated blocks
+// (internal/readmegen) that go run ./hack/readme splices into README.md.
 package main
 
 import (
@@ -39,6 +43,8 @@ func main() {
 	offIterations := flag.Int("dataloss-off-iterations", 10, "writing: iterations per scenario with the sidecar's drain switched off")
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
 	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
+	tpRuns := flag.Int("throughput-runs", 1, "throughput comparisons back to back (each printed: the machine is noisy)")
+	markdown := flag.String("markdown", "", "also write the figures as the README's generated blocks to this file, when every benchmark that ran succeeded (go run ./hack/readme -file README.md < FILE)")
 	flag.Parse()
 	if miss := testenv.Prereqs(); miss != "" {
 		fmt.Fprintln(os.Stderr, "bench needs:", miss)
@@ -63,7 +69,9 @@ func main() {
 		case "writing":
 			err = b.dataLossWriting(*iterations, *offIterations)
 		case "throughput":
-			err = b.throughput(*sizeMiB, *tpRounds)
+			for i := 0; i < *tpRuns && err == nil; i++ {
+				err = b.throughput(*sizeMiB, *tpRounds)
+			}
 		case "rss":
 			err = b.rss(*sizeMiB, *tpRounds)
 		default:
@@ -75,7 +83,16 @@ func main() {
 		}
 	}
 	if failed {
+		if *markdown != "" {
+			fmt.Fprintf(os.Stderr, "bench: %s not written: a benchmark failed\n", *markdown)
+		}
 		os.Exit(1)
+	}
+	if *markdown != "" {
+		if err := b.res.writeMarkdown(*markdown, byCommand()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 }
 
@@ -84,6 +101,8 @@ type bench struct {
 	sidecarBin string
 	dir        string
 	bucketN    int
+	// res keeps the figures for -markdown.
+	res results
 }
 
 func newBench() (*bench, error) {
@@ -131,15 +150,20 @@ func ctx() context.Context {
 
 type stats []time.Duration
 
+// at is the q quantile of s (q in [0, 1]; 1 is the max), the one the text and the Markdown
+// both print. s must not be empty.
+func (s stats) at(q float64) time.Duration {
+	c := slices.Clone(s)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[min(len(c)-1, int(q*float64(len(c))))]
+}
+
 func (s stats) String() string {
 	if len(s) == 0 {
 		return "no samples"
 	}
-	c := slices.Clone(s)
-	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
-	p := func(q float64) time.Duration { return c[min(len(c)-1, int(q*float64(len(c))))] }
 	r := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-	return fmt.Sprintf("min %s  p50 %s  p90 %s  p99 %s  max %s  (n=%d)", r(c[0]), r(p(0.5)), r(p(0.9)), r(p(0.99)), r(c[len(c)-1]), len(c))
+	return fmt.Sprintf("min %s  p50 %s  p90 %s  p99 %s  max %s  (n=%d)", r(s.at(0)), r(s.at(0.5)), r(s.at(0.9)), r(s.at(0.99)), r(s.at(1)), len(s))
 }
 
 // mountLatency: NodePublishVolume of every volume, sidecar start, until a stat through
@@ -156,6 +180,7 @@ func (b *bench) mountLatency(rounds int) error {
 			s = append(s, d)
 		}
 		fmt.Printf("  %d volume(s): %s\n", n, s)
+		b.res.mount = append(b.res.mount, mountResult{volumes: n, s: s})
 	}
 	fmt.Println("  (incumbent: sleeps 1.5 s before each volume; measured 1.69-1.76 s for one)")
 	return nil
@@ -225,6 +250,7 @@ func (b *bench) exitLatency(rounds int) error {
 			trigger = "exit file"
 		}
 		fmt.Printf("  %-6s (%s): %s\n", mode, trigger, s)
+		b.res.exit = append(b.res.exit, exitResult{mode: mode, s: s})
 	}
 	fmt.Println("  (incumbent: native 5.02 s; legacy 5.5-9.5 s after its exit file)")
 	return nil
@@ -324,6 +350,7 @@ func (b *bench) dataLoss(iterations int) error {
 	}
 	fmt.Printf("  iterations %d  objects %d  missing or short %d  (%.1f s)\n", iterations, objects, missing, time.Since(start).Seconds())
 	fmt.Printf("  trigger -> exit over all iterations: %s\n", s)
+	b.res.dataLoss = &dataLossResult{iterations: iterations, objects: objects, missing: missing, s: s}
 	if missing > 0 {
 		return fmt.Errorf("%d objects missing or short", missing)
 	}
@@ -399,6 +426,8 @@ func (b *bench) throughput(sizeMiB, rounds int) error {
 	}
 	o, p := "gcsfuse-csi", "standalone gcsfuse"
 	fmt.Printf("  ratio ours/standalone: write %.2f  read %.2f\n", median(w[o])/median(w[p]), median(r[o])/median(r[p]))
+	b.res.throughput = append(b.res.throughput, throughputResult{sizeMiB: sizeMiB, rounds: rounds,
+		write: [2]float64{median(w[o]), median(w[p])}, read: [2]float64{median(r[o]), median(r[p])}})
 	return nil
 }
 

@@ -26,6 +26,9 @@ const rssSampleInterval = 20 * time.Millisecond
 func (b *bench) rss(sizeMiB, rounds int) error {
 	fmt.Printf("## memory of one volume: gcsfuse and sidecar RSS (MiB), %d MiB file, %d rounds; max of 20 ms samples per phase\n", sizeMiB, rounds)
 	phases := []string{"idle (1 s after ready)", "streaming write", "read with file cache (cold)", "read again (cache hit)"}
+	// The same phases as the README's table names them.
+	readme := map[string]string{phases[0]: "idle, 1 s after ready", phases[1]: "streaming write",
+		phases[2]: "cold read through the file cache", phases[3]: "read again (file cache hit)"}
 	gf := map[string][]float64{}
 	sc := map[string][]float64{}
 	cpu := map[string][]float64{} // cores: CPU seconds of gcsfuse and sidecar per wall second
@@ -91,9 +94,13 @@ func (b *bench) rss(sizeMiB, rounds int) error {
 			return err
 		}
 	}
+	res := &rssResult{}
 	for _, p := range phases {
 		fmt.Printf("  %-28s gcsfuse %s   sidecar %s   CPU %.0f-%.0f millicores\n", p, mib(gf[p]), mib(sc[p]), 1000*slices.Min(cpu[p]), 1000*slices.Max(cpu[p]))
+		res.phases = append(res.phases, rssPhase{name: readme[p], gcsfuse: slices.Max(gf[p]), sidecar: slices.Max(sc[p]),
+			cpuLo: slices.Min(cpu[p]), cpuHi: slices.Max(cpu[p])})
 	}
+	b.res.rss = res
 	return nil
 }
 

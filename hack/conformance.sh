@@ -13,8 +13,10 @@
 #      inline volume is admitted with the injected sidecar,
 #   4. e2e.test -storage.testdriver=test/conformance/driver.yaml with CONFORMANCE_FOCUS and
 #      CONFORMANCE_SKIP (defaults below), JUnit report in $CONFORMANCE_OUT,
-#   5. the table (test/conformance/report) and the exit code: non-zero on any failure that
-#      test/conformance/known-failures.txt does not list with its upstream reason.
+#   5. the table (test/conformance/report; kept in $CONFORMANCE_OUT/table.md, the generated
+#      block "conformance" of README.md and docs/conformance.md) and the exit code: non-zero
+#      on any failure that test/conformance/known-failures.txt does not list with its
+#      upstream reason.
 #
 # Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP, CONFORMANCE_OUT
 # (default $GCSFUSE_CSI_CACHE/conformance), CONFORMANCE_DRIVER_DEF (another driver definition,
@@ -123,7 +125,7 @@ echo "    skip:  $SKIP"
 report_rc=0
 (cd "$REPO_ROOT" && go run ./test/conformance/report -junit "$OUT/junit_01.xml" -driver "$DRIVER" \
   -skip "$SKIP" -known "$REPO_ROOT/test/conformance/known-failures.txt") | tee "$OUT/table.md" || report_rc=$?
-echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (e2e.test rc=$rc; report $OUT/junit_01.xml)"
+echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (e2e.test rc=$rc; report $OUT/junit_01.xml; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
 [ "$psa_rc" = 0 ] || echo "FAILED: the Pod Security check before the suite (above)" >&2
 # e2e.test fails the run on a failed test, known ones included: the report decides.
 [ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ]

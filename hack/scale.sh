@@ -32,8 +32,11 @@
 #      SCALE_JOB_BYTES (default 4096), SCALE_TIMEOUT (per run, default 20m),
 #      SCALE_SOAK_TIMEOUT (default 90m), SCALE_SETTLE (bound of the wait before the leaks are
 #      counted, default 2m), SCALE_KEEP_CLUSTER=1 (leave the cluster running; default: down
-#      at the end), and K8S_VERSION / CONTAINERD / MAX_PODS / GCSFUSE_CSI_CACHE as for
+#      at the end), SCALE_MARKDOWN=FILE (also write the figures as README.md's generated
+#      block "scale"; then go run ./hack/readme -file README.md < FILE), and K8S_VERSION / CONTAINERD / MAX_PODS / GCSFUSE_CSI_CACHE as for
 #      hack/e2e.sh and hack/cluster-up.sh.
+# Resolved before anything changes directory: a relative SCALE_MARKDOWN is the caller's.
+markdown=${SCALE_MARKDOWN:+$(realpath -m "$SCALE_MARKDOWN")}
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
@@ -64,4 +67,4 @@ go run ./hack/scale -kubeconfig "$KUBECONFIG" -gcs-url "http://$NODE_IP:14443" -
   -jobs "${SCALE_JOBS:-1000}" -jobs-parallel "${SCALE_JOBS_PARALLEL:-20}" -job-bytes "${SCALE_JOB_BYTES:-4096}" \
   -timeout "${SCALE_TIMEOUT:-20m}" -soak-timeout "${SCALE_SOAK_TIMEOUT:-90m}" -settle "${SCALE_SETTLE:-2m}" \
   -prometheus "$(command -v prometheus)" -netns "/run/netns/$NETNS" -prometheus-listen "$NODE_IP:19091" \
-  -scrape-config "$REPO_ROOT/deploy/monitoring/prometheus-scrape.yaml"
+  -scrape-config "$REPO_ROOT/deploy/monitoring/prometheus-scrape.yaml" -markdown "$markdown"

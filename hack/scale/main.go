@@ -22,7 +22,8 @@
 // exit files, pending offer records, pod directories, the node plugin's goroutines, open fds
 // and published volumes, and inotify instances per uid. It prints tables of figures
 // (n, p50, p90, p99, max; no goals asserted: the figures are for the README) and exits 1 when
-// something leaked or was lost, listing what.
+// something leaked or was lost, listing what. With -markdown FILE it also writes them as the
+// README's generated block (internal/readmegen), for go run ./hack/readme to splice.
 //
 // It measures from this host (the cluster's processes are this machine's, and share its
 // clock) and from the components' own logs and metrics; the node plugin's RSS and CPU also
@@ -72,6 +73,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -177,6 +179,8 @@ type options struct {
 	jobs, jobsParallel, jobB int
 	timeout, soakTimeout     time.Duration
 	settle                   time.Duration
+	// markdown is -markdown: a file for the README's generated block, or "".
+	markdown string
 }
 
 // Bounds of the flags: they keep a typo from asking for a run that cannot end.
@@ -255,6 +259,7 @@ func run() int {
 	flag.StringVar(&o.netns, "netns", "/run/netns/gcsfuse-csi", "the cluster's network namespace, where Prometheus runs")
 	flag.StringVar(&o.promListen, "prometheus-listen", "10.241.0.2:19091", "Prometheus' listen address, in that namespace")
 	flag.StringVar(&o.scrapeConfig, "scrape-config", "deploy/monitoring/prometheus-scrape.yaml", "the documented scrape job")
+	flag.StringVar(&o.markdown, "markdown", "", "also write the figures as the README's generated block to this file (go run ./hack/readme -file README.md < FILE); hack/scale.sh passes SCALE_MARKDOWN")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "scale: unexpected arguments %q\n", flag.Args())
@@ -288,6 +293,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 1
 	}
+	if o.markdown != "" {
+		if err := writeMarkdown(o.markdown, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			return 1
+		}
+	}
 	if len(rep.leaks) > 0 || len(rep.losses) > 0 {
 		fmt.Println("\nscale: FAILED")
 		for _, l := range rep.leaks {
@@ -301,8 +312,44 @@ func run() int {
 		}
 		return 1
 	}
-	fmt.Println("\nscale: every pod and Job succeeded with its bytes; nothing leaked")
+	fmt.Println("\n" + verdictOK)
 	return 0
+}
+
+// verdictOK ends a run where every pod and Job succeeded and nothing leaked.
+const verdictOK = "scale: every pod and Job succeeded with its bytes; nothing leaked"
+
+// blockName and blockBy are the README's generated block of this program ("A node full of
+// pods") and the command that rewrites it.
+const (
+	blockName = "scale"
+	blockBy   = "SCALE_MARKDOWN=FILE hack/scale.sh"
+)
+
+// markdownBlock is the README's block of a run: its setting, the three tables and the
+// verdict.
+func markdownBlock(rep *report) (readmegen.Block, error) {
+	verdict := verdictOK
+	if len(rep.leaks) > 0 || len(rep.losses) > 0 {
+		verdict = fmt.Sprintf("scale: FAILED: %d leaks, %d losses (listed in the run's output)", len(rep.leaks), len(rep.losses))
+	}
+	return readmegen.New(blockName, blockBy, rep.setting+".\n"+rep.tables+"\n"+verdict)
+}
+
+func writeMarkdown(file string, rep *report) error {
+	b, err := markdownBlock(rep)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := readmegen.Write(f, b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // ---------------------------------------------------------------------------- network
@@ -372,8 +419,12 @@ type scale struct {
 	buckets []string
 }
 
-// report is what ends the program: leaks and losses are listed and make it exit 1.
-type report struct{ leaks, losses []string }
+// report is what ends the program: leaks and losses are listed and make it exit 1. setting
+// and tables are the figures (the run's setting and the Markdown tables), for -markdown too.
+type report struct {
+	leaks, losses   []string
+	setting, tables string
+}
 
 func (r *report) lose(format string, a ...any) {
 	r.losses = append(r.losses, fmt.Sprintf(format, a...))
@@ -496,11 +547,21 @@ func (s *scale) main(ctx context.Context) (*report, error) {
 		}
 	}
 
-	fmt.Printf("\n=== scale: node %s, maxPods %d, %d pods already on it -> %d pods per run (%d with two volumes, %d with one), %d bytes per volume; twin: the same pods with emptyDirs for volumes; total %s\n",
-		node.Name, allocatable, len(onNode), s.n, twoVolumePods(s.n), s.n-twoVolumePods(s.n), s.opts.size, since(t0))
-	printLatencies(burst, runs, soak)
-	printFigures(runs, soak)
-	printLeaks(leaks, settled)
+	total := since(t0)
+	rep.setting = fmt.Sprintf("maxPods %d, %d pods already on it -> %d pods per run (%d with two volumes, %d with one), %d bytes per volume; twin: the same pods with emptyDirs for volumes; total %s",
+		allocatable, len(onNode), s.n, twoVolumePods(s.n), s.n-twoVolumePods(s.n), s.opts.size, total)
+	var tables strings.Builder
+	printLatencies(&tables, burst, runs, soak)
+	printFigures(&tables, runs, soak)
+	printLeaks(&tables, leaks, settled)
+	rep.tables = tables.String()
+	fmt.Printf("\n=== scale: node %s, %s\n", node.Name, rep.setting)
+	fmt.Print(rep.tables)
+	for _, l := range leaks {
+		if l.leaked() {
+			fmt.Println("leaked:", l)
+		}
+	}
 	return rep, nil
 }
 
@@ -1869,39 +1930,39 @@ func createCall(p podTimes) time.Duration   { return p.createCall }
 // pairedRun is one mode's run with volumes and its twin.
 type pairedRun struct{ vol, twin *runResult }
 
-func printLatencies(burst burstResult, runs []pairedRun, soak *soakResult) {
-	fmt.Println("\n| latency | n | p50 | p90 | p99 | max |")
-	fmt.Println("|---|---|---|---|---|---|")
-	fmt.Println(row("admission burst, quiet node: webhook (its log)", burst.webhook))
-	fmt.Println(row("admission burst, quiet node: pod Create call", burst.create))
+func printLatencies(w io.Writer, burst burstResult, runs []pairedRun, soak *soakResult) {
+	fmt.Fprintln(w, "\n| latency | n | p50 | p90 | p99 | max |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, row("admission burst, quiet node: webhook (its log)", burst.webhook))
+	fmt.Fprintln(w, row("admission burst, quiet node: pod Create call", burst.create))
 	for _, r := range runs {
 		name := r.vol.spec.name
-		fmt.Println(row(name+": pod created -> app start, volumes", durations(r.vol.pods, startLatency)))
-		fmt.Println(row(name+": pod created -> app start, twin", durations(r.twin.pods, startLatency)))
-		fmt.Println(shareRow(name+": the sidecar's share of the start (volumes - twin; x ratio)", durations(r.vol.pods, startLatency), durations(r.twin.pods, startLatency)))
-		fmt.Println(row(name+": app exit -> pod Succeeded, volumes", durations(r.vol.pods, exitLatency)))
-		fmt.Println(row(name+": app exit -> pod Succeeded, twin", durations(r.twin.pods, exitLatency)))
-		fmt.Println(shareRow(name+": the sidecar's share of the exit (volumes - twin; x ratio)", durations(r.vol.pods, exitLatency), durations(r.twin.pods, exitLatency)))
-		fmt.Println(row(name+": webhook admission (its log)", r.vol.m.admission()))
-		fmt.Println(row(name+": pod Create call, volumes (admission included)", durations(r.vol.pods, createCall)))
-		fmt.Println(row(name+": pod Create call, twin (no webhook)", durations(r.twin.pods, createCall)))
+		fmt.Fprintln(w, row(name+": pod created -> app start, volumes", durations(r.vol.pods, startLatency)))
+		fmt.Fprintln(w, row(name+": pod created -> app start, twin", durations(r.twin.pods, startLatency)))
+		fmt.Fprintln(w, shareRow(name+": the sidecar's share of the start (volumes - twin; x ratio)", durations(r.vol.pods, startLatency), durations(r.twin.pods, startLatency)))
+		fmt.Fprintln(w, row(name+": app exit -> pod Succeeded, volumes", durations(r.vol.pods, exitLatency)))
+		fmt.Fprintln(w, row(name+": app exit -> pod Succeeded, twin", durations(r.twin.pods, exitLatency)))
+		fmt.Fprintln(w, shareRow(name+": the sidecar's share of the exit (volumes - twin; x ratio)", durations(r.vol.pods, exitLatency), durations(r.twin.pods, exitLatency)))
+		fmt.Fprintln(w, row(name+": webhook admission (its log)", r.vol.m.admission()))
+		fmt.Fprintln(w, row(name+": pod Create call, volumes (admission included)", durations(r.vol.pods, createCall)))
+		fmt.Fprintln(w, row(name+": pod Create call, twin (no webhook)", durations(r.twin.pods, createCall)))
 		all, sidecar := r.vol.m.ready()
-		fmt.Println(row(name+": NodePublishVolume (node plugin log)", r.vol.m.publish()))
-		fmt.Println(row(name+": NodePublishVolume -> gcsfuse serving, the kubelet starting the sidecar included (node plugin log)", all))
-		fmt.Println(row(name+": sidecar took the descriptor -> gcsfuse serving (the mount's own start)", sidecar))
+		fmt.Fprintln(w, row(name+": NodePublishVolume (node plugin log)", r.vol.m.publish()))
+		fmt.Fprintln(w, row(name+": NodePublishVolume -> gcsfuse serving, the kubelet starting the sidecar included (node plugin log)", all))
+		fmt.Fprintln(w, row(name+": sidecar took the descriptor -> gcsfuse serving (the mount's own start)", sidecar))
 	}
 	if soak != nil {
-		fmt.Println(row("soak: Job created -> Complete", soak.took))
-		fmt.Println(row("soak: webhook admission (its log)", soak.m.admission()))
+		fmt.Fprintln(w, row("soak: Job created -> Complete", soak.took))
+		fmt.Fprintln(w, row("soak: webhook admission (its log)", soak.m.admission()))
 		all, sidecar := soak.m.ready()
-		fmt.Println(row("soak: NodePublishVolume -> gcsfuse serving (node plugin log)", all))
-		fmt.Println(row("soak: sidecar took the descriptor -> gcsfuse serving", sidecar))
+		fmt.Fprintln(w, row("soak: NodePublishVolume -> gcsfuse serving (node plugin log)", all))
+		fmt.Fprintln(w, row("soak: sidecar took the descriptor -> gcsfuse serving", sidecar))
 	}
 }
 
-func printFigures(runs []pairedRun, soak *soakResult) {
-	fmt.Println("\n| figure | value |")
-	fmt.Println("|---|---|")
+func printFigures(w io.Writer, runs []pairedRun, soak *soakResult) {
+	fmt.Fprintln(w, "\n| figure | value |")
+	fmt.Fprintln(w, "|---|---|")
 	perPod := func(m measured, n int) string {
 		if n == 0 {
 			return fmt.Sprintf("%.2f s", m.cpu)
@@ -1910,30 +1971,30 @@ func printFigures(runs []pairedRun, soak *soakResult) {
 	}
 	for _, r := range runs {
 		name := r.vol.spec.name
-		fmt.Printf("| %s: pods Succeeded, volumes / twin | %d/%d / %d/%d |\n", name, len(r.vol.pods), r.vol.n, len(r.twin.pods), r.twin.n)
-		fmt.Printf("| %s: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", name, r.vol.objects.ok, r.vol.objects.want)
-		fmt.Printf("| %s: admission p99, the API server's histogram of the webhook call (bucket bound) | %s |\n", name, r.vol.m.apiAdmissionP99)
-		fmt.Printf("| %s: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", name, csidriver.MetricVolumeReady, r.vol.m.readyP99)
-		fmt.Printf("| %s: volume failures (node plugin counter) | %.0f |\n", name, r.vol.m.volumeFailures)
-		fmt.Printf("| %s: node plugin peak RSS (%s samples), volumes / twin; VmHWM since its start | %.1f / %.1f MiB; %.1f MiB |\n", name, sampleEvery, r.vol.m.peaks.nodeRSS, r.twin.m.peaks.nodeRSS, r.vol.m.hwm)
-		fmt.Printf("| %s: node plugin CPU, volumes | %s |\n", name, perPod(r.vol.m, r.vol.n))
-		fmt.Printf("| %s: node plugin CPU, twin (the runtime watch sees every pod) | %s |\n", name, perPod(r.twin.m, r.twin.n))
-		fmt.Printf("| %s: node plugin peak RSS and CPU, volumes / twin, from Prometheus (%s scrapes) | %s / %s |\n", name, promrun.ScrapeInterval, r.vol.m.promString(), r.twin.m.promString())
-		fmt.Printf("| %s: gcsfuse RSS per volume (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.gcsfuse), mibStats(r.vol.m.peaks.gcsfuse))
-		fmt.Printf("| %s: sidecar RSS (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.sidecar), mibStats(r.vol.m.peaks.sidecar))
-		fmt.Printf("| %s: gcsfuse processes at once (peak) | %d |\n", name, r.vol.m.peaks.maxGcsfuse)
+		fmt.Fprintf(w, "| %s: pods Succeeded, volumes / twin | %d/%d / %d/%d |\n", name, len(r.vol.pods), r.vol.n, len(r.twin.pods), r.twin.n)
+		fmt.Fprintf(w, "| %s: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", name, r.vol.objects.ok, r.vol.objects.want)
+		fmt.Fprintf(w, "| %s: admission p99, the API server's histogram of the webhook call (bucket bound) | %s |\n", name, r.vol.m.apiAdmissionP99)
+		fmt.Fprintf(w, "| %s: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", name, csidriver.MetricVolumeReady, r.vol.m.readyP99)
+		fmt.Fprintf(w, "| %s: volume failures (node plugin counter) | %.0f |\n", name, r.vol.m.volumeFailures)
+		fmt.Fprintf(w, "| %s: node plugin peak RSS (%s samples), volumes / twin; VmHWM since its start | %.1f / %.1f MiB; %.1f MiB |\n", name, sampleEvery, r.vol.m.peaks.nodeRSS, r.twin.m.peaks.nodeRSS, r.vol.m.hwm)
+		fmt.Fprintf(w, "| %s: node plugin CPU, volumes | %s |\n", name, perPod(r.vol.m, r.vol.n))
+		fmt.Fprintf(w, "| %s: node plugin CPU, twin (the runtime watch sees every pod) | %s |\n", name, perPod(r.twin.m, r.twin.n))
+		fmt.Fprintf(w, "| %s: node plugin peak RSS and CPU, volumes / twin, from Prometheus (%s scrapes) | %s / %s |\n", name, promrun.ScrapeInterval, r.vol.m.promString(), r.twin.m.promString())
+		fmt.Fprintf(w, "| %s: gcsfuse RSS per volume (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.gcsfuse), mibStats(r.vol.m.peaks.gcsfuse))
+		fmt.Fprintf(w, "| %s: sidecar RSS (peak of each of %d processes) | %s |\n", name, len(r.vol.m.peaks.sidecar), mibStats(r.vol.m.peaks.sidecar))
+		fmt.Fprintf(w, "| %s: gcsfuse processes at once (peak) | %d |\n", name, r.vol.m.peaks.maxGcsfuse)
 	}
 	if soak != nil {
-		fmt.Printf("| soak: Jobs Complete | %d/%d |\n", len(soak.took), soak.jobs)
-		fmt.Printf("| soak: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", soak.objects.ok, soak.objects.want)
-		fmt.Printf("| soak: Jobs per minute | %.1f (%d in %s) |\n", soak.perMinute(), len(soak.took), soak.elapsed.Round(time.Second))
-		fmt.Printf("| soak: admission p99, the API server's histogram (bucket bound) | %s |\n", soak.m.apiAdmissionP99)
-		fmt.Printf("| soak: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", csidriver.MetricVolumeReady, soak.m.readyP99)
-		fmt.Printf("| soak: volume failures (node plugin counter) | %.0f |\n", soak.m.volumeFailures)
-		fmt.Printf("| soak: node plugin peak RSS (%s samples); VmHWM since its start | %.1f MiB; %.1f MiB |\n", sampleEvery, soak.m.peaks.nodeRSS, soak.m.hwm)
-		fmt.Printf("| soak: node plugin CPU | %.2f s, %.1f ms per Job |\n", soak.m.cpu, 1000*soak.m.cpu/float64(max(1, len(soak.took))))
-		fmt.Printf("| soak: node plugin peak RSS and CPU, from Prometheus (%s scrapes) | %s |\n", promrun.ScrapeInterval, soak.m.promString())
-		fmt.Printf("| soak: gcsfuse processes at once (peak) | %d |\n", soak.m.peaks.maxGcsfuse)
+		fmt.Fprintf(w, "| soak: Jobs Complete | %d/%d |\n", len(soak.took), soak.jobs)
+		fmt.Fprintf(w, "| soak: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", soak.objects.ok, soak.objects.want)
+		fmt.Fprintf(w, "| soak: Jobs per minute | %.1f (%d in %s) |\n", soak.perMinute(), len(soak.took), soak.elapsed.Round(time.Second))
+		fmt.Fprintf(w, "| soak: admission p99, the API server's histogram (bucket bound) | %s |\n", soak.m.apiAdmissionP99)
+		fmt.Fprintf(w, "| soak: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", csidriver.MetricVolumeReady, soak.m.readyP99)
+		fmt.Fprintf(w, "| soak: volume failures (node plugin counter) | %.0f |\n", soak.m.volumeFailures)
+		fmt.Fprintf(w, "| soak: node plugin peak RSS (%s samples); VmHWM since its start | %.1f MiB; %.1f MiB |\n", sampleEvery, soak.m.peaks.nodeRSS, soak.m.hwm)
+		fmt.Fprintf(w, "| soak: node plugin CPU | %.2f s, %.1f ms per Job |\n", soak.m.cpu, 1000*soak.m.cpu/float64(max(1, len(soak.took))))
+		fmt.Fprintf(w, "| soak: node plugin peak RSS and CPU, from Prometheus (%s scrapes) | %s |\n", promrun.ScrapeInterval, soak.m.promString())
+		fmt.Fprintf(w, "| soak: gcsfuse processes at once (peak) | %d |\n", soak.m.peaks.maxGcsfuse)
 	}
 }
 
@@ -2403,16 +2464,11 @@ func (s *scale) settle(ctx context.Context, np nodePlugin, before snapshot) ([]l
 	}
 }
 
-func printLeaks(leaks []leak, settled time.Duration) {
-	fmt.Printf("\n| leak: the node before the first pod and after the last one was gone (settled %s) | before | after | growth | allowed |\n", settled.Round(time.Second))
-	fmt.Println("|---|---|---|---|---|")
+func printLeaks(w io.Writer, leaks []leak, settled time.Duration) {
+	fmt.Fprintf(w, "\n| leak: the node before the first pod and after the last one was gone (settled %s) | before | after | growth | allowed |\n", settled.Round(time.Second))
+	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, l := range leaks {
-		fmt.Printf("| %s | %d | %d | %+d | %d |\n", l.kind, l.before, l.after, l.after-l.before, l.allowed)
-	}
-	for _, l := range leaks {
-		if l.leaked() {
-			fmt.Println("leaked:", l)
-		}
+		fmt.Fprintf(w, "| %s | %d | %d | %+d | %d |\n", l.kind, l.before, l.after, l.after-l.before, l.allowed)
 	}
 }
 

@@ -619,3 +619,29 @@ func TestHistogramP99AboveTheLastBucket(t *testing.T) {
 		t.Errorf("p99 in the first bucket: %q", got)
 	}
 }
+
+// The README's block of a run: the setting, the tables as printed, the verdict; a failed
+// run says so instead of the all-clear.
+func TestMarkdownBlock(t *testing.T) {
+	var tables strings.Builder
+	printLeaks(&tables, []leak{{kind: "sidecar processes", before: 0, after: 1, allowed: 0}}, 3*time.Second)
+	rep := &report{setting: "maxPods 250, 4 pods already on it -> 246 pods per run", tables: tables.String()}
+	b, err := markdownBlock(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<!-- BEGIN GENERATED: scale (by SCALE_MARKDOWN=FILE hack/scale.sh) -->\n\n" +
+		"maxPods 250, 4 pods already on it -> 246 pods per run.\n\n" +
+		"| leak: the node before the first pod and after the last one was gone (settled 3s) | before | after | growth | allowed |\n" +
+		"|---|---|---|---|---|\n" +
+		"| sidecar processes | 0 | 1 | +1 | 0 |\n\n" +
+		"scale: every pod and Job succeeded with its bytes; nothing leaked\n\n" +
+		"<!-- END GENERATED: scale -->\n"
+	if got := b.Format(); got != want {
+		t.Errorf("block:\n%s\nwant:\n%s", got, want)
+	}
+	rep.leaks = []string{"sidecar processes: 0 -> 1"}
+	if b, err := markdownBlock(rep); err != nil || !strings.Contains(b.Body, "scale: FAILED: 1 leaks, 0 losses") || strings.Contains(b.Body, "nothing leaked") {
+		t.Errorf("failed run's block: %q, %v", b.Body, err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -30,7 +31,9 @@ const kubeletRelistPeriod = time.Second
 // Airflow-style pod (restartPolicy Never, writes a result file, exits) and a Job, each in
 // native and legacy mode, next to the same pod without a bucket, each run demoRuns times
 // (interleaved, so that noise hits every case alike), and a table of what a user waits for:
-// medians and p90s, and the overhead against no volume side by side.
+// medians and p90s, and the overhead against no volume side by side. With
+// E2E_DEMO_MARKDOWN=FILE (hack/demo-cluster.sh's DEMO_MARKDOWN) it also writes the README's
+// generated block of the cluster's version.
 func TestDemo(t *testing.T) {
 	if os.Getenv("E2E_DEMO") != "1" {
 		t.Skip("set E2E_DEMO=1 (hack/demo-cluster.sh)")
@@ -171,6 +174,8 @@ func TestDemo(t *testing.T) {
 		"app exit -> pod/Job done", "relist wait", "then -> done", "same look", "result", "objects in bucket")
 	var base [3]time.Duration
 	bases := map[string][3]time.Duration{}
+	var md [][]string // the README's rows (hack/demo-cluster.sh with DEMO_MARKDOWN)
+	version := "v" + kubeletVersion.String()
 	for _, r := range results {
 		var mount, done, seen, rest []time.Duration
 		together := 0
@@ -191,6 +196,8 @@ func TestDemo(t *testing.T) {
 			base = bases[r.kind]
 			fmt.Fprintf(&b, "%-5s %-17s %5.2fs %5.2fs %+6.2fs          (the floor: one more container, whatever it runs)\n",
 				r.kind, "trivial "+r.mode, mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds())
+			md = append(md, []string{version, demoKind(r.kind), "do-nothing " + r.mode,
+				fmt.Sprintf("%.2f s (p90 %.2f), %+.2f", mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds()), "-", "-", "-"})
 			continue
 		case r.mode == "":
 			base = [3]time.Duration{mp50, dp50, rp50}
@@ -202,8 +209,55 @@ func TestDemo(t *testing.T) {
 			r.kind, modeLabel(r.mode, r.mode != ""), mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds(),
 			dp50.Seconds(), dp90.Seconds(), (dp50 - base[1]).Seconds(), sp50.Seconds(),
 			rp50.Seconds(), (rp50 - base[2]).Seconds(), look, r.phase, r.objects)
+		row := []string{version, demoKind(r.kind), r.mode,
+			fmt.Sprintf("%.2f s (p90 %.2f)", mp50.Seconds(), mp90.Seconds()),
+			fmt.Sprintf("%.2f s (p90 %.2f)", dp50.Seconds(), dp90.Seconds()),
+			fmt.Sprintf("%.2f s", rp50.Seconds()), look}
+		if r.mode == "" {
+			row[2] = "none"
+		} else { // against no volume
+			row[3] += fmt.Sprintf(", %+.2f", (mp50 - base[0]).Seconds())
+			row[4] += fmt.Sprintf(", %+.2f", (dp50 - base[1]).Seconds())
+			row[5] += fmt.Sprintf(", %+.2f", (rp50 - base[2]).Seconds())
+		}
+		md = append(md, row)
 	}
 	fmt.Print(b.String())
+	if file := os.Getenv("E2E_DEMO_MARKDOWN"); file != "" {
+		writeDemoMarkdown(t, file, md)
+	}
+}
+
+// writeDemoMarkdown writes the README's generated block of this Kubernetes minor (one block
+// per version the README shows) to file, for go run ./hack/readme to splice.
+func writeDemoMarkdown(t *testing.T, file string, rows [][]string) {
+	t.Helper()
+	name := fmt.Sprintf("demo-cluster-%d.%d", kubeletVersion.Major(), kubeletVersion.Minor())
+	by := fmt.Sprintf("DEMO_MARKDOWN=FILE K8S_VERSION=%s hack/demo-cluster.sh", kubeletVersion)
+	header := []string{"version", "kind", "sidecar", "created -> app start", "app exit -> done", "of which after the relist", "same look"}
+	blk, err := readmegen.New(name, by, readmegen.Table(header, rows...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := readmegen.Write(f, blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote block %s to %s", name, file)
+}
+
+// demoKind is a case's kind as the README's table names it.
+func demoKind(kind string) string {
+	if kind == "job" {
+		return "Job"
+	}
+	return kind
 }
 
 // percentiles returns the median and the 90th percentile (nearest rank).

@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 )
 
 const module = "github.com/gcsfuse-csi/gcsfuse-csi"
@@ -32,6 +34,10 @@ var testLibraries = []string{
 	module + "/internal/testing",
 	module + "/test",
 }
+
+// toolLibraries are the repository's own tooling: no test library, but no more part of what
+// ships than one. internal/readmegen writes and checks the README's generated blocks.
+var toolLibraries = []string{module + "/internal/readmegen"}
 
 type goPackage struct {
 	ImportPath string
@@ -81,8 +87,11 @@ func goList(t *testing.T, patterns ...string) []goPackage {
 	return pkgs
 }
 
-func isTestLibrary(path string) bool {
-	for _, prefix := range testLibraries {
+func isTestLibrary(path string) bool { return within(path, testLibraries) }
+
+// within says whether the import path is one of prefixes or under one.
+func within(path string, prefixes []string) bool {
+	for _, prefix := range prefixes {
 		if path == prefix || strings.HasPrefix(path, strings.TrimSuffix(prefix, "/")+"/") {
 			return true
 		}
@@ -91,7 +100,7 @@ func isTestLibrary(path string) bool {
 }
 
 // The binaries that ship (./cmd/...) link no test library: the emulator and the test
-// helpers live under test/ and internal/testing/.
+// helpers live under test/ and internal/testing/; nor the README tooling.
 func TestShippingBinariesLinkNoTestLibrary(t *testing.T) {
 	binaries := 0
 	for _, p := range goList(t, "./cmd/...") {
@@ -100,6 +109,9 @@ func TestShippingBinariesLinkNoTestLibrary(t *testing.T) {
 			if isTestLibrary(dep) {
 				t.Errorf("%s links %s, a test library", p.ImportPath, dep)
 			}
+			if within(dep, toolLibraries) {
+				t.Errorf("%s links %s, the repository's tooling", p.ImportPath, dep)
+			}
 		}
 	}
 	if binaries < 4 {
@@ -107,14 +119,15 @@ func TestShippingBinariesLinkNoTestLibrary(t *testing.T) {
 	}
 }
 
-// No import arrow runs from product code (pkg/, cmd/, non-test files) into a test helper.
+// No import arrow runs from product code (pkg/, cmd/, non-test files) into a test helper or
+// the repository's tooling.
 func TestProductImportsNoTestHelper(t *testing.T) {
 	for _, p := range goList(t, "./pkg/...", "./cmd/...", "./internal/...") {
-		if strings.HasPrefix(p.ImportPath, module+"/internal/testing") {
+		if strings.HasPrefix(p.ImportPath, module+"/internal/testing") || within(p.ImportPath, toolLibraries) {
 			continue
 		}
 		for _, imp := range p.Imports {
-			if isTestLibrary(imp) {
+			if isTestLibrary(imp) || within(imp, toolLibraries) {
 				t.Errorf("%s (product code) imports %s", p.ImportPath, imp)
 			}
 		}
@@ -177,4 +190,64 @@ func TestPodDirectoryHasOneHome(t *testing.T) {
 // instance limit makes instances and reads none.
 func TestOneInotifyReader(t *testing.T) {
 	wantOnly(t, "an inotify instance or watch", grepGo(t, regexp.MustCompile(`\bInotify(Init1?|AddWatch)\b`)), "pkg/dirwatch")
+}
+
+// Every generated block of the repository's Markdown (README.md, docs/*.md and the others)
+// has well-formed markers: a BEGIN naming the command that writes it and an END of the same
+// name, no nesting, no name twice in a file (internal/readmegen.Parse), so that
+// hack/readme can replace each and a reader knows how to refresh it. The command must name
+// a file or directory of this repository (./bench, hack/scale.sh...), not just anything.
+func TestGeneratedBlocksAreWellFormed(t *testing.T) {
+	top := root(t)
+	inReadme := 0
+	err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != top {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return nil
+		}
+		rel, _ := filepath.Rel(top, path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		blocks, err := readmegen.Parse(string(b))
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+		}
+		for _, bl := range blocks {
+			if !namesRepoPath(top, bl.By) {
+				t.Errorf("%s: block %q: its command %q names no file or directory of this repository", rel, bl.Name, bl.By)
+			}
+		}
+		if rel == "README.md" {
+			inReadme = len(blocks)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inReadme == 0 {
+		t.Error("README.md has no generated block; the check is looking at the wrong thing")
+	}
+}
+
+// namesRepoPath says whether a word of the command is a path in the repository, once
+// stripped of a leading "./" and of trailing punctuation.
+func namesRepoPath(top, command string) bool {
+	for _, w := range strings.Fields(command) {
+		w = strings.TrimRight(strings.TrimPrefix(w, "./"), ",;:")
+		if w == "" || strings.Contains(w, "=") || filepath.IsAbs(w) || strings.Contains(w, "..") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(top, w)); err == nil {
+			return true
+		}
+	}
+	return false
 }
