@@ -15,7 +15,7 @@ import (
 // The documented scrape job becomes a file_sd job with the same relabelling; a file that is
 // not one job with Kubernetes discovery is refused, so the two cannot drift apart silently.
 func TestConfigure(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "monitoring", "prometheus-scrape.yaml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "monitoring", "prometheus-scrape.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
