@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -164,5 +166,111 @@ func TestRun(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"-records", in, "-by", "x", "-markdown", out}, &stderr); code != 1 || !strings.Contains(stderr.String(), "no end record") {
 		t.Errorf("unfinished run: exit %d, %q; want 1 naming the missing end", code, stderr.String())
+	}
+}
+
+// shellFunc is the definition of function name in the script file: from "name() {" to the
+// first line that is "}".
+func shellFunc(t *testing.T, file, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?ms)^` + regexp.QuoteMeta(name) + `\(\) \{.*?^\}$`).Find(b)
+	if m == nil {
+		t.Fatalf("%s: no function %s", file, name)
+	}
+	return string(m)
+}
+
+// TestScriptsRecords runs what the scripts record with, for real but without a cluster or a
+// test run: hack/lib.sh's ci_record functions, hack/test.sh's stage and hack/e2e.sh's phase
+// (taken from the scripts), fed a fake `go test -v` log and storage suite table; then formats
+// the records. The scripts' record lines and this program's parser must agree.
+func TestScriptsRecords(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	testLog := filepath.Join(dir, "e2e-test.log")
+	if err := os.WriteFile(testLog, []byte(strings.Join([]string{
+		"=== RUN   TestA", "--- PASS: TestA (1.00s)", "    --- PASS: TestA/native (0.50s)",
+		"    --- PASS: TestA/legacy (0.50s)", "        --- PASS: TestA/legacy/deep (0.10s)",
+		"--- SKIP: TestB (0.00s)", "--- PASS: TestC (2.00s)", "    --- SKIP: TestC/old (0.00s)",
+		"PASS", "ok  \tgithub.com/gcsfuse-csi/gcsfuse-csi/test/e2e\t3.0s", ""}, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table := filepath.Join(dir, "table.md")
+	if err := os.WriteFile(table, []byte("| passed (8.2 s) | x | |\n\npassed 4, failed 0 (+0 known, listed with their upstream reason), skipped 311, of 315 tests of the driver\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recs := filepath.Join(dir, "ci-records.tsv")
+	script := `set -euo pipefail
+source hack/lib.sh
+` + shellFunc(t, "../test.sh", "stage") + `
+` + shellFunc(t, "../e2e.sh", "phase") + `
+phases=()
+ci_record start "$_t0" abc1234 clean 2
+stage gofmt
+stage "e2e: every test" "the e2e run, in long"
+ci_record e2e v1.34.4 v2.4.2
+phase deps true
+phase test ci_record_tests test "$TEST_LOG"
+phase conformance ci_record_suite conformance "$TABLE"
+phase cluster-down false || true
+ci_record_suite none /nonexistent
+ci_record fuzz 8 10s 1234 ""
+ci_record end "$(date +%s%N)"
+unset CI_RECORDS
+ci_record start 1 ignored clean 2
+`
+	cmd := exec.Command(bash, "-c", script)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CI_RECORDS="+recs, "TEST_LOG="+testLog, "TABLE="+table,
+		"GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"), "GOMODCACHE="+filepath.Join(dir, "mod"), "GOCACHE="+filepath.Join(dir, "build"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := parse(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("the scripts' records:\n%s\n%v", b, err)
+	}
+	if len(rep.steps) != 2 || rep.steps[0].label != "gofmt" || rep.steps[1].label != "e2e: every test" || len(rep.steps[1].runs) != 1 {
+		t.Errorf("steps %+v, want gofmt then the e2e step holding run 1", rep.steps)
+	}
+	if rep.commit != "abc1234" || rep.modified || rep.cpus != 2 || rep.fuzz == nil || rep.fuzz.targets != 8 || rep.fuzz.workers != "" {
+		t.Errorf("report %+v, fuzz %+v", rep, rep.fuzz)
+	}
+	if len(rep.e2e) != 1 {
+		t.Fatalf("%d e2e runs, want 1:\n%s", len(rep.e2e), b)
+	}
+	r := rep.e2e[0]
+	var names []string
+	for _, p := range r.phases {
+		names = append(names, p.name)
+		if (p.rc != 0) != (p.name == "cluster-down") {
+			t.Errorf("phase %s rc=%d", p.name, p.rc)
+		}
+	}
+	if strings.Join(names, " ") != "deps test conformance cluster-down" {
+		t.Errorf("phases %q", names)
+	}
+	if got, want := r.tests["test"], (counts{passed: 2, skipped: 1, subPassed: 3}); got != want {
+		t.Errorf("e2e test counts %+v, want %+v", got, want)
+	}
+	if got, want := r.tests["conformance"], (counts{passed: 4, skipped: 311, subPassed: -1}); got != want {
+		t.Errorf("storage suite counts %+v, want %+v", got, want)
+	}
+	if len(r.tests) != 2 {
+		t.Errorf("counts of %d phases, want 2 (none from a missing table): %+v", len(r.tests), r.tests)
+	}
+	if md := rep.markdown(); !strings.Contains(md, "| test: tests | 2 of 3 passed, 1 skipped (3 subtests passed) |") {
+		t.Errorf("markdown without the test counts:\n%s", md)
 	}
 }
