@@ -18,24 +18,30 @@
 #      hack/conformance.sh, its binaries built in the background while the tests run; =only
 #      runs it instead of the tests), E2E_PREBUILD_PREVIOUS=1 (build the previous release's
 #      images in the background too, for a later UPGRADE_FROM=previous run),
-#      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi).
+#      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi), CI_RECORDS=FILE (append this run's
+#      cluster, phases and test counts to FILE, as hack/test.sh's CI_MARKDOWN has it do:
+#      ci_record in lib.sh).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
 
+containerd_name=$([ "$CONTAINERD" = 1.6 ] && echo "1.6 (Debian)" || echo "v$CONTAINERD_VERSION")
+ci_record e2e "v$K8S_VERSION" "$containerd_name"
 phases=()
 phase() { # NAME CMD...: run one phase, timed
-  local name=$1 start rc=0
+  local name=$1 start rc=0 ms
   shift
   start=$(date +%s%N)
   step "phase $name"
   "$@" || rc=$?
-  phases+=("$(printf '%-14s %8.1f s  rc=%d' "$name" "$(( ($(date +%s%N) - start) / 1000000 ))e-3" "$rc")")
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  phases+=("$(printf '%-14s %8.1f s  rc=%d' "$name" "${ms}e-3" "$rc")")
+  ci_record phase "$name" "$ms" "$rc"
   return "$rc"
 }
 summary() {
   echo
-  echo "=== e2e phases (kubernetes v$K8S_VERSION, containerd $([ "$CONTAINERD" = 1.6 ] && echo "1.6 (Debian)" || echo "v$CONTAINERD_VERSION"))"
+  echo "=== e2e phases (kubernetes v$K8S_VERSION, containerd $containerd_name)"
   printf '    %s\n' "${phases[@]}"
 }
 finish() {
@@ -89,6 +95,7 @@ run_tests() {
     env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" go test "${args[@]}" ./test/e2e/...
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
+  ci_record_tests test "$CLUSTER_DIR/e2e-test.log"
   echo "=== test results:"
   grep -E '^\s*--- (PASS|FAIL|SKIP)' "$CLUSTER_DIR/e2e-test.log" || true
   # cluster-up checks the API server's watch cache at start; a lag that begins later in the
@@ -121,4 +128,7 @@ else
 fi
 if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
 if [ -n "$prebuild_pid" ]; then phase prebuild-wait prebuild_wait; fi
-if [ -n "${E2E_CONFORMANCE:-}" ]; then phase conformance "$hack/conformance.sh"; fi
+if [ -n "${E2E_CONFORMANCE:-}" ]; then
+  phase conformance "$hack/conformance.sh"
+  ci_record_suite conformance "${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}/table.md"
+fi

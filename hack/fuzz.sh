@@ -7,6 +7,8 @@
 #   FUZZ_TIME=30s hack/fuzz.sh          every target, 30 s each
 #   hack/fuzz.sh ./pkg/webhook          the targets of one package
 #   FUZZ_PARALLEL=1 hack/fuzz.sh        one fuzzing worker (default: one per CPU)
+# With CI_RECORDS=FILE (hack/test.sh's CI_MARKDOWN) it appends the targets, FUZZ_TIME, its
+# duration and FUZZ_PARALLEL to FILE at the end (ci_record in lib.sh).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 FUZZ_TIME=${FUZZ_TIME:-10s}
@@ -45,3 +47,4 @@ for pkg in "${pkgs[@]}"; do
   done
 done
 step "$n fuzz targets ran $FUZZ_TIME each without a failure"
+ci_record fuzz "$n" "$FUZZ_TIME" "$(( ($(date +%s%N) - _t0) / 1000000 ))" "${FUZZ_PARALLEL:-}"

@@ -56,6 +56,34 @@ BIN=$GCSFUSE_CSI_CACHE/bin
 mkdir -p "$BIN"
 _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
+
+# The figures of a CI run, for its README block (hack/test.sh with CI_MARKDOWN=FILE; the
+# format is hack/citiming's): when $CI_RECORDS names a file, the scripts append one line per
+# figure to it, tab-separated, KIND first; when it is unset, nothing is written.
+# ci_record KIND FIELD...: appends one such line (no field holds a tab or a newline).
+ci_record() {
+  [ -n "${CI_RECORDS:-}" ] || return 0
+  local IFS=$'\t'
+  printf '%s\n' "$*" >>"$CI_RECORDS"
+}
+# ci_record_tests PHASE LOG: the results of `go test -v` in LOG, as the counts of PHASE: the
+# top-level tests that passed, failed and were skipped, then the subtests that passed.
+ci_record_tests() {
+  [ -n "${CI_RECORDS:-}" ] || return 0
+  ci_record tests "$1" "$(grep -c '^--- PASS: ' "$2" || true)" "$(grep -c '^--- FAIL: ' "$2" || true)" \
+    "$(grep -c '^--- SKIP: ' "$2" || true)" "$(grep -cE '^\s+--- PASS: ' "$2" || true)"
+}
+# ci_record_suite PHASE TABLE: the counts of Kubernetes' storage suite (PHASE), from the line
+# "passed N, failed N (...), skipped N, of N tests" of test/conformance/report's TABLE; the
+# suite has no subtests (-). Nothing when TABLE has no such line.
+ci_record_suite() {
+  [ -n "${CI_RECORDS:-}" ] || return 0
+  local counts
+  counts=$(sed -nE 's/^passed ([0-9]+), failed ([0-9]+)[^0-9].*, skipped ([0-9]+), of [0-9]+ tests.*/\1 \2 \3/p' "$2" 2>/dev/null | tail -1 || true)
+  [ -n "$counts" ] || return 0
+  # shellcheck disable=SC2086 # three numbers, split on purpose
+  ci_record tests "$1" $counts -
+}
 STATICCHECK_VERSION=v0.8.2
 DEADCODE_VERSION=v0.52.0
 # Helm renders and lints the chart (the Go tests in deploy/chart, given it as $HELM) and

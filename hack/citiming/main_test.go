@@ -1,0 +1,276 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
+)
+
+// records is a run in the shape hack/test.sh writes: a modified tree, a cold background
+// build, fuzzing with the default workers, two e2e runs of which only the second has a
+// phase (previous-release), a phase that failed without failing the run (cluster-down) and
+// a suite without subtests.
+const records = "start\t1796445654000000000\tabc1234\tmodified\t2\n" +
+	"step\t1796445654000000000\tinstall what is missing (hack/install-deps.sh)\n" +
+	"step\t1796445654500000000\tgofmt\n" +
+	"step\t1796445656000000000\tgo test -race ./...\n" +
+	"step\t1796445756000000000\twait for the background build of the cluster's components\n" +
+	"cluster-build\t812345\n" +
+	"step\t1796446500000000000\te2e: every test\n" +
+	"e2e\tv1.34.4\tv2.4.2\n" +
+	"phase\tdeps\t300\t0\n" +
+	"phase\timages\t9800\t0\n" +
+	"tests\ttest\t44\t1\t2\t95\n" +
+	"phase\ttest\t685300\t0\n" +
+	"phase\tconformance\t43400\t0\n" +
+	"tests\tconformance\t4\t0\t311\t-\n" +
+	"phase\tcluster-down\t13800\t1\n" +
+	"fuzz\t8\t10s\t117100\t\n" +
+	"step\t1796447300000000000\te2e: upgrade\n" +
+	"e2e\tv1.34.4\t1.6 (Debian)\n" +
+	"phase\tdeps\t300\t0\n" +
+	"phase\tprevious-release\t2400\t0\n" +
+	"phase\timages\t13500\t0\n" +
+	"tests\ttest\t1\t0\t0\t6\n" +
+	"phase\ttest\t49400\t0\n" +
+	"end\t1796447400000000000\n"
+
+const want = "Commit abc1234 with uncommitted changes, 2026-12-05, 2 CPUs: 1746.0 s (29.1 min) from `hack/test.sh`'s start to \"all tests passed\".\n" +
+	"\n" +
+	"| step of `hack/test.sh` | start, s | took, s |\n" +
+	"|---|---|---|\n" +
+	"| install what is missing (hack/install-deps.sh) | 0.0 | 0.5 |\n" +
+	"| gofmt | 0.5 | 1.5 |\n" +
+	"| go test -race ./... | 2.0 | 100.0 |\n" +
+	"| wait for the background build of the cluster's components | 102.0 | 744.0 |\n" +
+	"| e2e: every test (run 1) | 846.0 | 800.0 |\n" +
+	"| e2e: upgrade (run 2) | 1646.0 | 100.0 |\n" +
+	"| total | | 1746.0 |\n" +
+	"\n" +
+	"In the background: the cluster's components (`hack/cluster-deps.sh`, `hack/k8s-build.sh`) 812.3 s, built, not all cached; the fuzz stage (`hack/fuzz.sh`: 8 targets, 10s each, one worker per CPU) 117.1 s.\n" +
+	"\n" +
+	"| e2e phase, s | run 1 | run 2 |\n" +
+	"|---|---|---|\n" +
+	"| Kubernetes, containerd | v1.34.4, v2.4.2 | v1.34.4, 1.6 (Debian) |\n" +
+	"| deps | 0.3 | 0.3 |\n" +
+	"| previous-release | | 2.4 |\n" +
+	"| images | 9.8 | 13.5 |\n" +
+	"| test | 685.3 | 49.4 |\n" +
+	"| test: tests | 44 of 47 passed, 1 failed, 2 skipped (95 subtests passed) | 1 of 1 passed (6 subtests passed) |\n" +
+	"| conformance | 43.4 | |\n" +
+	"| conformance: tests | 4 of 315 passed, 311 skipped | |\n" +
+	"| cluster-down | 13.8 (rc=1) | |\n" +
+	"| all phases | 752.6 | 65.6 |\n"
+
+func TestMarkdown(t *testing.T) {
+	rep, err := parse(strings.NewReader(records))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.markdown(); got != want {
+		t.Errorf("markdown:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestBackground(t *testing.T) {
+	for _, c := range []struct{ records, want string }{
+		{"cluster-build\t412\n", "the cluster's components (`hack/cluster-deps.sh`, `hack/k8s-build.sh`) 0.4 s, everything cached"},
+		{"fuzz\t8\t10s\t117100\t1\n", "the fuzz stage (`hack/fuzz.sh`: 8 targets, 10s each, one worker) 117.1 s"},
+		{"fuzz\t2\t30s\t61000\t3\n", "the fuzz stage (`hack/fuzz.sh`: 2 targets, 30s each, 3 workers) 61.0 s"},
+		{"", ""},
+	} {
+		rep, err := parse(strings.NewReader("start\t1\tc\tclean\t2\n" + c.records + "end\t2\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.background(); got != c.want {
+			t.Errorf("%q: background %q, want %q", c.records, got, c.want)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const start, end = "start\t100\tc\tclean\t2\n", "end\t200\n"
+	for _, c := range []struct{ records, want string }{
+		{"", "no start record"},
+		{start, "no end record"},
+		{"step\t100\tgofmt\n" + start + end, "line 1: step record before the start record"},
+		{start + "bogus\t1\n" + end, `line 2: unknown record "bogus"`},
+		{start + "step\t150\n" + end, "line 2: step record with 2 fields, want 3"},
+		{start + "step\t15o\tgofmt\n" + end, `line 2: step record: "15o" is not a count`},
+		{start + "phase\tdeps\t300\t0\n" + end, "line 2: phase record outside an e2e run"},
+		{start + "tests\ttest\t1\t0\t0\t-\n" + end, "line 2: tests record outside an e2e run"},
+		{start + "cluster-build\t-5\n" + end, "negative"},
+		{start + "step\t150\ta\nstep\t140\tb\n" + end, `line 3: step "b" begins before the one above it`},
+		{start + "step\t50\ta\n" + end, `line 2: step "a" begins before the one above it`},
+		{start + "step\t250\ta\n" + end, "line 3: the end record is before the last step"},
+		{start + end + "step\t250\ta\n", "line 3: step record after the end record"},
+		{start + start + end, "line 2: a second start record"},
+		{"start\t100\tc\tdirty\t2\n" + end, `work tree "dirty"`},
+	} {
+		_, err := parse(strings.NewReader(c.records))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one containing %q", c.records, err, c.want)
+		}
+	}
+}
+
+// TestRun writes the block as hack/test.sh has it written, and splices it into a README
+// the way hack/readme does.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "ci-records.tsv"), filepath.Join(dir, "ci.md")
+	if err := os.WriteFile(in, []byte(records), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	if code := run([]string{"-records", in, "-by", "CI_MARKDOWN=FILE .ci/run", "-markdown", out}, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := readmegen.Parse(string(b))
+	if err != nil || len(blocks) != 1 || blocks[0].Name != "ci-timing" || blocks[0].By != "CI_MARKDOWN=FILE .ci/run" {
+		t.Fatalf("the file holds %+v (%v), want the one block ci-timing by CI_MARKDOWN=FILE .ci/run", blocks, err)
+	}
+	if blocks[0].Body != "\n"+want+"\n" {
+		t.Errorf("block body:\n%s\nwant:\n%s", blocks[0].Body, want)
+	}
+	readme := "# T\n\n<!-- BEGIN GENERATED: ci-timing (by CI_MARKDOWN=FILE .ci/run) -->\nold\n<!-- END GENERATED: ci-timing -->\n\nafter\n"
+	got, err := readmegen.Splice(readme, blocks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantDoc := "# T\n\n" + string(b) + "\nafter\n"; got != wantDoc {
+		t.Errorf("spliced:\n%s\nwant:\n%s", got, wantDoc)
+	}
+
+	for _, args := range [][]string{
+		{"-records", in, "-markdown", out},
+		{"-records", in, "-by", "x", "-markdown", out, "extra"},
+	} {
+		if code := run(args, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+	if err := os.WriteFile(in, []byte("start\t1\tc\tclean\t2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run([]string{"-records", in, "-by", "x", "-markdown", out}, &stderr); code != 1 || !strings.Contains(stderr.String(), "no end record") {
+		t.Errorf("unfinished run: exit %d, %q; want 1 naming the missing end", code, stderr.String())
+	}
+}
+
+// shellFunc is the definition of function name in the script file: from "name() {" to the
+// first line that is "}".
+func shellFunc(t *testing.T, file, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?ms)^` + regexp.QuoteMeta(name) + `\(\) \{.*?^\}$`).Find(b)
+	if m == nil {
+		t.Fatalf("%s: no function %s", file, name)
+	}
+	return string(m)
+}
+
+// TestScriptsRecords runs what the scripts record with, for real but without a cluster or a
+// test run: hack/lib.sh's ci_record functions, hack/test.sh's stage and hack/e2e.sh's phase
+// (taken from the scripts), fed a fake `go test -v` log and storage suite table; then formats
+// the records. The scripts' record lines and this program's parser must agree.
+func TestScriptsRecords(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	testLog := filepath.Join(dir, "e2e-test.log")
+	if err := os.WriteFile(testLog, []byte(strings.Join([]string{
+		"=== RUN   TestA", "--- PASS: TestA (1.00s)", "    --- PASS: TestA/native (0.50s)",
+		"    --- PASS: TestA/legacy (0.50s)", "        --- PASS: TestA/legacy/deep (0.10s)",
+		"--- SKIP: TestB (0.00s)", "--- PASS: TestC (2.00s)", "    --- SKIP: TestC/old (0.00s)",
+		"PASS", "ok  \tgithub.com/gcsfuse-csi/gcsfuse-csi/test/e2e\t3.0s", ""}, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table := filepath.Join(dir, "table.md")
+	if err := os.WriteFile(table, []byte("| passed (8.2 s) | x | |\n\npassed 4, failed 0 (+0 known, listed with their upstream reason), skipped 311, of 315 tests of the driver\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recs := filepath.Join(dir, "ci-records.tsv")
+	script := `set -euo pipefail
+source hack/lib.sh
+` + shellFunc(t, "../test.sh", "stage") + `
+` + shellFunc(t, "../e2e.sh", "phase") + `
+phases=()
+ci_record start "$_t0" abc1234 clean 2
+stage gofmt
+stage "e2e: every test" "the e2e run, in long"
+ci_record e2e v1.34.4 v2.4.2
+phase deps true
+phase test ci_record_tests test "$TEST_LOG"
+phase conformance ci_record_suite conformance "$TABLE"
+phase cluster-down false || true
+ci_record_suite none /nonexistent
+ci_record fuzz 8 10s 1234 ""
+ci_record end "$(date +%s%N)"
+unset CI_RECORDS
+ci_record start 1 ignored clean 2
+`
+	cmd := exec.Command(bash, "-c", script)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CI_RECORDS="+recs, "TEST_LOG="+testLog, "TABLE="+table,
+		"GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"), "GOMODCACHE="+filepath.Join(dir, "mod"), "GOCACHE="+filepath.Join(dir, "build"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := parse(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("the scripts' records:\n%s\n%v", b, err)
+	}
+	if len(rep.steps) != 2 || rep.steps[0].label != "gofmt" || rep.steps[1].label != "e2e: every test" || len(rep.steps[1].runs) != 1 {
+		t.Errorf("steps %+v, want gofmt then the e2e step holding run 1", rep.steps)
+	}
+	if rep.commit != "abc1234" || rep.modified || rep.cpus != 2 || rep.fuzz == nil || rep.fuzz.targets != 8 || rep.fuzz.workers != "" {
+		t.Errorf("report %+v, fuzz %+v", rep, rep.fuzz)
+	}
+	if len(rep.e2e) != 1 {
+		t.Fatalf("%d e2e runs, want 1:\n%s", len(rep.e2e), b)
+	}
+	r := rep.e2e[0]
+	var names []string
+	for _, p := range r.phases {
+		names = append(names, p.name)
+		if (p.rc != 0) != (p.name == "cluster-down") {
+			t.Errorf("phase %s rc=%d", p.name, p.rc)
+		}
+	}
+	if strings.Join(names, " ") != "deps test conformance cluster-down" {
+		t.Errorf("phases %q", names)
+	}
+	if got, want := r.tests["test"], (counts{passed: 2, skipped: 1, subPassed: 3}); got != want {
+		t.Errorf("e2e test counts %+v, want %+v", got, want)
+	}
+	if got, want := r.tests["conformance"], (counts{passed: 4, skipped: 311, subPassed: -1}); got != want {
+		t.Errorf("storage suite counts %+v, want %+v", got, want)
+	}
+	if len(r.tests) != 2 {
+		t.Errorf("counts of %d phases, want 2 (none from a missing table): %+v", len(r.tests), r.tests)
+	}
+	if md := rep.markdown(); !strings.Contains(md, "| test: tests | 2 of 3 passed, 1 skipped (3 subtests passed) |") {
+		t.Errorf("markdown without the test counts:\n%s", md)
+	}
+}
