@@ -78,7 +78,7 @@ func judgeVolume(v volumeSpec) verdict {
 	}
 	if !contract.ValidVolumeName(v.name) {
 		return verdict{Refused, StageMount, fmt.Sprintf(
-			"target_path: volume name %q is not a DNS-1123 label (the kubelet names the volume's directory after the PersistentVolume or the pod's volume)", v.name)}
+			"target_path: volume name %q: want a DNS-1123 label or subdomain (a pod volume's or a PersistentVolume's name) of at most %d characters (the kubelet names the volume's directory after it)", v.name, contract.MaxVolumeNameLen)}
 	}
 	vol, mappings, err := mountopts.Explain(v.attrs, v.mountFlags, v.handle)
 	if err != nil {

@@ -42,19 +42,40 @@ func ValidateDriverName(name string) error {
 	return fmt.Errorf("driver name %q: must be one of %s", name, strings.Join(DriverNames, ", "))
 }
 
-// ValidVolumeName reports whether name is a Kubernetes volume name (a DNS-1123 label), which
-// is also what makes it safe as a single path element. The node plugin refuses a volume whose
-// name (a pod's volume, or a PersistentVolume's name, which the kubelet uses as the volume's
-// directory) is not one, and the sidecar refuses to serve it.
+// MaxVolumeNameLen bounds a volume name: the name is part of the hand-off socket's path, and
+// a unix socket's path, even reached through a short /proc/self/fd/N/ prefix, must fit the
+// kernel's 108 bytes.
+const MaxVolumeNameLen = 63
+
+// ValidVolumeName reports whether name can name a volume here: a pod's volume name (a
+// DNS-1123 label) or a PersistentVolume's name (a DNS-1123 subdomain: labels joined by
+// dots), which the kubelet uses as the volume's directory, of at most MaxVolumeNameLen
+// bytes. Each such name is also safe as a single path element (never "." or "..", no
+// slash). The node plugin refuses a volume whose name is not one, and the sidecar refuses to
+// serve it.
 func ValidVolumeName(name string) bool {
-	if len(name) == 0 || len(name) > 63 {
+	if len(name) == 0 || len(name) > MaxVolumeNameLen {
 		return false
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for label := range strings.SplitSeq(name, ".") {
+		if !dnsLabel(label) {
+			return false
+		}
+	}
+	return true
+}
+
+// dnsLabel reports whether s is a DNS-1123 label: lower-case alphanumerics and '-', starting
+// and ending with an alphanumeric.
+func dnsLabel(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(name)-1:
+		case c == '-' && i > 0 && i < len(s)-1:
 		default:
 			return false
 		}

@@ -255,7 +255,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 		return nil, status.Errorf(codes.InvalidArgument, "target_path: %v", err)
 	}
 	if !contract.ValidVolumeName(target.VolumeName) {
-		return nil, status.Errorf(codes.InvalidArgument, "target_path: volume name %q is not a DNS-1123 label", target.VolumeName)
+		return nil, status.Errorf(codes.InvalidArgument, "target_path: volume name %q: want a DNS-1123 label or subdomain (a pod volume's or a PersistentVolume's name) of at most %d characters", target.VolumeName, contract.MaxVolumeNameLen)
 	}
 	attrs := req.GetVolumeContext()
 	if uid := attrs[contract.CtxPodUID]; uid != "" && uid != target.PodUID {

@@ -98,6 +98,14 @@ func TestValidatePublish(t *testing.T) {
 		{name: "unknown access mode", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_UNKNOWN)}, wantErr: "access_mode"},
 		{name: "target outside kubelet", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: "/tmp/x", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
 		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "Bad_Name"), VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
+		// A PersistentVolume's name is a DNS-1123 subdomain, and names the kubelet's volume
+		// directory (Kubernetes' storage suite names its PVs "gcsfuse.csi.storage-xxxxx").
+		{name: "pv named with dots", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "gcsfuse.csi.storage-fkkcb"), VolumeCapability: mountCap(rw)},
+			check: func(t *testing.T, r *request) {
+				if r.volume.VolumeName != "gcsfuse.csi.storage-fkkcb" || r.volume.Bucket != "bkt" {
+					t.Fatalf("volume = %+v", r.volume)
+				}
+			}},
 		{name: "pod uid mismatch", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw),
 			VolumeContext: map[string]string{contract.CtxPodUID: "other"}}, wantErr: "does not match"},
 		{name: "inline without bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw),
