@@ -412,11 +412,14 @@ watch_cache_check() {
 }
 
 step "start controller-manager, scheduler, kubelet, kube-proxy"
+# --pvclaimbinder-sync-period=2s: a claim made before its pre-provisioned PV (as the storage
+# testsuites make them) is bound at the binder's next pass, 2 s rather than the default 15 s.
 start kube-controller-manager "${NSEXEC[@]}" "$K8S_BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --pvclaimbinder-sync-period=2s
 start kube-scheduler "${NSEXEC[@]}" "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
   --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false
