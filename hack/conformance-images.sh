@@ -8,6 +8,9 @@
 #
 #   busybox:<tag>  Debian's busybox-static (apt) with every applet linked in /bin, Cmd sh,
 #                  as upstream's image.
+#   jessie-dnsutils:<tag>  the same root: the multiVolume suite runs shell, dd, diff and
+#                  sha256sum in it, which busybox has (upstream's is a Debian jessie with
+#                  dnsutils, for the DNS tests, which do not run here).
 #   agnhost:<tag>  agnhost built from test/images/agnhost of this Kubernetes version
 #                  (hack/conformance-build.sh) on the busybox root (its alpine base gave it a
 #                  shell), with upstream's extras: /agnhost-2, /uploads, porter's TLS pair, the
@@ -38,7 +41,9 @@ image_tag() {
 }
 busybox_tag=$(image_tag busybox)
 agnhost_tag=$(image_tag agnhost)
-[ -n "$busybox_tag" ] && [ -n "$agnhost_tag" ] || { echo "cannot read the busybox/agnhost tags of $src/test/utils/image/manifest.go" >&2; exit 1; }
+jessie_tag=$(image_tag jessie-dnsutils)
+[ -n "$busybox_tag" ] && [ -n "$agnhost_tag" ] && [ -n "$jessie_tag" ] ||
+  { echo "cannot read the busybox/agnhost/jessie-dnsutils tags of $src/test/utils/image/manifest.go" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -66,6 +71,8 @@ env_path='"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 step "pack $TEST_REGISTRY/busybox:$busybox_tag (Debian's busybox-static $(dpkg-query -W -f '${Version}' busybox-static))"
 busybox_root "$work/busybox"
 pack_root "$TEST_REGISTRY/busybox:$busybox_tag" "$work/busybox" "$out/busybox.tar" "{\"Cmd\":[\"sh\"],$env_path}"
+step "pack $TEST_REGISTRY/jessie-dnsutils:$jessie_tag (the busybox root)"
+pack_root "$TEST_REGISTRY/jessie-dnsutils:$jessie_tag" "$work/busybox" "$out/jessie-dnsutils.tar" "{\"Cmd\":[\"sh\"],$env_path}"
 
 step "pack $TEST_REGISTRY/agnhost:$agnhost_tag (agnhost of v$K8S_VERSION)"
 r=$work/agnhost

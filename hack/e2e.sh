@@ -60,7 +60,7 @@ trap finish EXIT
 
 # Builds the later stages need, run in the background while this one's cluster starts and its
 # tests run: the tests leave the cores ~90% idle (vmstat during a run), the builds are ~6 min of
-# CPU cold (e2e.test and agnhost for the storage suite, the previous release's images for the
+# CPU cold (storage-e2e.test and agnhost for the storage suites, the previous release's images for the
 # upgrade run; both cached, so nothing warm). At nice 19 the cluster's processes, started by
 # this script at nice 0, come first.
 prebuild_start() {
@@ -112,7 +112,7 @@ mkdir -p "$CLUSTER_DIR"
 phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
 phase k8s-build "$hack/k8s-build.sh"
 if [ "${E2E_CONFORMANCE:-}" = only ]; then
-  phase e2e.test-build "$hack/conformance-build.sh"
+  phase storage-e2e-build "$hack/conformance-build.sh"
 elif [ -n "${E2E_CONFORMANCE:-}" ] || [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
   prebuild_start
 fi

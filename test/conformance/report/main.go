@@ -63,7 +63,7 @@ type result struct {
 }
 
 func main() {
-	junit := flag.String("junit", "", "JUnit report of e2e.test (junit_01.xml)")
+	junit := flag.String("junit", "", "JUnit report(s) of the suite's run (junit_01.xml), comma separated: one per shard of a run split across processes")
 	driver := flag.String("driver", "", "driver name, as in the suite's [Driver: NAME]")
 	skip := flag.String("skip", "", "the -ginkgo.skip pattern of the run, to name why a spec was left out")
 	knownFile := flag.String("known", "", "known failures: one `REGEXP<TAB>upstream reason` a line, # comments")
@@ -89,14 +89,12 @@ func main() {
 	}
 }
 
-// load reads the report and the known failures and classifies the driver's tests.
-func load(junitPath, driver, skip, knownPath string) ([]result, error) {
-	f, err := os.Open(junitPath)
-	if err != nil {
-		return nil, fmt.Errorf("open report: %w", err)
-	}
-	defer f.Close()
+// load reads the reports (comma separated paths: the shards of one run) and the known
+// failures, and classifies the driver's tests. Every shard's report lists every spec; a spec
+// counts with what the shard that ran it says (merge).
+func load(junitPaths, driver, skip, knownPath string) ([]result, error) {
 	var ks []known
+	var err error
 	if knownPath != "" {
 		if ks, err = readKnown(knownPath); err != nil {
 			return nil, err
@@ -108,7 +106,60 @@ func load(junitPath, driver, skip, knownPath string) ([]result, error) {
 			return nil, fmt.Errorf("skip pattern %q: %w", skip, err)
 		}
 	}
-	return classify(f, driver, skipRE, ks)
+	var shards [][]result
+	for _, path := range strings.Split(junitPaths, ",") {
+		rs, err := loadOne(strings.TrimSpace(path), driver, skipRE, ks)
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, rs)
+	}
+	return merge(shards), nil
+}
+
+func loadOne(path, driver string, skip *regexp.Regexp, ks []known) ([]result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open report: %w", err)
+	}
+	defer f.Close()
+	return classify(f, driver, skip, ks)
+}
+
+// merge joins the shards' results by test: what a shard that ran the test says wins over a
+// shard whose patterns left it out (rank).
+func merge(shards [][]result) []result {
+	if len(shards) == 1 {
+		return shards[0]
+	}
+	byName := map[string]result{}
+	for _, rs := range shards {
+		for _, r := range rs {
+			if cur, ok := byName[r.name]; !ok || rank(r) > rank(cur) {
+				byName[r.name] = r
+			}
+		}
+	}
+	out := make([]result, 0, len(byName))
+	for _, r := range byName {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	return out
+}
+
+// rank orders what a shard says of a test: left out by its patterns < skipped by the test
+// itself < passed < failed (known or not).
+func rank(r result) int {
+	switch {
+	case r.state == "skipped" && r.reason == notRun:
+		return 0
+	case r.state == "skipped":
+		return 1
+	case r.state == "passed":
+		return 2
+	}
+	return 3
 }
 
 // readKnown parses the known-failures file.
@@ -176,7 +227,7 @@ func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]re
 		}
 	}
 	if len(rs) == 0 {
-		return nil, fmt.Errorf("no test of %s in the report: was -storage.testdriver given?", tag)
+		return nil, fmt.Errorf("no test of %s in the report: did the driver's suites run (focus, driver name)?", tag)
 	}
 	sort.Slice(rs, func(a, b int) bool { return rs[a].name < rs[b].name })
 	return rs, nil

@@ -79,3 +79,34 @@ func TestNoDriverSpecs(t *testing.T) {
 		t.Fatal("want an error for a report without the driver's specs")
 	}
 }
+
+// TestMergeShards: a run split across two processes, each with its own focus, reports every
+// spec twice; each test counts with what the shard that ran it says, and a test neither ran
+// stays "not run".
+func TestMergeShards(t *testing.T) {
+	a := []result{
+		{name: "t1", state: "passed"},
+		{name: "t2", state: "skipped", reason: notRun},
+		{name: "t3", state: "skipped", reason: notRun},
+		{name: "t4", state: "skipped", reason: "no block mode"},
+	}
+	b := []result{
+		{name: "t1", state: "skipped", reason: notRun},
+		{name: "t2", state: "failed", reason: "boom"},
+		{name: "t3", state: "skipped", reason: notRun},
+		{name: "t4", state: "skipped", reason: notRun},
+	}
+	got := map[string]result{}
+	for _, r := range merge([][]result{a, b}) {
+		got[r.name] = r
+	}
+	want := map[string][2]string{"t1": {"passed", ""}, "t2": {"failed", "boom"}, "t3": {"skipped", notRun}, "t4": {"skipped", "no block mode"}}
+	if len(got) != len(want) {
+		t.Fatalf("merged %d tests, want %d: %v", len(got), len(want), got)
+	}
+	for name, w := range want {
+		if r := got[name]; r.state != w[0] || r.reason != w[1] {
+			t.Errorf("%s: got %s %q, want %s %q", name, r.state, r.reason, w[0], w[1])
+		}
+	}
+}
