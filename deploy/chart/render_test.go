@@ -29,16 +29,24 @@ const (
 	webhookName = "gcsfuse-webhook"  // Deployment, its container, Service, MutatingWebhookConfiguration, Certificate
 )
 
+// named returns the item of items whose nameOf is name, failing the test (naming what it
+// looked for) when there is none.
+func named[T any](t *testing.T, items []T, nameOf func(T) string, what, name string) T {
+	t.Helper()
+	for _, it := range items {
+		if nameOf(it) == name {
+			return it
+		}
+	}
+	t.Fatalf("no %s %s in the pod spec", what, name)
+	var zero T
+	return zero
+}
+
 // container returns the container named name of a pod spec.
 func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
 	t.Helper()
-	for _, c := range spec.Containers {
-		if c.Name == name {
-			return c
-		}
-	}
-	t.Fatalf("no container %s in the pod spec", name)
-	return corev1.Container{}
+	return named(t, spec.Containers, func(c corev1.Container) string { return c.Name }, "container", name)
 }
 
 func nodeContainer(t *testing.T, r rendering) corev1.Container {
@@ -80,13 +88,7 @@ func refuteKind(t *testing.T, r rendering, kind string) {
 // volume returns the pod spec's volume named name.
 func volume(t *testing.T, spec corev1.PodSpec, name string) corev1.Volume {
 	t.Helper()
-	for _, v := range spec.Volumes {
-		if v.Name == name {
-			return v
-		}
-	}
-	t.Fatalf("no volume %s in the pod spec", name)
-	return corev1.Volume{}
+	return named(t, spec.Volumes, func(v corev1.Volume) string { return v.Name }, "volume", name)
 }
 
 // TestDefaults checks what the default values give that the other renders change: the

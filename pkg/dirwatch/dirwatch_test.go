@@ -196,9 +196,7 @@ func TestDeliverOverflowRecord(t *testing.T) {
 // fs.inotify.max_user_instances), the watcher lists its directories instead: names created
 // or moved in are still reported, only within PollInterval rather than at once.
 func TestPollingFallbackWhenInotifyIsRefused(t *testing.T) {
-	orig := inotifyInit
-	inotifyInit = func() (int, error) { return -1, unix.EMFILE }
-	defer func() { inotifyInit = orig }()
+	failInotifyInit(t, unix.EMFILE)
 
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "before"), nil, 0o644); err != nil {
@@ -256,9 +254,7 @@ func TestPollingFallbackWhenInotifyIsRefused(t *testing.T) {
 
 // Any other failure to make an instance is an error, not a silent fallback.
 func TestNewFailsOnOtherInotifyErrors(t *testing.T) {
-	orig := inotifyInit
-	inotifyInit = func() (int, error) { return -1, unix.EINVAL }
-	defer func() { inotifyInit = orig }()
+	failInotifyInit(t, unix.EINVAL)
 	if w, err := New(); err == nil {
 		w.Close()
 		t.Fatal("New succeeded although inotify_init1 failed with EINVAL")
@@ -349,9 +345,7 @@ func TestOnEventRunsHandlerInTheReader(t *testing.T) {
 
 // A polling Watcher hands its events to the OnEvent handler too, from its poller.
 func TestOnEventWhenPolling(t *testing.T) {
-	orig := inotifyInit
-	inotifyInit = func() (int, error) { return -1, unix.EMFILE }
-	defer func() { inotifyInit = orig }()
+	failInotifyInit(t, unix.EMFILE)
 	dir := t.TempDir()
 	calls := make(chan Event, 8)
 	w, err := New(OnEvent(func(ev Event) { calls <- ev }))
@@ -416,4 +410,13 @@ func TestEventRightAfterTheWatchNamesItsDir(t *testing.T) {
 	case <-time.After(eventWait):
 		t.Fatal("no event for early")
 	}
+}
+
+// failInotifyInit makes New's inotify_init1 fail with errno for the rest of the test: EMFILE
+// is the per-user instance limit (the polling fallback), anything else an error.
+func failInotifyInit(t *testing.T, errno unix.Errno) {
+	t.Helper()
+	orig := inotifyInit
+	inotifyInit = func() (int, error) { return -1, errno }
+	t.Cleanup(func() { inotifyInit = orig })
 }
