@@ -16,14 +16,7 @@ import (
 
 func TestReportsCreateAndRename(t *testing.T) {
 	dir := t.TempDir()
-	w, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		t.Fatal(err)
-	}
+	w := watching(t, dir)
 	if err := os.WriteFile(filepath.Join(dir, "a.sock"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +122,7 @@ func TestOverflowThenRescanSeesEverything(t *testing.T) {
 		t.Skipf("inotify queue size %q: too large to fill in a unit test", b)
 	}
 	dir := t.TempDir()
-	w, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		t.Fatal(err)
-	}
+	w := watching(t, dir)
 	// More than C, one read(2) and the kernel queue can hold together.
 	files := queue + eventBuffer + readBatch + 100
 	for i := 0; i < files; i++ {
@@ -394,14 +380,7 @@ func TestEventRightAfterTheWatchNamesItsDir(t *testing.T) {
 		return wd, err
 	}
 	defer func() { inotifyAddWatch = orig }()
-	w, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		t.Fatal(err)
-	}
+	w := watching(t, dir)
 	select {
 	case ev := <-w.C:
 		if ev != (Event{Dir: dir, Name: "early"}) {
@@ -419,4 +398,18 @@ func failInotifyInit(t *testing.T, errno unix.Errno) {
 	orig := inotifyInit
 	inotifyInit = func() (int, error) { return -1, errno }
 	t.Cleanup(func() { inotifyInit = orig })
+}
+
+// watching returns a Watcher of dir, closed when the test ends (Close is idempotent).
+func watching(t *testing.T, dir string) *Watcher {
+	t.Helper()
+	w, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

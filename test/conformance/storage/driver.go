@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -37,6 +38,9 @@ type Driver struct {
 	info     storageframework.DriverInfo
 	Emulator string
 	client   *http.Client
+	// volumes numbers the pre-provisioned volumes, so that two of one test never share a
+	// bucket (createBucket takes an existing bucket as made).
+	volumes atomic.Uint64
 }
 
 var (
@@ -164,7 +168,7 @@ func (d *Driver) CreateVolume(ctx context.Context, config *storageframework.PerT
 	if volType != storageframework.PreprovisionedPV {
 		framework.Failf("%s: CreateVolume of volume type %s", DriverName, volType)
 	}
-	bucket := bucketName(fmt.Sprintf("pv%d-", time.Now().UnixNano()%1_000_000), config.Framework.Namespace.Name)
+	bucket := bucketName(fmt.Sprintf("pv%d-", d.volumes.Add(1)), config.Framework.Namespace.Name)
 	framework.ExpectNoError(d.createBucket(ctx, bucket), "bucket %s in the emulator", bucket)
 	return &bucketVolume{d: d, bucket: bucket}
 }
