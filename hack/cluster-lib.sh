@@ -72,6 +72,19 @@ ctr() {
   CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$c" --address "$CONTAINERD_SOCK" "$@"
 }
 
+# CUSTOM_SIDECAR_IMAGE is the sidecar image under a name of the user's own, as a pod that
+# brings its own sidecar image names it (a container called gcsfuse-sidecar lends the webhook
+# its image): e2e TestCustomSidecarImage runs it and checks the sidecar ran from that name.
+CUSTOM_SIDECAR_IMAGE=$IMAGE_REPO/sidecar-custom:$IMAGE_TAG
+
+# import_images TAR...: imports the images into containerd's k8s.io namespace, and tags the
+# sidecar as CUSTOM_SIDECAR_IMAGE too.
+import_images() {
+  local t
+  for t in "$@"; do ctr -n k8s.io images import "$t" >/dev/null; done
+  ctr -n k8s.io images tag --force "$IMAGE_REPO/sidecar:$IMAGE_TAG" "$CUSTOM_SIDECAR_IMAGE" >/dev/null
+}
+
 # waitfor DESC TIMEOUT_SECONDS CMD...: polls CMD every 0.5 s until it succeeds or the timeout.
 waitfor() {
   local desc=$1 timeout=$2 start

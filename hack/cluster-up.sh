@@ -340,7 +340,7 @@ step "import images"
 shopt -s nullglob
 imgs=("$IMAGES_DIR"/*.tar)
 [ ${#imgs[@]} -gt 0 ] || { echo "no images in $IMAGES_DIR: run hack/images.sh" >&2; exit 1; }
-for t in "${imgs[@]}"; do ctr -n k8s.io images import "$t" >/dev/null; done
+import_images "${imgs[@]}"
 
 step "start etcd ($ETCD_BIN/etcd)"
 # etcd reads ETCD_<FLAG> variables as flags: ETCD_VERSION (our override, lib.sh) would be its

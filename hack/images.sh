@@ -31,6 +31,6 @@ ls -la "$IMAGES_DIR"
 
 if [ -S /run/containerd/containerd.sock ] && ctr version >/dev/null 2>&1; then
   step "import images into containerd (k8s.io namespace)"
-  for t in "$IMAGES_DIR"/*.tar; do ctr -n k8s.io images import "$t" >/dev/null; done
+  import_images "$IMAGES_DIR"/*.tar
 fi
 step "images ready"

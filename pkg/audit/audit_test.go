@@ -122,8 +122,8 @@ func TestVerdicts(t *testing.T) {
 		{"identity pool with the cluster provider", pod(gke, `          identityProvider: https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/c1
           identityPool: other-project.svc.id.goog`, "", ""),
 			[]string{"identityPool=other-project.svc.id.goog -> workloadIdentityProvider=identitynamespace:other-project.svc.id.goog:https://"}, false},
-		{"multiNICIndex 0 refused at mount", pod(gke, `          multiNICIndex: "0"`, "", ""),
-			[]string{`Pod/ns/p volume data: refused: at mount: volume data: volume attribute multiNICIndex (the GKE driver's): value "0": binding gcsfuse to a NIC is not supported`}, true},
+		{"multiNICIndex 0 refused at admission", pod(gke, `          multiNICIndex: "0"`, "", ""),
+			[]string{`Pod/ns/p volume data: refused: at admission: volume data: volume attribute multiNICIndex (the GKE driver's): value "0": binding gcsfuse to a NIC is not supported`}, true},
 		{"bad identity attribute refused with the credentials error", pod(gke, `          identityProvider: https://example.com/not-a-provider`, "", ""),
 			[]string{`volume data: refused: at mount: volume data (bucket bkt): volume attribute identityProvider "https://example.com/not-a-provider" (the GKE driver's): want`}, true},
 		{"key and federation refused", pod(gke, `          identityProvider: //iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov`, "", "") +
@@ -257,7 +257,7 @@ spec:
     spec:
       containers: [{name: app, image: app}]
       volumes: [{name: v, csi: {driver: gcsfuse.csi.storage.gke.io, volumeAttributes: {bucketName: bkt, multiNICIndex: "-1"}}}]
-`, []string{"CronJob/cj volume v: unchanged: bucket bkt", "DaemonSet/ds volume v: refused: at mount: volume v: bucket name \"_\" (gcsfuse's all-buckets mode) is not supported",
+`, []string{"CronJob/cj volume v: unchanged: bucket bkt", "DaemonSet/ds volume v: refused: at admission: volume v: bucket name \"_\" (gcsfuse's all-buckets mode) is not supported",
 			"ReplicaSet/rs volume v: mapped: bucket bkt; multiNICIndex=-1 -> nothing (a negative index binds no NIC)"}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,7 +279,8 @@ spec:
 
 // TestSummary: the counts, and the GKE driver name's requirement said once.
 func TestSummary(t *testing.T) {
-	rep, _ := auditYAML(t, pod(gke, `          multiNICIndex: "1"`, `    gke-gcsfuse/volumes: "true"`, ""))
+	// A volume refused at mount (its identity), in a pod admitted with a mapped annotation.
+	rep, _ := auditYAML(t, pod(gke, `          identityPool: "p.svc.id.goog"`, `    gke-gcsfuse/volumes: "true"`, ""))
 	want := "driver gcsfuse.csi.storage.gke.io: 1 volumes use the GKE driver's name: install this driver under it (Helm: --set driverName=gcsfuse.csi.storage.gke.io, docs/migration.md) or set their driver to gcsfuse.csi.storage\n" +
 		"summary: 0 unchanged, 1 mapped, 1 refused, 0 warnings, 0 notes"
 	if got := rep.Summary(); got != want {
@@ -346,4 +347,23 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Run: %v", err)
 		}
 	})
+}
+
+// TestInlineRefusalSaidOnce: an inline volume the webhook denies is one refusal, at
+// admission, on the volume's line: the pod's admission line does not repeat it, and no
+// injection is reported for a pod that is not admitted.
+func TestInlineRefusalSaidOnce(t *testing.T) {
+	rep, out := auditYAML(t, pod(gke, `          multiNICIndex: "0"`, "", ""))
+	var refused []Finding
+	for _, f := range rep.Findings {
+		if f.Verdict == Refused {
+			refused = append(refused, f)
+		}
+		if f.Scope == "pod" && f.Verdict != Refused && strings.Contains(f.Detail, "sidecar injected") {
+			t.Errorf("injection reported for a denied pod:\n%s", out)
+		}
+	}
+	if len(refused) != 1 || refused[0].Scope != "volume data" || refused[0].Stage != StageAdmission {
+		t.Fatalf("want one refusal, of volume data, at admission; the report:\n%s", out)
+	}
 }

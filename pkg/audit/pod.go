@@ -26,7 +26,7 @@ const (
 // the webhook's own decision (Mutator.Review) and reports the denial, or the injection and
 // what in it was mapped, and the webhook's warnings. usesDriver says that the pod has
 // volumes of the driver, whose mounts fail without a sidecar.
-func (a *auditor) admission(ctx context.Context, driver string, meta metav1.ObjectMeta, spec corev1.PodSpec, usesDriver bool) error {
+func (a *auditor) admission(ctx context.Context, driver string, meta metav1.ObjectMeta, spec corev1.PodSpec, usesDriver bool, said map[string]bool) error {
 	m, err := a.mutator(driver)
 	if err != nil {
 		return err
@@ -43,7 +43,9 @@ func (a *auditor) admission(ctx context.Context, driver string, meta metav1.Obje
 		return fmt.Errorf("the webhook's decision: %w", err)
 	}
 	if adm.Denied != "" {
-		a.add("pod", Refused, StageAdmission, adm.Denied)
+		if !said[adm.Denied] {
+			a.add("pod", Refused, StageAdmission, adm.Denied)
+		}
 		return nil
 	}
 	switch {

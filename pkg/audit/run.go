@@ -276,17 +276,27 @@ func (a *auditor) pod(ctx context.Context, meta metav1.ObjectMeta, spec corev1.P
 	case drivers[contract.IncumbentDriverName]:
 		driver = contract.IncumbentDriverName
 	}
-	if err := a.admission(ctx, driver, meta, spec, len(vols) > 0); err != nil {
+	// The volumes' verdicts first: an inline volume that the webhook refuses is said on the
+	// volume's line, and the pod's admission line does not repeat it.
+	judged := make([]verdict, len(vols))
+	said := map[string]bool{}
+	for i, v := range vols {
+		judged[i] = judgeVolume(v.spec)
+		if judged[i].verdict == Refused && judged[i].stage == StageAdmission {
+			said[judged[i].detail] = true
+		}
+	}
+	if err := a.admission(ctx, driver, meta, spec, len(vols) > 0, said); err != nil {
 		return err
 	}
 	for _, u := range unresolved {
 		a.add("pod", Note, "", u)
 	}
-	for _, v := range vols {
+	for i, v := range vols {
 		if v.claim == "" {
 			a.countDriver(v.spec.driver) // a PersistentVolume is counted once, on its own
 		}
-		j := judgeVolume(v.spec)
+		j := judged[i]
 		detail := j.detail
 		if v.claim != "" {
 			detail = fmt.Sprintf("claim %s -> PersistentVolume %s; %s", v.claim, v.spec.name, detail)

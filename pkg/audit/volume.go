@@ -28,6 +28,8 @@ type volumeSpec struct {
 	// handle is a PersistentVolume's volumeHandle ("" for an inline volume, whose ID the
 	// kubelet generates and which is never a bucket).
 	handle string
+	// inline: a pod's inline CSI volume, which the webhook checks at admission.
+	inline bool
 	// hasKey: the volume names a nodePublishSecretRef.
 	hasKey bool
 	block  bool
@@ -50,7 +52,7 @@ var credentialsConfig = credentials.Config{}.WithDefaults()
 
 // inlineVolume is the volumeSpec of a pod's inline CSI volume.
 func inlineVolume(v corev1.Volume) volumeSpec {
-	return volumeSpec{name: v.Name, driver: v.CSI.Driver, attrs: v.CSI.VolumeAttributes, hasKey: v.CSI.NodePublishSecretRef != nil,
+	return volumeSpec{name: v.Name, driver: v.CSI.Driver, attrs: v.CSI.VolumeAttributes, inline: true, hasKey: v.CSI.NodePublishSecretRef != nil,
 		fsType: ptrValue(v.CSI.FSType)}
 }
 
@@ -71,9 +73,18 @@ func ptrValue[T any](p *T) T {
 
 // judgeVolume runs a volume through NodePublishVolume's checks, in its order: the access
 // type, the volume's name, its attributes and options (mountopts), its identity
-// (credentials). A refusal's detail is the node plugin's message.
+// (credentials). A refusal's detail is the node plugin's message. An inline volume's access
+// type, attributes and options are the webhook's to refuse (webhook checkInlineVolumes, the
+// same checks, the same message): refused at admission.
 func judgeVolume(v volumeSpec) verdict {
+	optionsStage := StageMount
+	if v.inline {
+		optionsStage = StageAdmission
+	}
 	if err := mountopts.CheckAccessType(v.block, v.fsType); err != nil {
+		if v.inline {
+			return verdict{Refused, StageAdmission, fmt.Sprintf("volume %s: %v", v.name, err)}
+		}
 		return verdict{Refused, StageMount, err.Error()}
 	}
 	if !contract.ValidVolumeName(v.name) {
@@ -82,8 +93,9 @@ func judgeVolume(v volumeSpec) verdict {
 	}
 	vol, mappings, err := mountopts.Explain(v.attrs, v.mountFlags, v.handle)
 	if err != nil {
-		// NodePublishVolume's InvalidArgument: "volume <name>: <error>".
-		return verdict{Refused, StageMount, fmt.Sprintf("volume %s: %v", v.name, err)}
+		// NodePublishVolume's InvalidArgument (and the webhook's denial of an inline
+		// volume): "volume <name>: <error>".
+		return verdict{Refused, optionsStage, fmt.Sprintf("volume %s: %v", v.name, err)}
 	}
 	choice, err := credentials.Choose(credentialsConfig, v.attrs, v.hasKey)
 	if err != nil {

@@ -182,6 +182,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
 		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
 	}
+	if err := checkInlineVolumes(m.cfg.DriverName, pod.Spec.Volumes); err != nil {
+		return nil, nil, "", err
+	}
 	if len(pod.Spec.Containers) == 0 {
 		// The API server rejects such a pod anyway; saying so here also guarantees that
 		// "/spec" exists in the object, which the patch paths below rely on.

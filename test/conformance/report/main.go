@@ -3,9 +3,10 @@
 // passed or failed, and the skipped ones grouped by the reason the suite gave, as a
 // Markdown table: docs/conformance.md and README.md hold it as their generated block
 // "conformance" (hack/conformance.sh keeps it in table.md; go run ./hack/readme -block
-// conformance -file README.md < table.md puts it there). It exits 1 when a test failed
-// that the known-failures file does not list with its upstream reason, so CI fails on a new
-// failure and not on a documented one.
+// conformance -file README.md < table.md puts it there), a row per testsuite first. It exits
+// 1 when a test failed that the known-failures file does not list with its upstream reason,
+// so CI fails on a new failure and not on a documented one, and when a test was skipped
+// without a reason (neither the suite's nor a tag that the skip pattern matches).
 //
 // The suite's JUnit report lists every spec of the binary, thousands; only the driver's
 // ("[Driver: NAME]") are counted. A spec that the -ginkgo.focus/-ginkgo.skip patterns left
@@ -77,8 +78,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(2)
 	}
-	if unexpected := write(os.Stdout, rs); unexpected > 0 {
+	unexpected := write(os.Stdout, rs)
+	unexplained := unexplainedSkips(rs)
+	if unexpected > 0 {
 		fmt.Fprintf(os.Stderr, "report: %d failure(s) not listed in %s with an upstream reason\n", unexpected, *knownFile)
+	}
+	for _, r := range unexplained {
+		fmt.Fprintf(os.Stderr, "report: skipped without a reason: %s (the suite gave none, and no tag of its name matches -skip)\n", r.name)
+	}
+	if unexpected > 0 || len(unexplained) > 0 {
 		os.Exit(1)
 	}
 	if passed(rs) == 0 {
@@ -277,8 +285,76 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// write writes the table and the totals; it returns the number of failures not known.
+// unexplainedSkips are the skipped tests with no reason: the suite gave none and the run's
+// skip pattern matches no tag of their name (a focus that missed them, a suite that skipped
+// without saying why). A table that cannot say why a test did not run proves nothing of it.
+func unexplainedSkips(rs []result) []result {
+	var out []result
+	for _, r := range rs {
+		if r.state == "skipped" && (r.reason == "" || (r.reason == notRun && len(r.tags) == 0)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// suiteRE finds the testsuite in a spec name: the word after the test pattern
+// ("[Testpattern: Pre-provisioned PV (default fs)] subPath should ..." is subPath's).
+var suiteRE = regexp.MustCompile(`^\[Testpattern: [^\]]+\]\s+(?:\[[^\]]+\]\s+)*(\S+)`)
+
+// suiteOf is the testsuite of a spec name, "(other)" for a name without a pattern.
+func suiteOf(name string) string {
+	if m := suiteRE.FindStringSubmatch(name); m != nil {
+		return m[1]
+	}
+	return "(other)"
+}
+
+// writeSuites writes one row per testsuite: its passed, failed (known ones apart) and
+// skipped tests, the suites with a passed test first.
+func writeSuites(w io.Writer, rs []result) {
+	type counts struct{ passed, failed, known, skipped int }
+	by := map[string]*counts{}
+	for _, r := range rs {
+		c := by[suiteOf(r.name)]
+		if c == nil {
+			c = &counts{}
+			by[suiteOf(r.name)] = c
+		}
+		switch r.state {
+		case "passed":
+			c.passed++
+		case "failed":
+			c.failed++
+		case "known":
+			c.known++
+		default:
+			c.skipped++
+		}
+	}
+	names := make([]string, 0, len(by))
+	for n := range by {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(a, b int) bool {
+		if (by[names[a]].passed > 0) != (by[names[b]].passed > 0) {
+			return by[names[a]].passed > 0
+		}
+		return names[a] < names[b]
+	})
+	fmt.Fprintln(w, "| suite | passed | failed | failed (known) | skipped |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, n := range names {
+		c := by[n]
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d |\n", n, c.passed, c.failed, c.known, c.skipped)
+	}
+	fmt.Fprintln(w)
+}
+
+// write writes the per-suite table, the per-test table (skips grouped by reason) and the
+// totals; it returns the number of failures not known.
 func write(w io.Writer, rs []result) int {
+	writeSuites(w, rs)
 	count := map[string]int{}
 	type group struct {
 		n        int

@@ -110,3 +110,38 @@ func TestMergeShards(t *testing.T) {
 		}
 	}
 }
+
+// TestSuitesAndUnexplainedSkips: the table opens with a row per testsuite, and a spec that
+// was skipped without a reason (the suite gave none, the skip pattern matches none of its
+// tags: a focus that missed it) is unexplained, which fails the run; the same spec left out
+// by a tag of the skip pattern is explained by it.
+func TestSuitesAndUnexplainedSkips(t *testing.T) {
+	rs, err := classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Disruptive\]`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := unexplainedSkips(rs); len(u) != 0 {
+		t.Errorf("skips explained by the pattern or the suite reported as unexplained: %v", u)
+	}
+	var out bytes.Buffer
+	write(&out, rs)
+	for _, s := range []string{
+		"| suite | passed | failed | failed (known) | skipped |\n|---|---|---|---|---|\n| ephemeral | 1 | 1 | 0 | 0 |\n",
+		"| disruptive | 0 | 0 | 0 | 1 |\n",
+		"| provisioning | 0 | 0 | 0 | 1 |\n",
+		"| subPath | 0 | 1 | 0 | 0 |\n",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, out.String())
+		}
+	}
+
+	rs, err = classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Slow\]`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := unexplainedSkips(rs)
+	if len(u) != 1 || !strings.Contains(u[0].name, "disruptive [Disruptive] should survive") {
+		t.Fatalf("unexplained skips %v, want the [Disruptive] spec that -skip does not name", u)
+	}
+}

@@ -173,14 +173,23 @@ func (d *Driver) CreateVolume(ctx context.Context, config *storageframework.PerT
 	return &bucketVolume{d: d, bucket: bucket}
 }
 
+// sharedWriterOptions are the mount options of every pre-provisioned PV: what the
+// documentation tells users to set on a bucket that pods write and read at once. Each pod
+// runs its own gcsfuse, which caches an object's metadata for 60 s by default; the suites'
+// multi-pod tests (multiVolume's "single volume from pods on the same node") expect a
+// shared disk's coherence, a file one pod overwrote read at once by the next. Inline
+// volumes keep the defaults, so both are exercised.
+const sharedWriterOptions = "metadata-cache:ttl-secs:0"
+
 // GetPersistentVolumeSource returns the CSI source of a PV whose volume handle is the bucket
-// (the node plugin's fallback when the attributes name none).
+// (the node plugin's fallback when the attributes name none), with sharedWriterOptions.
 func (d *Driver) GetPersistentVolumeSource(readOnly bool, _ string, vol storageframework.TestVolume) (*v1.PersistentVolumeSource, *v1.VolumeNodeAffinity) {
 	bv, ok := vol.(*bucketVolume)
 	if !ok {
 		framework.Failf("%s: volume %T is not one of this driver's", DriverName, vol)
 	}
-	return &v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: DriverName, VolumeHandle: bv.bucket, ReadOnly: readOnly}}, nil
+	return &v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: DriverName, VolumeHandle: bv.bucket, ReadOnly: readOnly,
+		VolumeAttributes: map[string]string{"mountOptions": sharedWriterOptions}}}, nil
 }
 
 // createBucket makes bucket in the emulator; one already there is fine.

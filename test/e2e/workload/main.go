@@ -9,7 +9,8 @@
 //	workload flush -dir D -name N -bytes B [-chunk-delay d]
 //	                                        wait for SIGTERM, then write N (a log shipper's
 //	                                        last batch, an app draining after its preStop)
-//	workload read -dir D -name N -bytes B   check that a file has the expected content
+//	workload read -dir D -name N[,N2...] -bytes B
+//	                                        check that each file has the expected content
 //	workload sleep -for d
 //
 // Every command but pause prints "START <unix-ms>" first and "EXIT <unix-ms> <code>" last, so
@@ -29,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -156,11 +158,13 @@ func run(cmd string, args []string) int {
 		fmt.Printf("flushed %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
 		return 0
 	case "read":
-		if err := readFile(filepath.Join(*dir, *name), *size); err != nil {
-			fmt.Fprintf(os.Stderr, "read %s: %v\n", *name, err)
-			return 1
+		for _, n := range strings.Split(*name, ",") {
+			if err := readFile(filepath.Join(*dir, n), *size); err != nil {
+				fmt.Fprintf(os.Stderr, "read %s: %v\n", n, err)
+				return 1
+			}
+			fmt.Printf("read %s %d bytes ok\n", n, *size)
 		}
-		fmt.Printf("read %s %d bytes ok\n", *name, *size)
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown command %q\n", cmd)
