@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -285,6 +287,7 @@ func TestCredentials(t *testing.T) {
 		t.Run("secret-key", testSecretKey)
 		t.Run("secret-key-pv", testSecretKeyPV)
 		t.Run("refresh", testRefresh)
+		t.Run("access-granted-later", testAccessGrantedLater)
 	})
 	checkNoSecrets(t)
 }
@@ -359,6 +362,78 @@ func testFederation(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// jobPods lists the names of the Job's pods, oldest first.
+func jobPods(t *testing.T, job string) []string {
+	t.Helper()
+	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err != nil {
+		t.Fatalf("pods of job %s: %v", job, err)
+	}
+	sort.Slice(l.Items, func(a, b int) bool { return l.Items[a].CreationTimestamp.Before(&l.Items[b].CreationTimestamp) })
+	var out []string
+	for _, p := range l.Items {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// testAccessGrantedLater: a Job whose service account has no access to the bucket yet (the
+// IAM binding made after the Job, or still propagating) fails its first pod fast, with an
+// Event naming volume, bucket and identity; once access is granted, the Job's next pod
+// mounts and writes, and the Job completes: nothing to recreate or edit. gcsfuse does not
+// retry a start it was refused, so recovery is the Job's retry (backoffLimit), not the
+// failed pod's.
+func testAccessGrantedLater(t *testing.T) {
+	t.Parallel()
+	identity := createServiceAccount(t, "wif-late")
+	bucket := newBucket(t)
+	setPolicy(t, bucket, "system:serviceaccount:"+ns+":someone-else")
+	name := podName(t, "")
+	ann, spec := podTemplate(podOpts{
+		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-late", grace: ptr(int64(5)),
+		attrs:   map[string]string{contract.AttrWorkloadIdentityProvider: localProvider},
+		volumes: []volume{{"bucket", bucket, mountPath}},
+		args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(mib)},
+	})
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
+		BackoffLimit: ptr(int32(3)),
+		Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: spec},
+	}}
+	if _, err := cs.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create job: %v", err)
+	}
+	var first string
+	deadline := time.Now().Add(60 * time.Second)
+	for first == "" && time.Now().Before(deadline) {
+		if pods := jobPods(t, name); len(pods) > 0 {
+			first = pods[0]
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if first == "" {
+		t.Fatalf("job %s made no pod in 60 s", name)
+	}
+	e := waitEvent(t, first, 60*time.Second, regexp.MustCompile(`^`+contract.EventGcsfuseFailed+`$`), "volume bucket", bucket, identity, "403")
+	t.Logf("before access: %s", e.Message)
+	granted := time.Now()
+	setPolicy(t, bucket, identity)
+	if cond, _ := waitJob(t, name, 180*time.Second); cond != batchv1.JobComplete {
+		t.Fatalf("job %s: %s after access was granted, want Complete; pods %v\n%s", name, cond, jobPods(t, name), podEvents(first))
+	}
+	record(t, "access granted -> Job complete", granted, time.Now())
+	pods := jobPods(t, name)
+	if len(pods) < 2 {
+		t.Fatalf("job completed with pods %v: the pod refused access should have failed", pods)
+	}
+	if p, err := cs.CoreV1().Pods(ns).Get(context.Background(), first, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodFailed {
+		t.Fatalf("the pod refused access: %v, want Failed\n%s", err, describe(p))
+	}
+	for _, p := range pods {
+		keepSidecarLog(p)
+	}
+	expectObject(t, bucket, "out.bin", mib)
 }
 
 // testSecretKey: a service account key in a Secret (nodePublishSecretRef, resolved by the
