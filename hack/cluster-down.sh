@@ -65,7 +65,7 @@ fi
 step "stop processes"
 # The node agents and controllers first (together), then the API server, then etcd: an API
 # server still shutting down when etcd is gone hangs for minutes and keeps :6443 busy.
-stop kube-proxy kubelet kube-scheduler kube-controller-manager
+stop nodessh kube-proxy kubelet kube-scheduler kube-controller-manager
 # The containers still running (the driver's) go before the API server: with their clients
 # connected it ignored SIGTERM for 30 s.
 if running containerd; then

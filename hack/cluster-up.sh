@@ -423,8 +423,23 @@ start kube-controller-manager "${NSEXEC[@]}" "$K8S_BIN/kube-controller-manager" 
 start kube-scheduler "${NSEXEC[@]}" "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
   --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false
-start kubelet "${NSEXEC[@]}" "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
-  --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet
+# The kubelet's command is kept in $RUN/kubelet.sh, so that hack/node-systemctl.sh (the
+# storage testsuites' disruptive tests stop and start the kubelet over SSH) starts it again
+# the same way.
+kubelet_cmd=("${NSEXEC[@]}" "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig"
+  --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet)
+printf 'exec' >"$RUN/kubelet.sh"
+printf ' %q' "${kubelet_cmd[@]}" >>"$RUN/kubelet.sh"
+echo >>"$RUN/kubelet.sh"
+start kubelet bash "$RUN/kubelet.sh"
+# The node's SSH endpoint for those tests (hack/nodessh): NODE_IP:22 inside the cluster's
+# network namespace, the key in $RUN/ssh (KUBE_SSH_KEY_PATH for storage-e2e.test), systemctl
+# and sudo standing in from $RUN/ssh/bin.
+mkdir -p "$RUN/ssh/bin"
+ln -sf "$REPO_ROOT/hack/node-systemctl.sh" "$RUN/ssh/bin/systemctl"
+ln -sf "$REPO_ROOT/hack/node-systemctl.sh" "$RUN/ssh/bin/sudo"
+(cd "$REPO_ROOT" && go build -o "$RUN/nodessh" ./hack/nodessh)
+start nodessh "${NSEXEC[@]}" "$RUN/nodessh" -listen "$NODE_IP:22" -key "$RUN/ssh/id_ed25519" -path "$RUN/ssh/bin"
 start kube-proxy "${NSEXEC[@]}" "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
   --cluster-cidr=10.88.0.0/16 --proxy-mode=iptables --conntrack-max-per-core=0 \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256

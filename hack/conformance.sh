@@ -12,12 +12,15 @@
 #   3. a check that a pod of the suite's default Pod Security level (restricted) with this
 #      driver's inline volume is admitted with the injected sidecar,
 #   4. storage-e2e.test -gcsfuse.emulator=<the emulator, as this host reaches it> with
-#      CONFORMANCE_FOCUS and CONFORMANCE_SKIP (defaults below), JUnit report in
-#      $CONFORMANCE_OUT; the driver makes and deletes each test's buckets,
-#   5. the table (test/conformance/report; kept in $CONFORMANCE_OUT/table.md, the generated
-#      block "conformance" of README.md and docs/conformance.md) and the exit code: non-zero
-#      on any failure that test/conformance/known-failures.txt does not list with its
-#      upstream reason.
+#      CONFORMANCE_FOCUS and CONFORMANCE_SKIP (defaults below), in two shards at once, then
+#      the [Disruptive] tests alone (they stop and start the kubelet over SSH: hack/nodessh,
+#      hack/node-systemctl.sh), JUnit reports in $CONFORMANCE_OUT; the driver makes and
+#      deletes each test's buckets,
+#   5. the tables (test/conformance/report: a row per testsuite, then each test, skips grouped
+#      by reason; kept in $CONFORMANCE_OUT/table.md, the generated block "conformance" of
+#      README.md and docs/conformance.md) and the exit code: non-zero on any failure that
+#      test/conformance/known-failures.txt does not list with its upstream reason, and on a
+#      skip without a reason.
 #
 # Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP, CONFORMANCE_OUT
 # (default $GCSFUSE_CSI_CACHE/conformance), GCSFUSE_CSI_CACHE.
@@ -34,6 +37,10 @@ FOCUS=${CONFORMANCE_FOCUS:-'\[Driver: gcsfuse\.csi\.storage\]'}
 # those of alpha/beta features or feature gates the local cluster does not turn on. [Slow]
 # ones run: on a bucket they take seconds to two minutes, not the disks' many minutes.
 SKIP=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Serial\]|\[Flaky\]|\[Feature:[^]]+\]|\[FeatureGate:[^]]+\]|\[Alpha\]|\[Beta\]'}
+# The disruptive tests run after the others, alone (below): these are left out of them.
+DISRUPTIVE_SKIP=${CONFORMANCE_DISRUPTIVE_SKIP:-'\[Flaky\]|\[Feature:[^]]+\]|\[FeatureGate:[^]]+\]|\[Alpha\]|\[Beta\]'}
+# The node's SSH key (hack/cluster-up.sh starts hack/nodessh with it).
+SSH_KEY=$RUN/ssh/id_ed25519
 # The suite's own bound for the whole run; each test's waits are the framework's.
 SUITE_TIMEOUT=40m
 # Bound of each call to the emulator and the API server made here.
@@ -102,14 +109,16 @@ mkdir -p "$OUT"
 # patterns below (the two container-restart tests, ~100 s each, and the quick ones); shard 2
 # the rest. Each writes its own JUnit report; the report merges them.
 SHARD1='subPath should support restarting containers|CSI Ephemeral-volume|\] volumes should|volumeMode'
-run_shard() { # N FOCUS SKIP
-  mkdir -p "$OUT/shard$1"
+run_shard() { # N FOCUS SKIP [FLAG...]
+  local n=$1 focus=$2 skip=$3
+  shift 3
+  mkdir -p "$OUT/shard$n"
   KUBE_TEST_REPO_LIST=$repo_list "$E2E_TEST" \
     -kubeconfig="$KUBECONFIG" \
     -gcsfuse.emulator="$gcs_url" \
-    -ginkgo.focus="$2" -ginkgo.skip="$3" \
+    -ginkgo.focus="$focus" -ginkgo.skip="$skip" "$@" \
     -ginkgo.timeout="$SUITE_TIMEOUT" -ginkgo.no-color -ginkgo.v \
-    -report-dir="$OUT/shard$1" > "$OUT/e2e-$1.log" 2>&1
+    -report-dir="$OUT/shard$n" > "$OUT/e2e-$n.log" 2>&1
 }
 step "storage-e2e.test v$K8S_VERSION: focus '$FOCUS', skip '$SKIP', in 2 shards (logs $OUT/e2e-1.log, $OUT/e2e-2.log)"
 suite_start=$(date +%s)
@@ -119,10 +128,19 @@ rc2=0
 run_shard 2 "$FOCUS" "$SKIP|$SHARD1" || rc2=$?
 rc1=0
 wait "$shard1_pid" || rc1=$?
+# Then the disruptive tests that fit one node, alone: they stop and start the kubelet over
+# SSH (hack/nodessh on NODE_IP:22, the key cluster-up.sh made; hack/node-systemctl.sh) and
+# read the node's mounts, so nothing else may run meanwhile. Those of features the cluster
+# does not turn on (SELinux) stay out.
+step "storage-e2e.test: the [Disruptive] tests, alone (log $OUT/e2e-3.log)"
+[ -f "$SSH_KEY" ] || { echo "no SSH key at $SSH_KEY: the cluster was not started by this tree's hack/cluster-up.sh (hack/nodessh)" >&2; exit 1; }
+rc3=0
+KUBE_SSH_KEY_PATH=$SSH_KEY KUBE_SSH_USER=root run_shard 3 "$FOCUS" "$DISRUPTIVE_SKIP" -ginkgo.label-filter=Disruptive || rc3=$?
 rc=$(( rc1 > rc2 ? rc1 : rc2 ))
+rc=$(( rc > rc3 ? rc : rc3 ))
 suite_secs=$(( $(date +%s) - suite_start ))
 junits=
-for n in 1 2; do
+for n in 1 2 3; do
   grep -E '^(Ran |FAIL|SUCCESS|PASS)|^\s*\[FAIL\]' "$OUT/e2e-$n.log" | tail -10 || true
   [ -f "$OUT/shard$n/junit_01.xml" ] || { echo "storage-e2e.test shard $n wrote no JUnit report; see $OUT/e2e-$n.log:" >&2; tail -30 "$OUT/e2e-$n.log" >&2; exit 1; }
   junits=${junits:+$junits,}$OUT/shard$n/junit_01.xml
@@ -134,8 +152,8 @@ echo "    focus: $FOCUS"
 echo "    skip:  $SKIP"
 report_rc=0
 (cd "$REPO_ROOT" && go run ./test/conformance/report -junit "$junits" -driver "$DRIVER" \
-  -skip "$SKIP" -known "$REPO_ROOT/test/conformance/known-failures.txt") | tee "$OUT/table.md" || report_rc=$?
-echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc1,$rc2; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
+  -focus "$FOCUS" -skip "$SKIP" -known "$REPO_ROOT/test/conformance/known-failures.txt") | tee "$OUT/table.md" || report_rc=$?
+echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc1,$rc2,$rc3; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
 [ "$psa_rc" = 0 ] || echo "FAILED: the Pod Security check before the suite (above)" >&2
 # storage-e2e.test fails the run on a failed test, known ones included: the report decides.
 [ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ]

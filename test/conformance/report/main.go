@@ -66,6 +66,7 @@ type result struct {
 func main() {
 	junit := flag.String("junit", "", "JUnit report(s) of the suite's run (junit_01.xml), comma separated: one per shard of a run split across processes")
 	driver := flag.String("driver", "", "driver name, as in the suite's [Driver: NAME]")
+	focus := flag.String("focus", "", "the -ginkgo.focus pattern of the run: a spec outside it was left out by it")
 	skip := flag.String("skip", "", "the -ginkgo.skip pattern of the run, to name why a spec was left out")
 	knownFile := flag.String("known", "", "known failures: one `REGEXP<TAB>upstream reason` a line, # comments")
 	flag.Parse()
@@ -73,7 +74,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "report: -junit and -driver are required")
 		os.Exit(2)
 	}
-	rs, err := load(*junit, *driver, *skip, *knownFile)
+	rs, err := load(*junit, *driver, *focus, *skip, *knownFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(2)
@@ -100,7 +101,7 @@ func main() {
 // load reads the reports (comma separated paths: the shards of one run) and the known
 // failures, and classifies the driver's tests. Every shard's report lists every spec; a spec
 // counts with what the shard that ran it says (merge).
-func load(junitPaths, driver, skip, knownPath string) ([]result, error) {
+func load(junitPaths, driver, focus, skip, knownPath string) ([]result, error) {
 	var ks []known
 	var err error
 	if knownPath != "" {
@@ -114,9 +115,15 @@ func load(junitPaths, driver, skip, knownPath string) ([]result, error) {
 			return nil, fmt.Errorf("skip pattern %q: %w", skip, err)
 		}
 	}
+	var focusRE *regexp.Regexp
+	if focus != "" {
+		if focusRE, err = regexp.Compile(focus); err != nil {
+			return nil, fmt.Errorf("focus pattern %q: %w", focus, err)
+		}
+	}
 	var shards [][]result
 	for _, path := range strings.Split(junitPaths, ",") {
-		rs, err := loadOne(strings.TrimSpace(path), driver, skipRE, ks)
+		rs, err := loadOne(strings.TrimSpace(path), driver, focusRE, skipRE, ks)
 		if err != nil {
 			return nil, err
 		}
@@ -125,13 +132,13 @@ func load(junitPaths, driver, skip, knownPath string) ([]result, error) {
 	return merge(shards), nil
 }
 
-func loadOne(path, driver string, skip *regexp.Regexp, ks []known) ([]result, error) {
+func loadOne(path, driver string, focus, skip *regexp.Regexp, ks []known) ([]result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open report: %w", err)
 	}
 	defer f.Close()
-	return classify(f, driver, skip, ks)
+	return classify(f, driver, focus, skip, ks)
 }
 
 // merge joins the shards' results by test: what a shard that ran the test says wins over a
@@ -198,7 +205,7 @@ func readKnown(path string) ([]known, error) {
 }
 
 // classify keeps the driver's It specs of the report and gives each its state and reason.
-func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]result, error) {
+func classify(r io.Reader, driver string, focus, skip *regexp.Regexp, ks []known) ([]result, error) {
 	var s suites
 	if err := xml.NewDecoder(r).Decode(&s); err != nil {
 		return nil, fmt.Errorf("parse JUnit report: %w", err)
@@ -225,7 +232,11 @@ func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]re
 				res.state = "skipped"
 				res.reason = strings.TrimSpace(strings.TrimPrefix(c.Skipped.Message, "skipped"))
 				res.reason = strings.TrimSpace(strings.TrimPrefix(res.reason, "-"))
-				if res.reason == "" {
+				switch {
+				case res.reason != "":
+				case focus != nil && !focus.MatchString(specText(c.Name)):
+					res.reason = notFocused
+				default:
 					res.reason, res.tags = notRun, leftOutBy(c.Name, skip)
 				}
 			default:
@@ -244,9 +255,17 @@ func classify(r io.Reader, driver string, skip *regexp.Regexp, ks []known) ([]re
 // tagRE finds the bracketed tags of a spec name ("[Slow]", "[Feature:X]").
 var tagRE = regexp.MustCompile(`\[[^\]]+\]`)
 
-// notRun is the reason of every spec the run's patterns left out; leftOutBy names the tags
-// that did it, which the table counts.
-const notRun = "not run: excluded by -ginkgo.skip"
+// notRun is the reason of every spec the run's skip pattern left out; leftOutBy names the
+// tags that did it, which the table counts. notFocused is the reason of a spec outside the
+// run's focus (a run narrowed with CONFORMANCE_FOCUS).
+const (
+	notRun     = "not run: excluded by -ginkgo.skip"
+	notFocused = "not run: outside -ginkgo.focus"
+)
+
+// specText is a JUnit test name as Ginkgo matches -ginkgo.focus against it: without the
+// "[It] " node type in front.
+func specText(name string) string { return strings.TrimPrefix(name, "[It] ") }
 
 // leftOutBy returns the tags of a spec name that the run's skip pattern matches.
 func leftOutBy(name string, skip *regexp.Regexp) []string {

@@ -25,7 +25,7 @@ const sample = `<?xml version="1.0" encoding="UTF-8"?>
 // a listed failure stops counting as one, an unlisted one makes the run fail.
 func TestClassify(t *testing.T) {
 	ks := []known{{regexp.MustCompile(`subPath should fail`), "gcsfuse has no hard links"}}
-	rs, err := classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Disruptive\]|\[Slow\]`), ks)
+	rs, err := classify(strings.NewReader(sample), "d.example", nil, regexp.MustCompile(`\[Disruptive\]|\[Slow\]`), ks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestClassify(t *testing.T) {
 // TestNoDriverSpecs: a report without the driver's tests (the driver definition not loaded)
 // is an error, never an empty green table.
 func TestNoDriverSpecs(t *testing.T) {
-	if _, err := classify(strings.NewReader(sample), "other.example", nil, nil); err == nil {
+	if _, err := classify(strings.NewReader(sample), "other.example", nil, nil, nil); err == nil {
 		t.Fatal("want an error for a report without the driver's specs")
 	}
 }
@@ -116,7 +116,7 @@ func TestMergeShards(t *testing.T) {
 // tags: a focus that missed it) is unexplained, which fails the run; the same spec left out
 // by a tag of the skip pattern is explained by it.
 func TestSuitesAndUnexplainedSkips(t *testing.T) {
-	rs, err := classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Disruptive\]`), nil)
+	rs, err := classify(strings.NewReader(sample), "d.example", nil, regexp.MustCompile(`\[Disruptive\]`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +136,36 @@ func TestSuitesAndUnexplainedSkips(t *testing.T) {
 		}
 	}
 
-	rs, err = classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`\[Slow\]`), nil)
+	rs, err = classify(strings.NewReader(sample), "d.example", nil, regexp.MustCompile(`\[Slow\]`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := unexplainedSkips(rs)
 	if len(u) != 1 || !strings.Contains(u[0].name, "disruptive [Disruptive] should survive") {
 		t.Fatalf("unexplained skips %v, want the [Disruptive] spec that -skip does not name", u)
+	}
+}
+
+// TestFocusExplainsLeftOut: in a run narrowed by -focus, a spec outside the focus is left out
+// by it, a reason, not an unexplained skip; one inside it and not skipped by a tag still is.
+func TestFocusExplainsLeftOut(t *testing.T) {
+	rs, err := classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`subPath`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if strings.Contains(r.name, "disruptive [Disruptive]") && r.reason != notFocused {
+			t.Errorf("%s: reason %q, want %q", r.name, r.reason, notFocused)
+		}
+	}
+	if u := unexplainedSkips(rs); len(u) != 0 {
+		t.Errorf("specs outside the focus reported as unexplained: %v", u)
+	}
+	rs, err = classify(strings.NewReader(sample), "d.example", regexp.MustCompile(`Driver: d\.example`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := unexplainedSkips(rs); len(u) != 1 {
+		t.Errorf("a focused spec skipped without a reason: unexplained %v, want the [Disruptive] one", u)
 	}
 }
