@@ -272,6 +272,11 @@ func (vol *volume) finish(err error) {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		how = ee.ProcessState.String() // "exit status 1", "signal: killed"
+		// A SIGKILL we did not send: say whether the container's memory limit did it, while
+		// starting (a limit below gcsfuse's start-up) as well as later.
+		if ws, ok := ee.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signal() == syscall.SIGKILL && !res.Requested {
+			how += oomVerdict(vol.oomBase, vol.oomBaseOK)
+		}
 	} else if err != nil {
 		how = err.Error()
 	}
@@ -288,11 +293,6 @@ func (vol *volume) finish(err error) {
 		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s", how, detail)
 		vol.send(handoff.Status{State: handoff.StateFailed, Message: res.Reason})
 	default:
-		if ee != nil {
-			if ws, ok := ee.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signal() == syscall.SIGKILL {
-				how += oomVerdict(vol.oomBase, vol.oomBaseOK)
-			}
-		}
 		res.Reason = fmt.Sprintf("gcsfuse died (%s)", how)
 		if len(vol.lastErrs) > 0 {
 			res.Reason += "; last errors: " + strings.Join(vol.lastErrs, " | ")

@@ -393,8 +393,8 @@ const oomLimit = "72Mi"
 
 // TestGcsfuseOOMKilled: a sidecar memory limit too small for a large write gets gcsfuse
 // OOM-killed. The app's write fails (an I/O error, not a short object taken for complete),
-// the pod's GcsfuseExited Event says "OOM-killed" and names the annotation that raises the
-// limit, and the pod ends Failed.
+// the pod's GcsfuseExited (or GcsfuseFailed) Event says "OOM-killed" and names the
+// annotation that raises the limit, and the pod ends Failed.
 func TestGcsfuseOOMKilled(t *testing.T) {
 	t.Parallel()
 	bucket := newBucket(t)
@@ -408,7 +408,10 @@ func TestGcsfuseOOMKilled(t *testing.T) {
 	p.Annotations[contract.AnnotationMemoryLimit] = oomLimit
 	volumeAttr(t, p, "bucket", contract.AttrMountOptions, "enable-streaming-writes=true")
 	createPodObject(t, p)
-	e := waitEvent(t, name, 120*time.Second, regexp.MustCompile(`^`+contract.EventGcsfuseExited+`$`), bucket, "OOM-killed", contract.AnnotationMemoryLimit)
+	// Killed while writing (GcsfuseExited), or, should its start-up alone not fit, while
+	// starting (GcsfuseFailed): either way the Event says OOM-killed.
+	e := waitEvent(t, name, 120*time.Second, regexp.MustCompile(`^(`+contract.EventGcsfuseExited+`|`+contract.EventGcsfuseFailed+`)$`),
+		bucket, "OOM-killed", contract.AnnotationMemoryLimit)
 	t.Logf("event: %s", e.Message)
 	got, l := waitFailedApp(t, name)
 	if st := containerStatus(got, appContainer); st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode == 0 {
