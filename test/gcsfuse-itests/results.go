@@ -161,6 +161,9 @@ func parseTest2JSON(r io.Reader) (tests []TestResult, pkgAction string, pkgOutpu
 			st.res.Reason = failureReason(st.output)
 		case st.res.Action == "skip":
 			st.res.Reason = skipReason(unmark(st.output))
+			if st.res.Reason == "" {
+				st.res.Reason = "skipped itself without a message"
+			}
 		}
 		tests = append(tests, st.res)
 	}

@@ -40,6 +40,8 @@ func TestParseTest2JSON(t *testing.T) {
 		event{Action: "run", Test: "TestOps/TestRapid"},
 		out("TestOps/TestRapid", "    operations_test.go:12: Rapid writes tests are only applicable to Rapid Cache Ultra buckets"),
 		event{Action: "skip", Test: "TestOps/TestRapid"},
+		event{Action: "run", Test: "TestOps/TestSilent"},
+		event{Action: "skip", Test: "TestOps/TestSilent"},
 		event{Action: "fail", Test: "TestOps", Elapsed: 0.05},
 		event{Action: "run", Test: "TestPlain"},
 		out("TestPlain", "=== RUN   TestPlain"),
@@ -66,13 +68,14 @@ func TestParseTest2JSON(t *testing.T) {
 		got[tr.Name] = tr
 		order = append(order, tr.Name)
 	}
-	if strings.Join(order, " ") != "TestOps TestOps/TestRename TestOps/TestStat TestOps/TestRapid TestPlain TestCrash TestParallel" {
+	if strings.Join(order, " ") != "TestOps TestOps/TestRename TestOps/TestStat TestOps/TestRapid TestOps/TestSilent TestPlain TestCrash TestParallel" {
 		t.Errorf("order %q", order)
 	}
 	want := map[string]TestResult{
 		"TestOps/TestRename": {Action: "fail", Seconds: 0.02, Reason: "operations/rename_file_test.go:78: Received unexpected error: rename a b: input/output error"},
 		"TestOps/TestStat":   {Action: "pass", Seconds: 0.01},
 		"TestOps/TestRapid":  {Action: "skip", Reason: "operations_test.go:12: Rapid writes tests are only applicable to Rapid Cache Ultra buckets"},
+		"TestOps/TestSilent": {Action: "skip", Reason: "skipped itself without a message"},
 		"TestPlain":          {Action: "fail", Reason: "move_file_test.go:56: Error in moving file: Input/output error"},
 		"TestCrash":          {Action: "fail", Reason: "did not finish: rename_dir_test.go:190: An error is expected but got nil.; then panic: runtime error: index out of range [1] with length 1"},
 		"TestParallel":       {Action: "fail", Reason: "did not finish: panic: runtime error: index out of range [1] with length 1"},
@@ -84,8 +87,8 @@ func TestParseTest2JSON(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", name, g, w)
 		}
 	}
-	if l := leaves(tests); len(l) != 6 {
-		t.Errorf("leaves: %d, want 6 (all but TestOps)", len(l))
+	if l := leaves(tests); len(l) != 7 {
+		t.Errorf("leaves: %d, want 7 (all but TestOps)", len(l))
 	}
 }
 
