@@ -12,7 +12,8 @@
 #   hack/gcsfuse-itests.sh compare STANDALONE.json MOUNTED.json  # exit 1 on a driver bug
 #
 # Results go to $GCSFUSE_CSI_CACHE/gcsfuse-itests/results/<mode>.json (RESULTS=FILE
-# overrides; mounted merges each suite into it), logs to .../work/<mode>/<suite>/ (test.log,
+# overrides; each run merges the suites it ran into it, a suite run again replacing its
+# earlier results), logs to .../work/<mode>/<suite>/ (test.log,
 # test.json, and gcsfuse.log standalone). The modes that mount need root and /dev/fuse;
 # mounted needs the tests to reach the emulator from this host, and runs as root against a
 # mount that must let root in (the driver's mounts carry allow_other).
@@ -79,7 +80,13 @@ run_mode() {
   out=${RESULTS:-$ITEST_DIR/results/$mode.json}
   work=$ITEST_DIR/work/$mode
   mkdir -p "$(dirname "$out")"
-  [ "$mode" = mounted ] || rm -rf "$work"
+  # A standalone run that was killed may have left its mounts (under the work directory, its
+  # own): the runner empties each suite's directory before it runs it, and refuses to while
+  # something is mounted there.
+  awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | while read -r m; do
+    step "unmounting $m, left by an earlier run"
+    umount -l "$m"
+  done
   local extra=()
   case $mode in
     standalone) extra=(-gcsfuse "$BIN/gcsfuse") ;;

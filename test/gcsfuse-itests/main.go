@@ -16,9 +16,11 @@
 // standalone mounts gcsfuse itself, driver mounts through this driver's node plugin and
 // sidecar without a cluster (internal/testing/testenv); both start the emulator in process
 // with a bucket per suite. mounted runs one suite against a mount the caller made (a pod's
-// volume, from the host) and merges its results into -out, so a caller mounts, runs and
-// unmounts suite by suite. The tests also need Google's Storage Control API and credentials
-// (controlplane.go says how they get them).
+// volume, from the host), so a caller mounts, runs and unmounts suite by suite. Every mode
+// merges the suites it ran into -out (a suite run again replaces its earlier results). The
+// tests also need Google's Storage Control API and credentials (controlplane.go says how
+// they get them). docs/gcsfuse-itests.md has the suites, what is left out and why, and the
+// results here.
 package main
 
 import (
@@ -122,7 +124,7 @@ func runMode(ctx context.Context, mode string, args []string) int {
 	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
 	bins := fs.String("bin", "", "directory of the test binaries (<package>.test) and test_config.yaml")
 	work := fs.String("work", "", "directory for logs and the tests' temporary files (one subdirectory per suite)")
-	out := fs.String("out", "", "results file (JSON); mounted merges into it")
+	out := fs.String("out", "", "results file (JSON): the suites run merge into it (a suite run again replaces its results)")
 	t2j := fs.String("test2json", "", "test2json binary (default: go tool -n test2json)")
 	keep := fs.Bool("keep", false, "keep the tests' temporary files")
 	credFile := fs.String("credentials", "", "service account key for the tests' storage client (default: one of its own, whose token the emulator ignores; give one of emulatorauth's for buckets with a policy)")
@@ -179,27 +181,32 @@ func runMode(ctx context.Context, mode string, args []string) int {
 		return 1
 	}
 	defer cp.close()
+	// The results file keeps the suites run before in the same mode: a suite run again
+	// replaces its earlier results (remove the file to start afresh).
+	rep := &Report{Mode: mode}
+	if old, err := readReport(*out); err == nil && old.Mode == mode {
+		rep = old
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	r := &runner{bins: *bins, test2json: *t2j, cp: cp, work: *work, keep: *keep, log: os.Stdout}
-	var rep *Report
+	var ran *Report
 	switch mode {
 	case "standalone":
-		rep, err = standalone(ctx, r, *gcsfuse, ss)
+		ran, err = standalone(ctx, r, *gcsfuse, ss)
 	case "driver":
-		rep, err = driver(ctx, r, *sidecar, ss)
+		ran, err = driver(ctx, r, *sidecar, ss)
 	case "mounted":
 		r.emulatorURL = strings.TrimRight(*emulatorURL, "/")
-		rep = &Report{Mode: "mounted"}
-		if old, err := readReport(*out); err == nil {
-			rep = old
-		} else if !errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		rep.merge(mounted(ctx, r, ss[0], *dir, *bucket))
+		ran = &Report{Mode: mode, Suites: []SuiteReport{mounted(ctx, r, ss[0], *dir, *bucket)}}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	for _, s := range ran.Suites {
+		rep.merge(s)
 	}
 	if err := writeReport(*out, rep); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -59,6 +59,9 @@ func standaloneSuite(ctx context.Context, r *runner, emu *emulator.Server, gcsfu
 	sdir := r.suiteDir(s)
 	dir := filepath.Join(sdir, "mnt")
 	base := SuiteReport{Suite: s.Name, Package: s.Package, Options: s.MountOptions(), Dir: dir, Bucket: bucket}
+	if err := r.freshSuiteDir(s); err != nil {
+		return failed(base, err.Error())
+	}
 	for _, d := range []string{dir, filepath.Join(sdir, "gcsfuse-tmp")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return failed(base, err.Error())
@@ -181,7 +184,7 @@ func driver(ctx context.Context, r *runner, sidecar string, ss []Suite) (*Report
 func driverSuite(ctx context.Context, r *runner, env *testenv.Env, emu *emulator.Server, s Suite) SuiteReport {
 	bucket := bucketFor(s)
 	base := SuiteReport{Suite: s.Name, Package: s.Package, Options: s.MountOptions(), Bucket: bucket}
-	if err := os.MkdirAll(r.suiteDir(s), 0o755); err != nil {
+	if err := r.freshSuiteDir(s); err != nil {
 		return failed(base, err.Error())
 	}
 	emu.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
@@ -228,7 +231,9 @@ func mounted(ctx context.Context, r *runner, s Suite, dir, bucket string) SuiteR
 	start := time.Now()
 	base := SuiteReport{Suite: s.Name, Package: s.Package, Options: s.MountOptions(), Dir: dir, Bucket: bucket}
 	var sr SuiteReport
-	if m, err := fusemount.Lookup(dir); err != nil || m == nil || !strings.HasPrefix(m.FSType, "fuse") {
+	if err := r.freshSuiteDir(s); err != nil {
+		sr = failed(base, err.Error())
+	} else if m, err := fusemount.Lookup(dir); err != nil || m == nil || !strings.HasPrefix(m.FSType, "fuse") {
 		sr = failed(base, fmt.Sprintf("%s is not a FUSE mount (%v)", dir, err))
 	} else if _, err := testenv.WaitReady(dir, mountTimeout); err != nil {
 		sr = failed(base, fmt.Sprintf("%s does not answer: %v", dir, err))

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 )
 
 // runner runs suites' test binaries against mounts.
@@ -42,6 +44,24 @@ func (r *runner) suiteDir(s Suite) string {
 	return filepath.Join(r.work, strings.ReplaceAll(s.Name, "/", "-"))
 }
 
+// freshSuiteDir empties the suite's directory for a new run (its logs of the last one go),
+// refusing when something is mounted below it: removing through a mount deletes the bucket's
+// objects, or fails on a dead one.
+func (r *runner) freshSuiteDir(s Suite) error {
+	sdir := r.suiteDir(s)
+	left, err := fusemount.MountsUnder(sdir)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("mounts left under %s by an earlier run: %v (unmount them)", sdir, left)
+	}
+	if err := os.RemoveAll(sdir); err != nil {
+		return err
+	}
+	return os.MkdirAll(sdir, 0o755)
+}
+
 // run runs the suite's binary against dir, a mount of bucket made with the suite's options,
 // and returns its results. The binary's output is kept in the suite directory (test.log,
 // and test2json's events in test.json). The caller sets Seconds, which includes its mount.
@@ -57,6 +77,11 @@ func (r *runner) run(ctx context.Context, s Suite, dir, bucket string) SuiteRepo
 	}
 	if !r.keep {
 		defer os.RemoveAll(tmp)
+	}
+	for _, c := range s.Needs {
+		if _, err := exec.LookPath(c); err != nil {
+			return failed(rep, fmt.Sprintf("its tests run %s, which this host lacks: %v", c, err))
+		}
 	}
 	bin := filepath.Join(r.bins, s.Package+".test")
 	if _, err := os.Stat(bin); err != nil {

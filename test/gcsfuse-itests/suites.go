@@ -29,6 +29,8 @@ type Suite struct {
 	// Optional, when set, keeps the suite out of the default set and says why; naming it
 	// runs it.
 	Optional string
+	// Needs are the commands the tests run besides bash, cp and mv (on this host's PATH).
+	Needs []string
 }
 
 // suites is the default set: for each package, upstream's flag set for a flat bucket over
@@ -107,6 +109,8 @@ var suites = []Suite{
 		Optional: "80 s of sleeps (see write_large_files)"},
 	{Name: "rename_dir_limit", Package: "rename_dir_limit",
 		Options: []string{"rename-dir-limit=3", "client-protocol=http1"},
+		// It renames a directory over an existing one with Python's os.rename.
+		Needs:   []string{"python3"},
 		Timeout: 5 * time.Minute},
 	{Name: "local_file", Package: "local_file",
 		Options: []string{"implicit-dirs", "rename-dir-limit=3", "enable-streaming-writes=false", "client-protocol=http1"},
