@@ -39,11 +39,13 @@ type Suite struct {
 // driver's mountOptions accept (TestSuiteOptionsPassTheDriver), one mount each.
 //
 // Left out of upstream's flag sets, on purpose:
-//   - --client-protocol=grpc: fake-gcs-server has no gRPC data API gcsfuse can use (bidi
-//     reads, appendable writes), so those runs would only measure the emulator;
+//   - --client-protocol=grpc: fake-gcs-server's gRPC server speaks the retired
+//     google.storage.v1 API, not the v2 one gcsfuse's gRPC client uses (and the project's
+//     emulator serves HTTP only), so those runs would only measure the emulator;
 //   - the Rapid (zonal) and HNS variants (TestOperationsRapidWritesEnabled,
-//     TestImplicitDirRapidWritesEnabled): they need bucket types the emulator does not
-//     have; -test.run below names the tests upstream runs on flat buckets;
+//     TestImplicitDirRapidWritesEnabled): they need Rapid storage and the Storage Control
+//     API's folder operations, which nothing here serves (the control plane answers every
+//     bucket as flat); -test.run below names the tests upstream runs on flat buckets;
 //   - hidden gcsfuse flags (--write-block-size-mb, --write-max-blocks-per-file): the driver
 //     refuses them in mountOptions (pkg/mountopts: internal or experimental), so a pod could
 //     not be mounted with them; the suites that upstream runs with them run with the
