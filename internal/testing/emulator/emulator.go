@@ -1,5 +1,6 @@
 // Package emulator runs fake-gcs-server in process as the driver's embedded GCS backend, so
-// the demo and the tests talk to a real HTTP storage API without any cloud account.
+// the demo and the tests talk to a real HTTP storage API without any cloud account. It adds
+// what gcsfuse needs and fake-gcs-server lacks: objects.move (move.go), gcsfuse's rename.
 package emulator
 
 import (
@@ -85,7 +86,7 @@ func StartWith(o Options) (*Server, error) {
 		srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: b})
 	}
 	base := scheme + "://" + hp
-	h := srv.HTTPHandler()
+	h := withMove(srv.HTTPHandler())
 	if o.Wrap != nil {
 		if h, err = o.Wrap(base, h); err != nil {
 			ln.Close()

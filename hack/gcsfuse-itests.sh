@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# gcsfuse's own integration tests (tools/integration_tests of the pinned gcsfuse module, as
+# released) against mounts backed by the project's GCS emulator, through
+# test/gcsfuse-itests (its doc comment has the whole story). Issue 28, item 2.
+#
+#   hack/gcsfuse-itests.sh build                 # the test binaries, once (cached)
+#   hack/gcsfuse-itests.sh list                  # the suites: package, mount options, -test.run
+#   hack/gcsfuse-itests.sh flags [PKG|SUITE...]  # each suite's mountOptions, for a pod's volume
+#   hack/gcsfuse-itests.sh standalone [SUITE...] # against gcsfuse itself (emulator in process)
+#   hack/gcsfuse-itests.sh driver [SUITE...]     # through the node plugin and sidecar, no cluster
+#   hack/gcsfuse-itests.sh mounted -suite S -dir D -bucket B -emulator URL  # a mount you made
+#   hack/gcsfuse-itests.sh compare STANDALONE.json MOUNTED.json  # exit 1 on a driver bug
+#
+# Results go to $GCSFUSE_CSI_CACHE/gcsfuse-itests/results/<mode>.json (RESULTS=FILE
+# overrides; each run merges the suites it ran into it, a suite run again replacing its
+# earlier results), logs to .../work/<mode>/<suite>/ (test.log,
+# test.json, and gcsfuse.log standalone). The modes that mount need root and /dev/fuse;
+# mounted needs the tests to reach the emulator from this host, and runs as root against a
+# mount that must let root in (the driver's mounts carry allow_other).
+#
+# The binaries: `go test -c` of each package the runner lists (`packages`), in the gcsfuse
+# module's own directory in the module cache (read only, its own go.mod and go.sum, with
+# gcsfuse's toolchain, as upstream builds them), into
+# $GCSFUSE_CSI_CACHE/gcsfuse-itests/tests-v<version>-<key>/ with upstream's test_config.yaml
+# and test2json. The key is the gcsfuse version, its toolchain and the package list: what
+# decides what is built (a change to the runner's other sources rebuilds the runner only,
+# which `go build` caches). Built under the machine's heavy-build lock.
+source "$(dirname "$0")/lib.sh"
+
+ITEST_DIR=$GCSFUSE_CSI_CACHE/gcsfuse-itests
+mkdir -p "$ITEST_DIR/bin"
+runner=$ITEST_DIR/bin/gcsfuse-itests
+
+build_runner() {
+  (cd "$REPO_ROOT" && go build -o "$runner" ./test/gcsfuse-itests)
+}
+
+# tests_dir: the directory of the cached binaries for the current key.
+tests_dir() {
+  local key
+  key=$(printf '%s\n' "$GCSFUSE_VERSION" "$GCSFUSE_TOOLCHAIN" "$("$runner" packages)" | sha256sum | cut -c1-12)
+  echo "$ITEST_DIR/tests-v$GCSFUSE_VERSION-$key"
+}
+
+build_tests() {
+  local dir mod pkgs p start
+  dir=$(tests_dir)
+  if [ -f "$dir/.built" ]; then
+    step "gcsfuse $GCSFUSE_VERSION integration test binaries cached in $dir"
+    return 0
+  fi
+  if [ -z "${GCSFUSE_HEAVY_LOCKED:-}" ]; then
+    step "gcsfuse integration test binaries: waiting for the heavy-build lock"
+    GCSFUSE_HEAVY_LOCKED=1 flock -w 3600 /tmp/gcsfuse-heavy.lock "$0" build
+    return
+  fi
+  mod=$(GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go mod download -json "github.com/googlecloudplatform/gcsfuse/v3@v$GCSFUSE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod/tools/integration_tests" ] || { echo "no tools/integration_tests in $mod" >&2; return 1; }
+  pkgs=()
+  for p in $("$runner" packages); do pkgs+=("./tools/integration_tests/$p"); done
+  rm -rf "$ITEST_DIR"/tests-v*
+  mkdir -p "$dir"
+  step "go test -c ${#pkgs[@]} packages of gcsfuse v$GCSFUSE_VERSION ($GCSFUSE_TOOLCHAIN)"
+  start=$(date +%s)
+  # -s -w: a third smaller; stack traces and testify's Error Trace keep file:line (pclntab).
+  (cd "$mod" && GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN CGO_ENABLED=0 GOFLAGS=-mod=readonly \
+    go test -c -ldflags "-s -w" -o "$dir/" "${pkgs[@]}")
+  cp "$mod/tools/integration_tests/test_config.yaml" "$dir/"
+  chmod u+w "$dir/test_config.yaml"
+  GOTOOLCHAIN=local go build -o "$dir/test2json" cmd/test2json
+  step "built in $(( $(date +%s) - start )) s ($(du -sh "$dir" | cut -f1))"
+  touch "$dir/.built"
+}
+
+# run_mode MODE ARGS...: the runner in MODE with the cached binaries, results and logs.
+run_mode() {
+  local mode=$1 dir out work
+  shift
+  dir=$(tests_dir)
+  out=${RESULTS:-$ITEST_DIR/results/$mode.json}
+  work=$ITEST_DIR/work/$mode
+  mkdir -p "$(dirname "$out")"
+  # A standalone run that was killed may have left its mounts (under the work directory, its
+  # own): the runner empties each suite's directory before it runs it, and refuses to while
+  # something is mounted there.
+  awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | while read -r m; do
+    step "unmounting $m, left by an earlier run"
+    umount -l "$m"
+  done
+  local extra=()
+  case $mode in
+    standalone) extra=(-gcsfuse "$BIN/gcsfuse") ;;
+    driver)
+      (cd "$REPO_ROOT" && go build -o "$ITEST_DIR/bin/gcsfuse-sidecar" ./cmd/gcsfuse-sidecar)
+      extra=(-sidecar "$ITEST_DIR/bin/gcsfuse-sidecar") ;;
+  esac
+  step "gcsfuse integration tests, $mode: results in $out, logs in $work"
+  "$runner" "$mode" -bin "$dir" -test2json "$dir/test2json" -work "$work" -out "$out" "${extra[@]}" "$@"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+  list | flags | packages)
+    build_runner
+    exec "$runner" "$cmd" "$@" ;;
+  compare)
+    build_runner
+    exec "$runner" compare "$@" ;;
+  build)
+    build_runner
+    build_tests ;;
+  standalone | driver | mounted)
+    if [ "$cmd" != mounted ] && [ ! -x "$BIN/gcsfuse" ]; then "$REPO_ROOT/hack/install-deps.sh"; fi
+    build_runner
+    build_tests
+    run_mode "$cmd" "$@" ;;
+  *)
+    sed -n '2,/^source/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+    exit 2 ;;
+esac
