@@ -22,8 +22,9 @@
 #      test/conformance/known-failures.txt does not list with its upstream reason, and on a
 #      skip without a reason.
 #
-# Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP, CONFORMANCE_OUT
-# (default $GCSFUSE_CSI_CACHE/conformance), GCSFUSE_CSI_CACHE.
+# Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP,
+# CONFORMANCE_DISRUPTIVE_SKIP, CONFORMANCE_ALONGSIDE (a command run beside the shards),
+# CONFORMANCE_OUT (default $GCSFUSE_CSI_CACHE/conformance), GCSFUSE_CSI_CACHE.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
@@ -124,10 +125,25 @@ step "storage-e2e.test v$K8S_VERSION: focus '$FOCUS', skip '$SKIP', in 2 shards 
 suite_start=$(date +%s)
 run_shard 1 "$FOCUS.*($SHARD1)" "$SKIP" &
 shard1_pid=$!
+# CONFORMANCE_ALONGSIDE: a command run beside the two shards (hack/e2e.sh puts gcsfuse's
+# integration tests through pods' volumes there), waited for before the disruptive tests
+# stop the kubelet; its failure fails the run. Its output: $OUT/alongside.log.
+alongside_pid=
+if [ -n "${CONFORMANCE_ALONGSIDE:-}" ]; then
+  step "beside the shards: $CONFORMANCE_ALONGSIDE (log $OUT/alongside.log)"
+  bash -c "$CONFORMANCE_ALONGSIDE" >"$OUT/alongside.log" 2>&1 &
+  alongside_pid=$!
+fi
 rc2=0
 run_shard 2 "$FOCUS" "$SKIP|$SHARD1" || rc2=$?
 rc1=0
 wait "$shard1_pid" || rc1=$?
+alongside_rc=0
+if [ -n "$alongside_pid" ]; then
+  wait "$alongside_pid" || alongside_rc=$?
+  grep -E '^(===|---|suite|total|[a-z_/]+ +[0-9]+ +[0-9]+)' "$OUT/alongside.log" | tail -20 || true
+  [ "$alongside_rc" = 0 ] || { tail -30 "$OUT/alongside.log" >&2; echo "FAILED: $CONFORMANCE_ALONGSIDE (rc=$alongside_rc; log $OUT/alongside.log)" >&2; }
+fi
 # Then the disruptive tests that fit one node, alone: they stop and start the kubelet over
 # SSH (hack/nodessh on NODE_IP:22, the key cluster-up.sh made; hack/node-systemctl.sh) and
 # read the node's mounts, so nothing else may run meanwhile. Those of features the cluster
@@ -156,4 +172,4 @@ report_rc=0
 echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc1,$rc2,$rc3; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
 [ "$psa_rc" = 0 ] || echo "FAILED: the Pod Security check before the suite (above)" >&2
 # storage-e2e.test fails the run on a failed test, known ones included: the report decides.
-[ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ]
+[ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ] && [ "$alongside_rc" = 0 ]

@@ -14,7 +14,9 @@
 #      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
 #      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
 #      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
-#      E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
+#      E2E_GCSFUSE_ITESTS=1 (with E2E_CONFORMANCE: gcsfuse's own integration tests, standalone
+#      in the background and through pods' volumes beside the storage suites, compared:
+#      hack/gcsfuse-itests.sh), E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
 #      hack/conformance.sh, its binaries built in the background while the tests run; =only
 #      runs it instead of the tests), E2E_PREBUILD_PREVIOUS=1 (build the previous release's
 #      images in the background too, for a later UPGRADE_FROM=previous run),
@@ -66,6 +68,9 @@ trap finish EXIT
 prebuild_start() {
   local script=""
   [ -n "${E2E_CONFORMANCE:-}" ] && script+="'$hack/conformance-build.sh' && "
+  # gcsfuse's own integration tests against a standalone gcsfuse (the reference the cluster
+  # run is compared with): no cluster needed, so behind the e2e tests too.
+  [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && script+="rm -f '$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json' && '$hack/gcsfuse-itests.sh' standalone && "
   # Build only: the upgrade run imports the images into its own cluster.
   [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ] && script+="PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh' && "
   script+=true
@@ -129,6 +134,17 @@ fi
 if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
 if [ -n "$prebuild_pid" ]; then phase prebuild-wait prebuild_wait; fi
 if [ -n "${E2E_CONFORMANCE:-}" ]; then
+  # With E2E_GCSFUSE_ITESTS=1, gcsfuse's integration tests run through pods' volumes while
+  # the storage suites' shards run (both mostly wait on the cluster), then compare with the
+  # standalone run of the prebuild: a test that passes standalone and fails through the
+  # driver fails the run.
+  if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
+    export CONFORMANCE_ALONGSIDE="'$hack/gcsfuse-itests.sh' cluster"
+  fi
   phase conformance "$hack/conformance.sh"
   ci_record_suite conformance "${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}/table.md"
+  if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
+    phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare \
+      "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json" "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
+  fi
 fi

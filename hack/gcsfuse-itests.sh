@@ -8,6 +8,7 @@
 #   hack/gcsfuse-itests.sh flags [PKG|SUITE...]  # each suite's mountOptions, for a pod's volume
 #   hack/gcsfuse-itests.sh standalone [SUITE...] # against gcsfuse itself (emulator in process)
 #   hack/gcsfuse-itests.sh driver [SUITE...]     # through the node plugin and sidecar, no cluster
+#   hack/gcsfuse-itests.sh cluster [SUITE...]    # through pods' volumes on the local cluster
 #   hack/gcsfuse-itests.sh mounted -suite S -dir D -bucket B -emulator URL  # a mount you made
 #   hack/gcsfuse-itests.sh compare STANDALONE.json MOUNTED.json  # exit 1 on a driver bug
 #
@@ -98,6 +99,59 @@ run_mode() {
   "$runner" "$mode" -bin "$dir" -test2json "$dir/test2json" -work "$work" -out "$out" "${extra[@]}" "$@"
 }
 
+# run_cluster [SUITE...]: each suite (the default set without arguments) through a pod's
+# volume on the running local cluster (hack/cluster-up.sh, hack/deploy.sh): a fresh bucket in
+# the cluster's emulator, a pod in namespace $CLUSTER_NS whose inline volume carries the
+# suite's mountOptions (the webhook injects the sidecar, the node plugin mounts, gcsfuse
+# serves in the pod), the mounted mode on the volume's host path, the pod deleted. Results
+# go to results/cluster.json. A pod that is not Ready within POD_READY_TIMEOUT fails the
+# run, naming the suite.
+CLUSTER_NS=gcsfuse-itests
+POD_READY_TIMEOUT=120s
+run_cluster() {
+  source "$REPO_ROOT/hack/cluster-lib.sh"
+  local gcs=${E2E_GCS_URL:-http://$NODE_IP:14443} suite opts bucket pod uid rc=0 n=0
+  kctl create namespace "$CLUSTER_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  rm -f "$ITEST_DIR/results/cluster.json"
+  while IFS=$'\t' read -r suite opts; do
+    n=$((n + 1))
+    bucket=itests-$n-$(date +%s%N | tail -c 7)
+    pod=itest-$n
+    curl -fsS --max-time 30 -X POST -H 'Content-Type: application/json' -d "{\"name\": \"$bucket\"}" \
+      "$gcs/storage/v1/b?project=itests" >/dev/null
+    step "$suite: pod $CLUSTER_NS/$pod, bucket $bucket, mountOptions $opts"
+    kctl -n "$CLUSTER_NS" delete pod "$pod" --ignore-not-found --grace-period=0 --force >/dev/null 2>&1
+    kctl -n "$CLUSTER_NS" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $pod}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  containers:
+    - name: app
+      image: $IMAGE_REPO/workload:$IMAGE_TAG
+      imagePullPolicy: Never
+      command: [/workload, pause]
+      volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+    - name: data
+      csi: {driver: gcsfuse.csi.storage, volumeAttributes: {bucketName: $bucket, mountOptions: "$opts"}}
+EOF
+    if ! kctl -n "$CLUSTER_NS" wait --for=condition=Ready "pod/$pod" --timeout="$POD_READY_TIMEOUT" >/dev/null; then
+      echo "$suite: pod $pod not Ready in $POD_READY_TIMEOUT" >&2
+      kctl -n "$CLUSTER_NS" describe pod "$pod" >&2 || true
+      rc=1
+      continue
+    fi
+    uid=$(kctl -n "$CLUSTER_NS" get pod "$pod" -o jsonpath='{.metadata.uid}')
+    RESULTS=$ITEST_DIR/results/cluster.json run_mode mounted -suite "$suite" \
+      -dir "/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~csi/data/mount" -bucket "$bucket" -emulator "$gcs" || rc=1
+    kctl -n "$CLUSTER_NS" delete pod "$pod" --wait=true --timeout=60s >/dev/null || rc=1
+  done < <("$runner" flags "$@")
+  return "$rc"
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -110,6 +164,10 @@ case $cmd in
   build)
     build_runner
     build_tests ;;
+  cluster)
+    build_runner
+    build_tests
+    run_cluster "$@" ;;
   standalone | driver | mounted)
     if [ "$cmd" != mounted ] && [ ! -x "$BIN/gcsfuse" ]; then "$REPO_ROOT/hack/install-deps.sh"; fi
     build_runner

@@ -9,7 +9,9 @@
 # disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
 # of them on containerd 2.x with images under a repository other than the default, followed
 # by Kubernetes' own storage testsuites through the driver's Go test driver (hack/conformance.sh;
-# its storage-e2e.test is built once, in the background), the upgrade from the previous release, then the
+# its storage-e2e.test is built once, in the background) with gcsfuse's own integration tests
+# through pods' volumes beside them, compared with a standalone gcsfuse run in the background
+# (hack/gcsfuse-itests.sh), the upgrade from the previous release, then the
 # lifecycle ones on containerd 1.6 with the default names.
 #
 # CI_MARKDOWN=FILE: at the end of a run that passed, also write its figures to FILE as
@@ -131,7 +133,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
   # What the later stages build (storage-e2e.test, the previous release) is built while the tests run.
   stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_PREBUILD_PREVIOUS=1 bash hack/e2e.sh
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 bash hack/e2e.sh
   stage "wait for the fuzz stage (in the background since the e2e run began)" "waiting for the fuzz targets"
   pid=$fuzz_pid
   fuzz_pid=
