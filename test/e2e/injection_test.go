@@ -114,14 +114,21 @@ func createPV(t *testing.T, claim, bucket string) {
 // driver.
 func createPVOf(t *testing.T, claim, bucket, driver string) {
 	t.Helper()
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + bucket}, Spec: corev1.PersistentVolumeSpec{
+	createCSIPV(t, claim, "pv-"+bucket, driver, bucket, nil)
+}
+
+// createCSIPV creates the PersistentVolume name for claim, of the CSI driver named driver,
+// with volume handle handle and volumeAttributes attrs, deleted when the test ends.
+func createCSIPV(t *testing.T, claim, name, driver, handle string, attrs map[string]string) {
+	t.Helper()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
 		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 		StorageClassName:              "",
 		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-			Driver: driver, VolumeHandle: bucket}},
+			Driver: driver, VolumeHandle: handle, VolumeAttributes: attrs}},
 	}}
 	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create volume: %v", err)

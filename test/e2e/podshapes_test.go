@@ -146,20 +146,7 @@ func TestQuotaNamespaces(t *testing.T) {
 // the given volumeAttributes.
 func createPVWithAttributes(t *testing.T, claim, bucket string, attrs map[string]string) {
 	t.Helper()
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + bucket}, Spec: corev1.PersistentVolumeSpec{
-		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-			Driver: contract.DriverName, VolumeHandle: bucket, VolumeAttributes: attrs}},
-	}}
-	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create volume: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-	})
+	createCSIPV(t, claim, "pv-"+bucket, contract.DriverName, bucket, attrs)
 }
 
 // claimPodObject is podObject with the pod's volume "bucket" served through claim instead

@@ -204,20 +204,7 @@ func TestNoServiceAccountToken(t *testing.T) {
 func badClaim(t *testing.T, base, handle string, attrs map[string]string) string {
 	t.Helper()
 	claim := staticClaim(t, base, false)
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + base}, Spec: corev1.PersistentVolumeSpec{
-		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-			Driver: contract.DriverName, VolumeHandle: handle, VolumeAttributes: attrs}},
-	}}
-	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create volume: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-	})
+	createCSIPV(t, claim, "pv-"+base, contract.DriverName, handle, attrs)
 	waitClaimBound(t, claim)
 	return claim
 }

@@ -40,10 +40,16 @@ func standalone(ctx context.Context, r *runner, gcsfuse string, ss []Suite) (*Re
 	}
 	defer emu.Stop()
 	r.emulatorURL = emu.URL
-	rep := &Report{Mode: "standalone"}
+	return eachSuite(ctx, r, "standalone", ss, func(s Suite) SuiteReport { return standaloneSuite(ctx, r, emu, gcsfuse, s) }), nil
+}
+
+// eachSuite runs one suite after the other with one, timing and printing each, until ctx
+// ends, and returns the mode's report.
+func eachSuite(ctx context.Context, r *runner, mode string, ss []Suite, one func(Suite) SuiteReport) *Report {
+	rep := &Report{Mode: mode}
 	for _, s := range ss {
 		start := time.Now()
-		sr := standaloneSuite(ctx, r, emu, gcsfuse, s)
+		sr := one(s)
 		sr.Seconds = time.Since(start).Seconds()
 		rep.merge(sr)
 		printSuite(r.log, sr)
@@ -51,7 +57,7 @@ func standalone(ctx context.Context, r *runner, gcsfuse string, ss []Suite) (*Re
 			break
 		}
 	}
-	return rep, nil
+	return rep
 }
 
 func standaloneSuite(ctx context.Context, r *runner, emu *emulator.Server, gcsfuse string, s Suite) SuiteReport {
@@ -167,18 +173,7 @@ func driver(ctx context.Context, r *runner, sidecar string, ss []Suite) (*Report
 		return nil, err
 	}
 	defer env.Close()
-	rep := &Report{Mode: "driver"}
-	for _, s := range ss {
-		start := time.Now()
-		sr := driverSuite(ctx, r, env, emu, s)
-		sr.Seconds = time.Since(start).Seconds()
-		rep.merge(sr)
-		printSuite(r.log, sr)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return rep, nil
+	return eachSuite(ctx, r, "driver", ss, func(s Suite) SuiteReport { return driverSuite(ctx, r, env, emu, s) }), nil
 }
 
 func driverSuite(ctx context.Context, r *runner, env *testenv.Env, emu *emulator.Server, s Suite) SuiteReport {
