@@ -64,7 +64,7 @@ func TestAuditCorpusDirectory(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Pod/gke-inline-task volume data: mapped: bucket my-bucket; gcsfuseLoggingSeverity=warning -> --log-severity=warning; metadataCacheTTLSeconds=600 -> --metadata-cache-ttl-secs=600; driver gcsfuse.csi.storage.gke.io",
-		"Pod/gke-cloud-profiler volume gcs-fuse-csi-ephemeral: refused: at mount: ",
+		"Pod/gke-cloud-profiler volume gcs-fuse-csi-ephemeral: refused: at admission: ",
 		"Pod/gke-opt-in-capitalised pod: mapped: sidecar injected (native); annotation gke-gcsfuse/volumes=True -> gcsfuse.csi.storage/volumes",
 		"Pod/gke-request-above-limit pod: refused: at admission: ",
 	} {
@@ -96,9 +96,9 @@ func TestAuditExitStatus(t *testing.T) {
 		errText string // in stderr
 	}{
 		{"nothing refused", "", []string{"audit", "-f", clean}, exitOK, "Pod/ns/p volume data: unchanged: bucket my-bucket", ""},
-		{"refused", "", []string{"audit", "-f", refused}, exitRefused, `refused: at mount: volume data: bucket name "_"`, ""},
+		{"refused", "", []string{"audit", "-f", refused}, exitRefused, `refused: at admission: volume data: bucket name "_"`, ""},
 		{"stdin", cleanPod, []string{"audit", "-f", "-"}, exitOK, "summary: 2 unchanged", ""},
-		{"two inputs", "", []string{"audit", "-f", clean, "--filename", refused}, exitRefused, "summary: 3 unchanged, 0 mapped, 1 refused", ""},
+		{"two inputs", "", []string{"audit", "-f", clean, "--filename", refused}, exitRefused, "summary: 2 unchanged, 0 mapped, 1 refused", ""},
 		{"not YAML", "", []string{"audit", "-f", broken}, exitError, "", "broken.yaml:"},
 		{"missing file", "", []string{"audit", "-f", filepath.Join(dir, "nope.yaml")}, exitError, "", "nope.yaml"},
 		{"directory without manifests", "", []string{"audit", "-f", empty}, exitError, "", "no *.yaml, *.yml or *.json file"},
@@ -160,7 +160,7 @@ func TestReadCluster(t *testing.T) {
 	for _, want := range []string{
 		"PersistentVolume/pv1: mapped: bucket my-bucket; volumeHandle my-bucket:one -> bucket my-bucket",
 		"Pod/ns/bare volume claim: mapped: claim c -> PersistentVolume pv1",
-		`Deployment/ns/web volume data: refused: at mount: volume data: volume attribute multiNICIndex`,
+		`Deployment/ns/web volume data: refused: at admission: volume data: volume attribute multiNICIndex`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no line %q in:\n%s", want, out)
