@@ -144,7 +144,7 @@ if [ -n "${E2E_CONFORMANCE:-}" ]; then
   phase conformance "$hack/conformance.sh"
   ci_record_suite conformance "${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}/table.md"
   if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
-    phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare \
+    phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare-cluster \
       "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json" "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
   fi
 fi
