@@ -367,3 +367,41 @@ func TestInlineRefusalSaidOnce(t *testing.T) {
 		t.Fatalf("want one refusal, of volume data, at admission; the report:\n%s", out)
 	}
 }
+
+// A claim of the input not bound yet is resolved, as the webhook resolves it, through its
+// StorageClass in the input (the default one for a claim without storageClassName): one
+// of the driver's is its volume, so an init container mounting it gets no "not bound"
+// warning; without the class the claim stays unresolved and the warning says so.
+func TestPendingClaimThroughItsClass(t *testing.T) {
+	const class = `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: gcs
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: gcsfuse.csi.storage
+parameters: {bucketName: bkt}
+---
+`
+	const podAndClaim = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: c, namespace: ns}
+spec: {}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns}
+spec:
+  initContainers: [{name: warmup, image: app, volumeMounts: [{name: claimed, mountPath: /c}]}]
+  containers: [{name: app, image: app}]
+  volumes:
+    - {name: data, csi: {driver: gcsfuse.csi.storage, volumeAttributes: {bucketName: bkt}}}
+    - {name: claimed, persistentVolumeClaim: {claimName: c}}
+`
+	const notBound = "Pod/ns/p pod: warning: admission: volume claimed: claim c is not bound to a volume yet"
+	if _, out := auditYAML(t, class+podAndClaim); strings.Contains(out, notBound) || !strings.Contains(out, "Pod/ns/p pod: unchanged: sidecar injected (native)") {
+		t.Errorf("the claim of the driver's default class was not resolved; the report:\n%s", out)
+	}
+	if _, out := auditYAML(t, podAndClaim); !strings.Contains(out, notBound) {
+		t.Errorf("no line has %q; the report:\n%s", notBound, out)
+	}
+}

@@ -3,6 +3,9 @@ package audit
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -114,14 +117,36 @@ func (inv *Inventory) boundVolume(namespace, name string) (pv *corev1.Persistent
 }
 
 // ClaimVolume implements webhook.VolumeClaims over the inventory, so that the webhook's
-// decision (Mutator.Review) sees a pod's claims as it would in the cluster.
+// decision (Mutator.Review) sees a pod's claims as it would in the cluster. A claim of the
+// inventory that no PersistentVolume of it binds is pending, of its StorageClass.
 func (inv *Inventory) ClaimVolume(_ context.Context, namespace, claim string) (webhook.ClaimedVolume, error) {
 	pv, _ := inv.boundVolume(namespace, claim)
 	switch {
 	case pv == nil:
+		if c := inv.claim(namespace, claim); c != nil && c.Spec.VolumeName == "" {
+			return webhook.ClaimedVolume{Pending: true, StorageClassName: c.Spec.StorageClassName}, nil
+		}
 		return webhook.ClaimedVolume{}, nil
 	case pv.Spec.CSI == nil:
 		return webhook.ClaimedVolume{Bound: true}, nil
 	}
 	return webhook.ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}, nil
+}
+
+// ClassVolume implements webhook.VolumeClaims over the inventory's StorageClasses, the
+// default one picked as Kubernetes does (webhook.DefaultStorageClass). A class that is not
+// in the input is no class: a claim of it is unresolved, as one of a class that provisions
+// nothing, rather than a lookup error.
+func (inv *Inventory) ClassVolume(_ context.Context, className *string) (webhook.ClassedVolume, error) {
+	var sc *storagev1.StorageClass
+	if className == nil {
+		classes := slices.SortedFunc(maps.Values(inv.classes), func(a, b *storagev1.StorageClass) int { return strings.Compare(a.Name, b.Name) })
+		sc = webhook.DefaultStorageClass(classes)
+	} else {
+		sc = inv.classes[*className]
+	}
+	if sc == nil {
+		return webhook.ClassedVolume{}, nil
+	}
+	return webhook.ClassedVolume{Class: sc.Name, Provisioner: sc.Provisioner, Parameters: sc.Parameters}, nil
 }

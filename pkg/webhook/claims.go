@@ -8,19 +8,33 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 // A pod that mounts a volume of this driver without the sidecar can never work: the node
 // plugin mounts the bucket, but nothing serves the mount. So the webhook injects the sidecar
 // into every pod that uses the driver, with or without the opt-in annotation: an inline CSI
-// volume of the driver (seen in the pod itself), or a persistentVolumeClaim bound to one of
-// its PersistentVolumes (two GETs per claim at admission). The annotation still opts out
-// ("false") and still chooses the mode.
+// volume of the driver (seen in the pod itself), a persistentVolumeClaim bound to one of
+// its PersistentVolumes (two GETs per claim at admission), a claim not bound yet whose
+// StorageClass the driver provisions, or a generic ephemeral volume whose claim template
+// names such a class. The annotation still opts out ("false") and still chooses the mode.
+//
+// Unbound claims are the common case with dynamic provisioning: a WaitForFirstConsumer
+// claim binds only once its pod is scheduled, after admission; an Immediate one may not be
+// provisioned yet; and a generic ephemeral volume has no claim at all at admission (the
+// ephemeral controller makes <pod>-<volume> after the pod). Such a volume is the driver's
+// when its StorageClass's provisioner is the driver name served, and its attributes are
+// the class's (classparams: what the provisioner will put in the PersistentVolume, but the
+// claim's own only-dir, which no admission decision reads). A class that provisions
+// nothing (kubernetes.io/no-provisioner) or no class at all binds only volumes made
+// beforehand, which admission cannot tell: such a claim stays unresolved, as an unbound
+// claim always was.
 //
 // A claim is a volume like any other once resolved: the claims are looked up once per
 // admission, whatever the annotation says, and every decision that depends on which
@@ -28,9 +42,24 @@ import (
 // whether a legacy pod would hang, whether gcsfuse needs a cache volume) reads that one
 // driverVolumes map.
 
-// claimLookupTimeout bounds the claim and volume lookups of one admission, well inside the
-// webhook's 10 s timeout.
+// claimLookupTimeout bounds the claim, volume and StorageClass lookups of one admission,
+// well inside the webhook's 10 s timeout.
 const claimLookupTimeout = 3 * time.Second
+
+// Annotations that make a StorageClass the cluster's default (the beta one is still
+// honoured by Kubernetes' DefaultStorageClass admission plugin).
+const (
+	annotationDefaultClass     = "storageclass.kubernetes.io/is-default-class"
+	annotationBetaDefaultClass = "storageclass.beta.kubernetes.io/is-default-class"
+)
+
+// noProvisioner is the provisioner of a StorageClass whose claims bind only to
+// PersistentVolumes made beforehand (local volumes, or this driver's own made by hand).
+const noProvisioner = "kubernetes.io/no-provisioner"
+
+// reservedParamPrefix starts the StorageClass parameters the external-provisioner
+// convention reserves (secrets and the like), never volume attributes.
+const reservedParamPrefix = "csi.storage.k8s.io/"
 
 // ClaimedVolume is what a PersistentVolumeClaim resolves to.
 type ClaimedVolume struct {
@@ -43,16 +72,42 @@ type ClaimedVolume struct {
 	// Attributes are the PersistentVolume's spec.csi.volumeAttributes: they ask for a file
 	// cache like an inline volume's.
 	Attributes map[string]string
+	// Pending is set for a claim that exists and names no volume yet: it gets the volume
+	// its StorageClass (StorageClassName) provisions, or one made for it beforehand.
+	Pending bool
+	// StorageClassName is a pending claim's spec.storageClassName: nil for the cluster's
+	// default class (the DefaultStorageClass admission plugin normally fills it in, so nil
+	// is rare), "" for no class (only a PersistentVolume made beforehand binds it).
+	StorageClassName *string
 }
 
-// VolumeClaims finds the CSI volume behind a pod's PersistentVolumeClaim.
+// ClassedVolume is what a StorageClass provisions for a claim.
+type ClassedVolume struct {
+	// Class is the StorageClass's name, "" when there is none: the claim asks for no class,
+	// or for the default class and the cluster has none.
+	Class string
+	// Provisioner is the class's provisioner: a CSI driver name, or noProvisioner.
+	Provisioner string
+	// Parameters are the class's parameters, which the driver's provisioner reads with
+	// classparams.Parse.
+	Parameters map[string]string
+}
+
+// VolumeClaims finds the CSI volume behind a pod's PersistentVolumeClaim or generic
+// ephemeral volume.
 type VolumeClaims interface {
-	// ClaimVolume resolves claim in namespace to its bound PersistentVolume.
+	// ClaimVolume resolves claim in namespace to its bound PersistentVolume, or says that
+	// it is pending and of which StorageClass.
 	ClaimVolume(ctx context.Context, namespace, claim string) (ClaimedVolume, error)
+	// ClassVolume finds the StorageClass className names, as a claim's
+	// spec.storageClassName does: nil for the cluster's default class (DefaultStorageClass;
+	// none: a zero ClassedVolume), "" for no class (a zero ClassedVolume). A class that does
+	// not exist is an error: whether the claim is the driver's cannot be told.
+	ClassVolume(ctx context.Context, className *string) (ClassedVolume, error)
 }
 
 // KubeVolumeClaims is the VolumeClaims of a live cluster (RBAC: get on
-// persistentvolumeclaims and persistentvolumes).
+// persistentvolumeclaims and persistentvolumes, get and list on storageclasses).
 type KubeVolumeClaims struct{ Client kubernetes.Interface }
 
 // ClaimVolume implements VolumeClaims.
@@ -64,7 +119,7 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
 	case pvc.Spec.VolumeName == "":
-		return ClaimedVolume{}, nil
+		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
 	}
 	pv, err := k.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	switch {
@@ -78,9 +133,80 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 	return ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}, nil
 }
 
+// ClassVolume implements VolumeClaims: a GET of the class, or a list of the classes for
+// the default one (from the API server's cache: a class made a moment ago may be missed,
+// as the DefaultStorageClass plugin, reading an informer, may miss it too).
+func (k KubeVolumeClaims) ClassVolume(ctx context.Context, className *string) (ClassedVolume, error) {
+	if className == nil {
+		list, err := k.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return ClassedVolume{}, fmt.Errorf("the default StorageClass: %w", err)
+		}
+		classes := make([]*storagev1.StorageClass, len(list.Items))
+		for i := range list.Items {
+			classes[i] = &list.Items[i]
+		}
+		return classedVolume(DefaultStorageClass(classes)), nil
+	}
+	if *className == "" {
+		return ClassedVolume{}, nil
+	}
+	sc, err := k.Client.StorageV1().StorageClasses().Get(ctx, *className, metav1.GetOptions{})
+	if err != nil {
+		return ClassedVolume{}, fmt.Errorf("StorageClass %s: %w", *className, err)
+	}
+	return classedVolume(sc), nil
+}
+
+func classedVolume(sc *storagev1.StorageClass) ClassedVolume {
+	if sc == nil {
+		return ClassedVolume{}
+	}
+	return ClassedVolume{Class: sc.Name, Provisioner: sc.Provisioner, Parameters: sc.Parameters}
+}
+
+// DefaultStorageClass is the class the DefaultStorageClass admission plugin gives a claim
+// without spec.storageClassName, nil for none: of the classes annotated as the default,
+// the newest (creationTimestamp), then the first by name, as Kubernetes picks.
+func DefaultStorageClass(classes []*storagev1.StorageClass) *storagev1.StorageClass {
+	var best *storagev1.StorageClass
+	for _, sc := range classes {
+		if sc == nil || (sc.Annotations[annotationDefaultClass] != "true" && sc.Annotations[annotationBetaDefaultClass] != "true") {
+			continue
+		}
+		if best == nil {
+			best = sc
+			continue
+		}
+		a, b := sc.CreationTimestamp.UnixNano(), best.CreationTimestamp.UnixNano()
+		if a > b || (a == b && sc.Name < best.Name) {
+			best = sc
+		}
+	}
+	return best
+}
+
+// classAttributes are the volume attributes of a class of the driver: classparams'. A
+// class whose parameters do not parse is still the driver's (its provisioner refuses the
+// claim with an Event, and the pod must have its sidecar when the class is fixed): its
+// parameters are read as attributes then, but pathPrefix and the reserved keys, which never
+// become one.
+func classAttributes(params map[string]string) map[string]string {
+	if c, err := classparams.Parse(params); err == nil {
+		return c.Attributes
+	}
+	out := map[string]string{}
+	for k, v := range params {
+		if k != classparams.ParamPathPrefix && !strings.HasPrefix(k, reservedParamPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // driverVolumes maps the name of every pod volume served by the driver (an inline CSI
-// volume, or a claim bound to one of its PersistentVolumes) to its volumeAttributes (nil
-// for none).
+// volume, a claim bound to one of its PersistentVolumes or of a class it provisions, a
+// generic ephemeral volume of such a class) to its volumeAttributes (nil for none).
 type driverVolumes map[string]map[string]string
 
 func (d driverVolumes) has(name string) bool {
@@ -89,19 +215,34 @@ func (d driverVolumes) has(name string) bool {
 }
 
 // unresolvedClaim is a claim volume the webhook could not resolve: err is nil for a claim
-// that is not bound (or does not exist).
+// that is not bound (or does not exist) and that no StorageClass tells about.
 type unresolvedClaim struct {
 	volume, claim string
-	err           error
+	// ephemeral is set for a generic ephemeral volume, whose claim does not exist yet
+	// (claim is "").
+	ephemeral bool
+	err       error
+}
+
+// what names the claim in a warning.
+func (c unresolvedClaim) what() string {
+	if c.ephemeral {
+		return "its ephemeral claim"
+	}
+	return "claim " + c.claim
 }
 
 // usage is how a pod uses the driver, as far as admission can tell.
 type usage struct {
-	// vols are the pod's volumes of the driver, inline and claims.
+	// vols are the pod's volumes of the driver, inline, claims and ephemeral.
 	vols driverVolumes
 	// inline are the names of the pod's inline CSI volumes of the driver; claims those of
-	// its persistentVolumeClaim volumes bound to the driver's volumes. Both sorted.
-	inline, claims []string
+	// its persistentVolumeClaim volumes bound to the driver's volumes or pending in a class
+	// the driver provisions; ephemeral those of its generic ephemeral volumes of such a
+	// class. The last are a list of their own, not claims: their claim does not exist yet
+	// (it is named after the pod, which may not have its name yet), so what a message says
+	// of them cannot name one. All sorted; volumes() lists the three.
+	inline, claims, ephemeral []string
 	// unresolved are claims the webhook could not resolve (unbound, lookup failed): if
 	// one turns out to be the driver's, the node plugin fails its mount naming the cause.
 	unresolved []unresolvedClaim
@@ -110,7 +251,7 @@ type usage struct {
 func (u usage) uses() bool { return len(u.vols) > 0 }
 
 func (u usage) volumes() string {
-	return strings.Join(append(append([]string{}, u.inline...), u.claims...), ", ")
+	return strings.Join(slices.Concat(u.inline, u.claims, u.ephemeral), ", ")
 }
 
 // notInjectedWarnings are the warnings for a pod that gets no sidecar because no volume was
@@ -120,13 +261,17 @@ func (u usage) notInjectedWarnings(driver string) []string {
 	for _, c := range u.unresolved {
 		if c.err != nil {
 			out = append(out, fmt.Sprintf(
-				"volume %s: cannot tell whether claim %s is a %s volume (%v); if it is, the pod gets no gcsfuse sidecar and its mount fails: add the annotation %s: \"true\"",
-				c.volume, c.claim, driver, c.err, contract.AnnotationInject))
+				"volume %s: cannot tell whether %s is a %s volume (%v); if it is, the pod gets no gcsfuse sidecar and its mount fails: add the annotation %s: \"true\"",
+				c.volume, c.what(), driver, c.err, contract.AnnotationInject))
 			continue
 		}
+		remedy := "bind it first, or add"
+		if c.ephemeral {
+			remedy = "add"
+		}
 		out = append(out, fmt.Sprintf(
-			"volume %s: claim %s is not bound to a volume yet; if it binds to a %s volume, the pod has no gcsfuse sidecar and its mount fails: bind it first, or add the annotation %s: \"true\"",
-			c.volume, c.claim, driver, contract.AnnotationInject))
+			"volume %s: %s is not bound to a volume yet; if it binds to a %s volume, the pod has no gcsfuse sidecar and its mount fails: %s the annotation %s: \"true\"",
+			c.volume, c.what(), driver, remedy, contract.AnnotationInject))
 	}
 	return out
 }
@@ -154,10 +299,64 @@ func (u usage) injectedWarnings(driver string, init []corev1.Container) []string
 			why = fmt.Sprintf("could not be resolved (%v)", c.err)
 		}
 		out = append(out, fmt.Sprintf(
-			"volume %s: claim %s %s; if it is a %s volume, the gcsfuse sidecar does not know that init containers %s use it",
-			c.volume, c.claim, why, driver, strings.Join(readers, ", ")))
+			"volume %s: %s %s; if it is a %s volume, the gcsfuse sidecar does not know that init containers %s use it",
+			c.volume, c.what(), why, driver, strings.Join(readers, ", ")))
 	}
 	return out
+}
+
+// classLookups resolves the StorageClasses of one admission, each class (and the default
+// one) looked up once however many volumes name it.
+type classLookups struct {
+	claims VolumeClaims
+	driver string
+	done   map[string]classLookup
+}
+
+type classLookup struct {
+	cv  ClassedVolume
+	err error
+}
+
+// classDecision is what a StorageClass says of a volume not bound yet.
+type classDecision int
+
+const (
+	// classOther: a class another provisioner provisions: not the driver's volume.
+	classOther classDecision = iota
+	// classOurs: a class the driver provisions.
+	classOurs
+	// classStatic: no class, or one that provisions nothing: only a PersistentVolume made
+	// beforehand binds the claim, which may be the driver's.
+	classStatic
+)
+
+// resolve looks up className (nil: the default class) and says what it makes of a volume
+// of it, with the volume's attributes when it is the driver's.
+func (l *classLookups) resolve(ctx context.Context, className *string) (classDecision, map[string]string, error) {
+	key := "\x00default" // not a valid class name
+	if className != nil {
+		key = *className
+	}
+	r, ok := l.done[key]
+	if !ok {
+		r.cv, r.err = l.claims.ClassVolume(ctx, className)
+		l.done[key] = r
+	}
+	switch {
+	case r.err != nil:
+		return classStatic, nil, r.err
+	case r.cv.Class == "" || r.cv.Provisioner == noProvisioner:
+		return classStatic, nil, nil
+	case r.cv.Provisioner == l.driver:
+		return classOurs, classAttributes(r.cv.Parameters), nil
+	}
+	return classOther, nil, nil
+}
+
+// needsLookup reports whether a pod volume is resolved through VolumeClaims.
+func needsLookup(v corev1.Volume) bool {
+	return v.PersistentVolumeClaim != nil || (v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil)
 }
 
 // driverUsage finds the pod's volumes of the driver, installed as driver, with their
@@ -171,27 +370,63 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 			u.inline = append(u.inline, v.Name)
 		}
 	}
-	if claims != nil && slices.ContainsFunc(volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil }) {
+	if claims != nil && slices.ContainsFunc(volumes, needsLookup) {
 		ctx, cancel := context.WithTimeout(ctx, claimLookupTimeout)
 		defer cancel()
+		classes := &classLookups{claims: claims, driver: driver, done: map[string]classLookup{}}
 		for _, v := range volumes {
-			if v.PersistentVolumeClaim == nil {
-				continue
-			}
-			claim := v.PersistentVolumeClaim.ClaimName
-			cv, err := claims.ClaimVolume(ctx, namespace, claim)
 			switch {
-			case err != nil:
-				u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, claim: claim, err: err})
-			case !cv.Bound:
-				u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, claim: claim})
-			case cv.Driver == driver:
-				u.vols[v.Name] = cv.Attributes
-				u.claims = append(u.claims, v.Name)
+			case v.PersistentVolumeClaim != nil:
+				u.claim(ctx, claims, classes, driver, namespace, v.Name, v.PersistentVolumeClaim.ClaimName)
+			case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
+				// The claim is made from the template after the pod, its storageClassName
+				// filled in with the default class's when nil. No class, or one that
+				// provisions nothing: a volume made beforehand for a claim that does not
+				// exist yet is not a thing, so it is not ours, and unlike a claim's no
+				// warning says it may be.
+				switch d, attrs, err := classes.resolve(ctx, v.Ephemeral.VolumeClaimTemplate.Spec.StorageClassName); {
+				case err != nil:
+					u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, ephemeral: true, err: err})
+				case d == classOurs:
+					u.vols[v.Name] = attrs
+					u.ephemeral = append(u.ephemeral, v.Name)
+				}
 			}
 		}
 	}
 	slices.Sort(u.inline)
 	slices.Sort(u.claims)
+	slices.Sort(u.ephemeral)
 	return u
+}
+
+// claim resolves the pod's volume name, the persistentVolumeClaim claim: its bound volume,
+// else its StorageClass.
+func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLookups, driver, namespace, name, claim string) {
+	cv, err := claims.ClaimVolume(ctx, namespace, claim)
+	switch {
+	case err != nil:
+		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim, err: err})
+		return
+	case cv.Bound:
+		if cv.Driver == driver {
+			u.vols[name] = cv.Attributes
+			u.claims = append(u.claims, name)
+		}
+		return
+	case !cv.Pending:
+		// No such claim, or its volume is gone.
+		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim})
+		return
+	}
+	switch d, attrs, err := classes.resolve(ctx, cv.StorageClassName); {
+	case err != nil:
+		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim, err: err})
+	case d == classOurs:
+		u.vols[name] = attrs
+		u.claims = append(u.claims, name)
+	case d == classStatic:
+		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim})
+	}
+	// classOther: another provisioner's claim, certainly not ours: no warning.
 }

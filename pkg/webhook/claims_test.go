@@ -15,18 +15,26 @@ import (
 )
 
 // claimsMap is a VolumeClaims from a table: claim -> driver; a claim mapped to "unbound" is
-// not bound, one mapped to "error" fails the lookup; a missing claim does not exist.
+// not bound (of the default class, and there is none), one mapped to "error" fails the
+// lookup; a missing claim does not exist.
 type claimsMap map[string]string
 
 func (c claimsMap) ClaimVolume(_ context.Context, _, claim string) (ClaimedVolume, error) {
 	switch d, ok := c[claim]; {
-	case !ok, d == "unbound":
+	case !ok:
 		return ClaimedVolume{}, nil
+	case d == "unbound":
+		return ClaimedVolume{Pending: true}, nil
 	case d == "error":
 		return ClaimedVolume{}, errors.New("the API server is unavailable")
 	default:
 		return ClaimedVolume{Bound: true, Driver: d}, nil
 	}
+}
+
+// ClassVolume implements VolumeClaims: there is no StorageClass.
+func (c claimsMap) ClassVolume(context.Context, *string) (ClassedVolume, error) {
+	return ClassedVolume{}, nil
 }
 
 func claimVolume(name, claim string) corev1.Volume {
@@ -105,6 +113,7 @@ func TestKubeVolumeClaims(t *testing.T) {
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-gcs"}},
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nfs"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-nfs"}},
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pending"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pending-gcs"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr("gcs")}},
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "dangling"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "gone"}},
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-gcs"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "bucket",
@@ -119,7 +128,8 @@ func TestKubeVolumeClaims(t *testing.T) {
 	}{
 		{"bound", ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: map[string]string{contract.AttrFileCacheCapacity: "1Gi"}}},
 		{"nfs", ClaimedVolume{Bound: true}},
-		{"pending", ClaimedVolume{}},
+		{"pending", ClaimedVolume{Pending: true}},
+		{"pending-gcs", ClaimedVolume{Pending: true, StorageClassName: ptr("gcs")}},
 		{"dangling", ClaimedVolume{}},
 		{"nosuch", ClaimedVolume{}},
 	} {
@@ -207,6 +217,11 @@ func newCountingClaims(table map[string]ClaimedVolume) *countingClaims {
 func (c *countingClaims) ClaimVolume(_ context.Context, _, claim string) (ClaimedVolume, error) {
 	c.calls[claim]++
 	return c.table[claim], nil
+}
+
+// ClassVolume implements VolumeClaims: there is no StorageClass.
+func (c *countingClaims) ClassVolume(context.Context, *string) (ClassedVolume, error) {
+	return ClassedVolume{}, nil
 }
 
 func ourClaim(attrs map[string]string) ClaimedVolume {

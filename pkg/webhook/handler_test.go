@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -68,6 +69,40 @@ func TestHandlerInjects(t *testing.T) {
 	}
 	if !strings.Contains(string(patched), contract.SidecarContainerName) {
 		t.Errorf("patched pod has no sidecar: %s", patched)
+	}
+}
+
+// Served over HTTP with a live cluster's lookups, a pod whose only volume of the driver is
+// a generic ephemeral volume of a class the driver provisions (its claim does not exist
+// yet) gets the sidecar without the annotation.
+func TestHandlerInjectsForAnEphemeralVolumeOfTheDriversClass(t *testing.T) {
+	cfg := testConfig()
+	cfg.Claims = KubeVolumeClaims{Client: fake.NewClientset(storageClass("gcs", contract.DriverName, gcsParams, false, 100))}
+	m, err := NewMutator(cfg, modern, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := mustJSON(t, newPod(func(p *corev1.Pod) {
+		delete(p.Annotations, contract.AnnotationInject)
+		p.Spec.Volumes = []corev1.Volume{ephemeralVolume("data", ptr("gcs"))}
+	}))
+	out := decodeResponse(t, post(m, reviewBody(t, createRequest(t, raw)), "application/json"))
+	if !out.Response.Allowed || out.Response.Patch == nil || len(out.Response.Warnings) > 0 {
+		t.Fatalf("response = %+v", out.Response)
+	}
+	patched, err := applyPatch(raw, out.Response.Patch)
+	if err != nil {
+		t.Fatalf("patch does not apply: %v", err)
+	}
+	pod := &corev1.Pod{}
+	if err := utiljson.Unmarshal(patched, pod); err != nil {
+		t.Fatal(err)
+	}
+	if c, isInit := sidecarOf(t, pod); !isInit || c.RestartPolicy == nil {
+		t.Errorf("sidecar %s is not a native sidecar", c.Name)
+	}
+	if pod.Annotations[contract.AnnotationInjected] != contract.ModeNative || !hasVolume(pod, contract.CacheVolumeName) {
+		t.Errorf("annotations %v, cache volume %v: want %s and the class's file cache", pod.Annotations, hasVolume(pod, contract.CacheVolumeName), contract.ModeNative)
 	}
 }
 

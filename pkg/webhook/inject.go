@@ -1,6 +1,6 @@
 // Package webhook is the mutating admission webhook that adds the gcsfuse sidecar to the pods
-// that use the driver (an inline volume, or a claim bound to one of its volumes: claims.go)
-// or opt in with the contract.AnnotationInject annotation.
+// that use the driver (an inline volume, a claim bound to one of its volumes, or a claim or
+// generic ephemeral volume of a StorageClass it provisions: claims.go) or opt in with the contract.AnnotationInject annotation.
 //
 // The sidecar is injected as a native sidecar (an init container with restartPolicy: Always)
 // when the API server and every kubelet the pod can land on support it, so that it starts
@@ -45,8 +45,9 @@ type Config struct {
 	// Policy reads the namespace's ResourceQuotas and LimitRanges, to which the sidecar's
 	// resources are fitted (quotarules.go); nil: the sidecar gets the plain defaults.
 	Policy NamespacePolicy
-	// Claims resolves persistentVolumeClaim volumes, so that a pod using the driver through
-	// a claim gets the sidecar without the annotation; nil: only inline volumes are seen.
+	// Claims resolves persistentVolumeClaim and generic ephemeral volumes (through their
+	// StorageClass when not bound yet), so that a pod using the driver through a claim gets
+	// the sidecar without the annotation; nil: only inline volumes are seen.
 	Claims VolumeClaims
 	// DriverName is the CSI driver name the driver is installed under (one of
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
@@ -380,8 +381,8 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes
 // usersEnv are the native sidecar's variables naming the containers after it (after) that
 // use the mounts: contract.EnvInitContainers (lifecycle.InitContainerUsers) and
 // contract.EnvSidecarUsers (lifecycle.NativeSidecarUsers), in that order, with an empty
-// Value when there are none. A reader through a claim bound to one of the driver's
-// PersistentVolumes counts like one of an inline volume.
+// Value when there are none. A reader through a claim of the driver's (bound to one of its
+// PersistentVolumes, or of a class it provisions) counts like one of an inline volume.
 func usersEnv(after []corev1.Container, ours driverVolumes) []corev1.EnvVar {
 	mounts := func(c corev1.Container) bool { return mountsAny(c, ours) }
 	return []corev1.EnvVar{
@@ -534,10 +535,11 @@ func legacyIndex(containers []corev1.Container) int {
 // back the next ones once started, so they only get a warning: their reads of the bucket
 // wait until the legacy sidecar starts.
 //
-// ours are the volumes of driverUsage: inline CSI volumes of our driver and claims bound to
-// its PersistentVolumes. A claim that is not bound yet at admission cannot be told apart
-// and is admitted (with a warning from usage.injectedWarnings when an init container
-// mounts it).
+// ours are the volumes of driverUsage: inline CSI volumes of our driver, claims bound to
+// its PersistentVolumes, and claims and generic ephemeral volumes of a StorageClass it
+// provisions. A claim not bound yet without such a class (none, or one that provisions
+// nothing) cannot be told apart and is admitted (with a warning from
+// usage.injectedWarnings when an init container mounts it).
 func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
 	var blocked, warnings []string
 	for _, c := range init {
@@ -611,8 +613,8 @@ func isRestartable(c corev1.Container) bool {
 // false positive costs one unused emptyDir, a false negative a cache in the tmp volume.
 var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
 
-// wantsFileCache reports whether any volume of our driver, inline or a claim's
-// PersistentVolume, asks for a file cache.
+// wantsFileCache reports whether any volume of our driver, inline, a claim's
+// PersistentVolume or a StorageClass's attributes, asks for a file cache.
 func wantsFileCache(ours driverVolumes) bool {
 	for _, attrs := range ours {
 		if _, ok := attrs[contract.AttrFileCacheCapacity]; ok {
