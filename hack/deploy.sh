@@ -6,11 +6,13 @@
 #   1. a CA and the webhook's serving certificate (openssl, cached in $PKI/webhook),
 #   2. the manifests, the TLS Secret and the webhook's caBundle (on an API server older than
 #      1.30, without the ValidatingAdmissionPolicy, which needs admissionregistration.k8s.io/v1),
-#   3. rollouts of the node plugin, the webhook and the emulator, and the driver registered
-#      with the kubelet (listed in the node's CSINode object).
+#   3. rollouts of the node plugin, the webhook, the controller (the dynamic provisioner,
+#      wherever the manifests have it: the previous release's have none) and the emulator,
+#      and the driver registered with the kubelet (listed in the node's CSINode object).
 # The images are $IMAGE_REPO/<name>:$IMAGE_TAG (cluster-lib.sh), the ones images.sh built:
-# the chart gets them as values (node, webhook and the sidecar the webhook injects); the
-# kustomize overlays name the default ones, rewritten on the way to the API server.
+# the chart gets them as values (node, webhook, controller and the sidecar the webhook
+# injects); the kustomize overlays name the default ones, rewritten on the way to the API
+# server.
 # Idempotent: re-running re-applies and restarts nothing that did not change.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -64,7 +66,7 @@ local_images() {
   sed -E "s#gcsfuse-csi\.local/([a-z]+):e2e\b#$IMAGE_REPO/\1:$IMAGE_TAG#g"
 }
 image_values=()
-for img in node webhook sidecar; do
+for img in node webhook sidecar controller; do
   image_values+=(--set "images.$img.repository=$IMAGE_REPO/$img" --set-string "images.$img.tag=$IMAGE_TAG")
 done
 ca=$(base64 -w0 < "$wpki/ca.crt")
@@ -85,7 +87,8 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
     chart=$PREVIOUS_RELEASE_DIR/src/deploy/chart/gcsfuse-csi
     values=$PREVIOUS_RELEASE_DIR/src/deploy/overlays/local/values.yaml
     [ -d "$chart" ] || { echo "no previous release in $PREVIOUS_RELEASE_DIR: run hack/previous-release.sh" >&2; exit 1; }
-    # Its images, under the names its own images.sh gave them.
+    # Its images, under the names its own images.sh gave them. No controller: 0.1.0 had none,
+    # and its values schema refuses an images.controller.
     image_values=()
     for img in node webhook sidecar; do
       image_values+=(--set "images.$img.repository=$PREVIOUS_RELEASE_REPO/$img" --set-string "images.$img.tag=$PREVIOUS_RELEASE")
@@ -124,6 +127,11 @@ fi
 step "wait for rollouts"
 kctl -n "$ns" rollout status daemonset/gcsfuse-csi-node --timeout=120s
 kctl -n "$ns" rollout status deployment/gcsfuse-webhook --timeout=120s
+# The controller is in this tree's chart and overlays, not in the previous release's: waited
+# for where the manifests just applied made it (e2e TestImages checks it runs in this tree's).
+if kctl -n "$ns" get deployment gcsfuse-csi-controller >/dev/null 2>&1; then
+  kctl -n "$ns" rollout status deployment/gcsfuse-csi-controller --timeout=120s
+fi
 if kctl -n "$ns" get deployment gcs-emulator >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcs-emulator --timeout=120s
 fi

@@ -10,7 +10,8 @@
 # hack/release-images.sh builds the release images (amd64 and arm64) with the same tool.
 #
 # Images: node (CSI node plugin), sidecar (+ the static gcsfuse at /gcsfuse), webhook,
-# emulator (GCS emulator), workload (e2e application), pause (pod sandbox).
+# controller (dynamic provisioner), emulator (GCS emulator), workload (e2e application),
+# pause (pod sandbox).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 

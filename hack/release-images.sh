@@ -3,8 +3,9 @@
 #
 #   IMAGE_REPO=registry.example.com/team/gcsfuse-csi IMAGE_TAG=v0.2.0 hack/release-images.sh [--push]
 #
-# node, sidecar and webhook (RELEASE_IMAGES=all adds the emulator and the e2e images), each a
-# multi-platform OCI index of linux/amd64 and linux/arm64 (RELEASE_PLATFORMS to change):
+# node, sidecar, webhook and controller (RELEASE_IMAGES=all adds the emulator and the e2e
+# images), each a multi-platform OCI index of linux/amd64 and linux/arm64 (RELEASE_PLATFORMS
+# to change):
 # static Go binaries cross-compiled, the pinned gcsfuse cross-built for the sidecar
 # (hack/install-deps.sh, GCSFUSE_ARCHES; ~4-6 min cold per architecture, cached in
 # $GCSFUSE_CSI_CACHE/bin/linux_<arch>), one reproducible layer each (hack/images, with
@@ -13,7 +14,7 @@
 # $IMAGE_REPO/<name>:$IMAGE_TAG with the credentials of ~/.docker/config.json (`crane auth
 # login`, `docker login`); a registry on a loopback or private address is spoken to over
 # plain HTTP (INSECURE=1 forces it). Then install with the chart:
-#   helm install ... --set images.node.repository=$IMAGE_REPO/node,images.node.tag=$IMAGE_TAG (webhook, sidecar alike)
+#   helm install ... --set images.node.repository=$IMAGE_REPO/node,images.node.tag=$IMAGE_TAG (webhook, sidecar, controller alike)
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 
@@ -37,7 +38,7 @@ for p in ${platforms//,/ }; do
 done
 GCSFUSE_ARCHES="${arches[*]}" bash "$REPO_ROOT/hack/install-deps.sh"
 
-step "build $IMAGE_REPO/{${RELEASE_IMAGES:-node,sidecar,webhook}}:$IMAGE_TAG for $platforms -> ${out#"$REPO_ROOT"/}${push:+, push}"
+step "build $IMAGE_REPO/{${RELEASE_IMAGES:-node,sidecar,webhook,controller}}:$IMAGE_TAG for $platforms -> ${out#"$REPO_ROOT"/}${push:+, push}"
 g=${gcsfuse[*]}
 (
   cd "$REPO_ROOT" || exit 1

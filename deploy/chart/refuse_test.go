@@ -42,6 +42,12 @@ func TestBadValuesRefused(t *testing.T) {
 		{"caBundle", []string{"--set", "caBundle=not-pem"}},
 		{"set one", []string{"--set-file", "caBundle=" + pemFile, "--set", "caBundleConfigMap.name=corp-roots"}},
 		{"priorityClassName", []string{"--set", "node.priorityQuota.create=true", "--set", "node.priorityClassName="}},
+		{"controller/gcsAuth", []string{"--set", "controller.gcsAuth=key"}},
+		{"controller/replicas", []string{"--set", "controller.replicas=0"}},
+		{"controller/metricsPort", []string{"--set", "controller.metricsPort=80"}},
+		{"controller/gcsEndpoint", []string{"--set", "controller.gcsEndpoint=storage.corp:443"}},
+		{"controller/credentialsSecret/name", []string{"--set", "controller.credentialsSecret.name=Bad_Name"}},
+		{"images/controller/tag", []string{"--set", "images.controller.tag=v1 --privileged"}},
 	} {
 		t.Run(tc.names, func(t *testing.T) {
 			refused(t, regexp.MustCompile(regexp.QuoteMeta(tc.names)), tc.args...)

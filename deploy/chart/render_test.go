@@ -27,6 +27,9 @@ import (
 const (
 	nodeName    = "gcsfuse-csi-node" // DaemonSet and its container
 	webhookName = "gcsfuse-webhook"  // Deployment, its container, Service, MutatingWebhookConfiguration, Certificate
+	// controllerName is the controller's Deployment, its container, ServiceAccount, and its
+	// ClusterRole, Role and their bindings.
+	controllerName = "gcsfuse-csi-controller"
 )
 
 // named returns the item of items whose nameOf is name, failing the test (naming what it
@@ -57,6 +60,11 @@ func nodeContainer(t *testing.T, r rendering) corev1.Container {
 func webhookContainer(t *testing.T, r rendering) corev1.Container {
 	t.Helper()
 	return container(t, only[*appsv1.Deployment](t, r, webhookName).Spec.Template.Spec, webhookName)
+}
+
+func controllerContainer(t *testing.T, r rendering) corev1.Container {
+	t.Helper()
+	return container(t, only[*appsv1.Deployment](t, r, controllerName).Spec.Template.Spec, controllerName)
 }
 
 // wantArg fails t unless the container has the argument arg.
@@ -188,6 +196,7 @@ func wantAudiences(t *testing.T, d *storagev1.CSIDriver, want ...string) {
 var edgeValues = []string{
 	"--set", "images.node.repository=registry.example.com:5000/team/gcsfuse-csi-node,images.node.tag=v1.2.3,images.node.pullPolicy=IfNotPresent",
 	"--set", "images.webhook.repository=registry.example.com/team/webhook,images.webhook.tag=v1.2.3",
+	"--set", "images.controller.repository=registry.example.com/team/controller,images.controller.tag=v1.2.3",
 	"--set", "images.sidecar.repository=registry.example.com/team/sidecar,images.sidecar.tag=v1.2.3",
 	"--set", "kubeletDir=" + edgeKubelet,
 	"--set", "node.runtimeEndpoint=unix:///run/k3s/containerd/containerd.sock,node.machineType=lookup",
@@ -207,9 +216,10 @@ const (
 
 func TestEdgeValues(t *testing.T) {
 	r := render(t, otherNS, edgeValues...)
-	node, webhook := nodeContainer(t, r), webhookContainer(t, r)
+	node, webhook, controller := nodeContainer(t, r), webhookContainer(t, r), controllerContainer(t, r)
 	ds := only[*appsv1.DaemonSet](t, r, nodeName)
 	dep := only[*appsv1.Deployment](t, r, webhookName)
+	ctl := only[*appsv1.Deployment](t, r, controllerName)
 	driver := only[*storagev1.CSIDriver](t, r, edgeDriver)
 	mwc := only[*admissionv1.MutatingWebhookConfiguration](t, r, webhookName)
 	if len(mwc.Webhooks) != 2 {
@@ -223,6 +233,9 @@ func TestEdgeValues(t *testing.T) {
 		if want := "registry.example.com/team/webhook:v1.2.3"; webhook.Image != want {
 			t.Errorf("webhook image %s, want %s", webhook.Image, want)
 		}
+		if want := "registry.example.com/team/controller:v1.2.3"; controller.Image != want {
+			t.Errorf("controller image %s, want %s", controller.Image, want)
+		}
 	})
 	t.Run("pull policy", func(t *testing.T) {
 		if node.ImagePullPolicy != corev1.PullIfNotPresent {
@@ -235,9 +248,9 @@ func TestEdgeValues(t *testing.T) {
 	t.Run("sidecar pull secrets reach the webhook", func(t *testing.T) {
 		wantArg(t, webhook, "--sidecar-image-pull-secrets=team-registry,other-registry")
 	})
-	t.Run("imagePullSecrets on the node plugin and the webhook pods", func(t *testing.T) {
+	t.Run("imagePullSecrets on the node plugin, webhook and controller pods", func(t *testing.T) {
 		want := []corev1.LocalObjectReference{{Name: "team-registry"}}
-		for what, spec := range map[string]corev1.PodSpec{"node plugin": ds.Spec.Template.Spec, "webhook": dep.Spec.Template.Spec} {
+		for what, spec := range map[string]corev1.PodSpec{"node plugin": ds.Spec.Template.Spec, "webhook": dep.Spec.Template.Spec, "controller": ctl.Spec.Template.Spec} {
 			if !slices.Equal(spec.ImagePullSecrets, want) {
 				t.Errorf("%s pods: imagePullSecrets %v, want %v", what, spec.ImagePullSecrets, want)
 			}
@@ -284,6 +297,9 @@ func TestEdgeValues(t *testing.T) {
 	})
 	t.Run("machine type", func(t *testing.T) { wantArg(t, node, "--machine-type=lookup") })
 	t.Run("gcs endpoint", func(t *testing.T) { wantArg(t, node, "--gcs-endpoint=http://10.0.0.1:4443/storage/v1/") })
+	t.Run("the controller uses node.gcsEndpoint too", func(t *testing.T) {
+		wantArg(t, controller, "--gcs-endpoint=http://10.0.0.1:4443/storage/v1/")
+	})
 	t.Run("replicas", func(t *testing.T) {
 		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
 			t.Errorf("webhook Deployment replicas %v, want 3", dep.Spec.Replicas)
@@ -292,11 +308,12 @@ func TestEdgeValues(t *testing.T) {
 	t.Run("PodDisruptionBudget off", func(t *testing.T) { refuteKind(t, r, "PodDisruptionBudget") })
 
 	// driverName: the CSIDriver (only above), the name the node plugin registers and its
-	// sockets, and what the webhook (flag and matchConditions) takes as the driver's
-	// volumes; nowhere the default name.
-	t.Run("driverName reaches the node plugin and the webhook", func(t *testing.T) {
+	// sockets, what the webhook (flag and matchConditions) takes as the driver's volumes,
+	// and the provisioner name the controller serves; nowhere the default name.
+	t.Run("driverName reaches the node plugin, the webhook and the controller", func(t *testing.T) {
 		wantArg(t, node, "--driver-name="+edgeDriver)
 		wantArg(t, webhook, "--driver-name="+edgeDriver)
+		wantArg(t, controller, "--driver-name="+edgeDriver)
 		wantArg(t, node, "--registration-socket="+edgeKubelet+"/plugins_registry/"+edgeDriver+"-reg.sock")
 		wantArg(t, node, "--kubelet-csi-endpoint="+edgeKubelet+"/plugins/"+edgeDriver+"/csi.sock")
 		if v := volume(t, ds.Spec.Template.Spec, "plugin-dir"); v.HostPath == nil || v.HostPath.Path != edgeKubelet+"/plugins/"+edgeDriver {

@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&o.repo, "repo", "gcsfuse-csi.local", "registry and repository prefix: images are REPO/<name>:TAG")
 	flag.StringVar(&o.tag, "tag", "e2e", "image tag (also the node plugin's reported version)")
 	flag.StringVar(&platforms, "platforms", "linux/amd64", "comma-separated platforms (linux/amd64, linux/arm64)")
-	flag.StringVar(&names, "images", "release", `comma-separated images, "release" (node, sidecar, webhook) or "all"`)
+	flag.StringVar(&names, "images", "release", `comma-separated images, "release" (node, sidecar, webhook, controller) or "all"`)
 	flag.StringVar(&gcsfuse, "gcsfuse", "", "comma-separated ARCH=PATH of the pinned gcsfuse for each platform (for the sidecar)")
 	flag.StringVar(&o.caBundle, "ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA bundle every image carries")
 	flag.StringVar(&o.ociDir, "oci", "", "write an OCI image layout per image under this directory")

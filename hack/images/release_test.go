@@ -37,9 +37,10 @@ var releaseWant = map[string]struct {
 	entrypoint []string
 	gcsfuse    bool
 }{
-	"node":    {"0", []string{"/gcsfuse-csi-node"}, false},
-	"sidecar": {"65534", []string{"/gcsfuse-sidecar"}, true},
-	"webhook": {"65534", []string{"/gcsfuse-webhook"}, false},
+	"node":       {"0", []string{"/gcsfuse-csi-node"}, false},
+	"sidecar":    {"65534", []string{"/gcsfuse-sidecar"}, true},
+	"webhook":    {"65534", []string{"/gcsfuse-webhook"}, false},
+	"controller": {"65534", []string{"/gcsfuse-csi-controller"}, false},
 }
 
 // elfMachine is the ELF machine of each release architecture.

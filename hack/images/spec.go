@@ -24,11 +24,12 @@ type imageSpec struct {
 }
 
 // images are the project's images. The node plugin runs as root (it mounts); the sidecar,
-// webhook and emulator as nobody.
+// webhook, controller (the dynamic provisioner) and emulator as nobody.
 var images = []imageSpec{
 	{name: "node", pkg: "./cmd/gcsfuse-csi-node", bin: "gcsfuse-csi-node", user: "0", release: true},
 	{name: "sidecar", pkg: "./cmd/gcsfuse-sidecar", bin: "gcsfuse-sidecar", user: "65534", gcsfuse: true, release: true},
 	{name: "webhook", pkg: "./cmd/gcsfuse-webhook", bin: "gcsfuse-webhook", user: "65534", release: true},
+	{name: "controller", pkg: "./cmd/gcsfuse-csi-controller", bin: "gcsfuse-csi-controller", user: "65534", release: true},
 	{name: "emulator", pkg: "./test/gcs-emulator", bin: "gcs-emulator", user: "65534"},
 	{name: "workload", pkg: "./test/e2e/workload", bin: "workload", user: "0"},
 	{name: "pause", pkg: "./test/e2e/workload", bin: "workload", args: []string{"pause"}, user: "0"},

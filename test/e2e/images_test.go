@@ -13,14 +13,16 @@ import (
 // TestImages: the driver runs from the images it was installed with,
 // $IMAGE_REPO/<name>:$IMAGE_TAG (hack/e2e.sh passes them; CI's main run uses a repository
 // and tag other than the default, as a team installing from its own registry does): the node
-// plugin, the webhook and the emulator are ready on them, and the sidecar the webhook
-// injects into a pod comes from the same repository and tag and runs it to completion.
+// plugin, the webhook, the controller and the emulator are ready on them, and the sidecar
+// the webhook injects into a pod comes from the same repository and tag and runs it to
+// completion.
 func TestImages(t *testing.T) {
 	ctx := context.Background()
 	t.Logf("images %s", image("<name>"))
 	for _, c := range []struct{ selector, image string }{
 		{"app=gcsfuse-csi-node", image("node")},
 		{"app=gcsfuse-webhook", image("webhook")},
+		{"app=gcsfuse-csi-controller", image("controller")},
 		{"app=gcs-emulator", image("emulator")},
 	} {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: c.selector})
