@@ -207,17 +207,25 @@ func newBucket(t *testing.T) string {
 		b = b[len(b)-40:]
 	}
 	b = strings.Trim(fmt.Sprintf("e2e-%s-%d", b, rand.IntN(1e6)), "-")
+	if err := emulatorCreateBucket(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// emulatorCreateBucket makes bucket in the emulator.
+func emulatorCreateBucket(b string) error {
 	body, _ := json.Marshal(map[string]string{"name": b})
 	resp, err := http.Post(gcsURL+"/storage/v1/b?project=e2e", "application/json", bytes.NewReader(body))
 	if err != nil {
-		t.Fatalf("create bucket %s: %v", b, err)
+		return fmt.Errorf("create bucket %s: %w", b, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		msg, _ := io.ReadAll(resp.Body)
-		t.Fatalf("create bucket %s: %s %s", b, resp.Status, msg)
+		return fmt.Errorf("create bucket %s: %s %s", b, resp.Status, msg)
 	}
-	return b
+	return nil
 }
 
 // upload puts an object with the workload's pattern content into the bucket.

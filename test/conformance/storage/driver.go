@@ -2,8 +2,10 @@
 // against this driver through a Go test driver, which the YAML driver definition of the
 // External Storage suite cannot express: pre-provisioned PersistentVolumes (one bucket of the
 // local cluster's GCS emulator per test, made here and deleted after it) besides CSI inline
-// ephemeral volumes. The suite decides what runs from the capabilities declared below, so
-// each says why it is true or false.
+// ephemeral volumes, and dynamically provisioned ones (the driver's controller, a directory
+// per claim in the test's bucket), through claims and generic ephemeral volumes. The suite
+// decides what runs from the capabilities declared below, so each says why it is true or
+// false.
 package storagee2e
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kubernetes/test/e2e/framework"
 	e2eskipper "k8s.io/kubernetes/test/e2e/framework/skipper"
@@ -48,6 +51,7 @@ var (
 	_ storageframework.PreprovisionedVolumeTestDriver = (*Driver)(nil)
 	_ storageframework.PreprovisionedPVTestDriver     = (*Driver)(nil)
 	_ storageframework.EphemeralTestDriver            = (*Driver)(nil)
+	_ storageframework.DynamicPVTestDriver            = (*Driver)(nil)
 )
 
 // NewDriver returns the driver for the emulator at emulatorURL.
@@ -63,6 +67,9 @@ func NewDriver(emulatorURL string) (*Driver, error) {
 			Name: DriverName,
 			// gcsfuse is a file system over a bucket: there is no fsType to choose.
 			SupportedFsType: sets.NewString(""),
+			// A gcsfuse option a StorageClass may carry in its mountOptions (the
+			// provisioning suite's "with mount options" test gives it to a class).
+			SupportedMountOption: sets.NewString("implicit-dirs"),
 			Capabilities: map[storageframework.Capability]bool{
 				// A bucket's objects outlive the pods: what one pod wrote, the next reads.
 				storageframework.CapPersistence: true,
@@ -80,8 +87,8 @@ func NewDriver(emulatorURL string) (*Driver, error) {
 				// Files have a fixed mode (0644 unless file-mode says otherwise): no exec of
 				// a file just written and chmodded.
 				storageframework.CapExec: false,
-				// A bucket has no blocks, snapshots, clones, sizes, capacity or topology,
-				// and the driver is node-only.
+				// A bucket has no blocks, snapshots, clones, sizes, capacity or topology:
+				// the provisioner makes a directory per claim, nothing else.
 				storageframework.CapBlock:               false,
 				storageframework.CapSnapshotDataSource:  false,
 				storageframework.CapVolumeGroupSnapshot: false,
@@ -104,14 +111,14 @@ func NewDriver(emulatorURL string) (*Driver, error) {
 // GetDriverInfo returns the static description of the driver.
 func (d *Driver) GetDriverInfo() *storageframework.DriverInfo { return &d.info }
 
-// SkipUnsupportedTest skips what a node-only driver without a provisioner cannot run:
-// dynamic provisioning and generic ephemeral volumes (both need a provisioner), in-tree
-// inline volumes, and block mode.
+// SkipUnsupportedTest skips what the driver cannot run: in-tree inline volumes (a CSI
+// driver has none) and block mode.
 func (d *Driver) SkipUnsupportedTest(p storageframework.TestPattern) {
 	switch p.VolType {
-	case storageframework.PreprovisionedPV, storageframework.CSIInlineVolume:
+	case storageframework.PreprovisionedPV, storageframework.CSIInlineVolume,
+		storageframework.DynamicPV, storageframework.GenericEphemeralVolume:
 	default:
-		e2eskipper.Skipf("%s: volume type %s needs a provisioner; this driver is node-only (pre-provisioned PVs and CSI inline volumes)", DriverName, p.VolType)
+		e2eskipper.Skipf("%s: volume type %s is an in-tree volume; this is a CSI driver", DriverName, p.VolType)
 	}
 	if p.VolMode == v1.PersistentVolumeBlock {
 		e2eskipper.Skipf("%s: a bucket has no block mode", DriverName)
@@ -119,7 +126,8 @@ func (d *Driver) SkipUnsupportedTest(p storageframework.TestPattern) {
 }
 
 // PrepareTest makes the test's bucket, named for its namespace, for the inline volumes
-// (GetVolume), and deletes it with its objects when the test ends.
+// (GetVolume) and the dynamically provisioned ones (a directory each), and deletes it with
+// its objects when the test ends.
 func (d *Driver) PrepareTest(ctx context.Context, f *framework.Framework) *storageframework.PerTestConfig {
 	config := &storageframework.PerTestConfig{Driver: d, Prefix: "gcsfuse", Framework: f}
 	bucket := inlineBucket(config)
@@ -149,6 +157,14 @@ func (d *Driver) GetVolume(config *storageframework.PerTestConfig, _ int) (map[s
 	return map[string]string{"bucketName": inlineBucket(config)}, true, false
 }
 
+// GetDynamicProvisionStorageClass returns a class of the driver's provisioner whose claims
+// get a directory each in the test's bucket, with sharedWriterOptions (the suites' multi-pod
+// tests read at once what another pod wrote).
+func (d *Driver) GetDynamicProvisionStorageClass(_ context.Context, config *storageframework.PerTestConfig, _ string) *storagev1.StorageClass {
+	params := map[string]string{"bucketName": inlineBucket(config), "pathPrefix": "claims", "mountOptions": sharedWriterOptions}
+	return storageframework.GetStorageClass(DriverName, params, nil, config.Framework.Namespace.Name)
+}
+
 // GetCSIDriverName returns the name the driver is registered under.
 func (d *Driver) GetCSIDriverName(*storageframework.PerTestConfig) string { return DriverName }
 
@@ -173,7 +189,8 @@ func (d *Driver) CreateVolume(ctx context.Context, config *storageframework.PerT
 	return &bucketVolume{d: d, bucket: bucket}
 }
 
-// sharedWriterOptions are the mount options of every pre-provisioned PV: what the
+// sharedWriterOptions are the mount options of every pre-provisioned PV and provisioned
+// class: what the
 // documentation tells users to set on a bucket that pods write and read at once. Each pod
 // runs its own gcsfuse, which caches an object's metadata for 60 s by default; the suites'
 // multi-pod tests (multiVolume's "single volume from pods on the same node") expect a
