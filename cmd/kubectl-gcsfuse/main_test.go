@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -123,9 +124,11 @@ func TestAuditExitStatus(t *testing.T) {
 
 // A cluster's objects: a pod its ReplicaSet controls is judged through the Deployment's
 // template (what would be recreated), a bare pod as it is; claims resolve to the
-// cluster's PersistentVolumes.
+// cluster's PersistentVolumes, or, not bound yet, to what their StorageClass provisions
+// (the directory named after the claim's uid).
 func TestReadCluster(t *testing.T) {
 	yes := true
+	gcsClass := "gcs"
 	vol := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
 		Driver: "gcsfuse.csi.storage.gke.io", VolumeAttributes: map[string]string{"bucketName": "my-bucket", "multiNICIndex": "0"}}}}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}, Volumes: []corev1.Volume{vol}}
@@ -143,6 +146,10 @@ func TestReadCluster(t *testing.T) {
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}},
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: "gcsfuse.csi.storage", VolumeHandle: "my-bucket:one"}}}},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "gcs"}, Provisioner: "gcsfuse.csi.storage",
+			Parameters: map[string]string{"bucketName": "my-bucket", "pathPrefix": "claims"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "ns", UID: "0f1e"},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &gcsClass}},
 	)
 	inv := audit.NewInventory()
 	if err := readObjects(context.Background(), cs, inv, ""); err != nil {
@@ -161,6 +168,8 @@ func TestReadCluster(t *testing.T) {
 		"PersistentVolume/pv1: mapped: bucket my-bucket; volumeHandle my-bucket:one -> bucket my-bucket",
 		"Pod/ns/bare volume claim: mapped: claim c -> PersistentVolume pv1",
 		`Deployment/ns/web volume data: refused: at admission: volume data: volume attribute multiNICIndex`,
+		"StorageClass/gcs: unchanged: provisioner gcsfuse.csi.storage: each claim gets its own directory gs://my-bucket/claims/<volume>/",
+		"PersistentVolumeClaim/ns/pending: unchanged: no PersistentVolume binds it: StorageClass gcs (provisioner gcsfuse.csi.storage) provisions it a directory of its own, gs://my-bucket/claims/pvc-0f1e/",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no line %q in:\n%s", want, out)

@@ -2,14 +2,17 @@
 // this driver would do with each volume of a set of objects (manifests or a cluster's
 // pods, workloads, PersistentVolumes and StorageClasses): run it unchanged, run it with an
 // attribute, option or annotation mapped to this driver's equivalent (and to what), or
-// refuse it (and why, and where: at admission or at mount).
+// refuse it (and why, and where: at admission, at mount or when the claim is provisioned).
 //
 // It predicts nothing by a logic of its own: every verdict comes from the functions that
-// admission and NodePublishVolume run. A volume goes through mountopts.Explain (which calls
-// mountopts.FromAttributes, as NodePublishVolume does), mountopts.CheckAccessType,
-// contract.ValidVolumeName and credentials.Choose (which credentials.Build calls first); a
-// pod through webhook.Mutator.Review, the webhook's own decision on that pod. So the audit
-// and the driver cannot disagree, and a refusal here carries the driver's own words.
+// admission, the provisioner and NodePublishVolume run. A volume goes through
+// mountopts.Explain (which calls mountopts.FromAttributes, as NodePublishVolume does),
+// mountopts.CheckAccessType, contract.ValidVolumeName and credentials.Choose (which
+// credentials.Build calls first); a claim of a class of the driver that no volume binds yet,
+// and the class itself, through provision.CheckClaim (Provision's check of the claim and
+// its class) and then those checks on the PersistentVolume it would make; a pod through
+// webhook.Mutator.Review, the webhook's own decision on that pod. So the audit and the
+// driver cannot disagree, and a refusal here carries the driver's own words.
 package audit
 
 import (
@@ -51,7 +54,8 @@ const (
 	// StageMount: NodePublishVolume refuses the volume; the pod's FailedMount Event shows
 	// the reason and the pod never starts.
 	StageMount Stage = "mount"
-	// StageProvisioning: a claim waits for a volume this driver never provisions.
+	// StageProvisioning: the provisioner refuses the claim's volume; the claim stays
+	// Pending, and its ProvisioningFailed Event gives the reason.
 	StageProvisioning Stage = "provisioning"
 	// StageSidecarStart: admitted and mounted, but the sidecar cannot run.
 	StageSidecarStart Stage = "sidecar start"
@@ -106,8 +110,9 @@ func (f Finding) String() string {
 // Report is an audit's findings, in the order of the input.
 type Report struct {
 	Findings []Finding
-	// IncumbentVolumes counts the volumes (inline, PersistentVolumes) of the GKE driver's
-	// name, which run only with this driver installed under that name.
+	// IncumbentVolumes counts the volumes of the GKE driver's name (inline, generic
+	// ephemeral, PersistentVolumes, claims and volumeClaimTemplates its classes provision),
+	// which run only with this driver installed under that name.
 	IncumbentVolumes int
 }
 

@@ -193,7 +193,7 @@ kind: PersistentVolumeClaim
 metadata: {name: c, namespace: ns}
 spec: {}
 `, []string{"PersistentVolume/pv1: unchanged: bucket bkt", "PersistentVolumeClaim/ns/c: warning: no volumeName: PersistentVolume pv1 binds it by its claimRef"}, false},
-		{"dynamic provisioning", `apiVersion: storage.k8s.io/v1
+		{"a class of the GKE driver's name that names no bucket", `apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: gcs}
 provisioner: gcsfuse.csi.storage.gke.io
@@ -214,9 +214,9 @@ spec:
   volumeClaimTemplates:
     - metadata: {name: data}
       spec: {storageClassName: gcs}
-`, []string{"StorageClass/gcs: warning: provisioner gcsfuse.csi.storage.gke.io: this driver has no dynamic provisioning (no controller); a claim of this class binds only to a PersistentVolume made for it; its parameters skipCSIBucketAccessCheck are not read",
-			"PersistentVolumeClaim/ns/c: refused: at provisioning: no PersistentVolume binds it, and StorageClass gcs (provisioner gcsfuse.csi.storage.gke.io) never provisions one",
-			"StatefulSet/ns/s volume data: refused: at provisioning: volumeClaimTemplate data asks StorageClass gcs"}, true},
+`, []string{"StorageClass/gcs: warning: provisioner gcsfuse.csi.storage.gke.io: with this driver installed under that name, its controller refuses the claims of this class that no PersistentVolume binds: StorageClass gcs: StorageClass parameter bucketName is required",
+			"PersistentVolumeClaim/ns/c: refused: at provisioning: no PersistentVolume binds it: StorageClass gcs (provisioner gcsfuse.csi.storage.gke.io) refuses to provision it: StorageClass gcs: StorageClass parameter bucketName is required",
+			"StatefulSet/ns/s volume data: refused: at provisioning: volumeClaimTemplate data (a claim per replica): StorageClass gcs (provisioner gcsfuse.csi.storage.gke.io) refuses to provision it: StorageClass gcs: StorageClass parameter bucketName is required"}, true},
 		{"a claim not in the input", `apiVersion: v1
 kind: Pod
 metadata: {name: p, annotations: {gke-gcsfuse/volumes: "true"}}

@@ -133,18 +133,23 @@ func (inv *Inventory) ClaimVolume(_ context.Context, namespace, claim string) (w
 	return webhook.ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}, nil
 }
 
+// class is the StorageClass a claim's spec.storageClassName names: nil for the cluster's
+// default one, picked among the inventory's as Kubernetes picks it
+// (webhook.DefaultStorageClass), "" for no class. A class that is not in the input is nil.
+func (inv *Inventory) class(className *string) *storagev1.StorageClass {
+	if className == nil {
+		classes := slices.SortedFunc(maps.Values(inv.classes), func(a, b *storagev1.StorageClass) int { return strings.Compare(a.Name, b.Name) })
+		return webhook.DefaultStorageClass(classes)
+	}
+	return inv.classes[*className]
+}
+
 // ClassVolume implements webhook.VolumeClaims over the inventory's StorageClasses, the
 // default one picked as Kubernetes does (webhook.DefaultStorageClass). A class that is not
 // in the input is no class: a claim of it is unresolved, as one of a class that provisions
 // nothing, rather than a lookup error.
 func (inv *Inventory) ClassVolume(_ context.Context, className *string) (webhook.ClassedVolume, error) {
-	var sc *storagev1.StorageClass
-	if className == nil {
-		classes := slices.SortedFunc(maps.Values(inv.classes), func(a, b *storagev1.StorageClass) int { return strings.Compare(a.Name, b.Name) })
-		sc = webhook.DefaultStorageClass(classes)
-	} else {
-		sc = inv.classes[*className]
-	}
+	sc := inv.class(className)
 	if sc == nil {
 		return webhook.ClassedVolume{}, nil
 	}

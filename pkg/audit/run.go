@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 
@@ -138,25 +137,32 @@ func (a *auditor) countDriver(driver string) {
 // driver's profiles (gcsfusecsi-training, gcsfusecsi-serving, gcsfusecsi-checkpointing).
 const gkeProfileClassPrefix = "gcsfusecsi-"
 
+// annotationProvisionedBy names, on a PersistentVolume, the provisioner that made it.
+const annotationProvisionedBy = "pv.kubernetes.io/provisioned-by"
+
 // profileClass warns about a PersistentVolume whose StorageClass the GKE driver reads for
 // options (its profiles: the class's mountOptions and parameters apply to the volume):
-// this driver reads no StorageClass, so the volume runs with its own options only.
+// this driver applies a class's parameters only to the volumes it provisions (they are in
+// the volume then), so a static volume runs with its own options only.
 func (a *auditor) profileClass(pv *corev1.PersistentVolume) {
 	name := pv.Spec.StorageClassName
 	class := a.inv.classes[name]
 	switch {
+	case isDriver(pv.Annotations[annotationProvisionedBy]):
+		return // provisioned: the class's parameters are its attributes
 	case class != nil && isGCSFuseProvisioner(class) && (len(class.Parameters) > 0 || len(class.MountOptions) > 0):
 	case class == nil && strings.HasPrefix(name, gkeProfileClassPrefix):
 	default:
 		return
 	}
 	a.add("", Warning, "", fmt.Sprintf(
-		"storageClassName %s: the GKE driver applies that class's mountOptions and parameters (its profile) to this volume; this driver reads no StorageClass, so the volume runs with its own options only: copy what it needs into the PersistentVolume",
+		"storageClassName %s: the GKE driver applies that class's mountOptions and parameters (its profile) to this volume; this driver applies a class's parameters only to the volumes it provisions, so this one runs with its own options only: copy what it needs into the PersistentVolume",
 		name))
 }
 
 // claim judges a claim on what binds it: a claim that no PersistentVolume in the input
-// binds, of a class of the driver's, waits for a provisioning that never comes.
+// binds, of a class of the driver's, is provisioned by the driver, unless its class or the
+// claim itself is refused (pendingClaim).
 func (a *auditor) claim(c *corev1.PersistentVolumeClaim) {
 	pv, byClaimRef := a.inv.boundVolume(c.Namespace, c.Name)
 	switch {
@@ -168,47 +174,37 @@ func (a *auditor) claim(c *corev1.PersistentVolumeClaim) {
 	case c.Spec.VolumeName != "":
 		a.add("", Note, "", fmt.Sprintf("PersistentVolume %s is not in the input: not audited", c.Spec.VolumeName))
 	default:
-		class := a.inv.classes[ptrValue(c.Spec.StorageClassName)]
-		if class != nil && isGCSFuseProvisioner(class) {
-			a.add("", Refused, StageProvisioning, fmt.Sprintf(
-				"no PersistentVolume binds it, and StorageClass %s (provisioner %s) never provisions one: this driver has no dynamic provisioning, so the claim stays Pending; create a PersistentVolume for the bucket and set the claim's volumeName",
-				class.Name, class.Provisioner))
+		class := a.inv.class(c.Spec.StorageClassName)
+		if class == nil || !isGCSFuseProvisioner(class) {
+			return
 		}
+		a.countDriver(class.Provisioner)
+		v := pendingClaim{class: class, spec: c.Spec, volumeName: claimVolumeName(c)}.judge("no PersistentVolume binds it")
+		a.add("", v.verdict, v.stage, v.detail)
 	}
 }
 
-// storageClass says what a class of the driver's means here: nothing is provisioned.
-func (a *auditor) storageClass(sc *storagev1.StorageClass) {
-	if !isGCSFuseProvisioner(sc) {
-		return
-	}
-	detail := fmt.Sprintf("provisioner %s: this driver has no dynamic provisioning (no controller); a claim of this class binds only to a PersistentVolume made for it",
-		sc.Provisioner)
-	var unread []string
-	if len(sc.MountOptions) > 0 {
-		unread = append(unread, "mountOptions "+strings.Join(sc.MountOptions, ", "))
-	}
-	if len(sc.Parameters) > 0 {
-		unread = append(unread, "parameters "+strings.Join(slices.Sorted(maps.Keys(sc.Parameters)), ", "))
-	}
-	if len(unread) > 0 {
-		detail += fmt.Sprintf("; its %s are not read: put what the volumes need in each PersistentVolume's volumeAttributes or mountOptions",
-			strings.Join(unread, " and "))
-	}
-	a.add("", Warning, "", detail)
-}
-
-// statefulSet judges a StatefulSet's template, and its volumeClaimTemplates like claims.
+// statefulSet judges a StatefulSet's pod template with its volumeClaimTemplates of a class
+// of the driver's: the StatefulSet controller gives each replica a claim of each template,
+// as the pod's volume of the template's name (replacing a volume of that name), not bound
+// when the pod is admitted. The webhook resolves such a claim through its class, as it
+// resolves a generic ephemeral volume's, so the template is one to the webhook and a
+// pendingClaim to the audit. A template with a volumeName binds that one volume, judged on
+// its own.
 func (a *auditor) statefulSet(ctx context.Context, s *appsv1.StatefulSet) error {
+	spec := *s.Spec.Template.Spec.DeepCopy()
+	templates := map[string]bool{}
 	for _, c := range s.Spec.VolumeClaimTemplates {
-		class := a.inv.classes[ptrValue(c.Spec.StorageClassName)]
-		if class != nil && isGCSFuseProvisioner(class) && c.Spec.VolumeName == "" {
-			a.add("volume "+c.Name, Refused, StageProvisioning, fmt.Sprintf(
-				"volumeClaimTemplate %s asks StorageClass %s (provisioner %s) for a volume per replica: this driver has no dynamic provisioning, so the claims stay Pending",
-				c.Name, class.Name, class.Provisioner))
+		class := a.inv.class(c.Spec.StorageClassName)
+		if class == nil || !isGCSFuseProvisioner(class) || c.Spec.VolumeName != "" {
+			continue
 		}
+		spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.Name })
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{
+			Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: c.Spec}}}})
+		templates[c.Name] = true
 	}
-	return a.pod(ctx, s.Spec.Template.ObjectMeta, s.Spec.Template.Spec)
+	return a.podWith(ctx, s.Spec.Template.ObjectMeta, spec, templates)
 }
 
 // hasOurAnnotations reports whether a pod carries an annotation of either driver.
@@ -235,13 +231,26 @@ func hasLendingContainer(spec corev1.PodSpec) bool {
 type podVolume struct {
 	name string
 	spec volumeSpec
-	// claim is the claim it comes through ("" for an inline volume).
+	// claim is the claim it comes through ("" for an inline volume, a generic ephemeral
+	// volume or a volumeClaimTemplate).
 	claim string
+	// pending is set for a volume not bound yet, of a class of the driver's (a claim of the
+	// input, a generic ephemeral volume, a volumeClaimTemplate), judged by what its class
+	// provisions; what names it in the finding.
+	pending *pendingClaim
+	what    string
 }
 
 // pod judges a pod, or a workload's pod template: what admission does with it (the
-// webhook's decision), then each of its volumes of the driver (NodePublishVolume's).
+// webhook's decision), then each of its volumes of the driver (NodePublishVolume's, or the
+// provisioner's and NodePublishVolume's for one not bound yet).
 func (a *auditor) pod(ctx context.Context, meta metav1.ObjectMeta, spec corev1.PodSpec) error {
+	return a.podWith(ctx, meta, spec, nil)
+}
+
+// podWith is pod, with templates naming the ephemeral volumes that stand for a
+// StatefulSet's volumeClaimTemplates.
+func (a *auditor) podWith(ctx context.Context, meta metav1.ObjectMeta, spec corev1.PodSpec, templates map[string]bool) error {
 	ns := a.namespace()
 	var vols []podVolume
 	drivers := map[string]bool{}
@@ -254,12 +263,31 @@ func (a *auditor) pod(ctx context.Context, meta metav1.ObjectMeta, spec corev1.P
 		case v.PersistentVolumeClaim != nil:
 			claim := v.PersistentVolumeClaim.ClaimName
 			pv, _ := a.inv.boundVolume(ns, claim)
+			c := a.inv.claim(ns, claim)
 			switch {
 			case pv != nil && pv.Spec.CSI != nil && isDriver(pv.Spec.CSI.Driver):
 				vols = append(vols, podVolume{name: v.Name, spec: persistentVolume(pv), claim: claim})
 				drivers[pv.Spec.CSI.Driver] = true
-			case pv == nil && a.inv.claim(ns, claim) == nil:
+			case pv == nil && c == nil:
 				unresolved = append(unresolved, fmt.Sprintf("volume %s: claim %s is not in the input: if it is bound to a PersistentVolume of this driver, audit that volume too", v.Name, claim))
+			case pv == nil && c.Spec.VolumeName == "":
+				if class := a.inv.class(c.Spec.StorageClassName); class != nil && isGCSFuseProvisioner(class) {
+					vols = append(vols, podVolume{name: v.Name, claim: claim, what: "claim " + claim,
+						pending: &pendingClaim{class: class, spec: c.Spec, volumeName: claimVolumeName(c)}})
+					drivers[class.Provisioner] = true
+				}
+			}
+		case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
+			// Its claim (<pod>-<volume>) is made after the pod, with the default class when
+			// the template names none.
+			tmpl := v.Ephemeral.VolumeClaimTemplate
+			if class := a.inv.class(tmpl.Spec.StorageClassName); class != nil && isGCSFuseProvisioner(class) {
+				what := "ephemeral claim"
+				if templates[v.Name] {
+					what = "volumeClaimTemplate " + v.Name + " (a claim per replica)"
+				}
+				vols = append(vols, podVolume{name: v.Name, what: what, pending: &pendingClaim{class: class, spec: tmpl.Spec}})
+				drivers[class.Provisioner] = true
 			}
 		}
 	}
@@ -281,6 +309,10 @@ func (a *auditor) pod(ctx context.Context, meta metav1.ObjectMeta, spec corev1.P
 	judged := make([]verdict, len(vols))
 	said := map[string]bool{}
 	for i, v := range vols {
+		if v.pending != nil {
+			judged[i] = v.pending.judge(v.what)
+			continue
+		}
 		judged[i] = judgeVolume(v.spec)
 		if judged[i].verdict == Refused && judged[i].stage == StageAdmission {
 			said[judged[i].detail] = true
@@ -293,12 +325,15 @@ func (a *auditor) pod(ctx context.Context, meta metav1.ObjectMeta, spec corev1.P
 		a.add("pod", Note, "", u)
 	}
 	for i, v := range vols {
-		if v.claim == "" {
-			a.countDriver(v.spec.driver) // a PersistentVolume is counted once, on its own
+		switch {
+		case v.pending != nil && v.claim == "":
+			a.countDriver(v.pending.class.Provisioner)
+		case v.claim == "":
+			a.countDriver(v.spec.driver) // a PersistentVolume or a claim is counted once, on its own
 		}
 		j := judged[i]
 		detail := j.detail
-		if v.claim != "" {
+		if v.claim != "" && v.pending == nil {
 			detail = fmt.Sprintf("claim %s -> PersistentVolume %s; %s", v.claim, v.spec.name, detail)
 		}
 		a.add("volume "+v.name, j.verdict, j.stage, detail)

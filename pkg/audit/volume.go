@@ -41,6 +41,10 @@ type verdict struct {
 	verdict Verdict
 	stage   Stage
 	detail  string
+	// mapped and credentials are parts of an admitted volume's detail: what was mapped to
+	// what, and the identity it reads its bucket with ("" for the default).
+	mapped      []string
+	credentials string
 }
 
 // credentialsConfig is the node plugin's credentials configuration the audit checks
@@ -83,23 +87,23 @@ func judgeVolume(v volumeSpec) verdict {
 	}
 	if err := mountopts.CheckAccessType(v.block, v.fsType); err != nil {
 		if v.inline {
-			return verdict{Refused, StageAdmission, fmt.Sprintf("volume %s: %v", v.name, err)}
+			return verdict{verdict: Refused, stage: StageAdmission, detail: fmt.Sprintf("volume %s: %v", v.name, err)}
 		}
-		return verdict{Refused, StageMount, err.Error()}
+		return verdict{verdict: Refused, stage: StageMount, detail: err.Error()}
 	}
 	if !contract.ValidVolumeName(v.name) {
-		return verdict{Refused, StageMount, fmt.Sprintf(
+		return verdict{verdict: Refused, stage: StageMount, detail: fmt.Sprintf(
 			"target_path: volume name %q: want a DNS-1123 label or subdomain (a pod volume's or a PersistentVolume's name) of at most %d characters (the kubelet names the volume's directory after it)", v.name, contract.MaxVolumeNameLen)}
 	}
 	vol, mappings, err := mountopts.Explain(v.attrs, v.mountFlags, v.handle)
 	if err != nil {
 		// NodePublishVolume's InvalidArgument (and the webhook's denial of an inline
 		// volume): "volume <name>: <error>".
-		return verdict{Refused, optionsStage, fmt.Sprintf("volume %s: %v", v.name, err)}
+		return verdict{verdict: Refused, stage: optionsStage, detail: fmt.Sprintf("volume %s: %v", v.name, err)}
 	}
 	choice, err := credentials.Choose(credentialsConfig, v.attrs, v.hasKey)
 	if err != nil {
-		return verdict{Refused, StageMount, (&credentials.Error{Volume: v.name, Bucket: vol.Bucket, Reason: err.Error()}).Error()}
+		return verdict{verdict: Refused, stage: StageMount, detail: (&credentials.Error{Volume: v.name, Bucket: vol.Bucket, Reason: err.Error()}).Error()}
 	}
 	parts := []string{"bucket " + vol.Bucket}
 	var mapped []string
@@ -117,17 +121,18 @@ func judgeVolume(v volumeSpec) verdict {
 	if len(mapped) == 0 && len(vol.Flags) > 0 {
 		parts = append(parts, "gcsfuse "+strings.Join(vol.Flags, " "))
 	}
-	if c := credentialsNote(choice); c != "" {
-		parts = append(parts, c)
+	creds := credentialsNote(choice)
+	if creds != "" {
+		parts = append(parts, creds)
 	}
 	if v.driver == contract.IncumbentDriverName {
 		// What that takes is said once, in the report's summary (Report.Summary).
 		parts = append(parts, "driver "+v.driver)
 	}
 	if len(mapped) > 0 {
-		return verdict{Mapped, "", strings.Join(parts, "; ")}
+		return verdict{Mapped, "", strings.Join(parts, "; "), mapped, creds}
 	}
-	return verdict{Unchanged, "", strings.Join(parts, "; ")}
+	return verdict{Unchanged, "", strings.Join(parts, "; "), nil, creds}
 }
 
 // credentialsNote says which identity the volume reads its bucket with, "" for

@@ -25,9 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
 // handleSeparator joins the bucket and the directory in a volume handle, "bucket:dir": the
@@ -74,28 +72,18 @@ func New(cfg Config) (*Provisioner, error) {
 // Provision makes the claim's directory and returns its PersistentVolume. Every refusal of
 // the claim itself (bad class, block mode, missing bucket, no rights) is final: the library
 // records it as a ProvisioningFailed Event on the claim and retries with back-off, so a
-// bucket made or a right granted later is picked up without touching the claim.
+// bucket made or a right granted later is picked up without touching the claim. What it
+// checks of the claim and its class alone is CheckClaim, which the audit runs too.
 func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
 	if o.PVC == nil || o.StorageClass == nil {
 		return nil, controller.ProvisioningFinished, errors.New("no claim or class to provision for")
 	}
-	if o.PVC.Spec.VolumeMode != nil && *o.PVC.Spec.VolumeMode == v1.PersistentVolumeBlock {
-		return nil, controller.ProvisioningFinished, errors.New("volumeMode Block: a bucket directory is a file system; use volumeMode Filesystem")
-	}
-	if o.PVC.Spec.DataSource != nil || o.PVC.Spec.DataSourceRef != nil {
-		return nil, controller.ProvisioningFinished, errors.New("dataSource: this driver cannot clone or restore a volume; copy the objects with gcloud storage cp instead")
-	}
-	class, err := classparams.Parse(o.StorageClass.Parameters)
+	c, err := CheckClaim(o.StorageClass, o.PVC.Spec, o.PVName)
 	if err != nil {
-		return nil, controller.ProvisioningFinished, fmt.Errorf("StorageClass %s: %w", o.StorageClass.Name, err)
+		return nil, controller.ProvisioningFinished, err
 	}
-	dir := class.Dir(o.PVName)
-	attrs := class.VolumeAttributes(dir)
-	// What the node plugin will mount with: the class's mountOptions field too.
-	if _, err := mountopts.FromAttributes(attrs, o.StorageClass.MountOptions, ""); err != nil {
-		return nil, controller.ProvisioningFinished, fmt.Errorf("StorageClass %s: %w", o.StorageClass.Name, err)
-	}
+	class, dir, attrs := c.Class, c.Dir, c.Attributes
 	if err := p.cfg.GCS.CheckBucket(ctx, class.Bucket); err != nil {
 		return nil, controller.ProvisioningFinished, p.explain(err, class.Bucket, "storage.buckets.get")
 	}
@@ -105,14 +93,14 @@ func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptio
 	pv := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: o.PVName},
 		Spec: v1.PersistentVolumeSpec{
-			PersistentVolumeReclaimPolicy: reclaimPolicy(o.StorageClass.ReclaimPolicy),
+			PersistentVolumeReclaimPolicy: c.ReclaimPolicy,
 			AccessModes:                   o.PVC.Spec.AccessModes,
 			MountOptions:                  o.StorageClass.MountOptions,
 			Capacity:                      v1.ResourceList{v1.ResourceStorage: o.PVC.Spec.Resources.Requests[v1.ResourceStorage]},
 			VolumeMode:                    ptr(v1.PersistentVolumeFilesystem),
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
 				Driver:           p.cfg.DriverName,
-				VolumeHandle:     class.Bucket + handleSeparator + dir,
+				VolumeHandle:     c.VolumeHandle,
 				VolumeAttributes: attrs,
 			}},
 		},
