@@ -12,7 +12,7 @@
 #   3. a check that a pod of the suite's default Pod Security level (restricted) with this
 #      driver's inline volume is admitted with the injected sidecar,
 #   4. storage-e2e.test -gcsfuse.emulator=<the emulator, as this host reaches it> with
-#      CONFORMANCE_FOCUS and CONFORMANCE_SKIP (defaults below), in two shards at once, then
+#      CONFORMANCE_FOCUS and CONFORMANCE_SKIP (defaults below), in five shards at once, then
 #      the [Disruptive] tests alone (they stop and start the kubelet over SSH: hack/nodessh,
 #      hack/node-systemctl.sh), JUnit reports in $CONFORMANCE_OUT; the driver makes and
 #      deletes each test's buckets,
@@ -23,8 +23,9 @@
 #      skip without a reason.
 #
 # Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP,
-# CONFORMANCE_DISRUPTIVE_SKIP, CONFORMANCE_ALONGSIDE (a command run beside the shards),
-# CONFORMANCE_OUT (default $GCSFUSE_CSI_CACHE/conformance), GCSFUSE_CSI_CACHE.
+# CONFORMANCE_DISRUPTIVE_SKIP, CONFORMANCE_SHARDS, CONFORMANCE_ALONGSIDE (a command run
+# beside the shards), CONFORMANCE_OUT (default $GCSFUSE_CSI_CACHE/conformance),
+# GCSFUSE_CSI_CACHE.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
@@ -34,7 +35,7 @@ DRIVER=gcsfuse.csi.storage
 # Every test of this driver's...
 FOCUS=${CONFORMANCE_FOCUS:-'\[Driver: gcsfuse\.csi\.storage\]'}
 # ...but those that disrupt the node (they stop the kubelet with systemctl over SSH, which
-# the local cluster has neither of), need it alone ([Serial]: two shards run at once), and
+# the local cluster has neither of), need it alone ([Serial]: shards run at once), and
 # those of alpha/beta features or feature gates the local cluster does not turn on. [Slow]
 # ones run: on a bucket they take seconds to two minutes, not the disks' many minutes.
 SKIP=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Serial\]|\[Flaky\]|\[Feature:[^]]+\]|\[FeatureGate:[^]]+\]|\[Alpha\]|\[Beta\]'}
@@ -105,11 +106,23 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-# Two shards run at once on the cluster: the tests mostly wait (pods starting, containers
-# restarting), so two halve the wall time without crowding 2 cores. Shard 1 takes the
-# patterns below (the two container-restart tests, ~100 s each, and the quick ones); shard 2
-# the rest. Each writes its own JUnit report; the report merges them.
-SHARD1='subPath should support restarting containers|CSI Ephemeral-volume|\] volumes should|volumeMode'
+# Shards run at once on the cluster: the tests mostly wait (pods starting, containers
+# restarting, claims binding), so several shorten the wall time without crowding 2 cores.
+# Shard k runs the tests matching SHARDS[k] and none of the earlier shards'; the last runs the
+# rest. The six container-restart tests (~95 s each: their waits are the kubelet's restart
+# back-off) are spread over the first two; the Dynamic PV subPath tests (13-33 s each, the
+# most numerous) over the next two: from the tests' times in one run (2026-12-05), each
+# shard needs about 130-180 s. Each
+# shard writes its own JUnit report; the report merges them. CONFORMANCE_SHARDS (patterns
+# separated by ";;") replaces the list.
+SHARDS=('subPath should support restarting containers using directory|volumeMode|CSI Ephemeral-volume'
+  'subPath should support restarting containers using file|\] volumes should'
+  'Dynamic PV.*subPath should (fail|support (existing|non-existent|readOnly))'
+  'Dynamic PV.*(subPath|volumeIO)')
+if [ -n "${CONFORMANCE_SHARDS:-}" ]; then
+  mapfile -t SHARDS < <(printf '%s\n' "${CONFORMANCE_SHARDS//;;/$'\n'}")
+fi
+nshards=$(( ${#SHARDS[@]} + 1 ))
 run_shard() { # N FOCUS SKIP [FLAG...]
   local n=$1 focus=$2 skip=$3
   shift 3
@@ -121,11 +134,16 @@ run_shard() { # N FOCUS SKIP [FLAG...]
     -ginkgo.timeout="$SUITE_TIMEOUT" -ginkgo.no-color -ginkgo.v \
     -report-dir="$OUT/shard$n" > "$OUT/e2e-$n.log" 2>&1
 }
-step "storage-e2e.test v$K8S_VERSION: focus '$FOCUS', skip '$SKIP', in 2 shards (logs $OUT/e2e-1.log, $OUT/e2e-2.log)"
+step "storage-e2e.test v$K8S_VERSION: focus '$FOCUS', skip '$SKIP', in $nshards shards at once (logs $OUT/e2e-N.log)"
 suite_start=$(date +%s)
-run_shard 1 "$FOCUS.*($SHARD1)" "$SKIP" &
-shard1_pid=$!
-# CONFORMANCE_ALONGSIDE: a command run beside the two shards (hack/e2e.sh puts gcsfuse's
+shard_pids=()
+earlier=
+for i in "${!SHARDS[@]}"; do
+  run_shard $(( i + 1 )) "$FOCUS.*(${SHARDS[$i]})" "$SKIP${earlier:+|$earlier}" &
+  shard_pids+=($!)
+  earlier=${earlier:+$earlier|}${SHARDS[$i]}
+done
+# CONFORMANCE_ALONGSIDE: a command run beside the shards (hack/e2e.sh puts gcsfuse's
 # integration tests through pods' volumes there), waited for before the disruptive tests
 # stop the kubelet; its failure fails the run. Its output: $OUT/alongside.log.
 alongside_pid=
@@ -134,10 +152,12 @@ if [ -n "${CONFORMANCE_ALONGSIDE:-}" ]; then
   bash -c "$CONFORMANCE_ALONGSIDE" >"$OUT/alongside.log" 2>&1 &
   alongside_pid=$!
 fi
-rc2=0
-run_shard 2 "$FOCUS" "$SKIP|$SHARD1" || rc2=$?
-rc1=0
-wait "$shard1_pid" || rc1=$?
+rc=0
+run_shard "$nshards" "$FOCUS" "$SKIP|$earlier" || rc=$?
+for pid in "${shard_pids[@]}"; do
+  wait "$pid" || { r=$?; rc=$(( r > rc ? r : rc )); }
+done
+step "the $nshards shards took $(( $(date +%s) - suite_start )) s"
 alongside_rc=0
 if [ -n "$alongside_pid" ]; then
   wait "$alongside_pid" || alongside_rc=$?
@@ -148,15 +168,15 @@ fi
 # SSH (hack/nodessh on NODE_IP:22, the key cluster-up.sh made; hack/node-systemctl.sh) and
 # read the node's mounts, so nothing else may run meanwhile. Those of features the cluster
 # does not turn on (SELinux) stay out.
-step "storage-e2e.test: the [Disruptive] tests, alone (log $OUT/e2e-3.log)"
+step "storage-e2e.test: the [Disruptive] tests, alone (log $OUT/e2e-$(( nshards + 1 )).log)"
 [ -f "$SSH_KEY" ] || { echo "no SSH key at $SSH_KEY: the cluster was not started by this tree's hack/cluster-up.sh (hack/nodessh)" >&2; exit 1; }
+disruptive=$(( nshards + 1 ))
 rc3=0
-KUBE_SSH_KEY_PATH=$SSH_KEY KUBE_SSH_USER=root run_shard 3 "$FOCUS" "$DISRUPTIVE_SKIP" -ginkgo.label-filter=Disruptive || rc3=$?
-rc=$(( rc1 > rc2 ? rc1 : rc2 ))
+KUBE_SSH_KEY_PATH=$SSH_KEY KUBE_SSH_USER=root run_shard "$disruptive" "$FOCUS" "$DISRUPTIVE_SKIP" -ginkgo.label-filter=Disruptive || rc3=$?
 rc=$(( rc > rc3 ? rc : rc3 ))
 suite_secs=$(( $(date +%s) - suite_start ))
 junits=
-for n in 1 2 3; do
+for n in $(seq 1 "$disruptive"); do
   grep -E '^(Ran |FAIL|SUCCESS|PASS)|^\s*\[FAIL\]' "$OUT/e2e-$n.log" | tail -10 || true
   [ -f "$OUT/shard$n/junit_01.xml" ] || { echo "storage-e2e.test shard $n wrote no JUnit report; see $OUT/e2e-$n.log:" >&2; tail -30 "$OUT/e2e-$n.log" >&2; exit 1; }
   junits=${junits:+$junits,}$OUT/shard$n/junit_01.xml
@@ -169,7 +189,7 @@ echo "    skip:  $SKIP"
 report_rc=0
 (cd "$REPO_ROOT" && go run ./test/conformance/report -junit "$junits" -driver "$DRIVER" \
   -focus "$FOCUS" -skip "$SKIP" -known "$REPO_ROOT/test/conformance/known-failures.txt") | tee "$OUT/table.md" || report_rc=$?
-echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc1,$rc2,$rc3; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
+echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc, disruptive $rc3; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
 [ "$psa_rc" = 0 ] || echo "FAILED: the Pod Security check before the suite (above)" >&2
 # storage-e2e.test fails the run on a failed test, known ones included: the report decides.
 [ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ] && [ "$alongside_rc" = 0 ]
