@@ -172,8 +172,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// run wires the webhook and serves until SIGTERM or SIGINT. The node informer is stopped
-// and waited for before run returns, so nothing outlives it.
+// run wires the webhook and serves until SIGTERM or SIGINT. The informers (nodes, quotas
+// and LimitRanges, PersistentVolumes) are stopped and waited for before run returns, so
+// nothing outlives it.
 func run(ctx context.Context, o options, log *slog.Logger) error {
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -184,7 +185,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	// A separate client with a timeout: the node watch of client must not have one.
+	// A separate client with a timeout: the watches of client must not have one.
 	discoCfg := rest.CopyConfig(cfg)
 	discoCfg.Timeout = discoveryTimeout
 	disco, err := discovery.NewDiscoveryClientForConfig(discoCfg)
@@ -193,18 +194,19 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
-	o.config.Claims = webhook.KubeVolumeClaims{Client: client}
+	prebound := webhook.NewPreboundVolumes(client)
+	o.config.Claims = webhook.KubeVolumeClaims{Client: client, Prebound: prebound}
 	policy := webhook.NewCachedNamespacePolicy(client)
 	o.config.Policy = policy
 	mutator, err := webhook.NewMutator(o.config, versions, log)
 	if err != nil {
 		return err
 	}
-	// Ready (/readyz) once the node, quota and LimitRange caches have synced, while the
-	// serving certificate is valid, and until SIGTERM: only then does the Service send this
-	// replica admissions.
+	// Ready (/readyz) once the node, quota and LimitRange, and PersistentVolume caches have
+	// synced, while the serving certificate is valid, and until SIGTERM: only then does the
+	// Service send this replica admissions.
 	var server *webhook.Server
-	ready := func() bool { return versions.Ready() && policy.Ready() && server.Ready() }
+	ready := func() bool { return versions.Ready() && policy.Ready() && prebound.Ready() && server.Ready() }
 	server, err = webhook.NewServer(webhook.ServerConfig{
 		Addr:            o.listen,
 		CertFile:        o.certFile,
@@ -221,6 +223,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { versions.Run(ctx) })
 	wg.Go(func() { policy.Run(ctx) })
+	wg.Go(func() { prebound.Run(ctx) })
 	err = server.ListenAndServe(ctx)
 	cancel() // stop the informers too when the server failed on its own
 	wg.Wait()

@@ -181,18 +181,6 @@ spec:
 			[]string{"PersistentVolume/pv1: mapped: bucket bkt; mount option metadata-cache:ttl-secs:-1 -> --metadata-cache-ttl-secs=-1"}, false},
 		{"a profile StorageClass named on a PersistentVolume", pvAndClaim("pv1", "bkt", "  storageClassName: gcsfusecsi-serving", ""),
 			[]string{"PersistentVolume/pv1: warning: storageClassName gcsfusecsi-serving: the GKE driver applies that class's mountOptions and parameters"}, false},
-		{"a claim bound by the volume's claimRef only", `apiVersion: v1
-kind: PersistentVolume
-metadata: {name: pv1}
-spec:
-  claimRef: {name: c, namespace: ns}
-  csi: {driver: gcsfuse.csi.storage, volumeHandle: bkt}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: c, namespace: ns}
-spec: {}
-`, []string{"PersistentVolume/pv1: unchanged: bucket bkt", "PersistentVolumeClaim/ns/c: warning: no volumeName: PersistentVolume pv1 binds it by its claimRef"}, false},
 		{"a class of the GKE driver's name that names no bucket", `apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: gcs}
@@ -274,6 +262,50 @@ spec:
 				t.Errorf("Refused() = %v, want %v; the report:\n%s", rep.Refused(), tt.refused, out)
 			}
 		})
+	}
+}
+
+// A claim that only its volume's claimRef binds (no volumeName), applied with the volume
+// and the pod: the webhook finds the volume by its claimRef at the pod's admission, before
+// the PV controller binds the two, so the pod gets the sidecar and nothing is said of the
+// claim. A claimRef of another claim's UID binds nothing.
+func TestClaimBoundByClaimRefOnly(t *testing.T) {
+	manifest := func(refUID, claimUID string) string {
+		return `apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv1}
+spec:
+  claimRef: {name: c, namespace: ns, uid: "` + refUID + `"}
+  csi: {driver: gcsfuse.csi.storage, volumeHandle: bkt}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: c, namespace: ns, uid: "` + claimUID + `"}
+spec: {storageClassName: ""}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: user, namespace: ns}
+spec:
+  containers: [{name: app, image: app, volumeMounts: [{name: data, mountPath: /data}]}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: c}}]
+`
+	}
+	for _, uids := range [][2]string{{"", ""}, {"u1", "u1"}, {"", "u1"}} {
+		rep, out := auditYAML(t, manifest(uids[0], uids[1]))
+		for _, w := range []string{"PersistentVolume/pv1: unchanged: bucket bkt",
+			"Pod/ns/user volume data: unchanged: claim c -> PersistentVolume pv1; bucket bkt",
+			"Pod/ns/user pod: unchanged: sidecar injected (native)"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("claimRef uid %q, claim uid %q: no line has %q; the report:\n%s", uids[0], uids[1], w, out)
+			}
+		}
+		if strings.Contains(out, "PersistentVolumeClaim/ns/c") || rep.Count(Warning) > 0 {
+			t.Errorf("claimRef uid %q, claim uid %q: a finding on the claim, or a warning; the report:\n%s", uids[0], uids[1], out)
+		}
+	}
+	if _, out := auditYAML(t, manifest("u-old", "u-new")); strings.Contains(out, "sidecar injected") {
+		t.Errorf("a claimRef of another UID bound the claim; the report:\n%s", out)
 	}
 }
 

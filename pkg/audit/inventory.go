@@ -102,25 +102,30 @@ func (inv *Inventory) claim(namespace, name string) *corev1.PersistentVolumeClai
 }
 
 // boundVolume is the PersistentVolume claim name in namespace binds to: the one its
-// volumeName names, else one whose claimRef names it. byClaimRef tells the second case.
-func (inv *Inventory) boundVolume(namespace, name string) (pv *corev1.PersistentVolume, byClaimRef bool) {
-	if c := inv.claim(namespace, name); c != nil && c.Spec.VolumeName != "" {
-		return inv.pvs[c.Spec.VolumeName], false
+// volumeName names, else one whose claimRef names it (with the claim's UID when both have
+// one, as the webhook and the PV controller match them).
+func (inv *Inventory) boundVolume(namespace, name string) *corev1.PersistentVolume {
+	c := inv.claim(namespace, name)
+	if c != nil && c.Spec.VolumeName != "" {
+		return inv.pvs[c.Spec.VolumeName]
 	}
 	for _, e := range inv.entries {
 		pv, ok := e.obj.(*corev1.PersistentVolume)
-		if ok && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Name == name && sameNamespace(pv.Spec.ClaimRef.Namespace, namespace) {
-			return pv, true
+		if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != name || !sameNamespace(pv.Spec.ClaimRef.Namespace, namespace) {
+			continue
+		}
+		if r := pv.Spec.ClaimRef.UID; r == "" || c == nil || c.UID == "" || r == c.UID {
+			return pv
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // ClaimVolume implements webhook.VolumeClaims over the inventory, so that the webhook's
 // decision (Mutator.Review) sees a pod's claims as it would in the cluster. A claim of the
 // inventory that no PersistentVolume of it binds is pending, of its StorageClass.
 func (inv *Inventory) ClaimVolume(_ context.Context, namespace, claim string) (webhook.ClaimedVolume, error) {
-	pv, _ := inv.boundVolume(namespace, claim)
+	pv := inv.boundVolume(namespace, claim)
 	switch {
 	case pv == nil:
 		if c := inv.claim(namespace, claim); c != nil && c.Spec.VolumeName == "" {

@@ -162,14 +162,14 @@ func (a *auditor) profileClass(pv *corev1.PersistentVolume) {
 
 // claim judges a claim on what binds it: a claim that no PersistentVolume in the input
 // binds, of a class of the driver's, is provisioned by the driver, unless its class or the
-// claim itself is refused (pendingClaim).
+// claim itself is refused (pendingClaim). One that a volume binds, by the claim's
+// volumeName or the volume's claimRef alone, says nothing: the volume is judged on its
+// own, and the webhook resolves either (a claim, its volume and the pod applied at once
+// included: it finds the volume whose claimRef names the claim before the PV controller
+// binds them).
 func (a *auditor) claim(c *corev1.PersistentVolumeClaim) {
-	pv, byClaimRef := a.inv.boundVolume(c.Namespace, c.Name)
+	pv := a.inv.boundVolume(c.Namespace, c.Name)
 	switch {
-	case pv != nil && byClaimRef && pv.Spec.CSI != nil && isDriver(pv.Spec.CSI.Driver):
-		a.add("", Warning, "", fmt.Sprintf(
-			"no volumeName: PersistentVolume %s binds it by its claimRef, and a pod created before the binding (the same apply) gets no gcsfuse sidecar, its mount refused; set spec.volumeName: %s",
-			pv.Name, pv.Name))
 	case pv != nil:
 	case c.Spec.VolumeName != "":
 		a.add("", Note, "", fmt.Sprintf("PersistentVolume %s is not in the input: not audited", c.Spec.VolumeName))
@@ -262,7 +262,7 @@ func (a *auditor) podWith(ctx context.Context, meta metav1.ObjectMeta, spec core
 			drivers[v.CSI.Driver] = true
 		case v.PersistentVolumeClaim != nil:
 			claim := v.PersistentVolumeClaim.ClaimName
-			pv, _ := a.inv.boundVolume(ns, claim)
+			pv := a.inv.boundVolume(ns, claim)
 			c := a.inv.claim(ns, claim)
 			switch {
 			case pv != nil && pv.Spec.CSI != nil && isDriver(pv.Spec.CSI.Driver):

@@ -21,7 +21,8 @@ import (
 // plugin mounts the bucket, but nothing serves the mount. So the webhook injects the sidecar
 // into every pod that uses the driver, with or without the opt-in annotation: an inline CSI
 // volume of the driver (seen in the pod itself), a persistentVolumeClaim bound to one of
-// its PersistentVolumes (two GETs per claim at admission), a claim not bound yet whose
+// its PersistentVolumes (two GETs per claim at admission), a claim not bound yet that one
+// of its PersistentVolumes names in its claimRef (prebound.go), a claim not bound yet whose
 // StorageClass the driver provisions, or a generic ephemeral volume whose claim template
 // names such a class. The annotation still opts out ("false") and still chooses the mode.
 //
@@ -31,10 +32,12 @@ import (
 // ephemeral controller makes <pod>-<volume> after the pod). Such a volume is the driver's
 // when its StorageClass's provisioner is the driver name served, and its attributes are
 // the class's (classparams: what the provisioner will put in the PersistentVolume, but the
-// claim's own only-dir, which no admission decision reads). A class that provisions
-// nothing (kubernetes.io/no-provisioner) or no class at all binds only volumes made
-// beforehand, which admission cannot tell: such a claim stays unresolved, as an unbound
-// claim always was.
+// claim's own only-dir, which no admission decision reads). A PersistentVolume whose
+// claimRef names the claim comes first, whatever the class: the PV controller binds the
+// claim to it, not to a volume the class would provision. A class that provisions nothing
+// (kubernetes.io/no-provisioner) or no class at all binds only volumes made beforehand,
+// which admission cannot tell unless one names the claim: such a claim stays unresolved,
+// as an unbound claim always was.
 //
 // A claim is a volume like any other once resolved: the claims are looked up once per
 // admission, whatever the annotation says, and every decision that depends on which
@@ -63,8 +66,11 @@ const reservedParamPrefix = "csi.storage.k8s.io/"
 
 // ClaimedVolume is what a PersistentVolumeClaim resolves to.
 type ClaimedVolume struct {
-	// Bound is false when the claim names no volume yet, or it or its volume does not
-	// exist.
+	// Bound is set when the claim names its PersistentVolume and that exists, or names no
+	// volume yet but a PersistentVolume names it in its claimRef (pre-bound: the PV
+	// controller binds the two after admission); then Driver and Attributes are that
+	// volume's. It is false when the claim names no volume and none names it, or the
+	// claim or the volume it names does not exist.
 	Bound bool
 	// Driver is the CSI driver of the bound PersistentVolume ("" for a volume that is not
 	// CSI).
@@ -72,8 +78,9 @@ type ClaimedVolume struct {
 	// Attributes are the PersistentVolume's spec.csi.volumeAttributes: they ask for a file
 	// cache like an inline volume's.
 	Attributes map[string]string
-	// Pending is set for a claim that exists and names no volume yet: it gets the volume
-	// its StorageClass (StorageClassName) provisions, or one made for it beforehand.
+	// Pending is set for a claim that exists, names no volume yet and that no volume names:
+	// it gets the volume its StorageClass (StorageClassName) provisions, or one made
+	// beforehand.
 	Pending bool
 	// StorageClassName is a pending claim's spec.storageClassName: nil for the cluster's
 	// default class (the DefaultStorageClass admission plugin normally fills it in, so nil
@@ -96,8 +103,8 @@ type ClassedVolume struct {
 // VolumeClaims finds the CSI volume behind a pod's PersistentVolumeClaim or generic
 // ephemeral volume.
 type VolumeClaims interface {
-	// ClaimVolume resolves claim in namespace to its bound PersistentVolume, or says that
-	// it is pending and of which StorageClass.
+	// ClaimVolume resolves claim in namespace to its bound (or pre-bound) PersistentVolume,
+	// or says that it is pending and of which StorageClass.
 	ClaimVolume(ctx context.Context, namespace, claim string) (ClaimedVolume, error)
 	// ClassVolume finds the StorageClass className names, as a claim's
 	// spec.storageClassName does: nil for the cluster's default class (DefaultStorageClass;
@@ -107,8 +114,15 @@ type VolumeClaims interface {
 }
 
 // KubeVolumeClaims is the VolumeClaims of a live cluster (RBAC: get on
-// persistentvolumeclaims and persistentvolumes, get and list on storageclasses).
-type KubeVolumeClaims struct{ Client kubernetes.Interface }
+// persistentvolumeclaims and persistentvolumes, list and watch on persistentvolumes for
+// Prebound, get and list on storageclasses).
+type KubeVolumeClaims struct {
+	Client kubernetes.Interface
+	// Prebound finds the PersistentVolumes whose claimRef names a claim that names no
+	// volume yet. nil, or not synced yet: such a claim is pending, resolved through its
+	// StorageClass alone.
+	Prebound *PreboundVolumes
+}
 
 // ClaimVolume implements VolumeClaims.
 func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim string) (ClaimedVolume, error) {
@@ -119,7 +133,7 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
 	case pvc.Spec.VolumeName == "":
-		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
+		return k.unboundClaim(pvc)
 	}
 	pv, err := k.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	switch {
@@ -127,10 +141,33 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 		return ClaimedVolume{}, nil
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("volume %s of claim %s/%s: %w", pvc.Spec.VolumeName, namespace, claim, err)
-	case pv.Spec.CSI == nil:
-		return ClaimedVolume{Bound: true}, nil
 	}
-	return ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}, nil
+	return claimedVolume(pv), nil
+}
+
+// unboundClaim resolves a claim that names no volume: to the volume pre-bound to it, else
+// pending.
+func (k KubeVolumeClaims) unboundClaim(pvc *corev1.PersistentVolumeClaim) (ClaimedVolume, error) {
+	pvs, err := k.Prebound.volumesOf(pvc)
+	switch {
+	case err != nil:
+		return ClaimedVolume{}, fmt.Errorf("the PersistentVolumes pre-bound to claim %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	case len(pvs) == 0:
+		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
+	}
+	cv, err := preboundVolume(pvs)
+	if err != nil {
+		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return cv, nil
+}
+
+// claimedVolume is what a claim bound (or pre-bound) to pv resolves to.
+func claimedVolume(pv *corev1.PersistentVolume) ClaimedVolume {
+	if pv.Spec.CSI == nil {
+		return ClaimedVolume{Bound: true}
+	}
+	return ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}
 }
 
 // ClassVolume implements VolumeClaims: a GET of the class, or a list of the classes for
@@ -205,8 +242,9 @@ func classAttributes(params map[string]string) map[string]string {
 }
 
 // driverVolumes maps the name of every pod volume served by the driver (an inline CSI
-// volume, a claim bound to one of its PersistentVolumes or of a class it provisions, a
-// generic ephemeral volume of such a class) to its volumeAttributes (nil for none).
+// volume, a claim bound or pre-bound to one of its PersistentVolumes or of a class it
+// provisions, a generic ephemeral volume of such a class) to its volumeAttributes (nil for
+// none).
 type driverVolumes map[string]map[string]string
 
 func (d driverVolumes) has(name string) bool {
@@ -215,7 +253,8 @@ func (d driverVolumes) has(name string) bool {
 }
 
 // unresolvedClaim is a claim volume the webhook could not resolve: err is nil for a claim
-// that is not bound (or does not exist) and that no StorageClass tells about.
+// that is not bound (or does not exist) and that no volume's claimRef and no StorageClass
+// tells about.
 type unresolvedClaim struct {
 	volume, claim string
 	// ephemeral is set for a generic ephemeral volume, whose claim does not exist yet
@@ -401,7 +440,7 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 }
 
 // claim resolves the pod's volume name, the persistentVolumeClaim claim: its bound volume,
-// else its StorageClass.
+// or the one pre-bound to it by its claimRef, else its StorageClass.
 func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLookups, driver, namespace, name, claim string) {
 	cv, err := claims.ClaimVolume(ctx, namespace, claim)
 	switch {

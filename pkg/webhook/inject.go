@@ -45,9 +45,10 @@ type Config struct {
 	// Policy reads the namespace's ResourceQuotas and LimitRanges, to which the sidecar's
 	// resources are fitted (quotarules.go); nil: the sidecar gets the plain defaults.
 	Policy NamespacePolicy
-	// Claims resolves persistentVolumeClaim and generic ephemeral volumes (through their
-	// StorageClass when not bound yet), so that a pod using the driver through a claim gets
-	// the sidecar without the annotation; nil: only inline volumes are seen.
+	// Claims resolves persistentVolumeClaim and generic ephemeral volumes (when not bound
+	// yet, through the volume whose claimRef names the claim, else their StorageClass), so
+	// that a pod using the driver through a claim gets the sidecar without the annotation;
+	// nil: only inline volumes are seen.
 	Claims VolumeClaims
 	// DriverName is the CSI driver name the driver is installed under (one of
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
@@ -535,11 +536,11 @@ func legacyIndex(containers []corev1.Container) int {
 // back the next ones once started, so they only get a warning: their reads of the bucket
 // wait until the legacy sidecar starts.
 //
-// ours are the volumes of driverUsage: inline CSI volumes of our driver, claims bound to
-// its PersistentVolumes, and claims and generic ephemeral volumes of a StorageClass it
-// provisions. A claim not bound yet without such a class (none, or one that provisions
-// nothing) cannot be told apart and is admitted (with a warning from
-// usage.injectedWarnings when an init container mounts it).
+// ours are the volumes of driverUsage: inline CSI volumes of our driver, claims bound or
+// pre-bound (claimRef) to its PersistentVolumes, and claims and generic ephemeral volumes
+// of a StorageClass it provisions. A claim not bound yet without such a volume or class
+// (none, or one that provisions nothing) cannot be told apart and is admitted (with a
+// warning from usage.injectedWarnings when an init container mounts it).
 func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
 	var blocked, warnings []string
 	for _, c := range init {

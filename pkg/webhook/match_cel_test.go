@@ -65,7 +65,9 @@ func TestMatchConditionsRoute(t *testing.T) {
 		}
 		return true
 	}
-	vol := func(name string, src corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: src} }
+	vol := func(name string, src corev1.VolumeSource) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: src}
+	}
 	class := "gcs"
 	ephemeral := corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class}}}}

@@ -16,10 +16,11 @@ import (
 )
 
 // TestInjectionWithoutAnnotation: a pod that uses the driver gets the sidecar without the
-// opt-in annotation, through an inline volume or a claim bound to one of the driver's
-// PersistentVolumes, and runs to completion with its object in the bucket. A pod whose
-// claim binds only after admission has no sidecar: its mount is refused with an Event that
-// says so, instead of hanging.
+// opt-in annotation, through an inline volume, a claim bound to one of the driver's
+// PersistentVolumes, or a claim not bound yet that one of them names in its claimRef (the
+// three created at once), and runs to completion with its object in the bucket. A pod
+// whose claim names a volume made only after admission has no sidecar: its mount is refused
+// with an Event that says so, instead of hanging.
 func TestInjectionWithoutAnnotation(t *testing.T) {
 	run := func(t *testing.T, name string, vol corev1.Volume, bucket string) {
 		t.Helper()
@@ -49,6 +50,24 @@ func TestInjectionWithoutAnnotation(t *testing.T) {
 		bucket := newBucket(t)
 		claim := staticClaim(t, bucket, true)
 		waitClaimBound(t, claim)
+		run(t, podName(t, ""), claimVolumeOf("bucket", claim), bucket)
+	})
+	t.Run("pv-prebound-by-claimref-same-apply", func(t *testing.T) {
+		t.Parallel()
+		bucket := newBucket(t)
+		// A claim of no class that names no volume, then a volume whose claimRef names it,
+		// then the pod at once, as one kubectl apply makes them: at admission the PV
+		// controller has not bound the two yet.
+		claim := "claim-" + bucket
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: ptr(""),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create claim: %v", err)
+		}
+		createPV(t, claim, bucket)
 		run(t, podName(t, ""), claimVolumeOf("bucket", claim), bucket)
 	})
 	t.Run("claim-bound-after-admission", func(t *testing.T) {

@@ -1,0 +1,31 @@
+package chart
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// TestWebhookRBAC checks the webhook's ClusterRole: exactly what it reads (the template says
+// why each rule), nothing it writes, granted to its own ServiceAccount alone.
+func TestWebhookRBAC(t *testing.T) {
+	r := render(t, otherNS)
+	wantRules(t, only[*rbacv1.ClusterRole](t, r, webhookName).Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+		// get: a bound claim's volume; list and watch: the cache of the volumes pre-bound by
+		// their claimRef to a claim not bound yet.
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"resourcequotas", "limitranges"}, Verbs: []string{"list", "watch"}},
+	})
+	sa := only[*corev1.ServiceAccount](t, r, webhookName)
+	b := only[*rbacv1.ClusterRoleBinding](t, r, webhookName)
+	if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != webhookName || b.RoleRef.APIGroup != rbacv1.GroupName {
+		t.Errorf("roleRef %+v, want ClusterRole %s", b.RoleRef, webhookName)
+	}
+	if len(b.Subjects) != 1 || b.Subjects[0].Kind != rbacv1.ServiceAccountKind || b.Subjects[0].Name != sa.Name || b.Subjects[0].Namespace != otherNS {
+		t.Errorf("subjects %+v, want the ServiceAccount %s/%s", b.Subjects, otherNS, sa.Name)
+	}
+}

@@ -1,0 +1,154 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// A PersistentVolume made beforehand for one claim names it in spec.claimRef (namespace and
+// name), and the claim names no volume: the PV controller binds the two (sets the claim's
+// volumeName) a moment after both exist. Applied together with the pod (one kubectl apply,
+// or Kubernetes' storage e2e "a PVC followed by a pre-bound PV" and then the pod), the claim
+// is not bound yet at the pod's admission, and its storageClassName may name a class that
+// does not exist. The PV controller binds a claim to a volume whose claimRef names it
+// before anything else, whatever the claim's class (FindMatchingVolume,
+// k8s.io/component-helpers/storage/volume): so does the webhook, from a cache of the
+// cluster's PersistentVolumes indexed by the claim their claimRef names, an admission
+// costing no API call for it.
+//
+// The cache is as fresh as its watch: a volume created a moment before the pod is in it
+// once its watch event has arrived, normally within milliseconds, while the claim's GET
+// earlier in the same admission is still under way. A volume created after the pod still
+// leaves the claim unresolved (a warning, then a mount refused for want of the sidecar), as
+// does a claim whose volumeName names a volume that does not exist yet: the PV controller
+// binds a claim that names a volume only to that one.
+
+// claimRefIndex indexes the cached PersistentVolumes by their claimRef's "namespace/name".
+const claimRefIndex = "claimRef"
+
+// PreboundVolumes is a cache of the cluster's PersistentVolumes (RBAC: list and watch)
+// that finds the ones pre-bound to a claim by their claimRef. Run must be running for it to
+// fill; until it has synced it finds nothing.
+type PreboundVolumes struct {
+	factory informers.SharedInformerFactory
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+}
+
+// NewPreboundVolumes builds a PreboundVolumes. client is used for a long-running watch and
+// must not have a request timeout.
+func NewPreboundVolumes(client kubernetes.Interface) *PreboundVolumes {
+	// Only a volume's claimRef and CSI driver and attributes matter here: dropping the rest
+	// keeps the cache small on clusters with many volumes.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimVolume))
+	informer := factory.InformerFor(&corev1.PersistentVolume{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewPersistentVolumeInformer(c, resync, cache.Indexers{claimRefIndex: claimRefKey})
+	})
+	return &PreboundVolumes{factory: factory, indexer: informer.GetIndexer(), synced: informer.HasSynced}
+}
+
+// claimRefKey is the claimRefIndex key of a PersistentVolume: none without a claimRef.
+func claimRefKey(obj any) ([]string, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil {
+		return nil, nil
+	}
+	return []string{pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name}, nil
+}
+
+// trimVolume keeps the parts of a PersistentVolume that PreboundVolumes reads: of one
+// without a claimRef (found by no look-up until an update gives it one, which comes whole)
+// only its name.
+func trimVolume(obj any) (any, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{
+		Name: pv.Name, UID: pv.UID, ResourceVersion: pv.ResourceVersion, DeletionTimestamp: pv.DeletionTimestamp}}
+	if r := pv.Spec.ClaimRef; r != nil {
+		out.Spec.ClaimRef = &corev1.ObjectReference{Namespace: r.Namespace, Name: r.Name, UID: r.UID}
+		if c := pv.Spec.CSI; c != nil {
+			out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: c.Driver, VolumeAttributes: c.VolumeAttributes}
+		}
+	}
+	return out, nil
+}
+
+// Run starts the informer, waits for its cache and then blocks until ctx is done; it
+// returns once the informer's goroutines have stopped.
+func (p *PreboundVolumes) Run(ctx context.Context) {
+	p.factory.Start(ctx.Done())
+	defer p.factory.Shutdown()
+	cache.WaitForCacheSync(ctx.Done(), p.synced)
+	<-ctx.Done()
+}
+
+// Ready reports whether the cache has synced: before that, a pod whose claim a volume's
+// claimRef binds would get no sidecar.
+func (p *PreboundVolumes) Ready() bool { return p.synced() }
+
+// volumesOf are the PersistentVolumes pre-bound to pvc, sorted by name: those whose
+// claimRef names it, with its UID when the claimRef has one (the PV controller's
+// IsVolumeBoundToClaim; a volume released by an earlier claim of that name keeps that
+// claim's UID), and not being deleted (the PV controller binds none of those). None when p
+// is nil or its cache has not synced yet: the claim is then resolved as if no volume were
+// pre-bound to it.
+func (p *PreboundVolumes) volumesOf(pvc *corev1.PersistentVolumeClaim) ([]*corev1.PersistentVolume, error) {
+	if p == nil || !p.synced() {
+		return nil, nil
+	}
+	objs, err := p.indexer.ByIndex(claimRefIndex, pvc.Namespace+"/"+pvc.Name)
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.PersistentVolume
+	for _, o := range objs {
+		pv, ok := o.(*corev1.PersistentVolume)
+		if !ok || pv.Spec.ClaimRef == nil || pv.DeletionTimestamp != nil ||
+			(pv.Spec.ClaimRef.UID != "" && pv.Spec.ClaimRef.UID != pvc.UID) {
+			continue
+		}
+		out = append(out, pv)
+	}
+	slices.SortFunc(out, func(a, b *corev1.PersistentVolume) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// preboundVolume is what a claim resolves to through the volumes pre-bound to it (at least
+// one): the first's. Several of different drivers are an error: which one the PV controller
+// binds cannot be told.
+func preboundVolume(pvs []*corev1.PersistentVolume) (ClaimedVolume, error) {
+	for _, pv := range pvs[1:] {
+		if a, b := volumeDriver(pvs[0]), volumeDriver(pv); a != b {
+			return ClaimedVolume{}, fmt.Errorf("PersistentVolumes %s (%s) and %s (%s) both name it in their claimRef",
+				pvs[0].Name, driverOrNone(a), pv.Name, driverOrNone(b))
+		}
+	}
+	return claimedVolume(pvs[0]), nil
+}
+
+// volumeDriver is a PersistentVolume's CSI driver, "" for a volume that is not CSI.
+func volumeDriver(pv *corev1.PersistentVolume) string {
+	if pv.Spec.CSI == nil {
+		return ""
+	}
+	return pv.Spec.CSI.Driver
+}
+
+func driverOrNone(driver string) string {
+	if driver == "" {
+		return "not a CSI volume"
+	}
+	return "driver " + driver
+}

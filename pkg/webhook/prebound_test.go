@@ -1,0 +1,273 @@
+package webhook
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// unboundClaim is a claim in namespace ns with uid, of class (nil: the field is absent),
+// that names no volume.
+func unboundClaim(name, uid string, class *string) *corev1.PersistentVolumeClaim {
+	c := pendingClaim(name, class)
+	c.UID = types.UID(uid)
+	return c
+}
+
+// preboundPV is a PersistentVolume of the CSI driver (nil driver: an NFS volume) whose
+// claimRef names ns/claim, with uid when not empty.
+func preboundPV(name, driver, claim, uid string, attrs map[string]string) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: claim, UID: types.UID(uid)},
+	}}
+	if driver == "" {
+		pv.Spec.NFS = &corev1.NFSVolumeSource{Server: "s", Path: "/"}
+	} else {
+		pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "bucket", VolumeAttributes: attrs}
+	}
+	return pv
+}
+
+// fileCache are volume attributes that ask for a file cache.
+var fileCache = map[string]string{contract.AttrFileCacheCapacity: "1Gi"}
+
+// preboundCluster is a cluster of claims that name no volume and of the volumes whose
+// claimRef names them: of the driver (pre, of a class that does not exist; uid-match, the
+// claimRef with the claim's UID), of another driver (theirs, of a class of the driver's),
+// not CSI (nfs), a volume released by an earlier claim of the name (uid-mismatch, the
+// claimRef with another UID), one being deleted (deleting), one in another namespace
+// (elsewhere), two of different drivers (ambiguous). named names a volume that does not
+// exist yet, while another names it in its claimRef: the claim waits for its own.
+func preboundCluster() []runtime.Object {
+	deleting := preboundPV("pv-deleting", contract.DriverName, "deleting", "", nil)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	deleting.Finalizers = []string{"kubernetes.io/pv-protection"}
+	elsewhere := preboundPV("pv-elsewhere", contract.DriverName, "elsewhere", "", nil)
+	elsewhere.Spec.ClaimRef.Namespace = "other"
+	named := unboundClaim("named", "u-named", ptr(""))
+	named.Spec.VolumeName = "pv-later"
+	return []runtime.Object{
+		storageClass("gcs", contract.DriverName, gcsParams, false, 100),
+		unboundClaim("pre", "u-pre", ptr("nosuch")),
+		preboundPV("pv-pre", contract.DriverName, "pre", "", fileCache),
+		unboundClaim("uid-match", "u-match", ptr("")),
+		preboundPV("pv-uid-match", contract.DriverName, "uid-match", "u-match", fileCache),
+		unboundClaim("theirs", "u-theirs", ptr("gcs")),
+		preboundPV("pv-theirs", "ebs.csi.aws.com", "theirs", "", fileCache),
+		unboundClaim("nfs", "u-nfs", ptr("gcs")),
+		preboundPV("pv-nfs", "", "nfs", "", nil),
+		unboundClaim("uid-mismatch", "u-new", ptr("")),
+		preboundPV("pv-released", contract.DriverName, "uid-mismatch", "u-old", fileCache),
+		unboundClaim("deleting", "u-deleting", ptr("")),
+		deleting,
+		unboundClaim("elsewhere", "u-elsewhere", ptr("")),
+		elsewhere,
+		unboundClaim("ambiguous", "u-ambiguous", ptr("")),
+		preboundPV("pv-ambiguous-a", contract.DriverName, "ambiguous", "", nil),
+		preboundPV("pv-ambiguous-b", "ebs.csi.aws.com", "ambiguous", "", nil),
+		named,
+		preboundPV("pv-named-too", contract.DriverName, "named", "", nil),
+	}
+}
+
+// startPrebound runs a PreboundVolumes until the test ends and waits for its cache.
+func startPrebound(t *testing.T, client *fake.Clientset) *PreboundVolumes {
+	t.Helper()
+	p := NewPreboundVolumes(client)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, p.Ready)
+	return p
+}
+
+// A claim that names no volume resolves to the PersistentVolume whose claimRef names it
+// (its UID too, when the claimRef has one), whatever its class, as the PV controller binds
+// them; without one, or before the cache has synced, it is pending as before. A claim that
+// names a volume is resolved through that name alone.
+func TestKubeVolumeClaimsPrebound(t *testing.T) {
+	cs := fake.NewClientset(preboundCluster()...)
+	k := KubeVolumeClaims{Client: cs, Prebound: startPrebound(t, cs)}
+	for _, tt := range []struct {
+		claim   string
+		want    ClaimedVolume
+		wantErr string
+	}{
+		{claim: "pre", want: ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: fileCache}},
+		{claim: "uid-match", want: ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: fileCache}},
+		{claim: "theirs", want: ClaimedVolume{Bound: true, Driver: "ebs.csi.aws.com", Attributes: fileCache}},
+		{claim: "nfs", want: ClaimedVolume{Bound: true}},
+		{claim: "uid-mismatch", want: ClaimedVolume{Pending: true, StorageClassName: ptr("")}},
+		{claim: "deleting", want: ClaimedVolume{Pending: true, StorageClassName: ptr("")}},
+		{claim: "elsewhere", want: ClaimedVolume{Pending: true, StorageClassName: ptr("")}},
+		{claim: "ambiguous", wantErr: "claim ns/ambiguous: PersistentVolumes pv-ambiguous-a (driver gcsfuse.csi.storage) and pv-ambiguous-b (driver ebs.csi.aws.com) both name it in their claimRef"},
+		{claim: "named", want: ClaimedVolume{}},
+		{claim: "nosuch", want: ClaimedVolume{}},
+	} {
+		got, err := k.ClaimVolume(context.Background(), "ns", tt.claim)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ClaimVolume(%s) = %+v, %v; want error %q", tt.claim, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ClaimVolume(%s) = %+v, %v; want %+v", tt.claim, got, err, tt.want)
+		}
+	}
+	// A claim that names no volume costs its GET and no other call: the volumes come from
+	// the cache.
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource == "persistentvolumes" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			if g, ok := a.(interface{ GetName() string }); !ok || g.GetName() != "pv-later" {
+				t.Errorf("a PersistentVolume call beside the cache's list and watch: %s %v", a.GetVerb(), a)
+			}
+		}
+	}
+}
+
+// Until its cache has synced PreboundVolumes finds nothing, even what its indexer holds: a
+// claim is resolved as it was without it.
+func TestKubeVolumeClaimsPreboundNotSynced(t *testing.T) {
+	cs := fake.NewClientset(preboundCluster()...)
+	p := NewPreboundVolumes(cs)
+	if p.Ready() {
+		t.Fatal("ready before Run")
+	}
+	if err := p.indexer.Add(preboundPV("pv-pre", contract.DriverName, "pre", "", fileCache)); err != nil {
+		t.Fatal(err)
+	}
+	k := KubeVolumeClaims{Client: cs, Prebound: p}
+	want := ClaimedVolume{Pending: true, StorageClassName: ptr("nosuch")}
+	if got, err := k.ClaimVolume(context.Background(), "ns", "pre"); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("not synced: ClaimVolume(pre) = %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := (KubeVolumeClaims{Client: cs}).ClaimVolume(context.Background(), "ns", "pre"); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("no PreboundVolumes: ClaimVolume(pre) = %+v, %v; want %+v", got, err, want)
+	}
+	p.synced = func() bool { return true } // what the indexer holds is found once synced
+	if got, err := k.ClaimVolume(context.Background(), "ns", "pre"); err != nil || !got.Bound || got.Driver != contract.DriverName {
+		t.Errorf("synced: ClaimVolume(pre) = %+v, %v; want the driver's volume", got, err)
+	}
+}
+
+// The cache follows the cluster (a volume made after the claim, the shape of one apply, is
+// found once its watch event has arrived) and keeps only what it reads of a volume.
+func TestPreboundVolumesCache(t *testing.T) {
+	cs := fake.NewClientset(unboundClaim("later", "u-later", ptr("")),
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "free", Labels: map[string]string{"a": "b"}},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+				CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "bucket"}}}})
+	p := startPrebound(t, cs)
+	k := KubeVolumeClaims{Client: cs, Prebound: p}
+	if got, err := k.ClaimVolume(context.Background(), "ns", "later"); err != nil || !got.Pending {
+		t.Fatalf("before its volume: ClaimVolume(later) = %+v, %v; want pending", got, err)
+	}
+	pv := preboundPV("pv-later", contract.DriverName, "later", "", fileCache)
+	pv.Labels = map[string]string{"a": "b"}
+	pv.Spec.MountOptions = []string{"implicit-dirs"}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		got, err := k.ClaimVolume(context.Background(), "ns", "later")
+		return err == nil && got.Bound && got.Driver == contract.DriverName && reflect.DeepEqual(got.Attributes, fileCache)
+	})
+
+	obj, ok, err := p.indexer.GetByKey("pv-later")
+	if err != nil || !ok {
+		t.Fatalf("pv-later not cached: %v", err)
+	}
+	want := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-later"}, Spec: corev1.PersistentVolumeSpec{
+		ClaimRef:               &corev1.ObjectReference{Namespace: "ns", Name: "later"},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeAttributes: fileCache}},
+	}}
+	got := obj.(*corev1.PersistentVolume).DeepCopy()
+	got.ResourceVersion = ""
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("cached volume not trimmed: %+v, want %+v", got, want)
+	}
+	obj, ok, err = p.indexer.GetByKey("free")
+	if err != nil || !ok {
+		t.Fatalf("free not cached: %v", err)
+	}
+	if free := obj.(*corev1.PersistentVolume); len(free.Labels) > 0 || free.Spec.CSI != nil {
+		t.Errorf("a volume without claimRef cached with more than its name: %+v", free)
+	}
+}
+
+// At admission, a pod whose claim a PersistentVolume of the driver is pre-bound to gets the
+// sidecar, the volume's attributes deciding the file cache; one of another driver's is not
+// ours, without a warning; a claimRef of another claim's UID, or a cache not synced yet,
+// leaves the claim to its class, as before.
+func TestPreboundClaimsInjected(t *testing.T) {
+	noAnnotation := func(vols ...corev1.Volume) *corev1.Pod {
+		return newPod(func(p *corev1.Pod) {
+			delete(p.Annotations, contract.AnnotationInject)
+			p.Spec.Volumes = vols
+		})
+	}
+	for _, tt := range []struct {
+		name        string
+		notSynced   bool
+		pod         *corev1.Pod
+		inject      bool
+		wantWarning string
+	}{
+		{name: "pre-bound to the driver's volume, of a class that does not exist", pod: noAnnotation(claimVolume("data", "pre")), inject: true},
+		{name: "pre-bound with the claim's UID", pod: noAnnotation(claimVolume("data", "uid-match")), inject: true},
+		{name: "pre-bound to another driver's volume, of the driver's class", pod: noAnnotation(claimVolume("data", "theirs"))},
+		{name: "pre-bound to a volume that is not CSI", pod: noAnnotation(claimVolume("data", "nfs"))},
+		{name: "claimRef of another UID", pod: noAnnotation(claimVolume("data", "uid-mismatch")), wantWarning: "claim uid-mismatch is not bound"},
+		{name: "pre-bound by two volumes of different drivers", pod: noAnnotation(claimVolume("data", "ambiguous")),
+			wantWarning: "volume data: cannot tell whether claim ambiguous is a gcsfuse.csi.storage volume (claim ns/ambiguous: PersistentVolumes pv-ambiguous-a"},
+		{name: "naming a volume that does not exist yet", pod: noAnnotation(claimVolume("data", "named")), wantWarning: "claim named is not bound"},
+		{name: "cache not synced", notSynced: true, pod: noAnnotation(claimVolume("data", "pre")),
+			wantWarning: `cannot tell whether claim pre is a gcsfuse.csi.storage volume (StorageClass nosuch: storageclasses.storage.k8s.io "nosuch" not found)`},
+		{name: "cache not synced, of the driver's class", notSynced: true, pod: noAnnotation(claimVolume("data", "theirs")), inject: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset(preboundCluster()...)
+			cfg := testConfig()
+			if tt.notSynced {
+				cfg.Claims = KubeVolumeClaims{Client: cs, Prebound: NewPreboundVolumes(cs)}
+			} else {
+				cfg.Claims = KubeVolumeClaims{Client: cs, Prebound: startPrebound(t, cs)}
+			}
+			m, err := NewMutator(cfg, modern, discardLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, out := mustAdmit(t, m, tt.pod)
+			injected := out.Annotations[contract.AnnotationInjected] != ""
+			if injected != tt.inject {
+				t.Fatalf("injected = %v, want %v (patch %s, warnings %q)", injected, tt.inject, resp.Patch, resp.Warnings)
+			}
+			if injected {
+				// The volume (or, unsynced, the class) asks for a file cache.
+				c, isInit := sidecarOf(t, out)
+				if !isInit || !hasVolume(out, contract.CacheVolumeName) {
+					t.Errorf("native %v, cache volume %v; want both (sidecar mounts %v)", isInit, hasVolume(out, contract.CacheVolumeName), c.VolumeMounts)
+				}
+			}
+			if tt.wantWarning != "" && !containsSubstring(resp.Warnings, tt.wantWarning) {
+				t.Fatalf("warnings = %q, want one with %q", resp.Warnings, tt.wantWarning)
+			}
+			if tt.wantWarning == "" && len(resp.Warnings) > 0 {
+				t.Fatalf("unexpected warnings %q", resp.Warnings)
+			}
+		})
+	}
+}
