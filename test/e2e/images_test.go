@@ -30,6 +30,9 @@ func TestImages(t *testing.T) {
 			t.Fatalf("pods %s: %v (%d found)", c.selector, err, len(pods.Items))
 		}
 		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue // on its way out (a rollout, a test that killed it): not what serves
+			}
 			ctr := p.Spec.Containers[0]
 			st := containerStatus(&p, ctr.Name)
 			if ctr.Image != c.image || st == nil || !st.Ready || st.ImageID == "" {
