@@ -135,24 +135,7 @@ func TestUnboundClaimsThroughTheirClass(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, out := mustAdmit(t, m, tt.pod)
-			injected := out.Annotations[contract.AnnotationInjected] != ""
-			if injected != tt.inject {
-				t.Fatalf("injected = %v, want %v (patch %s, warnings %q)", injected, tt.inject, resp.Patch, resp.Warnings)
-			}
-			if injected {
-				// The class asks for a file cache: its attributes are the volume's.
-				c, isInit := sidecarOf(t, out)
-				if !isInit || !hasVolume(out, contract.CacheVolumeName) {
-					t.Errorf("native %v, cache volume %v; want both (sidecar mounts %v)", isInit, hasVolume(out, contract.CacheVolumeName), c.VolumeMounts)
-				}
-			}
-			if tt.wantWarning != "" && !containsSubstring(resp.Warnings, tt.wantWarning) {
-				t.Fatalf("warnings = %q, want one with %q", resp.Warnings, tt.wantWarning)
-			}
-			if tt.wantWarning == "" && len(resp.Warnings) > 0 {
-				t.Fatalf("unexpected warnings %q", resp.Warnings)
-			}
+			checkCachedInjection(t, m, tt.pod, tt.inject, tt.wantWarning)
 		})
 	}
 }
@@ -257,5 +240,29 @@ func TestClassAttributes(t *testing.T) {
 		"csi.storage.k8s.io/provisioner-secret-name": "s"}
 	if got, want := classAttributes(bad), map[string]string{contract.AttrBucketName: "data", contract.AttrMountOptions: "implicit-dirs"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("refused class: %v, want %v", got, want)
+	}
+}
+
+// checkCachedInjection admits pod and checks that it gets the native sidecar with the file
+// cache volume (the volume's attributes ask for a cache) when inject is set, none otherwise,
+// and exactly the warning wantWarning ("" for none).
+func checkCachedInjection(t *testing.T, m *Mutator, pod *corev1.Pod, inject bool, wantWarning string) {
+	t.Helper()
+	resp, out := mustAdmit(t, m, pod)
+	injected := out.Annotations[contract.AnnotationInjected] != ""
+	if injected != inject {
+		t.Fatalf("injected = %v, want %v (patch %s, warnings %q)", injected, inject, resp.Patch, resp.Warnings)
+	}
+	if injected {
+		c, isInit := sidecarOf(t, out)
+		if !isInit || !hasVolume(out, contract.CacheVolumeName) {
+			t.Errorf("native %v, cache volume %v; want both (sidecar mounts %v)", isInit, hasVolume(out, contract.CacheVolumeName), c.VolumeMounts)
+		}
+	}
+	if wantWarning != "" && !containsSubstring(resp.Warnings, wantWarning) {
+		t.Fatalf("warnings = %q, want one with %q", resp.Warnings, wantWarning)
+	}
+	if wantWarning == "" && len(resp.Warnings) > 0 {
+		t.Fatalf("unexpected warnings %q", resp.Warnings)
 	}
 }

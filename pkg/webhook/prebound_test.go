@@ -250,24 +250,7 @@ func TestPreboundClaimsInjected(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, out := mustAdmit(t, m, tt.pod)
-			injected := out.Annotations[contract.AnnotationInjected] != ""
-			if injected != tt.inject {
-				t.Fatalf("injected = %v, want %v (patch %s, warnings %q)", injected, tt.inject, resp.Patch, resp.Warnings)
-			}
-			if injected {
-				// The volume (or, unsynced, the class) asks for a file cache.
-				c, isInit := sidecarOf(t, out)
-				if !isInit || !hasVolume(out, contract.CacheVolumeName) {
-					t.Errorf("native %v, cache volume %v; want both (sidecar mounts %v)", isInit, hasVolume(out, contract.CacheVolumeName), c.VolumeMounts)
-				}
-			}
-			if tt.wantWarning != "" && !containsSubstring(resp.Warnings, tt.wantWarning) {
-				t.Fatalf("warnings = %q, want one with %q", resp.Warnings, tt.wantWarning)
-			}
-			if tt.wantWarning == "" && len(resp.Warnings) > 0 {
-				t.Fatalf("unexpected warnings %q", resp.Warnings)
-			}
+			checkCachedInjection(t, m, tt.pod, tt.inject, tt.wantWarning)
 		})
 	}
 }
