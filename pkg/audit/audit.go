@@ -9,7 +9,7 @@
 // mountopts.Explain (which calls mountopts.FromAttributes, as NodePublishVolume does),
 // mountopts.CheckAccessType, contract.ValidVolumeName and credentials.Choose (which
 // credentials.Build calls first); a claim of a class of the driver that no volume binds yet,
-// and the class itself, through provision.CheckClaim (Provision's check of the claim and
+// and the class itself, through classparams.CheckClaim (Provision's check of the claim and
 // its class) and then those checks on the PersistentVolume it would make; a pod through
 // webhook.Mutator.Review, the webhook's own decision on that pod. So the audit and the
 // driver cannot disagree, and a refusal here carries the driver's own words.

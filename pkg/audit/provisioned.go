@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/provision"
 )
 
 // A claim that no PersistentVolume binds, of a StorageClass whose provisioner is one of the
@@ -17,7 +17,7 @@ import (
 // directory of its own in the class's bucket. Such a claim is a PersistentVolumeClaim of the
 // input, a StatefulSet's volumeClaimTemplate (a claim per replica) or a pod's generic
 // ephemeral volume (a claim per pod), and each is judged the same way: by the provisioner's
-// own check of the claim and its class (provision.CheckClaim, which Provision runs before
+// own check of the claim and its class (classparams.CheckClaim, which Provision runs before
 // it touches the bucket), then by NodePublishVolume's checks (judgeVolume) on the
 // PersistentVolume it would make. What neither can tell, whether the bucket exists and the
 // provisioner's identity may write to it, the audit cannot tell either.
@@ -47,9 +47,9 @@ func claimVolumeName(c *corev1.PersistentVolumeClaim) string {
 func (c pendingClaim) provisioned() verdict {
 	name := c.volumeName
 	if name == "" {
-		name = provision.ExampleVolumeName
+		name = classparams.ExampleVolumeName
 	}
-	pc, err := provision.CheckClaim(c.class, c.spec, name)
+	pc, err := classparams.CheckClaim(c.class, c.spec, name)
 	if err != nil {
 		return verdict{verdict: Refused, stage: StageProvisioning, detail: err.Error()}
 	}

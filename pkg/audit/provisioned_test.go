@@ -30,7 +30,7 @@ var badClass = class("bad", ours, "parameters: {bucketName: bkt, bogus: \"1\"}")
 
 // TestProvisioning: a class of the driver, a claim no PersistentVolume binds, a
 // StatefulSet's volumeClaimTemplate and a pod's generic ephemeral volume are judged by the
-// provisioner's own check (provision.CheckClaim) and then the node plugin's, each with the
+// provisioner's own check (classparams.CheckClaim) and then the node plugin's, each with the
 // directory the claim gets or the reason it is refused.
 func TestProvisioning(t *testing.T) {
 	for _, tt := range []struct {

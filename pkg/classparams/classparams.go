@@ -1,8 +1,10 @@
 // Package classparams says what a StorageClass of this driver means: which bucket its
-// claims live in, under which directory, and which volume attributes the PersistentVolumes
-// provisioned for it carry. The provisioner (pkg/provision) makes volumes from it and the
-// webhook (pkg/webhook) reads it to recognise a claim of the driver before it is bound, so
-// both read one definition.
+// claims live in, under which directory, which volume attributes the PersistentVolumes
+// provisioned for it carry, and which claims it cannot provision (CheckClaim). The
+// provisioner (pkg/provision) makes volumes from it, the webhook (pkg/webhook) reads it to
+// recognise a claim of the driver before it is bound, and the audit (pkg/audit) judges
+// classes and claims by it, so all three read one definition. It imports no client, so
+// that kubectl-gcsfuse links none of the provisioner's.
 //
 // A claim of the class gets a directory of its own in the class's bucket,
 // <pathPrefix>/<volume name>, mounted with only-dir: what one claim writes, no other claim

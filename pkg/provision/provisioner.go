@@ -25,13 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
-
-// handleSeparator joins the bucket and the directory in a volume handle, "bucket:dir": the
-// node plugin takes the bucket from the handle's part before it (bucketFromHandle) and the
-// directory comes from the volume's only-dir; Delete reads both back from it.
-const handleSeparator = ":"
 
 // Config configures a Provisioner.
 type Config struct {
@@ -73,13 +69,13 @@ func New(cfg Config) (*Provisioner, error) {
 // the claim itself (bad class, block mode, missing bucket, no rights) is final: the library
 // records it as a ProvisioningFailed Event on the claim and retries with back-off, so a
 // bucket made or a right granted later is picked up without touching the claim. What it
-// checks of the claim and its class alone is CheckClaim, which the audit runs too.
+// checks of the claim and its class alone is classparams.CheckClaim, which the audit runs too.
 func (p *Provisioner) Provision(ctx context.Context, o controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
 	if o.PVC == nil || o.StorageClass == nil {
 		return nil, controller.ProvisioningFinished, errors.New("no claim or class to provision for")
 	}
-	c, err := CheckClaim(o.StorageClass, o.PVC.Spec, o.PVName)
+	c, err := classparams.CheckClaim(o.StorageClass, o.PVC.Spec, o.PVName)
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
@@ -118,7 +114,7 @@ func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
 		return &controller.IgnoredError{Reason: "not a volume of " + p.cfg.DriverName}
 	}
-	bucket, dir, ok := strings.Cut(pv.Spec.CSI.VolumeHandle, handleSeparator)
+	bucket, dir, ok := strings.Cut(pv.Spec.CSI.VolumeHandle, classparams.HandleSeparator)
 	if !ok || bucket == "" || path.Base(dir) != pv.Name || path.Clean(dir) != dir || strings.HasPrefix(dir, "/") || strings.Contains(dir, "..") {
 		return fmt.Errorf("volume %s: handle %q is not one this provisioner made (bucket:<dir>/%s); its objects are left alone", pv.Name, pv.Spec.CSI.VolumeHandle, pv.Name)
 	}
@@ -140,14 +136,6 @@ func (p *Provisioner) explain(err error, bucket, permission string) error {
 		return fmt.Errorf("%w: %s lacks %s on bucket %s; grant it roles/storage.objectUser (or a role with storage.buckets.get, storage.objects.create, list and delete) on the bucket", err, p.cfg.Identity, permission, bucket)
 	}
 	return err
-}
-
-// reclaimPolicy is the class's policy, Delete when it sets none (as Kubernetes defaults).
-func reclaimPolicy(p *v1.PersistentVolumeReclaimPolicy) v1.PersistentVolumeReclaimPolicy {
-	if p == nil {
-		return v1.PersistentVolumeReclaimDelete
-	}
-	return *p
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package provision
+package classparams
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
@@ -16,10 +15,10 @@ import (
 // of a manifest, of a class, of a StatefulSet's volumeClaimTemplate).
 const ExampleVolumeName = "pvc-00000000-0000-0000-0000-000000000000"
 
-// Claim is what Provision makes of a claim CheckClaim accepts.
+// Claim is what the provisioner (pkg/provision) makes of a claim CheckClaim accepts.
 type Claim struct {
 	// Class is the StorageClass's parameters.
-	Class *classparams.Class
+	Class *Class
 	// Dir is the claim's directory in Class.Bucket, <pathPrefix>/<volume name>.
 	Dir string
 	// Attributes are the volume attributes of the claim's PersistentVolume: the class's,
@@ -31,7 +30,7 @@ type Claim struct {
 	ReclaimPolicy v1.PersistentVolumeReclaimPolicy
 }
 
-// CheckClaim is every check Provision makes of a claim and its class before it touches a
+// CheckClaim is every check the provisioner's Provision makes of a claim and its class before it touches a
 // bucket, in its order and with its words: a claim in volumeMode Block, one with a
 // dataSource or dataSourceRef (clone, restore), a class whose parameters classparams.Parse
 // refuses, and one whose mountOptions field, with the claim's volume attributes, is not what
@@ -52,7 +51,7 @@ func CheckClaim(sc *storagev1.StorageClass, claim v1.PersistentVolumeClaimSpec, 
 	if claim.DataSource != nil || claim.DataSourceRef != nil {
 		return nil, errors.New("dataSource: this driver cannot clone or restore a volume; copy the objects with gcloud storage cp instead")
 	}
-	class, err := classparams.Parse(sc.Parameters)
+	class, err := Parse(sc.Parameters)
 	if err != nil {
 		return nil, fmt.Errorf("StorageClass %s: %w", sc.Name, err)
 	}
@@ -62,6 +61,20 @@ func CheckClaim(sc *storagev1.StorageClass, claim v1.PersistentVolumeClaimSpec, 
 	if _, err := mountopts.FromAttributes(attrs, sc.MountOptions, ""); err != nil {
 		return nil, fmt.Errorf("StorageClass %s: %w", sc.Name, err)
 	}
-	return &Claim{Class: class, Dir: dir, Attributes: attrs, VolumeHandle: class.Bucket + handleSeparator + dir,
+	return &Claim{Class: class, Dir: dir, Attributes: attrs, VolumeHandle: class.Bucket + HandleSeparator + dir,
 		ReclaimPolicy: reclaimPolicy(sc.ReclaimPolicy)}, nil
+}
+
+// HandleSeparator joins the bucket and the directory in a provisioned volume's handle,
+// "bucket:dir": the node plugin takes the bucket from the handle's part before it, the
+// directory comes from the volume's only-dir, and the provisioner's Delete reads both back
+// from it.
+const HandleSeparator = ":"
+
+// reclaimPolicy is the class's policy, Delete when it sets none (as Kubernetes defaults).
+func reclaimPolicy(p *v1.PersistentVolumeReclaimPolicy) v1.PersistentVolumeReclaimPolicy {
+	if p == nil {
+		return v1.PersistentVolumeReclaimDelete
+	}
+	return *p
 }

@@ -8,33 +8,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
-
-// TestCheckClaimAccepts: a claim CheckClaim accepts gets the directory, attributes and
-// reclaim policy Provision gives its PersistentVolume; a class without a policy is Delete.
-func TestCheckClaimAccepts(t *testing.T) {
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "gcs"}, Provisioner: contract.DriverName,
-		Parameters: map[string]string{"bucketName": "data", "pathPrefix": "/claims/", "mountOptions": "implicit-dirs"}, MountOptions: []string{"uid=1000"}}
-	c, err := CheckClaim(sc, v1.PersistentVolumeClaimSpec{}, ExampleVolumeName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Class.Bucket != "data" || c.Dir != "claims/"+ExampleVolumeName || c.Attributes["mountOptions"] != "implicit-dirs,only-dir=claims/"+ExampleVolumeName ||
-		c.VolumeHandle != "data:claims/"+ExampleVolumeName || c.ReclaimPolicy != v1.PersistentVolumeReclaimDelete {
-		t.Fatalf("CheckClaim = %+v", c)
-	}
-	retain := v1.PersistentVolumeReclaimRetain
-	sc.ReclaimPolicy = &retain
-	fs := v1.PersistentVolumeFilesystem
-	if c, err := CheckClaim(sc, v1.PersistentVolumeClaimSpec{VolumeMode: &fs}, "pvc-1"); err != nil || c.ReclaimPolicy != retain || c.Dir != "claims/pvc-1" {
-		t.Fatalf("CheckClaim = %+v, %v", c, err)
-	}
-}
 
 // TestCheckClaimIsProvisionsCheck: every refusal of a claim or class is CheckClaim's, and
 // Provision refuses the same claim with the same words before it asks GCS anything (a
@@ -80,7 +58,7 @@ func TestCheckClaimIsProvisionsCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := options(map[string]string{"bucketName": "data"})
 			tc.edit(&o)
-			_, checkErr := CheckClaim(o.StorageClass, o.PVC.Spec, o.PVName)
+			_, checkErr := classparams.CheckClaim(o.StorageClass, o.PVC.Spec, o.PVName)
 			if checkErr == nil || !strings.Contains(checkErr.Error(), tc.wantErr) {
 				t.Fatalf("CheckClaim = %v, want an error containing %q", checkErr, tc.wantErr)
 			}
@@ -90,7 +68,7 @@ func TestCheckClaimIsProvisionsCheck(t *testing.T) {
 			}
 		})
 	}
-	if _, err := CheckClaim(nil, v1.PersistentVolumeClaimSpec{}, ExampleVolumeName); err == nil {
+	if _, err := classparams.CheckClaim(nil, v1.PersistentVolumeClaimSpec{}, classparams.ExampleVolumeName); err == nil {
 		t.Error("no class accepted")
 	}
 }
