@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -167,6 +168,45 @@ func TestDynamicProvisioning(t *testing.T) {
 		waitVolumeGone(t, pv, 2*time.Minute)
 		if got := names(objects(t, bucket)); strings.Join(got, " ") != "outside.bin" {
 			t.Fatalf("bucket after the claim's deletion: %v, want only outside.bin", got)
+		}
+	})
+	t.Run("statefulset-nonroot", func(t *testing.T) {
+		// A StatefulSet's claims are made by its controller just before each pod, so each
+		// pod is admitted with its claim unbound (WaitForFirstConsumer); the pods run as a
+		// non-root user with an fsGroup, as most images do.
+		t.Parallel()
+		bucket := newBucket(t)
+		class := createClass(t, bucket, storagev1.VolumeBindingWaitForFirstConsumer, corev1.PersistentVolumeReclaimDelete, nil)
+		name := podName(t, "")
+		ann, spec := podTemplate(podOpts{restart: corev1.RestartPolicyAlways, volumes: []volume{{"data", bucket, mountPath}},
+			security: &corev1.PodSecurityContext{RunAsUser: ptr(int64(1000)), RunAsNonRoot: ptr(true), FSGroup: ptr(int64(1000))},
+			args:     []string{"write", "-dir", mountPath, "-name", "replica.bin", "-bytes", "3000"}})
+		spec.Volumes = nil // the claim template's volume
+		labels := map[string]string{"app": name}
+		set := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr(int32(2)), ServiceName: name, PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann}, Spec: spec},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: classClaimSpec(class)}},
+		}}
+		if _, err := cs.AppsV1().StatefulSets(ns).Create(context.Background(), set, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.AppsV1().StatefulSets(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		dirs := map[string]bool{}
+		for i := range 2 {
+			claim := fmt.Sprintf("data-%s-%d", name, i)
+			pv := claimVolume(t, claim, provisionWait)
+			waitMarker(t, bucket, claimDir(pv)+"replica.bin", provisionWait) // an object appears whole, at close
+			expectObject(t, bucket, claimDir(pv)+"replica.bin", 3000)
+			dirs[claimDir(pv)] = true
+			p, err := cs.CoreV1().Pods(ns).Get(context.Background(), fmt.Sprintf("%s-%d", name, i), metav1.GetOptions{})
+			if err != nil || p.Annotations[contract.AnnotationInjected] == "" {
+				t.Fatalf("replica %d: no sidecar injected (%v)", i, err)
+			}
+		}
+		if len(dirs) != 2 {
+			t.Fatalf("the two replicas share a directory: %v", dirs)
 		}
 	})
 	t.Run("generic-ephemeral", func(t *testing.T) {
