@@ -27,3 +27,18 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestADCMissingSaysWhatToDo: --gcs-auth=adc with credentials that cannot be read stops the
+// controller at start with an error saying how to give it an identity, instead of
+// provisioning claims that fail one by one. (GOOGLE_APPLICATION_CREDENTIALS is set, so no
+// metadata server is asked.)
+func TestADCMissingSaysWhatToDo(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", t.TempDir()+"/missing.json")
+	_, _, err := gcsClient(&options{gcsAuth: authADC})
+	if err == nil || !strings.Contains(err.Error(), "no Application Default Credentials") || !strings.Contains(err.Error(), "GOOGLE_APPLICATION_CREDENTIALS") {
+		t.Fatalf("gcsClient = %v", err)
+	}
+	if c, who, err := gcsClient(&options{gcsAuth: authNone}); err != nil || c == nil || !strings.Contains(who, "anonymous") {
+		t.Fatalf("gcsClient(none) = %v, %q, %v", c, who, err)
+	}
+}

@@ -239,3 +239,21 @@ func TestConfigRefused(t *testing.T) {
 		t.Errorf("default endpoint: %+v, %v", g, err)
 	}
 }
+
+// TestGCSUnreachable: with the storage endpoint cut off, Provision makes no volume and
+// Delete keeps the volume (the library retries both), each naming the call that failed.
+func TestGCSUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	endpoint := srv.URL + "/storage/v1/"
+	srv.Close() // nothing listens there any more
+	p := newProvisioner(t, endpoint)
+	pv, state, err := p.Provision(context.Background(), options(map[string]string{"bucketName": "data"}))
+	if err == nil || pv != nil || state != controller.ProvisioningFinished || !strings.Contains(err.Error(), "GET ") {
+		t.Fatalf("Provision = %v, %v, %v; want a refusal naming the failed call", pv, state, err)
+	}
+	vol := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-9"},
+		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "data:pvc-9"}}}}
+	if err := p.Delete(context.Background(), vol); err == nil || !strings.Contains(err.Error(), "deleted 0 objects") {
+		t.Fatalf("Delete = %v, want an error saying nothing was deleted", err)
+	}
+}
