@@ -250,17 +250,7 @@ spec:
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, out := auditYAML(t, tt.manifest)
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("no line has %q; the report:\n%s", w, out)
-				}
-			}
-			if tt.want == nil && len(rep.Findings) > 0 {
-				t.Errorf("findings for a manifest without the driver:\n%s", out)
-			}
-			if rep.Refused() != tt.refused {
-				t.Errorf("Refused() = %v, want %v; the report:\n%s", rep.Refused(), tt.refused, out)
-			}
+			checkReport(t, rep, out, tt.want, tt.refused)
 		})
 	}
 }
@@ -435,5 +425,22 @@ spec:
 	}
 	if _, out := auditYAML(t, podAndClaim); !strings.Contains(out, notBound) {
 		t.Errorf("no line has %q; the report:\n%s", notBound, out)
+	}
+}
+
+// checkReport checks an audit report (rep, printed as out): a line with each of want, no
+// finding at all when want is nil (a manifest without the driver), and whether it refuses.
+func checkReport(t *testing.T, rep Report, out string, want []string, refused bool) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("no line has %q; the report:\n%s", w, out)
+		}
+	}
+	if want == nil && len(rep.Findings) > 0 {
+		t.Errorf("findings for a manifest without the driver:\n%s", out)
+	}
+	if rep.Refused() != refused {
+		t.Errorf("Refused() = %v, want %v; the report:\n%s", rep.Refused(), refused, out)
 	}
 }
