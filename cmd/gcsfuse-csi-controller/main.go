@@ -214,8 +214,18 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		return nil
 	}
 	host, _ := os.Hostname()
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaderElectNS, "gcsfuse-csi-controller",
-		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: host})
+	return lead(ctx, client, o.leaderElectNS, host, log, runProvisioner)
+}
+
+// leaseName is the Lease the replicas elect their leader with.
+const leaseName = "gcsfuse-csi-controller"
+
+// lead runs work while id holds the lease in namespace, and returns when ctx ends (the lease
+// released, so that a standby takes over at once instead of after leaseDuration) or with an
+// error when the lease was lost while leading.
+func lead(ctx context.Context, client kubernetes.Interface, namespace, id string, log *slog.Logger, work func(context.Context)) error {
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, leaseName,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
@@ -225,17 +235,17 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				log.Info("leading: provisioning", "lease", o.leaderElectNS+"/gcsfuse-csi-controller")
-				runProvisioner(ctx)
+				log.Info("leading: provisioning", "lease", namespace+"/"+leaseName)
+				work(ctx)
 			},
 			OnStoppedLeading: func() {
 				if ctx.Err() == nil {
 					close(lost)
 				}
 			},
-			OnNewLeader: func(id string) {
-				if id != host {
-					log.Info("standing by", "leader", id)
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					log.Info("standing by", "leader", leader)
 				}
 			},
 		},

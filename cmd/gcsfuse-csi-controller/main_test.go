@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -40,5 +45,54 @@ func TestADCMissingSaysWhatToDo(t *testing.T) {
 	}
 	if c, who, err := gcsClient(&options{gcsAuth: authNone}); err != nil || c == nil || !strings.Contains(who, "anonymous") {
 		t.Fatalf("gcsClient(none) = %v, %q, %v", c, who, err)
+	}
+}
+
+// TestStoppingLeaderHandsOver: a leader that stops (SIGTERM, a rollout) releases the lease,
+// so the standby leads within a retry period, not after the lease's duration; while the
+// first leads, the second only stands by.
+func TestStoppingLeaderHandsOver(t *testing.T) {
+	client := fake.NewClientset()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	leading := make(chan string, 2)
+	work := func(id string) func(context.Context) {
+		return func(ctx context.Context) { leading <- id; <-ctx.Done() }
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- lead(ctxA, client, "ns", "a", log, work("a")) }()
+	select {
+	case id := <-leading:
+		if id != "a" {
+			t.Fatalf("%s leads first", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a does not lead within 10 s")
+	}
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	doneB := make(chan error, 1)
+	go func() { doneB <- lead(ctxB, client, "ns", "b", log, work("b")) }()
+	select {
+	case id := <-leading:
+		t.Fatalf("%s leads while a holds the lease", id)
+	case <-time.After(2 * retryPeriod):
+	}
+	stopped := time.Now()
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatalf("a stopped with %v, want nil", err)
+	}
+	select {
+	case id := <-leading:
+		if took := time.Since(stopped); id != "b" || took >= leaseDuration/2 {
+			t.Fatalf("%s leads %s after a stopped, want b well within the lease's %s", id, took, leaseDuration)
+		}
+	case <-time.After(leaseDuration + 5*time.Second):
+		t.Fatal("b never leads")
+	}
+	stopB()
+	if err := <-doneB; err != nil {
+		t.Fatalf("b stopped with %v", err)
 	}
 }
