@@ -26,6 +26,24 @@ import (
 // every claim of the class gets its own directory ("" or absent: the bucket's root).
 const ParamPathPrefix = "pathPrefix"
 
+// ReservedParamPrefix starts the StorageClass parameters the external-provisioner
+// convention reserves (secrets and the like): never volume attributes.
+const ReservedParamPrefix = "csi.storage.k8s.io/"
+
+// AttributeParams are the parameters of a class that become volume attributes, whether or
+// not the class is valid: all but pathPrefix and the reserved keys. The webhook reads a
+// class that Parse refuses this way (its pods still need their sidecar once the class is
+// fixed).
+func AttributeParams(params map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range params {
+		if k != ParamPathPrefix && !strings.HasPrefix(k, ReservedParamPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // onlyDirOption is the gcsfuse option that mounts one directory of the bucket.
 const onlyDirOption = "only-dir"
 
@@ -48,7 +66,7 @@ type Class struct {
 // required, and the options must be ones it mounts with: a class that cannot mount is
 // refused when a claim is provisioned, not when a pod starts.
 func Parse(params map[string]string) (*Class, error) {
-	c := &Class{Attributes: map[string]string{}}
+	c := &Class{Attributes: AttributeParams(params)}
 	keys := make([]string, 0, len(params))
 	for k := range params {
 		keys = append(keys, k)
@@ -63,10 +81,8 @@ func Parse(params map[string]string) (*Class, error) {
 				return nil, err
 			}
 			c.PathPrefix = p
-		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
+		case strings.HasPrefix(k, ReservedParamPrefix):
 			return nil, fmt.Errorf("StorageClass parameter %q: this driver reads no secrets when it provisions (it makes a directory in a bucket with its own identity); give pods their identity through the volume attributes or the pod's service account", k)
-		default:
-			c.Attributes[k] = v
 		}
 	}
 	b, ok := c.Attributes[contract.AttrBucketName]

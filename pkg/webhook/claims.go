@@ -60,10 +60,6 @@ const (
 // PersistentVolumes made beforehand (local volumes, or this driver's own made by hand).
 const noProvisioner = "kubernetes.io/no-provisioner"
 
-// reservedParamPrefix starts the StorageClass parameters the external-provisioner
-// convention reserves (secrets and the like), never volume attributes.
-const reservedParamPrefix = "csi.storage.k8s.io/"
-
 // ClaimedVolume is what a PersistentVolumeClaim resolves to.
 type ClaimedVolume struct {
 	// Bound is set when the claim names its PersistentVolume and that exists, or names no
@@ -223,22 +219,13 @@ func DefaultStorageClass(classes []*storagev1.StorageClass) *storagev1.StorageCl
 	return best
 }
 
-// classAttributes are the volume attributes of a class of the driver: classparams'. A
-// class whose parameters do not parse is still the driver's (its provisioner refuses the
-// claim with an Event, and the pod must have its sidecar when the class is fixed): its
-// parameters are read as attributes then, but pathPrefix and the reserved keys, which never
-// become one.
+// classAttributes are the volume attributes of a class of the driver, what its provisioner
+// puts in every PersistentVolume but the claim's own only-dir: classparams.AttributeParams,
+// read the same way whether or not the class is valid (a class its provisioner refuses is
+// still the driver's, and the pod must have its sidecar once the class is fixed), so the
+// admission path never runs the class's full check.
 func classAttributes(params map[string]string) map[string]string {
-	if c, err := classparams.Parse(params); err == nil {
-		return c.Attributes
-	}
-	out := map[string]string{}
-	for k, v := range params {
-		if k != classparams.ParamPathPrefix && !strings.HasPrefix(k, reservedParamPrefix) {
-			out[k] = v
-		}
-	}
-	return out
+	return classparams.AttributeParams(params)
 }
 
 // driverVolumes maps the name of every pod volume served by the driver (an inline CSI
