@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -102,30 +103,10 @@ func waitVolumeGone(t *testing.T, pv string, d time.Duration) {
 }
 
 // waitClaimEvent waits for an Event on the claim with reason whose message has every one of
-// substrings, and returns the message.
+// substrings, and returns the message (waitEvent, on the claim's name).
 func waitClaimEvent(t *testing.T, claim, reason string, d time.Duration, substrings ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ev, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim})
-		if err == nil {
-		next:
-			for _, e := range ev.Items {
-				if e.Reason != reason {
-					continue
-				}
-				for _, s := range substrings {
-					if !strings.Contains(e.Message, s) {
-						continue next
-					}
-				}
-				return e.Message
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("no %s Event on claim %s containing %q within %s; Events:\n%s", reason, claim, substrings, d, podEvents(claim))
-	return ""
+	return waitEvent(t, claim, d, regexp.MustCompile("^"+regexp.QuoteMeta(reason)+"$"), substrings...).Message
 }
 
 // claimDir is the bucket directory the provisioner made for volume pv.
