@@ -198,6 +198,11 @@ const (
 	// they stand for (docs/migration.md).
 	AttrGKEIdentityProvider = "identityProvider"
 	AttrGKEIdentityPool     = "identityPool"
+	// AttrMountMode says where a volume's gcsfuse runs: MountModeSidecar (the default: in the
+	// pod's own sidecar) or MountModeShared (in the node's mounter, one gcsfuse per sharing
+	// key, bind-mounted into every pod that uses it; a pod whose driver volumes are all
+	// shared gets no sidecar).
+	AttrMountMode = "mountMode"
 	// Keys the kubelet adds when the CSIDriver has podInfoOnMount: true.
 	CtxPodName      = "csi.storage.k8s.io/pod.name"
 	CtxPodNamespace = "csi.storage.k8s.io/pod.namespace"
@@ -206,6 +211,16 @@ const (
 	CtxEphemeral    = "csi.storage.k8s.io/ephemeral"
 	CtxSATokens     = "csi.storage.k8s.io/serviceAccount.tokens"
 )
+
+// Values of AttrMountMode.
+const (
+	MountModeSidecar = "sidecar"
+	MountModeShared  = "shared"
+)
+
+// SharedMounterContainerName is the node mounter's container (the sidecar binary with
+// --shared): it runs the gcsfuse of every shared volume of its node.
+const SharedMounterContainerName = "gcsfuse-mounter"
 
 // SecretKeyServiceAccount is the key, in the Secret named by a volume's
 // nodePublishSecretRef, that holds a Google service account key (JSON).

@@ -336,7 +336,24 @@ const allBuckets = "_"
 // Volume is the validated description of a volume, from NodePublishVolume's inputs.
 type Volume struct {
 	Bucket string
+	// Shared is set when the volume asks for the shared mount mode (contract.AttrMountMode).
+	Shared bool
 	Result
+}
+
+// MountMode reads a volume's contract.AttrMountMode: shared reports whether its gcsfuse runs
+// in the node's mounter. Absent or empty is the sidecar mode; any other value is an error
+// naming the two accepted.
+func MountMode(attrs map[string]string) (shared bool, err error) {
+	switch v := attrs[contract.AttrMountMode]; v {
+	case "", contract.MountModeSidecar:
+		return false, nil
+	case contract.MountModeShared:
+		return true, nil
+	default:
+		return false, fmt.Errorf("volume attribute %s %q: want %q (the default: gcsfuse in the pod's sidecar) or %q (gcsfuse in the node's mounter, shared by the pods of the same bucket, options and identity)",
+			contract.AttrMountMode, v, contract.MountModeSidecar, contract.MountModeShared)
+	}
 }
 
 // FromAttributes validates a volume's attributes (volume_context) and mount flags.
@@ -355,7 +372,7 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	var unknown []string
 	for k := range attrs {
 		switch {
-		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity:
+		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity, k == contract.AttrMountMode:
 		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL,
 			k == contract.AttrGKEIdentityProvider, k == contract.AttrGKEIdentityPool:
 			// pkg/credentials validates these.
@@ -368,9 +385,13 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s, %s, %s, %s)", unknown[0],
-			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity,
+		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s, %s, %s, %s, %s)", unknown[0],
+			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity, contract.AttrMountMode,
 			contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
+	}
+	shared, err := MountMode(attrs)
+	if err != nil {
+		return nil, err
 	}
 	opts := givenOptions(attrs, mountFlags)
 	if v, ok := attrs[contract.AttrFileCacheCapacity]; ok {
@@ -398,7 +419,7 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	if err != nil {
 		return nil, err
 	}
-	return &Volume{Bucket: bucket, Result: *res}, nil
+	return &Volume{Bucket: bucket, Shared: shared, Result: *res}, nil
 }
 
 // givenOptions are the options a volume gives as options: its mount flags (a

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 func TestParse(t *testing.T) {
@@ -225,6 +227,33 @@ func TestReadAheadOption(t *testing.T) {
 		{"read_ahead_kb=8", "read_ahead_kb=16"}} {
 		if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "read_ahead_kb") {
 			t.Errorf("%q: err %v, want one naming read_ahead_kb", bad, err)
+		}
+	}
+}
+
+func TestMountModeAttribute(t *testing.T) {
+	for _, tc := range []struct {
+		attrs  map[string]string
+		shared bool
+		err    string
+	}{
+		{attrs: map[string]string{}, shared: false},
+		{attrs: map[string]string{contract.AttrMountMode: ""}, shared: false},
+		{attrs: map[string]string{contract.AttrMountMode: "sidecar"}, shared: false},
+		{attrs: map[string]string{contract.AttrMountMode: "shared"}, shared: true},
+		{attrs: map[string]string{contract.AttrMountMode: "Shared"}, err: `mountMode "Shared": want "sidecar"`},
+		{attrs: map[string]string{contract.AttrMountMode: "node"}, err: `mountMode "node"`},
+	} {
+		tc.attrs[contract.AttrBucketName] = "my-bucket"
+		v, err := FromAttributes(tc.attrs, nil, "")
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err %v, want it to contain %q", tc.attrs, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || v.Shared != tc.shared {
+			t.Errorf("%v: shared %v err %v, want %v", tc.attrs, v != nil && v.Shared, err, tc.shared)
 		}
 	}
 }
