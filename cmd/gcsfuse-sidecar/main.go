@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
@@ -30,7 +31,7 @@ func run() int {
 	cacheDir := flag.String("cache-dir", existingDir(contract.CacheMountPath), "gcsfuse file cache root (default: "+contract.CacheMountPath+" when mounted)")
 	bufferDir := flag.String("buffer-dir", existingDir(contract.BufferMountPath), "root of gcsfuse's write staging dirs (default: "+contract.BufferMountPath+" when mounted, else inside --tmp-dir)")
 	gcsfuse := flag.String("gcsfuse", "/gcsfuse", "path of the gcsfuse binary")
-	mode := flag.String("mode", envOr(contract.EnvSidecarMode, contract.ModeLegacy), "native or legacy (default from $"+contract.EnvSidecarMode+")")
+	mode := flag.String("mode", envOr(contract.EnvSidecarMode, contract.ModeLegacy), "native, legacy, or shared for the node's mounter (default from $"+contract.EnvSidecarMode+")")
 	grace := flag.Int("grace-seconds", envInt(contract.EnvGraceSeconds, contract.DefaultGraceSeconds), "pod terminationGracePeriodSeconds (default from $"+contract.EnvGraceSeconds+")")
 	initContainers := flag.String("init-containers", os.Getenv(contract.EnvInitContainers), "comma separated regular init containers that mount a gcsfuse volume and start after a native sidecar (default from $"+contract.EnvInitContainers+")")
 	drain := flag.Bool("drain", true, "on SIGTERM, keep serving until the containers that use the mounts have exited (false only to measure what the drain saves in the data-loss benchmark)")
@@ -48,8 +49,8 @@ func run() int {
 	if ns, name := os.Getenv(contract.EnvPodNamespace), os.Getenv(contract.EnvPodName); name != "" {
 		log = log.With("pod", ns+"/"+name) // every line names the pod; volume lines add the volume
 	}
-	if *mode != contract.ModeNative && *mode != contract.ModeLegacy {
-		log.Error("invalid mode", "mode", *mode, "want", contract.ModeNative+" or "+contract.ModeLegacy)
+	if *mode != contract.ModeNative && *mode != contract.ModeLegacy && *mode != contract.ModeShared {
+		log.Error("invalid mode", "mode", *mode, "want", contract.ModeNative+", "+contract.ModeLegacy+" or "+contract.ModeShared)
 		return 2
 	}
 	if *grace < 0 {
@@ -81,6 +82,12 @@ func run() int {
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if *mode == contract.ModeShared {
+		if err := waitWritable(*tmpDir, sigs, log); err != nil {
+			log.Error("the mounter's directory is not ready", "dir", *tmpDir, "err", err)
+			return 1
+		}
+	}
 	s, err := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: mountopts.Split(*initContainers),
@@ -91,6 +98,42 @@ func run() int {
 		return 2
 	}
 	return s.Run(context.Background(), sigs)
+}
+
+// Waits of the shared mounter for its host directory.
+const (
+	// tmpDirReadyWait bounds the wait for the node plugin to hand the mounter its directory:
+	// the kubelet creates the hostPath as root, and the node plugin gives it to uid 65534 when
+	// it starts, which may be after the mounter. Past it the container exits 1 and the
+	// kubelet restarts it.
+	tmpDirReadyWait = 2 * time.Minute
+	// tmpDirPollInterval is how often it looks.
+	tmpDirPollInterval = 200 * time.Millisecond
+)
+
+// waitWritable waits, at most tmpDirReadyWait, until dir is a directory this process may
+// write in.
+func waitWritable(dir string, stop <-chan os.Signal, log *slog.Logger) error {
+	deadline := time.Now().Add(tmpDirReadyWait)
+	logged := false
+	for {
+		err := unix.Access(dir, unix.W_OK|unix.X_OK)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not writable by uid %d after %s (the node plugin gives it to the mounter at start; is it running with --shared-dir?): %w", os.Getuid(), tmpDirReadyWait, err)
+		}
+		if !logged {
+			log.Info("waiting for the node plugin to hand over the mounter's directory", "dir", dir, "err", err)
+			logged = true
+		}
+		select {
+		case sig := <-stop:
+			return fmt.Errorf("%s while waiting", sig)
+		case <-time.After(tmpDirPollInterval):
+		}
+	}
 }
 
 // existingDir returns p if it is a directory (the webhook mounted that volume), else "".

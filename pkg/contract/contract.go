@@ -112,6 +112,10 @@ const (
 const (
 	ModeNative = "native"
 	ModeLegacy = "legacy"
+	// ModeShared is the node's shared mounter (contract.SharedMounterContainerName): the
+	// sidecar binary run once per node for the volumes with AttrMountMode shared. No exit
+	// file reaches it; it ends on SIGTERM once every shared mount is unmounted.
+	ModeShared = "shared"
 )
 
 // SidecarContainerName is the name of the injected sidecar container.

@@ -130,8 +130,8 @@ func (cfg Config) Validate() error {
 	switch {
 	case !filepath.IsAbs(cfg.TmpDir):
 		return fmt.Errorf("the %s directory %q is not an absolute path", contract.TmpVolumeName, cfg.TmpDir)
-	case cfg.Mode != contract.ModeNative && cfg.Mode != contract.ModeLegacy:
-		return fmt.Errorf("mode %q: want %q or %q", cfg.Mode, contract.ModeNative, contract.ModeLegacy)
+	case cfg.Mode != contract.ModeNative && cfg.Mode != contract.ModeLegacy && cfg.Mode != contract.ModeShared:
+		return fmt.Errorf("mode %q: want %q, %q or %q", cfg.Mode, contract.ModeNative, contract.ModeLegacy, contract.ModeShared)
 	case cfg.GcsfusePath == "":
 		return errors.New("no gcsfuse binary")
 	case cfg.Grace < 0:
@@ -300,7 +300,11 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 				}
 			}
 		case res := <-s.exits:
-			s.volumeEnded(res)
+			if s.volumeEnded(res) == 0 && drain != nil && s.cfg.Mode == contract.ModeShared {
+				// The node plugin unmounts a shared volume once no pod uses it: the last one
+				// gone, nothing is left to keep serving.
+				return s.shutdown("every shared volume unmounted while draining", podfiles.Reason{}, 0)
+			}
 		case sig := <-terminate:
 			if !sigterm.IsZero() {
 				s.log.Info("signal while draining; still waiting for the exit file or the deadline", "signal", sig.String())
@@ -387,12 +391,12 @@ func listDir(dir *os.File) ([]string, error) {
 // volumeEnded handles the end of one volume: a gcsfuse that exited, or an offer that could
 // not be served. A failure is recorded and answered; it never stops the other volumes,
 // which the app may still be writing through.
-func (s *Sidecar) volumeEnded(res exitResult) {
+func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 	s.mu.Lock()
 	if s.volumes[res.Volume] == res.vol { // not a newer volume of the same name
 		delete(s.volumes, res.Volume)
 	}
-	serving := len(s.volumes)
+	serving = len(s.volumes)
 	s.mu.Unlock()
 	s.cfg.Metrics.gcsfuseExit(res)
 	switch {
@@ -409,6 +413,7 @@ func (s *Sidecar) volumeEnded(res exitResult) {
 		s.log.Error("volume failed; the other volumes keep serving and the sidecar exits 1 when told to end",
 			"volume", res.Volume, "bucket", res.Bucket, "reason", res.Reason, "stillServing", serving)
 	}
+	return serving
 }
 
 // degrade answers a volume whose gcsfuse never served (or whose hand-off was refused) with

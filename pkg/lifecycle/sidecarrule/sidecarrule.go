@@ -47,6 +47,8 @@ func DrainDecision(in DrainInputs) (drain bool, why string) {
 		return false, "draining disabled (--drain=false)"
 	case in.Serving == 0:
 		return false, "no volume is serving: nothing to drain"
+	case in.Mode == contract.ModeShared:
+		return true, "shared mounter: pods of the node may still use its mounts; it serves until the node plugin has unmounted them all"
 	case in.Mode != contract.ModeNative:
 		return true, "legacy sidecar: the app got the same SIGTERM and may still write"
 	case len(in.InitContainers) > 0 && !in.InitDone:

@@ -24,6 +24,8 @@ func TestDrainDecision(t *testing.T) {
 	}{
 		{"legacy drains", with(legacy, 1, false), true, "legacy"},
 		{"legacy with nothing serving stops", with(legacy, 0, false), false, "nothing to drain"},
+		{"shared mounter drains until its mounts are gone", DrainInputs{Mode: contract.ModeShared, Enabled: true, Serving: 3}, true, "shared mounter"},
+		{"shared mounter with nothing serving stops", DrainInputs{Mode: contract.ModeShared, Enabled: true}, false, "nothing to drain"},
 		{"native stops at once", with(native, 2, false), false, "native"},
 		{"native with init containers drains", with(nativeInit, 1, false), true, "prep,load"},
 		{"native after the init phase stops", with(nativeInit, 1, true), false, "init phase over"},
