@@ -78,6 +78,9 @@ type Info struct {
 	FSType   string
 	Source   string
 	ReadOnly bool
+	// Major and Minor are the mount's device: a bind mount has its source's, which is how
+	// the mounts of one shared FUSE connection are found again after a restart.
+	Major, Minor int
 }
 
 // Lookup returns the mount whose mount point is exactly path, or nil if there is none.
@@ -95,7 +98,52 @@ func Lookup(path string) (*Info, error) {
 	for _, opt := range strings.Split(m.Options, ",") {
 		ro = ro || opt == "ro"
 	}
-	return &Info{FSType: m.FSType, Source: m.Source, ReadOnly: ro}, nil
+	return &Info{FSType: m.FSType, Source: m.Source, ReadOnly: ro, Major: m.Major, Minor: m.Minor}, nil
+}
+
+// Bind bind-mounts source on target, both opened with O_NOFOLLOW and mounted through
+// /proc/self/fd, so a symlink swapped in at either last element is refused. The bind shares
+// source's FUSE connection: every file operation on target is served by source's server.
+func Bind(source, target string) error {
+	sfd, err := unix.Open(source, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open bind source %s: %w", source, err)
+	}
+	defer unix.Close(sfd)
+	tfd, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open bind target %s: %w", target, err)
+	}
+	defer unix.Close(tfd)
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(sfd), "/proc/self/fd/"+strconv.Itoa(tfd), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", source, target, err)
+	}
+	return nil
+}
+
+// Detach lazily detaches the mount at path (MNT_DETACH): bind mounts of the same
+// connection elsewhere keep it. Not mounted is not an error.
+func Detach(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("detach %s: %w", path, err)
+	}
+	return nil
+}
+
+// MountsOfDevice lists the mount points below dir whose device is major:minor, that is the
+// bind mounts of one FUSE connection.
+func MountsOfDevice(dir string, major, minor int) ([]string, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(filepath.Clean(dir)))
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo under %s: %w", dir, err)
+	}
+	var out []string
+	for _, m := range mounts {
+		if m.Major == major && m.Minor == minor {
+			out = append(out, m.Mountpoint)
+		}
+	}
+	return out, nil
 }
 
 // Unmount removes the mount at target, and any mounts stacked on it. A busy mount is
