@@ -41,6 +41,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/registration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
 var version = "dev"
@@ -59,6 +60,8 @@ func run() int {
 	kubeletRoot := flag.String("kubelet-root", "/var/lib/kubelet", "kubelet root directory")
 	driverName := flag.String("driver-name", contract.DriverName, "the CSI driver name to register: "+strings.Join(contract.DriverNames, " or ")+" (the GKE driver's, on a cluster that does not run it, so that volumes written for it need no edit); the CSIDriver object and the webhook must use the same")
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/<driver-name>/offers; \"-\" disables)")
+	sharedDir := flag.String("shared-dir", "", "directory of the shared mount mode: the node mounter's hostPath and the shared FUSE mounts, e.g. <kubelet-root>/plugins/<driver-name>/shared (empty: no mounter runs, and volumes with "+contract.AttrMountMode+": "+contract.MountModeShared+" are refused)")
+	sharedLinger := flag.Duration("shared-linger", sharedmount.DefaultLinger, "how long a shared mount outlives the last pod that used it, so that pods run one after another mount once")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
 	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: the CSIDriver's tokenRequests audience (the chart passes its tokenRequest.audience); empty: the CSIDriver has no tokenRequests, so no token comes and Workload Identity Federation is off")
@@ -224,10 +227,15 @@ func run() int {
 			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
 		},
 		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics, Proxy: proxy, CABundle: caBundle,
+		SharedDir: *sharedDir, SharedLinger: *sharedLinger,
 	}, events, log)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
+	}
+	defer ns.Close()
+	if n, err := ns.RecoverShared(); err != nil || n > 0 {
+		log.Info("shared mounts found, left by the previous node plugin", "keys", n, "err", err)
 	}
 	if n, err := ns.RecoverOffers(ctx); err != nil || n > 0 {
 		log.Info("recovered offers left by the previous node plugin", "volumes", n, "err", err)

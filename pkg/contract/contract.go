@@ -239,6 +239,7 @@ const TokenAudience = "gcsfuse.csi.storage"
 // filter with kubectl get events --field-selector reason=...
 const (
 	EventGcsfuseStarted       = "GcsfuseStarted"       // gcsfuse answered the kernel
+	EventSharedMountJoined    = "SharedMountJoined"    // a shared volume bound to the node's running gcsfuse of its key
 	EventGcsfuseFailed        = "GcsfuseFailed"        // gcsfuse could not start (the message says why)
 	EventGcsfuseExited        = "GcsfuseExited"        // gcsfuse died after having started
 	EventSidecarExitRequested = "SidecarExitRequested" // the workload is done; the sidecar was told to exit

@@ -27,6 +27,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
 // Config is the node plugin's driver-level configuration.
@@ -75,6 +77,16 @@ type Config struct {
 	// CABundle is an extra CA bundle (PEM) every volume's gcsfuse trusts besides the
 	// system's roots (nil: none). It is written into each pod's emptyDir for its sidecar.
 	CABundle []byte
+	// SharedDir is where the shared mount mode keeps its mounts and the node mounter's
+	// directory (shared.go); empty: no mounter, and shared volumes are refused.
+	SharedDir string
+	// MounterTmpPath is where the node's mounter sees its directory (SharedDir/mounter);
+	// empty means contract.TmpMountPath, where the chart mounts it. Tests that run the
+	// mounter on the host's paths set it.
+	MounterTmpPath string
+	// SharedLinger is how long a shared mount outlives the last pod that used it (0:
+	// sharedmount.DefaultLinger; negative is refused).
+	SharedLinger time.Duration
 }
 
 // PodRef names the pod a volume belongs to, for Events.
@@ -98,13 +110,18 @@ type NodeServer struct {
 	published map[string]*publication
 	// machineType is Config.MachineType, or what SetMachineType set since.
 	machineType atomic.Pointer[string]
+	// shared is the node's shared mounts (nil without Config.SharedDir); sharedOffers
+	// holds each key's offer to the mounter, under mu.
+	shared       *sharedmount.Table
+	sharedOffers map[string]*handoff.Offer
 }
 
 // publication is what we remember about a published target, to answer repeated calls.
 type publication struct {
 	volumeID string
 	volume   handoff.Volume
-	offer    *handoff.Offer
+	offer    *handoff.Offer // nil for a shared volume: the key's offer is sharedOffers'
+	shared   string         // the sharing key's name of a shared volume
 }
 
 // DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
@@ -124,6 +141,10 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("unmount busy wait %s is negative", cfg.UnmountBusyWait)
 	case cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir):
 		return fmt.Errorf("state directory %q is not an absolute path", cfg.StateDir)
+	case cfg.SharedDir != "" && !filepath.IsAbs(cfg.SharedDir):
+		return fmt.Errorf("shared directory %q is not an absolute path", cfg.SharedDir)
+	case cfg.SharedLinger < 0:
+		return fmt.Errorf("shared linger %s is negative", cfg.SharedLinger)
 	}
 	if err := cfg.Credentials.WithDefaults().Validate(); err != nil {
 		return fmt.Errorf("credentials: %w", err)
@@ -159,14 +180,32 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 		cfg.UnmountBusyWait = DefaultUnmountBusyWait
 	}
 	cfg.Credentials = cfg.Credentials.WithDefaults()
+	if cfg.MounterTmpPath == "" {
+		cfg.MounterTmpPath = contract.TmpMountPath
+	}
 	if cfg.SidecarTmpPath == nil {
 		cfg.SidecarTmpPath = func(string) string { return contract.TmpMountPath }
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{}}
+	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
+		sharedOffers: map[string]*handoff.Offer{}}
 	ns.machineType.Store(&cfg.MachineType)
+	if cfg.SharedDir != "" {
+		if err := ns.prepareSharedDir(); err != nil {
+			return nil, fmt.Errorf("node service: %w", err)
+		}
+		linger := cfg.SharedLinger
+		if linger == 0 {
+			linger = sharedmount.DefaultLinger
+		}
+		t, err := sharedmount.New(sharedOps{ns}, linger, log)
+		if err != nil {
+			return nil, fmt.Errorf("node service: %w", err)
+		}
+		ns.shared = t
+	}
 	return ns, nil
 }
 
@@ -226,6 +265,9 @@ type request struct {
 	opts   *mountopts.Volume
 	// creds is the volume's identity and the files that carry it (secret: never logged).
 	creds *credentials.Plan
+	// shared is the sharing key's name of a shared volume (useSharedKey), "" otherwise:
+	// its files go to the mounter's directory under that name.
+	shared string
 }
 
 func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*request, error) {
@@ -333,8 +375,11 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if existing != nil {
 		return s.republish(req, r, existing, log)
 	}
+	if r.opts.Shared && s.shared == nil {
+		return nil, sharedRefusal(r.target.VolumeName)
+	}
 
-	pod, err := s.checkSidecar(ctx, r.pod)
+	pod, err := s.checkSidecar(ctx, r.pod, !r.opts.Shared)
 	if err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
@@ -349,6 +394,21 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if len(owner.Flags) > 0 {
 		r.volume.Flags = append(slices.Clip(r.volume.Flags), owner.Flags...)
 		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
+	}
+	if r.opts.Shared {
+		if err := s.useSharedKey(r, sharedKey(r).Name(), req.GetVolumeContext(), req.GetSecrets()); err != nil {
+			return nil, err
+		}
+		if _, err := s.writeCredentials(r); err != nil {
+			return nil, err
+		}
+		if err := s.writeCABundle(r); err != nil {
+			return nil, err
+		}
+		if err := s.publishShared(ctx, r, target, req.GetVolumeId(), log); err != nil {
+			return nil, err
+		}
+		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
 		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime, ReadAheadKB: r.opts.ReadAheadKB}
@@ -445,12 +505,12 @@ func (s *NodeServer) writeCredentials(r *request) (credentials.Written, error) {
 	if !r.creds.KeyFile() {
 		return credentials.Written{}, nil
 	}
-	emptyDir, err := s.openEmptyDir(r.target.PodUID)
+	emptyDir, name, err := s.filesDir(r)
 	if err != nil {
 		return credentials.Written{}, err
 	}
 	defer emptyDir.Close()
-	w, err := credentials.Write(emptyDir, r.target.VolumeName, r.creds, s.cfg.SidecarUID, s.cfg.SidecarGID)
+	w, err := credentials.Write(emptyDir, name, r.creds, s.cfg.SidecarUID, s.cfg.SidecarGID)
 	if err != nil {
 		return w, status.Errorf(codes.Internal, "volume %s (bucket %s, identity %s): write credentials for the sidecar: %v",
 			r.target.VolumeName, r.volume.Bucket, r.creds.Identity, err)
@@ -464,15 +524,30 @@ func (s *NodeServer) writeCABundle(r *request) error {
 	if !r.volume.CABundle {
 		return nil
 	}
-	emptyDir, err := s.openEmptyDir(r.target.PodUID)
+	emptyDir, name, err := s.filesDir(r)
 	if err != nil {
 		return err
 	}
 	defer emptyDir.Close()
-	if _, err := podfiles.WriteCABundle(emptyDir, r.target.VolumeName, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
+	if _, err := podfiles.WriteCABundle(emptyDir, name, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
 		return status.Errorf(codes.Internal, "volume %s (bucket %s): write the CA bundle for the sidecar: %v", r.target.VolumeName, r.volume.Bucket, err)
 	}
 	return nil
+}
+
+// filesDir opens the directory a volume's credential files and CA bundle go to, and the
+// name they go under: the pod's gcsfuse-tmp emptyDir and the volume's name, or for a shared
+// volume the mounter's directory and the sharing key's name.
+func (s *NodeServer) filesDir(r *request) (*os.File, string, error) {
+	if r.shared != "" {
+		d, err := podpath.OpenDir(s.mounterDir())
+		if err != nil {
+			return nil, "", status.Errorf(codes.Internal, "open the mounter's directory: %v", err)
+		}
+		return d, r.shared, nil
+	}
+	d, err := s.openEmptyDir(r.target.PodUID)
+	return d, r.target.VolumeName, err
 }
 
 func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
@@ -513,9 +588,15 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly {
+	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || r.opts.Shared != (s.sharedNameOf(target, nil) != "") {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
+	}
+	if name := s.sharedNameOf(target, pub); name != "" {
+		// A shared volume's fresh token goes to its key's files, which the mounter reads.
+		if err := s.useSharedKey(r, name, req.GetVolumeContext(), req.GetSecrets()); err != nil {
+			return nil, err
+		}
 	}
 	w, err := s.writeCredentials(r)
 	if err != nil {
@@ -629,10 +710,35 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	s.mu.Lock()
 	delete(s.published, target)
 	s.mu.Unlock()
+	if s.shared != nil {
+		if name, remaining := s.shared.Unbound(target); name != "" {
+			s.log.Info("shared volume unbound", "target", target, "key", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
+			return &csi.NodeUnpublishVolumeResponse{}, nil
+		}
+	}
 	s.dropOffer(&offerRecord{Target: target})
 	s.removeCredentials(target)
 	s.log.Info("volume unpublished", "target", target, "ms", time.Since(start).Milliseconds())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// sharedNameOf is the sharing key's name of a published shared target, "" for any other.
+func (s *NodeServer) sharedNameOf(target string, pub *publication) string {
+	if pub != nil && pub.shared != "" {
+		return pub.shared
+	}
+	if s.shared == nil {
+		return ""
+	}
+	return s.shared.NameOf(target)
+}
+
+// Close stops the shared mounts' timers; the mounts keep serving (a restarted node plugin
+// finds them, RecoverShared).
+func (s *NodeServer) Close() {
+	if s.shared != nil {
+		s.shared.Close()
+	}
 }
 
 // removeCredentials deletes the credential files of an unpublished target's volume: the

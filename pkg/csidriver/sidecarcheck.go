@@ -32,7 +32,10 @@ type PodLookup func(uid string) (pod *corev1.Pod, known bool)
 // checkSidecar fails with FailedPrecondition when the pod is known to have no sidecar, and
 // returns the pod when it is known (the mount's ownership depends on its spec). A pod the
 // cache does not show within podLookupWait is given the benefit of the doubt: nil, nil.
-func (s *NodeServer) checkSidecar(ctx context.Context, pod PodRef) (*corev1.Pod, error) {
+//
+// need is false for a pod whose volume is shared (the node's mounter serves it): the pod
+// is then only looked up, for the mount's owner.
+func (s *NodeServer) checkSidecar(ctx context.Context, pod PodRef, need bool) (*corev1.Pod, error) {
 	if s.cfg.Pods == nil || pod.UID == "" {
 		return nil, nil
 	}
@@ -40,7 +43,7 @@ func (s *NodeServer) checkSidecar(ctx context.Context, pod PodRef) (*corev1.Pod,
 	for {
 		p, known := s.cfg.Pods(pod.UID)
 		switch {
-		case known && hasSidecar(p):
+		case known && (!need || hasSidecar(p)):
 			return p, nil
 		case known:
 			return nil, status.Errorf(codes.FailedPrecondition,

@@ -40,7 +40,7 @@ func TestCheckSidecar(t *testing.T) {
 					return podWithSidecar(tt.has), tt.known
 				}}, nil, quiet)
 			start := time.Now()
-			got, err := s.checkSidecar(context.Background(), pod)
+			got, err := s.checkSidecar(context.Background(), pod, true)
 			if (got != nil) != (tt.known && tt.has) {
 				t.Fatalf("checkSidecar returned pod %v", got)
 			}
@@ -63,7 +63,7 @@ func TestCheckSidecarWaitsForTheCache(t *testing.T) {
 	s := mustNodeServer(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet",
 		Pods: func(string) (*corev1.Pod, bool) { return podWithSidecar(false), time.Now().After(seen) }},
 		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if _, err := s.checkSidecar(context.Background(), PodRef{Namespace: "ns", Name: "p", UID: "u"}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := s.checkSidecar(context.Background(), PodRef{Namespace: "ns", Name: "p", UID: "u"}, true); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("checkSidecar = %v, want FailedPrecondition once the pod shows up", err)
 	}
 }

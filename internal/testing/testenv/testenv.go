@@ -112,6 +112,10 @@ type Options struct {
 	// --ca-bundle-file content, for every volume's gcsfuse.
 	Proxy    netconf.Proxy
 	CABundle []byte
+	// Shared turns on the shared mount mode (SharedDir below the kubelet root) with this
+	// linger; StartMounter runs its mounter.
+	Shared       bool
+	SharedLinger time.Duration
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -158,6 +162,7 @@ func New(o Options) (*Env, error) {
 		// The sidecar runs on the host's paths here, not in a container with the emptyDir at
 		// contract.TmpMountPath.
 		SidecarTmpPath: func(podUID string) string { return e.podTmpDir(podUID) },
+		SharedDir:      e.sharedDir(o.Shared), SharedLinger: o.SharedLinger, MounterTmpPath: filepath.Join(e.sharedDir(o.Shared), "mounter"),
 	}, o.Events, o.Log)
 	if err != nil {
 		return fail(err)
@@ -170,6 +175,25 @@ func New(o Options) (*Env, error) {
 	}
 	e.Node = csi.NewNodeClient(e.conn)
 	return e, nil
+}
+
+// sharedDir is the node plugin's --shared-dir when on ("" when off).
+func (e *Env) sharedDir(on bool) string {
+	if !on {
+		return ""
+	}
+	return filepath.Join(e.Root, "plugins", "shared")
+}
+
+// MounterDir is the shared mounter's directory (its --tmp-dir).
+func (e *Env) MounterDir() string { return filepath.Join(e.sharedDir(true), "mounter") }
+
+// StartMounter runs the real sidecar binary in the node mounter's mode, as uid/gid 65534
+// with no capabilities, on MounterDir. o.Mode and o.UserNS are ignored.
+func (e *Env) StartMounter(o SidecarOptions) (*Sidecar, error) {
+	args := append([]string{"--mode=" + contract.ModeShared, "--tmp-dir=" + e.MounterDir(), "--gcsfuse=" + e.GcsfuseBin,
+		"--grace-seconds=" + strconv.Itoa(o.GraceSeconds), "--termination-log=" + filepath.Join(e.Root, "mounter-termination-log")}, o.Args...)
+	return e.startSidecarProcess(exec.Command(e.SidecarBin, args...), &syscall.Credential{Uid: contract.SidecarUID, Gid: contract.SidecarGID}, o.Echo)
 }
 
 // BuildSidecar builds cmd/gcsfuse-sidecar into out.
@@ -328,7 +352,13 @@ func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
 	if len(o.InitContainers) > 0 {
 		cmd.Env = append(cmd.Env, contract.EnvInitContainers+"="+strings.Join(o.InitContainers, ","))
 	}
-	out := &syncbuf.Buffer{Echo: o.Echo}
+	return p.env.startSidecarProcess(cmd, cred, o.Echo)
+}
+
+// startSidecarProcess starts cmd (a sidecar or the mounter) with its output kept, in its
+// own process group, and records it for Close.
+func (e *Env) startSidecarProcess(cmd *exec.Cmd, cred *syscall.Credential, echo io.Writer) (*Sidecar, error) {
+	out := &syncbuf.Buffer{Echo: echo}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: cred,
@@ -343,9 +373,9 @@ func (p *Pod) StartSidecarWith(o SidecarOptions) (*Sidecar, error) {
 		s.Exited = time.Now()
 		close(s.done)
 	}()
-	p.env.mu.Lock()
-	p.env.sidecars = append(p.env.sidecars, s)
-	p.env.mu.Unlock()
+	e.mu.Lock()
+	e.sidecars = append(e.sidecars, s)
+	e.mu.Unlock()
 	return s, nil
 }
 
