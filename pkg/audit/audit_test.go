@@ -141,6 +141,18 @@ func TestVerdicts(t *testing.T) {
 		{"legacy sidecar with an init container reading the bucket denied", pod(ours, "", `    gcsfuse.csi.storage/sidecar-mode: legacy`, "") +
 			"  initContainers:\n    - name: init\n      image: app\n      volumeMounts: [{name: data, mountPath: /data}]\n",
 			[]string{"pod: refused: at admission: the gcsfuse sidecar cannot serve init container init (volume data)"}, true},
+		{"mountMode shared: no sidecar, the node serves the volume", pod(ours, `          mountMode: shared`, "", ""),
+			[]string{"Pod/ns/p pod: unchanged: no sidecar: the node's shared mounter serves volume data (mountMode: shared)", "Pod/ns/p volume data: unchanged: bucket bkt"}, false},
+		{"mountMode shared with the opt-in annotation: no sidecar, a warning", pod(ours, `          mountMode: shared`, `    gcsfuse.csi.storage/volumes: "true"`, ""),
+			[]string{"Pod/ns/p pod: unchanged: no sidecar: the node's shared mounter serves volume data (mountMode: shared)",
+				`Pod/ns/p pod: warning: admission: annotation gcsfuse.csi.storage/volumes: "true" is ignored: the node's shared mounter serves the pod's gcsfuse volumes`}, false},
+		{"mountMode shared beside a sidecar volume: the sidecar", pod(ours, `          mountMode: shared`, "", "") + `    - name: other
+      csi:
+        driver: gcsfuse.csi.storage
+        volumeAttributes: {bucketName: bkt2}
+`, []string{"Pod/ns/p pod: unchanged: sidecar injected (native)"}, false},
+		{"an invalid mountMode refused at admission", pod(ours, `          mountMode: node`, "", ""),
+			[]string{`Pod/ns/p volume data: refused: at admission: volume data: volume attribute mountMode "node": want "sidecar"`}, true},
 		{"opted out: no sidecar, the mount is refused", pod(gke, "", `    gke-gcsfuse/volumes: "false"`, ""),
 			[]string{"Pod/ns/p pod: refused: at mount: the webhook injects no gcsfuse sidecar", "pod: warning: admission: the pod mounts gcsfuse.csi.storage.gke.io volume data but opts out"}, true},
 		{"the GKE sidecar image lent", pod(gke, "", "", `    - name: gke-gcsfuse-sidecar

@@ -24,8 +24,9 @@ const (
 
 // admission judges what the webhook, installed under driver, does with the pod: it runs
 // the webhook's own decision (Mutator.Review) and reports the denial, or the injection and
-// what in it was mapped, and the webhook's warnings. usesDriver says that the pod has
-// volumes of the driver, whose mounts fail without a sidecar.
+// what in it was mapped, or that the node's shared mounter serves all the pod's volumes
+// (mountMode: shared, no sidecar needed), and the webhook's warnings. usesDriver says that
+// the pod has volumes of the driver, whose mounts fail without a sidecar unless shared.
 func (a *auditor) admission(ctx context.Context, driver string, meta metav1.ObjectMeta, spec corev1.PodSpec, usesDriver bool, said map[string]bool) error {
 	m, err := a.mutator(driver)
 	if err != nil {
@@ -49,6 +50,10 @@ func (a *auditor) admission(ctx context.Context, driver string, meta metav1.Obje
 		return nil
 	}
 	switch {
+	case adm.Sidecar == nil && len(adm.NodeServed) > 0:
+		// No sidecar, and none needed: the node plugin serves these volumes itself.
+		a.add("pod", Unchanged, "", fmt.Sprintf("no sidecar: the node's shared mounter serves volume %s (%s: %s)",
+			strings.Join(adm.NodeServed, ", "), contract.AttrMountMode, contract.MountModeShared))
 	case adm.Sidecar == nil && usesDriver:
 		a.add("pod", Refused, StageMount, fmt.Sprintf(
 			"the webhook injects no gcsfuse sidecar (see its warnings), so the node plugin refuses the pod's volumes: the pod has no %s container, so nothing would serve them",

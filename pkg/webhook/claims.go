@@ -43,7 +43,7 @@ import (
 // admission, whatever the annotation says, and every decision that depends on which
 // volumes are ours (where the native sidecar goes, which init containers it serves,
 // whether a legacy pod would hang, whether gcsfuse needs a cache volume) reads that one
-// driverVolumes map.
+// driverVolumes map, less the volumes the node's shared mounter serves (shared.go).
 
 // claimLookupTimeout bounds the claim, volume and StorageClass lookups of one admission,
 // well inside the webhook's 10 s timeout.
@@ -272,6 +272,14 @@ type usage struct {
 	// unresolved are claims the webhook could not resolve (unbound, lookup failed): if
 	// one turns out to be the driver's, the node plugin fails its mount naming the cause.
 	unresolved []unresolvedClaim
+	// sidecar are the vols the pod's sidecar serves: all but the shared ones. Every
+	// decision about the sidecar (whether the pod needs one, where it goes, which init
+	// containers it serves, whether a legacy pod would hang, its cache volume) reads these.
+	sidecar driverVolumes
+	// shared are the names of the vols whose contract.AttrMountMode is
+	// contract.MountModeShared, sorted: the node's shared mounter serves them, not the
+	// sidecar.
+	shared []string
 }
 
 func (u usage) uses() bool { return len(u.vols) > 0 }
@@ -423,6 +431,7 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 	slices.Sort(u.inline)
 	slices.Sort(u.claims)
 	slices.Sort(u.ephemeral)
+	u.splitShared()
 	return u
 }
 

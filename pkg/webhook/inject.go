@@ -1,6 +1,9 @@
 // Package webhook is the mutating admission webhook that adds the gcsfuse sidecar to the pods
 // that use the driver (an inline volume, a claim bound to one of its volumes, or a claim or
-// generic ephemeral volume of a StorageClass it provisions: claims.go) or opt in with the contract.AnnotationInject annotation.
+// generic ephemeral volume of a StorageClass it provisions: claims.go) or opt in with the contract.AnnotationInject annotation,
+// unless the node's shared mounter serves every volume of the driver the pod has
+// (mountMode: shared, shared.go): such a pod is admitted unchanged, our annotations on it
+// ignored with a warning.
 //
 // The sidecar is injected as a native sidecar (an init container with restartPolicy: Always)
 // when the API server and every kubelet the pod can land on support it, so that it starts
@@ -119,7 +122,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	log := m.log.With("namespace", req.Namespace, "pod", name, "uid", string(req.UID))
 
-	ops, warnings, mode, err := m.inject(ctx, pod, req.Namespace)
+	d, err := m.inject(ctx, pod, req.Namespace)
 	if err != nil {
 		var bad *badRequestError
 		if errors.As(err, &bad) {
@@ -129,7 +132,11 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 		log.ErrorContext(ctx, "cannot compute the sidecar patch", "error", err)
 		return denied(req.UID, 500, fmt.Sprintf("gcsfuse webhook: %v", err))
 	}
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: warnings}
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: d.warnings}
+	if len(d.nodeServed) > 0 {
+		log.InfoContext(ctx, "no gcsfuse sidecar: the node's shared mounter serves every volume of the driver in the pod", "volumes", strings.Join(d.nodeServed, ", "))
+	}
+	ops := d.ops
 	if len(ops) == 0 {
 		return resp
 	}
@@ -143,7 +150,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
-	log.InfoContext(ctx, "injected the gcsfuse sidecar", "mode", mode)
+	log.InfoContext(ctx, "injected the gcsfuse sidecar", "mode", d.mode)
 	return resp
 }
 
@@ -151,70 +158,97 @@ func isPodCreate(req *admissionv1.AdmissionRequest) bool {
 	return req.Operation == admissionv1.Create && req.Kind.Group == "" && req.Kind.Kind == "Pod" && req.SubResource == ""
 }
 
-// inject returns the patch for pod (nil when there is nothing to do), warnings for the user
-// and the chosen mode. A *badRequestError is the user's mistake.
-func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string) ([]patchOp, []string, string, error) {
+// decision is what inject decides for a pod.
+type decision struct {
+	// ops is the patch, nil when there is nothing to do.
+	ops []patchOp
+	// warnings are for the user.
+	warnings []string
+	// mode is the sidecar's mode (contract.ModeNative or contract.ModeLegacy), "" when
+	// inject neither adds a sidecar nor keeps one.
+	mode string
+	// nodeServed names the pod's volumes of the driver when it gets no sidecar because the
+	// node's shared mounter serves them all (mountMode: shared); nil otherwise.
+	nodeServed []string
+}
+
+// inject decides what to do with pod: the patch (nil when there is nothing to do),
+// warnings for the user and the chosen mode. A *badRequestError is the user's mistake.
+func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string) (decision, error) {
 	ann, aliasWarnings, err := withIncumbentAliases(pod.Annotations)
 	if err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
 	opted, set, err := optedIn(ann)
 	if err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
-	// The one lookup of the pod's volumes: every decision below reads u.vols.
+	// The one lookup of the pod's volumes: every decision below reads u.vols, or u.sidecar
+	// (those of u.vols the node's shared mounter does not serve: shared.go).
 	u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
 	var found []string
 	switch {
 	case set && !opted:
-		// Opted out: respected, but a volume of the driver in that pod will not be served.
-		if u.uses() {
+		// Opted out: respected, but a volume of the driver in that pod will not be served,
+		// unless the node's shared mounter serves it.
+		if u.needsSidecar() {
 			found = append(found, fmt.Sprintf("the pod mounts %s volume %s but opts out of the gcsfuse sidecar (%s: \"false\"): without one its mount fails",
-				m.cfg.DriverName, u.volumes(), contract.AnnotationInject))
+				m.cfg.DriverName, u.sidecarNames(), contract.AnnotationInject))
 		}
-		return nil, append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
+		return decision{warnings: append(append(found, aliasWarnings...), ignoredAnnotationWarnings(ann)...)}, nil
 	case opted && !u.uses() && onlyAddOnOptIn(m.cfg.DriverName, pod.Annotations):
 		// The GKE add-on's annotation on a pod with none of our volumes: the add-on's pod.
 		m.log.InfoContext(ctx, "only the GKE driver's annotation and none of our volumes: left to the GKE add-on", "namespace", namespace)
-		return nil, append(aliasWarnings, ignoredAnnotationWarnings(ann)...), "", nil
-	case !set:
-		if !u.uses() {
-			return nil, append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...), "", nil
-		}
-		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
-		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
+		return decision{warnings: append(aliasWarnings, ignoredAnnotationWarnings(ann)...)}, nil
+	case !set && !u.uses():
+		return decision{warnings: append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...)}, nil
 	}
 	if err := checkInlineVolumes(m.cfg.DriverName, pod.Spec.Volumes); err != nil {
-		return nil, nil, "", err
+		return decision{}, err
+	}
+	// Every volume of the driver served by the node's shared mounter: no sidecar, unless
+	// the pod already has ours (kept below, as at any re-invocation).
+	if u.nodeServed(opted) && !(ann[contract.AnnotationInjected] != "" && hasInjectedSidecar(pod)) {
+		var warnings []string
+		if !set {
+			// A claim that could not be resolved may still be a volume of the sidecar's.
+			warnings = u.notInjectedWarnings(m.cfg.DriverName)
+		}
+		warnings = append(append(warnings, aliasWarnings...), nodeServedWarnings(ann, u.shared)...)
+		return decision{warnings: warnings, nodeServed: u.shared}, nil
+	}
+	if !set {
+		// No annotation, but the pod uses the driver: it cannot work without the sidecar.
+		m.log.InfoContext(ctx, "pod uses the driver without the annotation: injecting", "namespace", namespace, "volumes", u.volumes())
 	}
 	if len(pod.Spec.Containers) == 0 {
 		// The API server rejects such a pod anyway; saying so here also guarantees that
 		// "/spec" exists in the object, which the patch paths below rely on.
-		return nil, nil, "", badRequest("the pod has no containers")
+		return decision{}, badRequest("the pod has no containers")
 	}
 	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
 	// Re-invocation (reinvocationPolicy: IfNeeded) or a pod copied from an injected one:
 	// both our marks are there, so the sidecar is ours and stays where it is.
 	if opts.injected != "" && hasInjectedSidecar(pod) {
-		ops, err := m.reinvoked(pod, opts, u.vols)
+		ops, err := m.reinvoked(pod, opts, u.sidecar)
 		if err != nil {
-			return nil, nil, "", err
+			return decision{}, err
 		}
-		return ops, warnings, opts.injected, nil
+		return decision{ops: ops, warnings: warnings, mode: opts.injected}, nil
 	}
 
 	lent, err := findLentSidecar(pod, !addOnServes(m.cfg.DriverName, pod))
 	if err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
 	image := m.cfg.SidecarImage
 	if lent.found {
 		if err := validateImageReference(lent.image); err != nil {
-			return nil, nil, "", badRequest("container %s: image %q: %v", lent.name, lent.image, err)
+			return decision{}, badRequest("container %s: image %q: %v", lent.name, lent.image, err)
 		}
 		image = lent.image
 	}
@@ -227,9 +261,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	warnings = append(warnings, policyWarnings...)
 	resources, err := fitSidecarResources(opts.resources, ann, m.cfg.Resources, policy)
 	if err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
-	newVolumes, vols := sidecarVolumes(pod, u.vols)
+	newVolumes, vols := sidecarVolumes(pod, u.sidecar)
 	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
@@ -247,8 +281,8 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	// The pod's containers with the sidecar, for the quota check.
 	initWith, regularWith := initAfter, regularAfter
 	if mode == contract.ModeNative {
-		at := nativeIndex(initAfter, u.vols)
-		for _, e := range usersEnv(initAfter[at:], u.vols) {
+		at := nativeIndex(initAfter, u.sidecar)
+		for _, e := range usersEnv(initAfter[at:], u.sidecar) {
 			if e.Value != "" {
 				sidecar.Env = append(sidecar.Env, e)
 			}
@@ -256,9 +290,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 		initWith = slices.Insert(slices.Clone(initAfter), at, sidecar)
 	} else {
-		initWarnings, err := checkLegacyInit(initAfter, u.vols, choice, m.versions, pod.Spec.NodeName)
+		initWarnings, err := checkLegacyInit(initAfter, u.sidecar, choice, m.versions, pod.Spec.NodeName)
 		if err != nil {
-			return nil, nil, "", err
+			return decision{}, err
 		}
 		warnings = append(warnings, initWarnings...)
 		at := legacyIndex(regularAfter)
@@ -269,7 +303,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	without.InitContainers, without.Containers = initAfter, regularAfter
 	with.InitContainers, with.Containers = initWith, regularWith
 	if err := checkQuotaRoom(policy.Quotas, without, with); err != nil {
-		return nil, nil, "", err
+		return decision{}, err
 	}
 	if !lent.found {
 		ops = append(ops, pullSecretOps(pod.Spec.ImagePullSecrets, m.cfg.SidecarPullSecrets)...)
@@ -283,7 +317,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			}
 		}
 	}
-	return ops, warnings, mode, nil
+	return decision{ops: ops, warnings: warnings, mode: mode}, nil
 }
 
 // pullSecretOps adds the secrets the pod's imagePullSecrets do not name yet.

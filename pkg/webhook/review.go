@@ -33,6 +33,10 @@ type Admission struct {
 	// Aliases maps each of the GKE driver's annotations on the pod that is read as ours to
 	// that annotation of ours ("gke-gcsfuse/memory-limit" to "gcsfuse.csi.storage/memory-limit").
 	Aliases map[string]string
+	// NodeServed names the pod's volumes of the driver, sorted, when the pod gets no
+	// sidecar because they all have mountMode: shared, which the node's shared mounter
+	// serves (Sidecar is then nil); nil otherwise.
+	NodeServed []string
 }
 
 // Review decides the admission of pod (being created in namespace) as Mutate does, without
@@ -40,7 +44,7 @@ type Admission struct {
 // webhook's own failure (Mutate's 500), never a denial. pod is not modified.
 func (m *Mutator) Review(ctx context.Context, pod *corev1.Pod, namespace string) (Admission, error) {
 	pod = pod.DeepCopy()
-	ops, warnings, mode, err := m.inject(ctx, pod, namespace)
+	d, err := m.inject(ctx, pod, namespace)
 	var bad *badRequestError
 	switch {
 	case errors.As(err, &bad):
@@ -48,8 +52,9 @@ func (m *Mutator) Review(ctx context.Context, pod *corev1.Pod, namespace string)
 	case err != nil:
 		return Admission{}, err
 	}
-	a := Admission{Warnings: warnings, Aliases: incumbentAliases(pod.Annotations)}
-	for _, op := range ops {
+	a := Admission{Warnings: d.warnings, Aliases: incumbentAliases(pod.Annotations), NodeServed: d.nodeServed}
+	mode := d.mode
+	for _, op := range d.ops {
 		switch {
 		case op.Op == "remove" && removedContainer(pod, op.Path) != "":
 			a.LentBy = removedContainer(pod, op.Path)
