@@ -6,8 +6,9 @@
 #   1. a CA and the webhook's serving certificate (openssl, cached in $PKI/webhook),
 #   2. the manifests, the TLS Secret and the webhook's caBundle (on an API server older than
 #      1.30, without the ValidatingAdmissionPolicy, which needs admissionregistration.k8s.io/v1),
-#   3. rollouts of the node plugin, the webhook, the controller (the dynamic provisioner,
-#      wherever the manifests have it: the previous release's have none) and the emulator,
+#   3. rollouts of the node plugin, the webhook, the controller (the dynamic provisioner),
+#      the shared mounter (both wherever the manifests have them: the previous release's
+#      have neither) and the emulator,
 #      and the driver registered with the kubelet (listed in the node's CSINode object).
 # The images are $IMAGE_REPO/<name>:$IMAGE_TAG (cluster-lib.sh), the ones images.sh built:
 # the chart gets them as values (node, webhook, controller and the sidecar the webhook
@@ -131,6 +132,11 @@ kctl -n "$ns" rollout status deployment/gcsfuse-webhook --timeout=120s
 # for where the manifests just applied made it (e2e TestImages checks it runs in this tree's).
 if kctl -n "$ns" get deployment gcsfuse-csi-controller >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcsfuse-csi-controller --timeout=120s
+fi
+# The shared mounter likewise: not in the previous release, and not where the chart's
+# mounter.enabled=false left it out.
+if kctl -n "$ns" get daemonset gcsfuse-csi-mounter >/dev/null 2>&1; then
+  kctl -n "$ns" rollout status daemonset/gcsfuse-csi-mounter --timeout=120s
 fi
 if kctl -n "$ns" get deployment gcs-emulator >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcs-emulator --timeout=120s

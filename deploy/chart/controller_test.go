@@ -25,31 +25,7 @@ func TestController(t *testing.T) {
 	c := controllerContainer(t, r)
 
 	t.Run("security context: non-root, no privilege, no capability, read-only root", func(t *testing.T) {
-		sc := c.SecurityContext
-		if sc == nil {
-			t.Fatal("controller container: no securityContext")
-		}
-		if sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-			t.Errorf("runAsNonRoot %s, want true", deref(sc.RunAsNonRoot))
-		}
-		if sc.RunAsUser == nil || *sc.RunAsUser != 65534 {
-			t.Errorf("runAsUser %s, want 65534", deref(sc.RunAsUser))
-		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-			t.Errorf("allowPrivilegeEscalation %s, want false", deref(sc.AllowPrivilegeEscalation))
-		}
-		if sc.Privileged != nil && *sc.Privileged {
-			t.Error("privileged: true")
-		}
-		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-			t.Errorf("capabilities %+v, want drop [ALL] and no add", sc.Capabilities)
-		}
-		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-			t.Errorf("readOnlyRootFilesystem %s, want true", deref(sc.ReadOnlyRootFilesystem))
-		}
-		if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			t.Errorf("seccompProfile %+v, want RuntimeDefault", sc.SeccompProfile)
-		}
+		wantUnprivileged(t, c.SecurityContext)
 	})
 	t.Run("no host access, no volume", func(t *testing.T) {
 		if spec.HostNetwork || spec.HostPID || spec.HostIPC {
@@ -150,6 +126,38 @@ func TestController(t *testing.T) {
 		}
 		wantBinding(t, b.RoleRef, b.Subjects, "Role", sa)
 	})
+}
+
+// wantUnprivileged fails t unless a container's security context is the driver's unprivileged
+// one: non-root (uid 65534), no privilege escalation, every capability dropped, a read-only
+// root file system, the RuntimeDefault seccomp profile (what the "restricted" Pod Security
+// Standard asks of a container, and more).
+func wantUnprivileged(t *testing.T, sc *corev1.SecurityContext) {
+	t.Helper()
+	if sc == nil {
+		t.Fatal("no securityContext")
+	}
+	if sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("runAsNonRoot %s, want true", deref(sc.RunAsNonRoot))
+	}
+	if sc.RunAsUser == nil || *sc.RunAsUser != 65534 {
+		t.Errorf("runAsUser %s, want 65534", deref(sc.RunAsUser))
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("allowPrivilegeEscalation %s, want false", deref(sc.AllowPrivilegeEscalation))
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("privileged: true")
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities %+v, want drop [ALL] and no add", sc.Capabilities)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("readOnlyRootFilesystem %s, want true", deref(sc.ReadOnlyRootFilesystem))
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile %+v, want RuntimeDefault", sc.SeccompProfile)
+	}
 }
 
 // deref prints what a pointer field holds, or "unset".

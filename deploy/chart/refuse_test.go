@@ -48,6 +48,11 @@ func TestBadValuesRefused(t *testing.T) {
 		{"controller/gcsEndpoint", []string{"--set", "controller.gcsEndpoint=storage.corp:443"}},
 		{"controller/credentialsSecret/name", []string{"--set", "controller.credentialsSecret.name=Bad_Name"}},
 		{"images/controller/tag", []string{"--set", "images.controller.tag=v1 --privileged"}},
+		{"mounter/linger", []string{"--set", "mounter.linger=a minute"}},
+		{"mounter/cacheSizeLimit", []string{"--set", "mounter.cacheSizeLimit=lots"}},
+		{"mounter/terminationGracePeriodSeconds", []string{"--set", "mounter.terminationGracePeriodSeconds=-1"}},
+		{"mounter': additional properties 'image'", []string{"--set", "mounter.image=other"}},
+		{"mounter/linger", []string{"--set", "mounter.linger=60"}},
 	} {
 		t.Run(tc.names, func(t *testing.T) {
 			refused(t, regexp.MustCompile(regexp.QuoteMeta(tc.names)), tc.args...)

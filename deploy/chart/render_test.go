@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 // The objects and containers the checks look at, by name.
@@ -30,6 +32,7 @@ const (
 	// controllerName is the controller's Deployment, its container, ServiceAccount, and its
 	// ClusterRole, Role and their bindings.
 	controllerName = "gcsfuse-csi-controller"
+	mounterName    = "gcsfuse-csi-mounter" // the shared mounter's DaemonSet and its pods' app label
 )
 
 // named returns the item of items whose nameOf is name, failing the test (naming what it
@@ -65,6 +68,12 @@ func webhookContainer(t *testing.T, r rendering) corev1.Container {
 func controllerContainer(t *testing.T, r rendering) corev1.Container {
 	t.Helper()
 	return container(t, only[*appsv1.Deployment](t, r, controllerName).Spec.Template.Spec, controllerName)
+}
+
+// mounterContainer is the shared mounter's one container, named as the node plugin knows it.
+func mounterContainer(t *testing.T, r rendering) corev1.Container {
+	t.Helper()
+	return container(t, only[*appsv1.DaemonSet](t, r, mounterName).Spec.Template.Spec, contract.SharedMounterContainerName)
 }
 
 // wantArg fails t unless the container has the argument arg.
@@ -216,8 +225,9 @@ const (
 
 func TestEdgeValues(t *testing.T) {
 	r := render(t, otherNS, edgeValues...)
-	node, webhook, controller := nodeContainer(t, r), webhookContainer(t, r), controllerContainer(t, r)
+	node, webhook, controller, mounter := nodeContainer(t, r), webhookContainer(t, r), controllerContainer(t, r), mounterContainer(t, r)
 	ds := only[*appsv1.DaemonSet](t, r, nodeName)
+	mds := only[*appsv1.DaemonSet](t, r, mounterName)
 	dep := only[*appsv1.Deployment](t, r, webhookName)
 	ctl := only[*appsv1.Deployment](t, r, controllerName)
 	driver := only[*storagev1.CSIDriver](t, r, edgeDriver)
@@ -236,6 +246,9 @@ func TestEdgeValues(t *testing.T) {
 		if want := "registry.example.com/team/controller:v1.2.3"; controller.Image != want {
 			t.Errorf("controller image %s, want %s", controller.Image, want)
 		}
+		if want := "registry.example.com/team/sidecar:v1.2.3"; mounter.Image != want {
+			t.Errorf("mounter image %s, want the sidecar's, %s", mounter.Image, want)
+		}
 	})
 	t.Run("pull policy", func(t *testing.T) {
 		if node.ImagePullPolicy != corev1.PullIfNotPresent {
@@ -248,9 +261,9 @@ func TestEdgeValues(t *testing.T) {
 	t.Run("sidecar pull secrets reach the webhook", func(t *testing.T) {
 		wantArg(t, webhook, "--sidecar-image-pull-secrets=team-registry,other-registry")
 	})
-	t.Run("imagePullSecrets on the node plugin, webhook and controller pods", func(t *testing.T) {
+	t.Run("imagePullSecrets on the node plugin, mounter, webhook and controller pods", func(t *testing.T) {
 		want := []corev1.LocalObjectReference{{Name: "team-registry"}}
-		for what, spec := range map[string]corev1.PodSpec{"node plugin": ds.Spec.Template.Spec, "webhook": dep.Spec.Template.Spec, "controller": ctl.Spec.Template.Spec} {
+		for what, spec := range map[string]corev1.PodSpec{"node plugin": ds.Spec.Template.Spec, "mounter": mds.Spec.Template.Spec, "webhook": dep.Spec.Template.Spec, "controller": ctl.Spec.Template.Spec} {
 			if !slices.Equal(spec.ImagePullSecrets, want) {
 				t.Errorf("%s pods: imagePullSecrets %v, want %v", what, spec.ImagePullSecrets, want)
 			}
@@ -262,6 +275,9 @@ func TestEdgeValues(t *testing.T) {
 		if v := volume(t, ds.Spec.Template.Spec, "kubelet-dir"); v.HostPath == nil || v.HostPath.Path != edgeKubelet {
 			t.Errorf("node plugin volume kubelet-dir %+v, want hostPath %s", v.VolumeSource, edgeKubelet)
 		}
+	})
+	t.Run("kubelet dir and driver name in the shared mounter's hand-off directory", func(t *testing.T) {
+		wantSharedDir(t, r, edgeKubelet, edgeDriver)
 	})
 	t.Run("kubelet dir everywhere", func(t *testing.T) {
 		refuteScalar(t, r, "the default kubelet directory left", regexp.MustCompile(`(^|[ =])/var/lib/kubelet`))
@@ -332,7 +348,7 @@ func TestEdgeValues(t *testing.T) {
 		}
 	})
 	t.Run("driverName: the default name left nowhere", func(t *testing.T) {
-		refuteScalar(t, r, "the default driver name left", regexp.MustCompile(`(?m)(^|[ =/'])gcsfuse\.csi\.storage('|/csi|-reg|$)`))
+		refuteScalar(t, r, "the default driver name left", regexp.MustCompile(`(?m)(^|[ =/'])gcsfuse\.csi\.storage('|/csi|/shared|-reg|$)`))
 	})
 	t.Run("failure policy reaches both webhooks", func(t *testing.T) {
 		for _, w := range mwc.Webhooks {
@@ -507,21 +523,23 @@ func TestWebhookPort(t *testing.T) {
 	})
 }
 
-// TestPriorityQuota: node.priorityQuota.create makes a ResourceQuota scoped to the node
-// plugin's priority class in the release namespace (GKE admits system-node-critical pods
-// only in a namespace with one); none by default (TestDefaults).
+// TestPriorityQuota: node.priorityQuota.create makes a ResourceQuota scoped to the priority
+// classes of the node plugin and of the mounter in the release namespace (GKE admits
+// system-node-critical pods only in a namespace with one); none by default (TestDefaults).
 func TestPriorityQuota(t *testing.T) {
 	ds := only[*appsv1.DaemonSet](t, show(t, "node/daemonset.yaml"), nodeName)
 	if pc := ds.Spec.Template.Spec.PriorityClassName; pc != "system-node-critical" {
 		t.Fatalf("node plugin priorityClassName %q, want system-node-critical by default", pc)
 	}
 	for _, tc := range []struct {
-		name  string
-		args  []string
-		class string
+		name    string
+		args    []string
+		classes []string
 	}{
-		{"the DaemonSet's priority class", nil, ds.Spec.Template.Spec.PriorityClassName},
-		{"follows node.priorityClassName", []string{"--set", "node.priorityClassName=custom-critical"}, "custom-critical"},
+		{"the DaemonSet's priority class, the mounter's too", nil, []string{ds.Spec.Template.Spec.PriorityClassName}},
+		{"follows node.priorityClassName", []string{"--set", "node.priorityClassName=custom-critical"}, []string{"custom-critical", "system-node-critical"}},
+		{"and mounter.priorityClassName", []string{"--set", "mounter.priorityClassName=custom-critical"}, []string{"system-node-critical", "custom-critical"}},
+		{"without the mounter, the node plugin's alone", []string{"--set", "mounter.enabled=false,mounter.priorityClassName=custom-critical"}, []string{"system-node-critical"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := only[*corev1.ResourceQuota](t, show(t, "node/priority-quota.yaml", append([]string{"--set", "node.priorityQuota.create=true"}, tc.args...)...), "gcsfuse-csi-critical-pods")
@@ -531,11 +549,11 @@ func TestPriorityQuota(t *testing.T) {
 			if pods, ok := q.Spec.Hard[corev1.ResourcePods]; !ok || pods.Cmp(resource.MustParse("1G")) != 0 {
 				t.Errorf("ResourceQuota hard pods %v, want a generous 1G", q.Spec.Hard)
 			}
-			want := []corev1.ScopedResourceSelectorRequirement{{ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{tc.class}}}
+			want := []corev1.ScopedResourceSelectorRequirement{{ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: tc.classes}}
 			if q.Spec.ScopeSelector == nil || !slices.EqualFunc(q.Spec.ScopeSelector.MatchExpressions, want, func(a, b corev1.ScopedResourceSelectorRequirement) bool {
 				return a.ScopeName == b.ScopeName && a.Operator == b.Operator && slices.Equal(a.Values, b.Values)
 			}) {
-				t.Errorf("ResourceQuota scopeSelector %+v, want PriorityClass In [%s]", q.Spec.ScopeSelector, tc.class)
+				t.Errorf("ResourceQuota scopeSelector %+v, want PriorityClass In %v", q.Spec.ScopeSelector, tc.classes)
 			}
 		})
 	}
