@@ -693,7 +693,7 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	s.mu.Lock()
 	pub := s.published[target]
 	s.mu.Unlock()
-	if pub != nil {
+	if pub != nil && pub.offer != nil {
 		stopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := pub.offer.Stop(stopCtx); err != nil {
 			s.log.Warn("hand-off did not stop in time", "target", target, "err", err)

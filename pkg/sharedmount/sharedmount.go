@@ -79,8 +79,7 @@ type User struct {
 // mounter.
 type Ops interface {
 	// Alive reports whether the key's mount still has its server: false once its gcsfuse
-	// died (the kernel answers ENOTCONN). Asked before a new target binds a mount this
-	// process has not seen start (one found at start-up), whose death nobody reported.
+	// died (the kernel answers ENOTCONN). Asked before a new target binds a running mount.
 	Alive(name string) bool
 	// Bind bind-mounts the key's mount on target.
 	Bind(name, target string) error
@@ -135,8 +134,10 @@ func (t *Table) Publish(name string, u User, start func() error) (started bool, 
 		return false, fmt.Errorf("target %s is already bound to %s", u.Target, old.name)
 	}
 	e := t.live[name]
-	if e != nil && e.restored && !e.dead && !t.ops.Alive(name) {
-		t.log.Warn("a shared mount found at start-up has lost its gcsfuse; starting a new one", "key", name, "heldBy", len(e.users))
+	if e != nil && !e.dead && !t.ops.Alive(name) {
+		// Its death may not be reported yet (the mounter's report races this publish), or
+		// was never seen (a mount found at start-up).
+		t.log.Warn("a shared mount has lost its gcsfuse; starting a new one", "key", name, "heldBy", len(e.users), "foundAtStart", e.restored)
 		e.dead = true
 	}
 	if e == nil || e.dead {

@@ -156,6 +156,17 @@ func New(o Options) (*Env, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if o.Shared {
+		// The mounter runs on the host's paths here: it must reach its directory.
+		if err := os.MkdirAll(e.sharedDir(true), 0o755); err != nil {
+			return fail(err)
+		}
+		for d := e.sharedDir(true); d != root; d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: e.Emulator.Endpoint, Credentials: o.Credentials, Metrics: o.NodeMetrics, Proxy: o.Proxy, CABundle: o.CABundle,
@@ -570,6 +581,12 @@ func (e *Env) Close() {
 	defer cancel()
 	for _, t := range targets {
 		_ = fusemount.Unmount(ctx, t, 100*time.Millisecond)
+	}
+	// The shared mounts outlive their targets (the node plugin's linger).
+	if shared, err := fusemount.MountsUnder(filepath.Join(e.sharedDir(true), "mnt")); err == nil {
+		for _, m := range shared {
+			_ = fusemount.Unmount(ctx, m, 100*time.Millisecond)
+		}
 	}
 	if e.conn != nil {
 		e.conn.Close()

@@ -1,0 +1,191 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+)
+
+// sharedLinger is the node plugin's linger in these tests: short, so the stop is seen.
+const sharedLinger = 700 * time.Millisecond
+
+func newSharedEnv(t *testing.T, buckets ...string) (*testenv.Env, *testenv.Sidecar) {
+	t.Helper()
+	for _, b := range buckets {
+		emu.CreateBucketWithOpts(fakestorageBucket(b))
+	}
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: sharedLinger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, m
+}
+
+// sharedPod publishes one shared volume of bucket for a new pod (ksa: its service account)
+// and waits for the mount to serve.
+func sharedPod(t *testing.T, e *testenv.Env, bucket, ksa string) (*testenv.Pod, string) {
+	t.Helper()
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", bucket, "", false)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	req.VolumeContext[contract.CtxSAName] = ksa
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("NodePublishVolume: %v", err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatalf("shared mount not ready: %v", err)
+	}
+	return pod, pod.Target("data")
+}
+
+// sharedGcsfuse lists the gcsfuse processes of the env's mounter.
+func sharedGcsfuse(e *testenv.Env) []int {
+	return testenv.GcsfusePIDs(func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, e.MounterDir()+"/") })
+	})
+}
+
+func waitGcsfuseCount(t *testing.T, e *testenv.Env, want int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for len(sharedGcsfuse(e)) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d shared gcsfuse processes (%v), want %d", len(sharedGcsfuse(e)), sharedGcsfuse(e), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Pods of one key are served by one gcsfuse in the mounter, with no sidecar: what one
+// writes the other reads, the bytes reach the bucket, and gcsfuse stops a linger after the
+// last pod, not before.
+func TestSharedOneGcsfusePerKey(t *testing.T) {
+	e, _ := newSharedEnv(t, "bkt-shared")
+	var targets []string
+	var pods []*testenv.Pod
+	for range 5 {
+		p, tgt := sharedPod(t, e, "bkt-shared", "default")
+		pods, targets = append(pods, p), append(targets, tgt)
+	}
+	waitGcsfuseCount(t, e, 1, 5*time.Second)
+	data := randomBytes(t, 3<<20)
+	if err := os.WriteFile(filepath.Join(targets[0], "from-pod-0.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(targets[4], "from-pod-0.bin"))
+	if err != nil || len(got) != len(data) {
+		t.Fatalf("pod 4 read %d bytes of pod 0's file, err %v", len(got), err)
+	}
+	requireObject(t, "bkt-shared", "from-pod-0.bin", data)
+	for _, p := range pods[:4] {
+		if err := p.Unpublish(ctx(t), "data"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.ReadFile(filepath.Join(targets[4], "from-pod-0.bin")); err != nil {
+		t.Fatalf("the last pod lost its mount when the others left: %v", err)
+	}
+	if err := pods[4].Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	// A pod published within the linger binds the running gcsfuse.
+	time.Sleep(sharedLinger / 3)
+	p, tgt := sharedPod(t, e, "bkt-shared", "default")
+	if n := len(sharedGcsfuse(e)); n != 1 {
+		t.Fatalf("%d shared gcsfuse after a pod within the linger, want the same one", n)
+	}
+	if _, err := os.Stat(filepath.Join(tgt, "from-pod-0.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	waitGcsfuseCount(t, e, 0, sharedLinger+5*time.Second)
+	if m, _ := fusemount.Lookup(tgt); m != nil {
+		t.Fatalf("target still mounted: %+v", m)
+	}
+}
+
+// Two Kubernetes service accounts never share a gcsfuse, nor do read-only and read-write.
+func TestSharedKeysSeparateIdentities(t *testing.T) {
+	e, _ := newSharedEnv(t, "bkt-ids")
+	sharedPod(t, e, "bkt-ids", "reader-a")
+	sharedPod(t, e, "bkt-ids", "reader-a")
+	sharedPod(t, e, "bkt-ids", "reader-b")
+	waitGcsfuseCount(t, e, 2, 5*time.Second)
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", "bkt-ids", "", true)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	req.VolumeContext[contract.CtxSAName] = "reader-a"
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	waitGcsfuseCount(t, e, 3, 5*time.Second)
+	if err := os.WriteFile(filepath.Join(pod.Target("data"), "x"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write through the read-only shared mount: %v, want EROFS", err)
+	}
+}
+
+// A gcsfuse killed under its pods: their mounts fail (never an empty directory), and the
+// next pod of the key gets a new gcsfuse that serves.
+func TestSharedGcsfuseKilled(t *testing.T) {
+	e, _ := newSharedEnv(t, "bkt-kill")
+	emu.CreateObject(fakestorageObject("bkt-kill", "kept.txt", "kept"))
+	_, old := sharedPod(t, e, "bkt-kill", "default")
+	waitGcsfuseCount(t, e, 1, 5*time.Second)
+	pids := sharedGcsfuse(e)
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGcsfuseCount(t, e, 0, 5*time.Second)
+	_, err := os.ReadDir(old)
+	if err == nil {
+		t.Fatal("the dead shared mount listed as a directory; want an error")
+	}
+	t.Logf("the dead mount answers: %v", err)
+	_, fresh := sharedPod(t, e, "bkt-kill", "default")
+	if b, err := os.ReadFile(filepath.Join(fresh, "kept.txt")); err != nil || string(b) != "kept" {
+		t.Fatalf("the new pod's mount: %q %v", b, err)
+	}
+	if n := sharedGcsfuse(e); len(n) != 1 || n[0] == pids[0] {
+		t.Fatalf("shared gcsfuse %v after the kill, want one new one", n)
+	}
+}
+
+// A volume asking for the shared mode on a node plugin without the mounter is refused
+// with a message that says how to enable it; a bad mode value is refused too.
+func TestSharedRefusedWithoutMounter(t *testing.T) {
+	e := newEnv(t, "bkt-nomounter")
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[string]string{contract.MountModeShared: "mounter.enabled", "node": `mountMode "node"`} {
+		req := pod.PublishRequest("data", "bkt-nomounter", "", false)
+		req.VolumeContext[contract.AttrMountMode] = mode
+		_, err := e.Node.NodePublishVolume(ctx(t), req)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("mode %s: %v, want an error containing %q", mode, err, want)
+		}
+	}
+}
