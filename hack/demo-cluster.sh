@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cluster demo: brings the local cluster up (building what is missing), deploys the driver,
 # runs an Airflow-style pod (restartPolicy Never, writes a result file to the bucket, exits)
-# and a Job, each with a native and a legacy sidecar and without any volume for comparison,
+# and a Job, each with a native and a legacy sidecar, in the shared mount mode (the first pod
+# of a key on the node, and a pod joining a running key), and without any volume for comparison,
 # prints a table (create -> app running, app exit -> pod/Job done, objects in the bucket),
 # and takes the cluster down again. The demo itself is TestDemo in test/e2e/demo_test.go,
 # run through the same phases as hack/e2e.sh.

@@ -177,6 +177,7 @@ func run() int {
 	var events csidriver.EventSink
 	var newWatcher func() *podwatch.Watcher
 	var nodes corev1client.NodeInterface
+	var current *currentWatcher // nil without --watch-pods
 	if *watchPods {
 		cfg, err := restConfig(*kubeconfig)
 		if err != nil {
@@ -194,7 +195,7 @@ func run() int {
 		lc.Events = events
 		lc.API = client.CoreV1()
 		nodes = client.CoreV1().Nodes()
-		current := &currentWatcher{driverName: *driverName}
+		current = &currentWatcher{driverName: *driverName}
 		lc.Pods = current
 		if err := podwatch.RegisterPodsTracked(reg, func() int { return len(current.driverPods()) }); err != nil {
 			log.Error("metrics", "err", err)
@@ -234,6 +235,19 @@ func run() int {
 		return 2
 	}
 	defer ns.Close()
+	if dir, keys, users, ok := ns.SharedMetrics(); ok {
+		if err := reg.Register(users); err != nil {
+			log.Error("metrics", "err", err)
+			return 1
+		}
+		if current != nil {
+			// The mounter's gcsfuse series, labelled with the sharing key as volume.
+			current.mounter = func() (podmetrics.Pod, bool) {
+				k := keys()
+				return podmetrics.Pod{UID: "shared-mounter", Name: contract.SharedMounterContainerName, Volumes: k, Dir: dir}, len(k) > 0
+			}
+		}
+	}
 	if n, err := ns.RecoverShared(); err != nil || n > 0 {
 		log.Info("shared mounts found, left by the previous node plugin", "keys", n, "err", err)
 	}
@@ -389,6 +403,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 type currentWatcher struct {
 	w          atomic.Pointer[podwatch.Watcher]
 	driverName string
+	// mounter, if set, is the shared mounter's metrics source (set before the metrics
+	// server starts).
+	mounter func() (podmetrics.Pod, bool)
 }
 
 func (c *currentWatcher) set(w *podwatch.Watcher) { c.w.Store(w) }
@@ -422,6 +439,11 @@ func (c *currentWatcher) metricsPods() []podmetrics.Pod {
 	var out []podmetrics.Pod
 	for _, p := range c.driverPods() {
 		if mp, ok := podmetrics.FromPod(p, c.driverName); ok {
+			out = append(out, mp)
+		}
+	}
+	if c.mounter != nil {
+		if mp, ok := c.mounter(); ok {
 			out = append(out, mp)
 		}
 	}

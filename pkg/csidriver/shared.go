@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -319,4 +320,44 @@ func sharedRefusal(volume string) error {
 	return status.Errorf(codes.FailedPrecondition,
 		"volume %s asks for %s: %s, and this driver runs without the node's shared mounter (the chart's mounter.enabled is false, so the node plugin has no --shared-dir): enable it, or remove %s",
 		volume, contract.AttrMountMode, contract.MountModeShared, contract.AttrMountMode)
+}
+
+// MetricSharedMountPods is 1 for every pod volume bound to a shared mount, labelled with
+// the sharing key: the mounter's gcsfuse series carry the key as their volume label, so a
+// join on it gives each pod's share.
+const MetricSharedMountPods = "gcsfuse_csi_shared_mount_pods"
+
+var sharedMountPodsDesc = prometheus.NewDesc(MetricSharedMountPods,
+	"1 for each pod volume bound to a shared mount (mountMode: shared), by sharing key; the mounter's gcsfuse series carry the key as volume.",
+	[]string{"key", "namespace", "pod", "volume"}, nil)
+
+// SharedMetrics is the shared mounts' view for metrics: the mounter's metrics source (its
+// directory and the keys it serves, for pkg/podmetrics; ok false without the shared mode)
+// and a collector of MetricSharedMountPods.
+func (s *NodeServer) SharedMetrics() (dir string, keys func() []string, users prometheus.Collector, ok bool) {
+	if s.shared == nil {
+		return "", nil, nil, false
+	}
+	keys = func() []string {
+		snap := s.shared.Snapshot()
+		out := make([]string, 0, len(snap))
+		for k := range snap {
+			out = append(out, k)
+		}
+		return out
+	}
+	return s.mounterDir(), keys, sharedUsersCollector{s}, true
+}
+
+type sharedUsersCollector struct{ s *NodeServer }
+
+func (c sharedUsersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sharedMountPodsDesc }
+
+func (c sharedUsersCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, users := range c.s.shared.Snapshot() {
+		for _, u := range users {
+			pod := c.s.podOf(u)
+			ch <- prometheus.MustNewConstMetric(sharedMountPodsDesc, prometheus.GaugeValue, 1, key, pod.Namespace, pod.Name, u.Volume)
+		}
+	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 const (
@@ -61,6 +62,9 @@ const (
 type Pod struct {
 	UID, Namespace, Name string
 	Volumes              []string
+	// Dir, if set, is the directory whose metrics socket is read instead of the pod's
+	// gcsfuse-tmp emptyDir: the node's shared mounter's (its volumes are sharing keys).
+	Dir string
 }
 
 // FromPod returns the Pod of a cached pod that uses the driver, installed as driverName: its
@@ -277,7 +281,13 @@ func (c *Collector) collectPod(ctx context.Context, p Pod) ([]*dto.MetricFamily,
 // read fetches the pod's socket. reason is "" for a pod without a socket (no sidecar
 // running yet, or one of a release without metrics): not an error worth counting.
 func (c *Collector) read(ctx context.Context, p Pod) (map[string]*dto.MetricFamily, string, error) {
-	dir, err := podfiles.OpenTmpDir(c.cfg.KubeletRoot, p.UID)
+	var dir *os.File
+	var err error
+	if p.Dir != "" {
+		dir, err = podpath.OpenDir(p.Dir)
+	} else {
+		dir, err = podfiles.OpenTmpDir(c.cfg.KubeletRoot, p.UID)
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, "", err

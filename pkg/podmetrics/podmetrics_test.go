@@ -262,3 +262,30 @@ func TestCollectorHangingSocketsKeepTheScrapeBounded(t *testing.T) {
 		t.Errorf("no scrape of %d had the 3 healthy pods' series and the 30 hanging pods counted slow (the hanging pods read last)", scrapes)
 	}
 }
+
+// The node's shared mounter is read from its own directory, its volumes being sharing keys.
+func TestCollectorReadsTheSharedMounter(t *testing.T) {
+	root, err := os.MkdirTemp("", "pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	mounter := filepath.Join(root, "mounter")
+	if err := os.Mkdir(mounter, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	serveSidecar(t, podfiles.At(mounter).MetricsSocket(), `# TYPE gcsfuse_gcs_read_bytes_count counter
+gcsfuse_gcs_read_bytes_count{volume="shared-0123",bucket="b1"} 42
+gcsfuse_gcs_read_bytes_count{volume="shared-gone",bucket="b1"} 1
+`)
+	pods := []Pod{{UID: "shared-mounter", Name: "gcsfuse-mounter", Volumes: []string{"shared-0123"}, Dir: mounter}}
+	c, err := New(Config{KubeletRoot: root, Pods: func() []Pod { return pods }}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ := c.Gather()
+	got := series(mfs, gcsfusemetrics.Prefix+"gcs_read_bytes_count")
+	if len(got) != 1 || got["namespace=,pod=gcsfuse-mounter,volume=shared-0123,bucket=b1"] != 42 {
+		t.Fatalf("mounter series = %v", got)
+	}
+}

@@ -251,6 +251,19 @@ func (t *Table) Users(name string) []User {
 	return sortedUsers(e)
 }
 
+// Snapshot returns the targets of every live key's mount, by key name.
+func (t *Table) Snapshot() map[string][]User {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string][]User, len(t.live))
+	for name, e := range t.live {
+		if !e.dead {
+			out[name] = sortedUsers(e)
+		}
+	}
+	return out
+}
+
 // Restore records a key's mount found at start-up, with the targets that bind it: the
 // previous node plugin made them and they kept serving. A key found with no target
 // lingers again.

@@ -201,3 +201,17 @@ func TestRestore(t *testing.T) {
 		t.Fatalf("publish on a restored dead mount: started %v err %v", started, err)
 	}
 }
+
+func TestSnapshotShowsLiveKeys(t *testing.T) {
+	ops := &fakeOps{}
+	tb, _ := New(ops, time.Hour, nil)
+	defer tb.Close()
+	tb.Publish("a", User{Target: "/t/1", PodName: "p1"}, ops.start("a"))
+	tb.Publish("a", User{Target: "/t/2", PodName: "p2"}, ops.start("a"))
+	tb.Publish("b", User{Target: "/t/3", PodName: "p3"}, ops.start("b"))
+	tb.Died("b")
+	snap := tb.Snapshot()
+	if len(snap) != 1 || len(snap["a"]) != 2 || snap["a"][1].PodName != "p2" {
+		t.Fatalf("snapshot %v: want key a with its two pods, dead b left out", snap)
+	}
+}

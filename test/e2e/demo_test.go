@@ -56,6 +56,10 @@ func TestDemo(t *testing.T) {
 	}
 	type result struct {
 		kind, mode string
+		// shared is a case of the shared mount mode (no sidecar): sharedFirst mounts a new
+		// bucket each run (the first pod of its key on the node), sharedJoined one bucket
+		// whose gcsfuse a holder pod keeps running (every later pod of the key).
+		shared string
 		// floor: no volume, and a trivial sidecar of the mode's shape (the workload image
 		// doing nothing) before the app: what one more container costs a pod's start,
 		// whatever it runs.
@@ -65,17 +69,23 @@ func TestDemo(t *testing.T) {
 		objects string
 	}
 	var results []*result
+	joinedBucket := ""
 	runOne := func(res *result, i int, withVolume bool) {
 		bucket := ""
 		var vols []volume
 		dir := "/tmp"
 		if withVolume {
 			bucket = newBucket(t)
+			if res.shared == sharedJoined {
+				bucket = joinedBucket
+			}
 			vols = []volume{{"bucket", bucket, mountPath}}
 			dir = mountPath
 		}
 		name := fmt.Sprintf("demo-%s-%s-%d", res.kind, res.mode, i)
 		switch {
+		case res.shared != "":
+			name = fmt.Sprintf("demo-%s-shared-%s-%d", res.kind, res.shared, i)
 		case res.floor:
 			name = fmt.Sprintf("demo-%s-trivial-%s-%d", res.kind, res.mode, i)
 		case !withVolume:
@@ -85,8 +95,11 @@ func TestDemo(t *testing.T) {
 			// A run time spread over the relist period too: the kubelet starts a native
 			// pod's app right after a relist, so an app of fixed length would always exit
 			// at the same phase of it.
-			args: []string{"write", "-dir", dir, "-name", "result.json", "-bytes", strconv.Itoa(64 << 10),
+			args: []string{"write", "-dir", dir, "-name", fmt.Sprintf("result-%s-%d.json", res.kind, i), "-bytes", strconv.Itoa(64 << 10),
 				"-then", rand.N(kubeletRelistPeriod).String()}}
+		if res.shared != "" {
+			o.mode, o.attrs = "", sharedAttrs
+		}
 		var smp sample
 		created := time.Now()
 		switch res.kind {
@@ -110,7 +123,7 @@ func TestDemo(t *testing.T) {
 			smp.mount = appStart(t, name, appContainer).Sub(created)
 			smp.done = tr.when(name, "phase:"+string(p.Status.Phase)).Sub(appExit(t, name, appContainer))
 			smp.seen = tr.when(name, "terminated:"+appContainer+"@0").Sub(appExit(t, name, appContainer))
-			if withVolume {
+			if withVolume && res.shared == "" {
 				smp.together = sidecarFirst(t, tr, name, p)
 			}
 			if res.floor {
@@ -139,7 +152,7 @@ func TestDemo(t *testing.T) {
 			smp.mount = appStart(t, pod, appContainer).Sub(tr.when(pod, "phase:Pending"))
 			smp.done = at.Sub(appExit(t, pod, appContainer))
 			smp.seen = tr.when(pod, "terminated:"+appContainer+"@0").Sub(appExit(t, pod, appContainer))
-			if withVolume {
+			if withVolume && res.shared == "" {
 				smp.together = sidecarFirst(t, tr, pod, waitPod(t, pod, 30*time.Second, "terminal", terminal))
 			}
 			_ = cs.BatchV1().Jobs(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
@@ -151,7 +164,19 @@ func TestDemo(t *testing.T) {
 		for _, mode := range []string{"", contract.ModeNative, contract.ModeLegacy} {
 			results = append(results, &result{kind: kind, mode: mode})
 		}
+		for _, sh := range []string{sharedFirst, sharedJoined} {
+			results = append(results, &result{kind: kind, mode: contract.ModeShared, shared: sh})
+		}
 	}
+	// The joined cases' key: a holder pod keeps its gcsfuse running for the whole demo.
+	joinedBucket = newBucket(t)
+	holder := "demo-shared-holder"
+	createPod(t, holder, podOpts{restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", joinedBucket, mountPath}},
+		attrs: sharedAttrs, args: []string{"pause"}})
+	waitPod(t, holder, 120*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	defer func() {
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), holder, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	}()
 	// The floor is measured on pods only: a Job's pod starts the same way.
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy} {
 		results = append(results, &result{kind: "pod", mode: mode, floor: true})
@@ -202,14 +227,16 @@ func TestDemo(t *testing.T) {
 		case r.mode == "":
 			base = [3]time.Duration{mp50, dp50, rp50}
 			bases[r.kind] = base
+		case r.shared != "":
+			look = "no sidecar"
 		default:
 			look = fmt.Sprintf("%d/%d", together, len(r.samples))
 		}
 		fmt.Fprintf(&b, "%-5s %-17s %5.2fs %5.2fs %+6.2fs          %5.2fs %5.2fs %+6.2fs          %5.2fs          %5.2fs %+6.2fs   %-9s  %-13s %s\n",
-			r.kind, modeLabel(r.mode, r.mode != ""), mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds(),
+			r.kind, modeLabel(r.mode, r.shared), mp50.Seconds(), mp90.Seconds(), (mp50 - base[0]).Seconds(),
 			dp50.Seconds(), dp90.Seconds(), (dp50 - base[1]).Seconds(), sp50.Seconds(),
 			rp50.Seconds(), (rp50 - base[2]).Seconds(), look, r.phase, r.objects)
-		row := []string{version, demoKind(r.kind), r.mode,
+		row := []string{version, demoKind(r.kind), modeLabel(r.mode, r.shared),
 			fmt.Sprintf("%.2f s (p90 %.2f)", mp50.Seconds(), mp90.Seconds()),
 			fmt.Sprintf("%.2f s (p90 %.2f)", dp50.Seconds(), dp90.Seconds()),
 			fmt.Sprintf("%.2f s", rp50.Seconds()), look}
@@ -287,9 +314,20 @@ func withTrivialSidecar(spec corev1.PodSpec, mode string) corev1.PodSpec {
 	return spec
 }
 
-func modeLabel(mode string, withVolume bool) string {
-	if !withVolume {
+// The shared mount mode's demo cases.
+const (
+	sharedFirst  = "first"  // a new key each run: the node's first mount of it
+	sharedJoined = "joined" // a key whose gcsfuse is running: every later pod
+)
+
+func modeLabel(mode, shared string) string {
+	switch {
+	case mode == "":
 		return "none (no volume)"
+	case shared == sharedFirst:
+		return "shared, 1st of key"
+	case shared == sharedJoined:
+		return "shared, joins key"
 	}
 	return mode
 }

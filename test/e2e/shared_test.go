@@ -2,15 +2,19 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 )
 
 // sharedAttrs makes every volume of a pod shared.
@@ -65,6 +69,31 @@ func TestSharedMountMode(t *testing.T) {
 		if len(pids) != 1 {
 			t.Fatalf("%d gcsfuse processes serve the 5 pods' bucket (%v), want 1", len(pids), pids)
 		}
+		// Metrics: one series per pod volume naming its key, and the mounter's gcsfuse
+		// series under that key (gcsfuse's counters are polled: wait for them).
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mfs := scrapeNodePlugin(t)
+			_, users := sample(mfs, "gcsfuse_csi_shared_mount_pods", map[string]string{"namespace": ns, "volume": "data"})
+			key := ""
+			if mf := mfs["gcsfuse_csi_shared_mount_pods"]; mf != nil {
+				for _, m := range mf.Metric {
+					for _, l := range m.Label {
+						if l.GetName() == "key" && key == "" {
+							key = l.GetValue()
+						}
+					}
+				}
+			}
+			_, series := sample(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"pod": contract.SharedMounterContainerName, "bucket": bucket})
+			if users >= 5 && series > 0 && key != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node plugin metrics: %d shared-mount pod series (want 5), %d mounter gcsfuse series for the bucket (want some)", users, series)
+			}
+			time.Sleep(time.Second)
+		}
 		// The node plugin restarted: the serving mount is untouched, and the next pod of
 		// the key binds the same gcsfuse.
 		restartNodePlugin(t)
@@ -93,5 +122,68 @@ func TestSharedMountMode(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	})
+
+	t.Run("gcsfuse-killed", func(t *testing.T) {
+		b := newBucket(t)
+		v := []volume{{name: "data", bucket: b, path: mountPath}}
+		holder := podName(t, "holder")
+		createPod(t, holder, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs, args: []string{"sleep", "-for", "5m"}})
+		waitPod(t, holder, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		pids := bucketGcsfuse(b)
+		if len(pids) != 1 {
+			t.Fatalf("gcsfuse %v, want one", pids)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The pod that held the mount is told, naming the volume and the bucket.
+		waitEvent(t, holder, 30*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseExited+"$"), "volume data", b, "shared gcsfuse")
+		next := podName(t, "next")
+		createPod(t, next, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs,
+			args: []string{"write", "-dir", mountPath, "-name", "after-kill.bin", "-bytes", "4096"}})
+		waitPod(t, next, 90*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		expectObject(t, b, "after-kill.bin", 4096)
+		if after := bucketGcsfuse(b); len(after) != 1 || after[0] == pids[0] {
+			t.Fatalf("gcsfuse %v after the kill, want one new process", after)
+		}
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), holder, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+
+	// A pod deleted while it writes through a claim whose volume is shared, as a non-root
+	// user with an fsGroup: it finishes its file on SIGTERM and the object is whole (nothing
+	// in the pod has to outlive the app, and the mount stays until the kubelet unpublishes
+	// it after the app's exit).
+	t.Run("claim-nonroot-deleted-mid-write", func(t *testing.T) {
+		b := newBucket(t)
+		claim := "claim-" + b
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: ptr(""), VolumeName: "pv-" + b,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		createCSIPV(t, claim, "pv-"+b, contract.DriverName, b, map[string]string{contract.AttrBucketName: b, contract.AttrMountMode: contract.MountModeShared})
+		waitClaimBound(t, claim)
+		name := podName(t, "")
+		const size = 6 * mib
+		pod := claimPodObject(name, claim, podOpts{restart: corev1.RestartPolicyNever, grace: ptr(int64(30)),
+			volumes:  []volume{{"bucket", b, mountPath}},
+			security: &corev1.PodSecurityContext{RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(1000)), FSGroup: ptr(int64(2000)), RunAsNonRoot: ptr(true)},
+			args: []string{"write", "-dir", mountPath, "-name", "slow.bin", "-bytes", strconv.Itoa(size),
+				"-chunk-delay", "100ms", "-finish-on-term", "-marker", "slow.started"}})
+		created, err := cs.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if created.Annotations[contract.AnnotationInjected] != "" || len(created.Spec.InitContainers) != 0 {
+			t.Fatalf("a pod whose claim is shared got a sidecar: %v", created.Annotations)
+		}
+		waitMarker(t, b, "slow.started", 90*time.Second)
+		time.Sleep(2 * time.Second) // mid-file
+		deleted, gone := deletePod(t, name, nil, 60*time.Second)
+		expectObject(t, b, "slow.bin", size)
+		record(t, "shared claim, non-root: delete mid-write -> pod gone", deleted, gone)
 	})
 }
