@@ -8,6 +8,10 @@
 #     with two gcsfuse volumes, half with one, each writing SCALE_BYTES to each and exiting;
 #   - burst: all at once; waves: the same again in waves of SCALE_WAVES pods, SCALE_WAVE_GAP
 #     apart; each run after a twin run of the same pods with emptyDirs for volumes;
+#   - shared: SCALE_SHARED_PODS pods (default 50; 0 skips) of one key of the shared mount mode,
+#     each reading one SCALE_SHARED_BYTES object (default 8 MiB) through a file cache and
+#     staying, against a twin with emptyDirs: the driver's memory per more pod, the key's
+#     gcsfuse RSS, and whether later pods' reads reach the bucket (they must not);
 #   - soak: SCALE_JOBS Jobs of one pod each (one volume, SCALE_JOB_BYTES), SCALE_JOBS_PARALLEL
 #     at a time, back to back;
 # checks that every pod and Job succeeded and every object is in the emulator with its bytes,
@@ -65,6 +69,7 @@ cd "$REPO_ROOT"
 go run ./hack/scale -kubeconfig "$KUBECONFIG" -gcs-url "http://$NODE_IP:14443" -workload-image "$IMAGE_REPO/workload:$IMAGE_TAG" \
   -n "${SCALE_N:-0}" -bytes "${SCALE_BYTES:-65536}" -wave "${SCALE_WAVES:-25}" -wave-gap "${SCALE_WAVE_GAP:-5s}" \
   -jobs "${SCALE_JOBS:-1000}" -jobs-parallel "${SCALE_JOBS_PARALLEL:-20}" -job-bytes "${SCALE_JOB_BYTES:-4096}" \
+  -shared-pods "${SCALE_SHARED_PODS:-50}" -shared-bytes "${SCALE_SHARED_BYTES:-8388608}" \
   -timeout "${SCALE_TIMEOUT:-20m}" -soak-timeout "${SCALE_SOAK_TIMEOUT:-90m}" -settle "${SCALE_SETTLE:-2m}" \
   -prometheus "$(command -v prometheus)" -netns "/run/netns/$NETNS" -prometheus-listen "$NODE_IP:19091" \
   -scrape-config "$REPO_ROOT/deploy/monitoring/prometheus-scrape.yaml" -markdown "$markdown"

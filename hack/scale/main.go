@@ -181,6 +181,8 @@ type options struct {
 	settle                   time.Duration
 	// markdown is -markdown: a file for the README's generated block, or "".
 	markdown string
+	// sharedPods and sharedBytes are the shared mount mode's phase (shared.go; 0: skipped).
+	sharedPods, sharedBytes int
 }
 
 // Bounds of the flags: they keep a typo from asking for a run that cannot end.
@@ -212,6 +214,8 @@ func (o options) validate() error {
 	check(o.timeout >= time.Minute && o.timeout <= maxTimeout, "-timeout %s: want 1m to %s", o.timeout, maxTimeout)
 	check(o.soakTimeout >= time.Minute && o.soakTimeout <= maxTimeout, "-soak-timeout %s: want 1m to %s", o.soakTimeout, maxTimeout)
 	check(o.settle >= 0 && o.settle <= maxSettle, "-settle %s: want 0 to %s", o.settle, maxSettle)
+	check(o.sharedPods == 0 || o.sharedPods >= 2 && o.sharedPods <= maxPodsPerRun, "-shared-pods %d: want 0 (no shared phase) or 2 to %d", o.sharedPods, maxPodsPerRun)
+	check(o.sharedBytes >= 1 && o.sharedBytes <= maxBytes, "-shared-bytes %d: want 1 to %d", o.sharedBytes, maxBytes)
 	check(filepath.IsAbs(o.kubeletRoot), "-kubelet-root %q: want an absolute path", o.kubeletRoot)
 	check(o.workloadImage != "", "-workload-image is required")
 	check(o.prometheus != "" && o.netns != "" && o.scrapeConfig != "", "-prometheus, -netns and -scrape-config are required")
@@ -236,7 +240,11 @@ func (o options) bound() time.Duration {
 	if o.wave > 0 {
 		runs += 2
 	}
-	return time.Duration(runs)*(o.timeout+deleteWait) + o.soakTimeout + deleteWait + o.settle + overhead
+	shared := time.Duration(0)
+	if o.sharedPods > 0 {
+		shared = 3*sharedRunning + 2*sharedMetricsWait + 2*deleteWait
+	}
+	return time.Duration(runs)*(o.timeout+deleteWait) + o.soakTimeout + deleteWait + o.settle + shared + overhead
 }
 
 func run() int {
@@ -259,6 +267,8 @@ func run() int {
 	flag.StringVar(&o.netns, "netns", "/run/netns/gcsfuse-csi", "the cluster's network namespace, where Prometheus runs")
 	flag.StringVar(&o.promListen, "prometheus-listen", "10.241.0.2:19091", "Prometheus' listen address, in that namespace")
 	flag.StringVar(&o.scrapeConfig, "scrape-config", "deploy/monitoring/prometheus-scrape.yaml", "the documented scrape job")
+	flag.IntVar(&o.sharedPods, "shared-pods", 50, "pods of the shared mount mode's phase (one key, each reading one object through a file cache, then staying); 0 skips it")
+	flag.IntVar(&o.sharedBytes, "shared-bytes", 8<<20, "size of the object the shared phase's pods read")
 	flag.StringVar(&o.markdown, "markdown", "", "also write the figures as the README's generated block to this file (go run ./hack/readme -file README.md < FILE); hack/scale.sh passes SCALE_MARKDOWN")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -526,6 +536,15 @@ func (s *scale) main(ctx context.Context) (*report, error) {
 		}
 		soak.report(rep)
 	}
+	var shared *sharedResult
+	if s.opts.sharedPods > 0 {
+		fmt.Printf("scale: [%s] shared mount mode: %d pods of one key, and their twin\n", since(t0), s.opts.sharedPods)
+		shared, err = s.sharedPhase(ctx)
+		if err != nil {
+			return nil, err
+		}
+		shared.report(rep)
+	}
 	fmt.Printf("scale: [%s] runs done; everything deleted; the node settles (at most %s) before the leaks are counted\n", since(t0), s.opts.settle)
 	if err := s.deleteAll(ctx); err != nil {
 		return nil, err
@@ -553,6 +572,9 @@ func (s *scale) main(ctx context.Context) (*report, error) {
 	var tables strings.Builder
 	printLatencies(&tables, burst, runs, soak)
 	printFigures(&tables, runs, soak)
+	if shared != nil {
+		shared.print(&tables)
+	}
 	printLeaks(&tables, leaks, settled)
 	rep.tables = tables.String()
 	fmt.Printf("\n=== scale: node %s, %s\n", node.Name, rep.setting)

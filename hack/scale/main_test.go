@@ -293,7 +293,7 @@ func TestValidate(t *testing.T) {
 	good := options{
 		kubeconfig: "/k", gcsURL: "http://10.241.0.2:14443", kubeletRoot: "/var/lib/kubelet", workloadImage: "w",
 		size: 65536, wave: 25, waveGap: 5 * time.Second, jobs: 1000, jobsParallel: 20, jobB: 4096,
-		timeout: 20 * time.Minute, soakTimeout: 90 * time.Minute, settle: 2 * time.Minute,
+		timeout: 20 * time.Minute, soakTimeout: 90 * time.Minute, settle: 2 * time.Minute, sharedPods: 50, sharedBytes: 8 << 20,
 		prometheus: "/usr/bin/prometheus", netns: "/run/netns/gcsfuse-csi", promListen: "10.241.0.2:19091", scrapeConfig: "s.yaml",
 	}
 	if err := good.validate(); err != nil {
@@ -312,6 +312,8 @@ func TestValidate(t *testing.T) {
 		"-timeout":           func(o *options) { o.timeout = time.Second },
 		"-soak-timeout":      func(o *options) { o.soakTimeout = 7 * time.Hour },
 		"-settle":            func(o *options) { o.settle = -time.Second },
+		"-shared-pods":       func(o *options) { o.sharedPods = 1 },
+		"-shared-bytes":      func(o *options) { o.sharedBytes = 0 },
 		"-kubelet-root":      func(o *options) { o.kubeletRoot = "var/lib/kubelet" },
 		"-gcs-url":           func(o *options) { o.gcsURL = "https://storage.googleapis.com/storage/v1" },
 		"-prometheus":        func(o *options) { o.prometheus = "" },
@@ -325,7 +327,7 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	o := good
-	o.n, o.wave, o.jobs, o.settle = 0, 0, 0, 0 // fill, no waves, no soak, no settling
+	o.n, o.wave, o.jobs, o.settle, o.sharedPods = 0, 0, 0, 0, 0 // fill, no waves, no soak, no settling, no shared phase
 	if err := o.validate(); err != nil {
 		t.Errorf("zeros: %v", err)
 	}
