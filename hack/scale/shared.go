@@ -69,7 +69,7 @@ func (r *sharedResult) print(w io.Writer) {
 	fmt.Fprintf(w, "| the mounter's own RSS | %.1f MiB |\n", r.mounterRSS)
 	fmt.Fprintf(w, "| bytes gcsfuse read from the bucket: after the 1st pod's read -> after all | %.0f -> %.0f |\n", r.gcsFirst, r.gcsAll)
 	fmt.Fprintf(w, "| bytes served from the shared file cache, all pods | %.0f |\n", r.cacheAll)
-	fmt.Fprintf(w, "| pods started per minute (created -> running, one at a time after the first) | %.0f |\n", r.podsPerMin)
+	fmt.Fprintf(w, "| pods of the key per minute (created together after the first, to all running) | %.0f |\n", r.podsPerMin)
 }
 
 // sharedPhase runs the phase; its pods are deleted before it returns.
