@@ -203,9 +203,13 @@ func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff
 		log.Debug("mounter status", "message", st.Message)
 		return
 	}
+	who := ""
+	if warning && vol.Identity != "" {
+		who = ", identity " + vol.Identity
+	}
 	for _, u := range users {
 		pod := s.podOf(u)
-		s.event(pod, warning, reason, fmt.Sprintf("volume %s (bucket %s): %s", u.Volume, vol.Bucket, what))
+		s.event(pod, warning, reason, fmt.Sprintf("volume %s (bucket %s%s): %s", u.Volume, vol.Bucket, who, what))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -185,5 +186,38 @@ func TestSharedMountMode(t *testing.T) {
 		deleted, gone := deletePod(t, name, nil, 60*time.Second)
 		expectObject(t, b, "slow.bin", size)
 		record(t, "shared claim, non-root: delete mid-write -> pod gone", deleted, gone)
+	})
+
+	// Two Kubernetes service accounts on one bucket, through Workload Identity Federation:
+	// the one the bucket's policy allows reads; the other, admitted while the first one's
+	// gcsfuse serves the same bucket, is refused (an Event naming its identity, I/O errors),
+	// so it never rode on the first one's process.
+	t.Run("identities-never-share", func(t *testing.T) {
+		needRoot(t)
+		reader := createServiceAccount(t, "shared-reader")
+		createServiceAccount(t, "shared-stranger")
+		b := newBucket(t)
+		setPolicy(t, b, reader)
+		uploadPoliced(t, b, "input.bin", mib)
+		wif := map[string]string{contract.AttrMountMode: contract.MountModeShared, contract.AttrWorkloadIdentityProvider: localProvider}
+		v := []volume{{name: "data", bucket: b, path: mountPath}}
+		ok := podName(t, "reader")
+		createPod(t, ok, podOpts{restart: corev1.RestartPolicyNever, serviceAccount: "shared-reader", attrs: wif, volumes: v,
+			args: []string{"sleep", "-for", "2m"},
+			init: []corev1.Container{workloadContainer("read", v, "read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib))}})
+		waitPod(t, ok, 120*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		stranger := podName(t, "stranger")
+		createPod(t, stranger, podOpts{restart: corev1.RestartPolicyNever, serviceAccount: "shared-stranger", attrs: wif, volumes: v,
+			args: []string{"read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib)}})
+		waitEvent(t, stranger, 60*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseFailed+"$"), "volume data", b, "shared-stranger")
+		p := waitPod(t, stranger, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodFailed || !strings.Contains(logs(stranger, appContainer), "input/output error") {
+			t.Fatalf("the stranger's read ended %s (want Failed with an I/O error):\n%s", p.Status.Phase, logs(stranger, appContainer))
+		}
+		if pids := bucketGcsfuse(b); len(pids) < 1 {
+			t.Fatalf("the reader's gcsfuse is gone")
+		}
+		deleteNow(t, ok)
+		deleteNow(t, stranger)
 	})
 }
