@@ -114,6 +114,16 @@ type NodeServer struct {
 	// holds each key's offer to the mounter, under mu.
 	shared       *sharedmount.Table
 	sharedOffers map[string]*handoff.Offer
+	// sharedPlans is each shared target's latest credentials (its pod's token: in memory
+	// only, never logged), by target, under mu: when a pod whose token the key's files
+	// carry ends, another pod's is written (handOverToken).
+	sharedPlans map[string]sharedPlan
+}
+
+// sharedPlan is a shared target's key and latest credentials.
+type sharedPlan struct {
+	key  string
+	plan *credentials.Plan
 }
 
 // publication is what we remember about a published target, to answer repeated calls.
@@ -190,7 +200,7 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 		log = slog.Default()
 	}
 	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		sharedOffers: map[string]*handoff.Offer{}}
+		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}}
 	ns.machineType.Store(&cfg.MachineType)
 	if cfg.SharedDir != "" {
 		if err := ns.prepareSharedDir(); err != nil {
@@ -597,6 +607,7 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 		if err := s.useSharedKey(r, name, req.GetVolumeContext(), req.GetSecrets()); err != nil {
 			return nil, err
 		}
+		s.rememberPlan(target, r)
 	}
 	w, err := s.writeCredentials(r)
 	if err != nil {
@@ -713,6 +724,7 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if s.shared != nil {
 		if name, remaining := s.shared.Unbound(target); name != "" {
 			s.log.Info("shared volume unbound", "target", target, "key", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
+			s.handOverToken(target, name)
 			return &csi.NodeUnpublishVolumeResponse{}, nil
 		}
 	}

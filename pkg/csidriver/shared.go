@@ -108,6 +108,7 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 	}
 	s.mu.Lock()
 	s.published[target] = &publication{volumeID: volumeID, volume: r.volume, shared: r.shared}
+	s.sharedPlans[target] = sharedPlan{key: r.shared, plan: r.creds}
 	s.mu.Unlock()
 	log.Info("volume bound to the node's shared mount", "key", r.shared, "started", started, "ms", time.Since(start).Milliseconds(),
 		"readOnly", r.volume.ReadOnly, "flags", r.volume.Flags)
@@ -223,6 +224,44 @@ func (s *NodeServer) podOf(u sharedmount.User) PodRef {
 		}
 	}
 	return pod
+}
+
+// rememberPlan records a republished shared target's fresh credentials.
+func (s *NodeServer) rememberPlan(target string, r *request) {
+	s.mu.Lock()
+	s.sharedPlans[target] = sharedPlan{key: r.shared, plan: r.creds}
+	s.mu.Unlock()
+}
+
+// handOverToken runs when target left its key: the key's files may carry the token of
+// target's pod, which the STS refuses once the pod is gone (a Kubernetes token is bound to
+// its pod). The freshest token of another pod of the key is written instead, so the
+// mount keeps working for them without waiting for the kubelet's next republish.
+func (s *NodeServer) handOverToken(target, key string) {
+	s.mu.Lock()
+	gone, ok := s.sharedPlans[target]
+	delete(s.sharedPlans, target)
+	var next *credentials.Plan
+	for _, p := range s.sharedPlans {
+		if p.key == key && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
+			next = p.plan
+		}
+	}
+	s.mu.Unlock()
+	if !ok || gone.plan.Kind != credentials.KindFederation || next == nil {
+		return
+	}
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		s.log.Warn("cannot hand the shared mount another pod's token", "key", key, "err", err)
+		return
+	}
+	defer dir.Close()
+	if _, err := credentials.Write(dir, key, next, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
+		s.log.Warn("cannot hand the shared mount another pod's token", "key", key, "err", err)
+		return
+	}
+	s.log.Info("shared mount's token handed to another pod of its key", "key", key, "identity", next.Identity, "tokenExpiry", next.TokenExpiry)
 }
 
 // sharedOps are the effects pkg/sharedmount asks for.

@@ -116,6 +116,13 @@ type authEnv struct {
 
 func newAuthEnv(t *testing.T, lifetime time.Duration, buckets ...string) *authEnv {
 	t.Helper()
+	return newAuthEnvWith(t, lifetime, false, buckets...)
+}
+
+// newAuthEnvWith is newAuthEnv, with the shared mount mode on when shared (its mounter not
+// started).
+func newAuthEnvWith(t *testing.T, lifetime time.Duration, shared bool, buckets ...string) *authEnv {
+	t.Helper()
 	a := &authEnv{rev: &fakeReviewer{users: map[string]string{}, reviews: map[string]int{}}, events: &events{}, nodeLog: &syncbuf.Buffer{Echo: echo(t)}}
 	var err error
 	a.emu, err = emulator.StartWith(emulator.Options{Host: "127.0.0.1", Buckets: buckets,
@@ -131,7 +138,8 @@ func newAuthEnv(t *testing.T, lifetime time.Duration, buckets ...string) *authEn
 	t.Cleanup(a.emu.Stop)
 	a.Env, err = testenv.New(testenv.Options{Emulator: a.emu, SidecarBin: sidecarBin, Events: a.events,
 		Log:         slog.New(slog.NewTextHandler(a.nodeLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Credentials: credentials.Config{TokenURL: a.layer.STSURL(), IAMCredentialsURL: a.emu.URL, KeyTokenURIs: []string{a.layer.TokenURL()}}})
+		Credentials: credentials.Config{TokenURL: a.layer.STSURL(), IAMCredentialsURL: a.emu.URL, KeyTokenURIs: []string{a.layer.TokenURL()}},
+		Shared:      shared, SharedLinger: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -188,4 +189,55 @@ func TestSharedRefusedWithoutMounter(t *testing.T) {
 			t.Fatalf("mode %s: %v, want an error containing %q", mode, err, want)
 		}
 	}
+}
+
+// Pods of one federated identity share a gcsfuse whose token file carries the latest
+// publish's token. When that pod ends (its token then refused by the STS), the key's file
+// gets another pod's token at once, and the mount keeps working for the pods left.
+func TestSharedTokenHandedOver(t *testing.T) {
+	const lifetime = 3 * time.Second
+	a := newAuthEnvWith(t, lifetime, true, "bucket-tok")
+	a.layer.SetPolicy("bucket-tok", &emulatorauth.Policy{Writers: []string{appIdentity}})
+	if _, err := a.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(tok string) *testenv.Pod {
+		a.rev.add(tok, appIdentity)
+		pod, err := a.NewPod()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := federated(pod, "bucket-tok", tok)
+		req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+		if err := pod.PublishReq(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return pod
+	}
+	tokA, tokB := ksaToken("a"), ksaToken("b")
+	podA := publish(tokA)
+	podB := publish(tokB)
+	files, _ := filepath.Glob(filepath.Join(a.MounterDir(), "credentials", "*", "token"))
+	if len(files) != 1 {
+		t.Fatalf("token files %v, want the key's one", files)
+	}
+	if b, _ := os.ReadFile(files[0]); string(b) != tokB {
+		t.Fatal("the key's token file does not carry the latest publish's token")
+	}
+	if err := podB.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	a.rev.revoke(tokB) // pod B is gone: its token is worthless
+	if b, _ := os.ReadFile(files[0]); string(b) != tokA {
+		t.Fatal("pod B's token stayed in the key's file after pod B left")
+	}
+	time.Sleep(2*lifetime + time.Second) // every access token got with B's has expired
+	data := randomBytes(t, 4096)
+	if err := writeFile(filepath.Join(podA.Target("data"), "after-b"), data); err != nil {
+		t.Fatalf("pod A's write after pod B left: %v", err)
+	}
+	requireObjectIn(t, a.emu, "bucket-tok", "after-b", data)
 }
