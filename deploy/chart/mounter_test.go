@@ -61,7 +61,7 @@ func TestMounter(t *testing.T) {
 	})
 	t.Run("arguments", func(t *testing.T) {
 		want := []string{"--mode=shared", "--grace-seconds=300", "--tmp-dir=" + contract.TmpMountPath,
-			"--cache-dir=" + contract.CacheMountPath, "--termination-log=/dev/termination-log"}
+			"--cache-dir=" + contract.CacheMountPath, "--buffer-dir=" + contract.BufferMountPath, "--termination-log=/dev/termination-log"}
 		if !slices.Equal(c.Args, want) {
 			t.Errorf("args %q, want %q", c.Args, want)
 		}
