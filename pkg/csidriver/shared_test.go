@@ -1,0 +1,54 @@
+package csidriver
+
+import (
+	"testing"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+)
+
+// The sharing key keeps apart what must never share a gcsfuse, and only that: the node's
+// machine type (learnt after start) does not split a key.
+func TestSharedKey(t *testing.T) {
+	base := func() *request {
+		return &request{
+			pod:    PodRef{Namespace: "team-a", Name: "p", UID: "u"},
+			opts:   &mountopts.Volume{Bucket: "b"},
+			creds:  &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account team-a/reader through P"},
+			volume: handoff.Volume{Bucket: "b", Flags: []string{"--implicit-dirs"}},
+		}
+	}
+	name := sharedKey(base()).Name()
+	for what, change := range map[string]func(r *request){
+		"another bucket":          func(r *request) { r.volume.Bucket = "c" },
+		"another option":          func(r *request) { r.volume.Flags = []string{"--implicit-dirs", "--only-dir=x"} },
+		"read-only":               func(r *request) { r.volume.ReadOnly = true },
+		"noexec":                  func(r *request) { r.opts.NoExec = true },
+		"another service account": func(r *request) { r.creds.Identity = "Kubernetes service account team-a/writer through P" },
+		"a Secret's key in another namespace": func(r *request) {
+			r.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+			r.pod.Namespace = "team-b"
+		},
+	} {
+		r := base()
+		change(r)
+		if sharedKey(r).Name() == name {
+			t.Errorf("%s shares the key", what)
+		}
+	}
+	r := base()
+	r.volume.Flags = withMachineType(r.volume.Flags, "n2-standard-4")
+	r.pod = PodRef{Namespace: "team-a", Name: "other", UID: "v"}
+	if sharedKey(r).Name() != name {
+		t.Error("another pod of the same identity, or the machine type, split the key")
+	}
+	k1 := base()
+	k1.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+	k2 := base()
+	k2.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+	k2.pod.Name = "another"
+	if sharedKey(k1).Name() != sharedKey(k2).Name() {
+		t.Error("two pods of one namespace with the same key do not share")
+	}
+}
