@@ -18,6 +18,9 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 )
 
+// sharedPods is how many pods of one key the e2e runs on the node at once.
+const sharedPods = 50
+
 // sharedAttrs makes every volume of a pod shared.
 var sharedAttrs = map[string]string{contract.AttrMountMode: contract.MountModeShared}
 
@@ -29,7 +32,8 @@ func bucketGcsfuse(bucket string) []int {
 
 // The shared mount mode on the cluster: a Job whose volume is shared completes with no
 // sidecar injected and its bytes in the bucket; many pods of one key are served by one
-// gcsfuse in the node's mounter; a pod of another service account gets its own.
+// gcsfuse in the node's mounter (sharedPods of them); a pod of another service account gets
+// its own.
 func TestSharedMountMode(t *testing.T) {
 	bucket := newBucket(t)
 	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
@@ -57,7 +61,7 @@ func TestSharedMountMode(t *testing.T) {
 
 	t.Run("many-pods-one-gcsfuse", func(t *testing.T) {
 		var names []string
-		for i := range 5 {
+		for i := range sharedPods {
 			n := podName(t, "p"+strconv.Itoa(i))
 			createPod(t, n, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
 				args: []string{"sleep", "-for", "5m"}})
@@ -68,7 +72,7 @@ func TestSharedMountMode(t *testing.T) {
 		}
 		pids := bucketGcsfuse(bucket)
 		if len(pids) != 1 {
-			t.Fatalf("%d gcsfuse processes serve the 5 pods' bucket (%v), want 1", len(pids), pids)
+			t.Fatalf("%d gcsfuse processes serve the %d pods' bucket (%v), want 1", len(pids), sharedPods, pids)
 		}
 		// Metrics: one series per pod volume naming its key, and the mounter's gcsfuse
 		// series under that key (gcsfuse's counters are polled: wait for them).
@@ -87,11 +91,11 @@ func TestSharedMountMode(t *testing.T) {
 				}
 			}
 			_, series := sample(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"pod": contract.SharedMounterContainerName, "bucket": bucket})
-			if users >= 5 && series > 0 && key != "" {
+			if users >= sharedPods && series > 0 && key != "" {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("node plugin metrics: %d shared-mount pod series (want 5), %d mounter gcsfuse series for the bucket (want some)", users, series)
+				t.Fatalf("node plugin metrics: %d shared-mount pod series (want %d), %d mounter gcsfuse series for the bucket (want some)", users, sharedPods, series)
 			}
 			time.Sleep(time.Second)
 		}
