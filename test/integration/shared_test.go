@@ -241,3 +241,31 @@ func TestSharedTokenHandedOver(t *testing.T) {
 	}
 	requireObjectIn(t, a.emu, "bucket-tok", "after-b", data)
 }
+
+// The mounter's upgrade path: on SIGTERM it keeps serving the shared mounts that pods still
+// use, and exits 0 once the node plugin has unmounted the last of them (the pods drained).
+func TestSharedMounterDrainsOnSIGTERM(t *testing.T) {
+	e, m := newSharedEnv(t, "bkt-drain")
+	pod, tgt := sharedPod(t, e, "bkt-drain", "default")
+	if err := m.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	select {
+	case <-m.Done():
+		t.Fatalf("the mounter exited on SIGTERM while a pod used its mount:\n%s", m.Output())
+	default:
+	}
+	data := randomBytes(t, 1<<20)
+	if err := os.WriteFile(filepath.Join(tgt, "during-drain.bin"), data, 0o644); err != nil {
+		t.Fatalf("write while the mounter drains: %v", err)
+	}
+	requireObject(t, "bkt-drain", "during-drain.bin", data)
+	if err := pod.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	code, err := m.Wait(sharedLinger + 10*time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("mounter after its last mount: code %d err %v\n%s", code, err, m.Output())
+	}
+}
