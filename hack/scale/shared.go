@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/procs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 )
@@ -126,10 +129,10 @@ func (s *scale) sharedPhase(ctx context.Context) (*sharedResult, error) {
 	r.memShared = base - memAvailableMiB()
 	r.rssAll = keyRSS(bucket)
 	r.gcsfuseProcs = len(keyPIDs(bucket))
-	for _, pid := range pids() {
-		if argv0(pid) == sidecarCommand && strings.Contains(cmdline(pid), "--mode="+contract.ModeShared) {
-			r.mounterRSS = statusKiB(pid, "VmRSS") / 1024
-		}
+	for _, pid := range procs.PIDs(func(args []string) bool {
+		return filepath.Base(args[0]) == sidecarCommand && slices.Contains(args, "--mode="+contract.ModeShared)
+	}) {
+		r.mounterRSS = statusKiB(pid, "VmRSS") / 1024
 	}
 	return r, s.deleteAll(ctx)
 }
@@ -236,17 +239,9 @@ func mounterSum(mfs map[string]*dto.MetricFamily, name, bucket string) float64 {
 // keyPIDs are the gcsfuse processes serving bucket (its name is their second-to-last
 // argument).
 func keyPIDs(bucket string) []int {
-	var out []int
-	for _, pid := range pids() {
-		if argv0(pid) != gcsfuseCommand {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(cmdline(pid), "\x00"), "\x00")
-		if len(args) >= 2 && args[len(args)-2] == bucket {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procs.PIDs(func(args []string) bool {
+		return filepath.Base(args[0]) == gcsfuseCommand && len(args) >= 2 && args[len(args)-2] == bucket
+	})
 }
 
 func keyRSS(bucket string) float64 {
@@ -255,11 +250,6 @@ func keyRSS(bucket string) float64 {
 		v += statusKiB(pid, "VmRSS") / 1024
 	}
 	return v
-}
-
-func cmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return string(b)
 }
 
 // memAvailableMiB is the node's (this host's) MemAvailable.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
@@ -161,14 +160,7 @@ func TestSharedMountMode(t *testing.T) {
 	// it after the app's exit).
 	t.Run("claim-nonroot-deleted-mid-write", func(t *testing.T) {
 		b := newBucket(t)
-		claim := "claim-" + b
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: ptr(""), VolumeName: "pv-" + b,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		}}
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		claim := staticClaim(t, b, false)
 		createCSIPV(t, claim, "pv-"+b, contract.DriverName, b, map[string]string{contract.AttrBucketName: b, contract.AttrMountMode: contract.MountModeShared})
 		waitClaimBound(t, claim)
 		name := podName(t, "")
