@@ -131,7 +131,6 @@ type publication struct {
 	volumeID string
 	volume   handoff.Volume
 	offer    *handoff.Offer // nil for a shared volume: the key's offer is sharedOffers'
-	shared   string         // the sharing key's name of a shared volume
 }
 
 // DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
@@ -598,11 +597,11 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || r.opts.Shared != (s.sharedNameOf(target, nil) != "") {
+	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || r.opts.Shared != (s.sharedNameOf(target) != "") {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}
-	if name := s.sharedNameOf(target, pub); name != "" {
+	if name := s.sharedNameOf(target); name != "" {
 		// A shared volume's fresh token goes to its key's files, which the mounter reads.
 		if err := s.useSharedKey(r, name, req.GetVolumeContext(), req.GetSecrets()); err != nil {
 			return nil, err
@@ -734,11 +733,9 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// sharedNameOf is the sharing key's name of a published shared target, "" for any other.
-func (s *NodeServer) sharedNameOf(target string, pub *publication) string {
-	if pub != nil && pub.shared != "" {
-		return pub.shared
-	}
+// sharedNameOf is the sharing key's name of a published shared target, "" for any other:
+// the table knows every bound target, those found at start-up too.
+func (s *NodeServer) sharedNameOf(target string) string {
 	if s.shared == nil {
 		return ""
 	}

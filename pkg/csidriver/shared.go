@@ -104,10 +104,14 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 	start := time.Now()
 	started, err := s.shared.Publish(r.shared, u, func() error { return s.startShared(ctx, r, log) })
 	if err != nil {
+		if len(s.shared.Users(r.shared)) == 0 {
+			// No mount of the key serves anyone: the credentials just written must not stay.
+			s.removeSharedFiles(r.shared)
+		}
 		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.target.VolumeName, r.volume.Bucket, r.shared, err)
 	}
 	s.mu.Lock()
-	s.published[target] = &publication{volumeID: volumeID, volume: r.volume, shared: r.shared}
+	s.published[target] = &publication{volumeID: volumeID, volume: r.volume}
 	s.sharedPlans[target] = sharedPlan{key: r.shared, plan: r.creds}
 	s.mu.Unlock()
 	log.Info("volume bound to the node's shared mount", "key", r.shared, "started", started, "ms", time.Since(start).Milliseconds(),
@@ -308,13 +312,18 @@ func (o sharedOps) Stop(name string) error {
 	if err := os.Remove(mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("cannot remove a shared mount point", "path", mnt, "err", err)
 	}
+	s.removeSharedFiles(name)
+	return nil
+}
+
+// removeSharedFiles removes a key's credential files from the mounter's directory.
+func (s *NodeServer) removeSharedFiles(name string) {
 	if dir, err := podpath.OpenDir(s.mounterDir()); err == nil {
 		if err := podfiles.RemoveCredentials(dir, name); err != nil {
 			s.log.Warn("cannot remove a shared mount's credential files", "key", name, "err", err)
 		}
 		dir.Close()
 	}
-	return nil
 }
 
 // RecoverShared finds the shared mounts a previous node plugin made and the targets that
