@@ -114,8 +114,22 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := os.Remove(s.cfg.SocketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("registration: remove stale socket: %w", err)
 	}
-	ln, err := net.Listen("unix", s.cfg.SocketPath)
+	// The socket appears under its name only once it listens: bind(2) creates the file
+	// before listen(2), and the kubelet's plugin watcher (or anyone) dialling in between
+	// would be refused. So it is bound under a hidden name, which the watcher ignores, and
+	// renamed into place.
+	pending := filepath.Join(filepath.Dir(s.cfg.SocketPath), "."+filepath.Base(s.cfg.SocketPath)+".pending")
+	if err := os.Remove(pending); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("registration: remove stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: pending, Net: "unix"})
 	if err != nil {
+		return fmt.Errorf("registration: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // the name moves; the socket is removed below by its final name
+	if err := os.Rename(pending, s.cfg.SocketPath); err != nil {
+		ln.Close()
+		os.Remove(pending)
 		return fmt.Errorf("registration: %w", err)
 	}
 	srv := grpc.NewServer()
