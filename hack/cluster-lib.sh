@@ -55,6 +55,37 @@ NODE_IP=10.241.0.2
 NET_PREFIX=24
 SERVICE_CIDR=10.96.0.0/16
 
+# The kubelet's and containerd's roots, and the free space a run needs there. The kubelet
+# (evictionHard nodefs.available/imagefs.available, 1% in cluster-up.sh) counts what statfs
+# leaves to non-root users (f_bavail: a root-only reserve, however large, does not count).
+# Below that line it evicts every pod, the emulator and the driver included, and deletes the
+# images it then finds unused, which pods with imagePullPolicy Never cannot get back: a run
+# that starts a few GiB above it fails as dozens of unrelated tests ("connection refused",
+# ErrImageNeverPull). disk_preflight refuses to start instead. CLUSTER_MIN_FREE_GIB: the
+# space a run may write above the line (images, containers, emptyDirs, the emulator's
+# objects); a full CI run wrote less than half of the default.
+KUBELET_ROOT=/var/lib/kubelet
+CONTAINERD_ROOT=/var/lib/containerd
+EVICTION_NODEFS_PERCENT=1
+CLUSTER_MIN_FREE_GIB=${CLUSTER_MIN_FREE_GIB:-10}
+
+# disk_preflight: fails, saying how much is free and what to do, when the file system under
+# the kubelet or containerd has less than CLUSTER_MIN_FREE_GIB above the eviction line.
+disk_preflight() {
+  local dir d avail size line spare
+  for dir in "$KUBELET_ROOT" "$CONTAINERD_ROOT"; do
+    d=$dir
+    while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+    read -r avail size < <(df -k --output=avail,size "$d" | tail -n 1) && [ -n "$size" ] || { echo "df $d failed" >&2; return 1; }
+    line=$(( size * EVICTION_NODEFS_PERCENT / 100 ))
+    spare=$(( (avail - line) / 1024 / 1024 ))
+    if [ "$spare" -lt "$CLUSTER_MIN_FREE_GIB" ]; then
+      echo "not enough disk for a cluster run: the file system under $dir has $(( avail / 1024 / 1024 )) GiB free to non-root users (df's Avail), $spare GiB above the kubelet's eviction line (nodefs.available ${EVICTION_NODEFS_PERCENT}% of $(( size / 1024 / 1024 )) GiB); a run needs $CLUSTER_MIN_FREE_GIB GiB there (CLUSTER_MIN_FREE_GIB), or the kubelet evicts the emulator and the driver mid-run. Free some (e.g. go clean -cache, old clones, images under $GCSFUSE_CSI_CACHE) and run again." >&2
+      return 1
+    fi
+  done
+}
+
 # nsexec CMD...: runs CMD inside the cluster's network namespace, and only there: unlike
 # `ip netns exec`, nsenter leaves the mount namespace alone, so the kubelet, containerd and
 # the node plugin share their mounts with each other and with this machine.

@@ -33,6 +33,7 @@ done
 [ -x "$ETCD_BIN/etcd" ] || { echo "missing $ETCD_BIN/etcd: run hack/cluster-deps.sh" >&2; exit 1; }
 command -v iptables-save >/dev/null || { echo "missing iptables-save: run hack/cluster-deps.sh" >&2; exit 1; }
 command -v ip >/dev/null || { echo "missing ip (iproute2)" >&2; exit 1; }
+disk_preflight || exit 1
 
 up_ok=0
 on_exit() {
@@ -196,7 +197,7 @@ tlsPrivateKeyFile: $PKI/kubelet-server.key
 clusterDomain: cluster.local
 clusterDNS: [10.96.0.10]
 resolvConf: $ETC/resolv.conf
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
+evictionHard: {memory.available: "100Mi", nodefs.available: "$EVICTION_NODEFS_PERCENT%", nodefs.inodesFree: "1%", imagefs.available: "$EVICTION_NODEFS_PERCENT%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

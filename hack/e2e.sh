@@ -110,6 +110,13 @@ run_tests() {
     grep -h "Too large resource version" "$LOGS/kube-apiserver.log" | head -3 | cut -c1-300 >&2
     [ "$rc" = 0 ] && rc=1
   fi
+  # Pods the kubelet evicted (disk or memory short on the node) fail tests that say nothing of
+  # why; name the resource and the pods, and fail the run even if every test passed.
+  if grep -q "Eviction manager: must evict" "$LOGS/kubelet.log" 2>/dev/null; then
+    echo "the kubelet evicted pods during the run (the node ran short of a resource; see disk_preflight in hack/cluster-lib.sh):" >&2
+    grep -h -E "Eviction manager: (must evict|pod is evicted)" "$LOGS/kubelet.log" | head -6 | cut -c1-300 >&2
+    [ "$rc" = 0 ] && rc=1
+  fi
   return "$rc"
 }
 
