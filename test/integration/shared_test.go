@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // sharedLinger is the node plugin's linger in these tests: short, so the stop is seen.
@@ -267,5 +271,41 @@ func TestSharedMounterDrainsOnSIGTERM(t *testing.T) {
 	code, err := m.Wait(sharedLinger + 10*time.Second)
 	if err != nil || code != 0 {
 		t.Fatalf("mounter after its last mount: code %d err %v\n%s", code, err, m.Output())
+	}
+}
+
+// A shared publish that fails when no other pod uses the key leaves nothing behind: not the
+// credentials it wrote for the key's gcsfuse into the mounter's directory, not the FUSE
+// mount it made. Here the mounter's hand-off directory is a symlink (what a compromised
+// mounter could plant), which the node plugin refuses to follow.
+func TestSharedFailedPublishLeavesNothing(t *testing.T) {
+	a := newAuthEnvWith(t, time.Hour, true, "bucket-fail")
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(a.MounterDir(), podfiles.HandoffDir)); err != nil {
+		t.Fatal(err)
+	}
+	tok := ksaToken("a")
+	a.rev.add(tok, appIdentity)
+	pod, err := a.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := federated(pod, "bucket-fail", tok)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	err = pod.PublishReq(ctx(t), req)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "mounter") {
+		t.Fatalf("publish through a symlinked hand-off directory: %v, want Internal naming the mounter", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(a.MounterDir(), "credentials", "*")); len(files) != 0 {
+		t.Fatalf("the failed publish left credentials in the mounter's directory: %v", files)
+	}
+	mnts, _ := filepath.Glob(filepath.Join(filepath.Dir(a.MounterDir()), "mnt", "*"))
+	for _, m := range append(mnts, pod.Target("data")) {
+		if fm, _ := fusemount.Lookup(m); fm != nil {
+			t.Fatalf("the failed publish left a mount at %s", m)
+		}
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("the node plugin wrote through the symlink: %v", entries)
 	}
 }
