@@ -37,9 +37,9 @@ import (
 const (
 	sharedMounterDir = "mounter"
 	sharedMountDir   = "mnt"
-	// aliveWait bounds the check that a mount found at start-up still has its gcsfuse: a
-	// dead connection answers ENOTCONN at once; a live one answers in microseconds, or is
-	// busy, and is then taken as alive.
+	// aliveWait bounds the check that a mount still has its gcsfuse: a dead connection
+	// answers ENOTCONN, or EIO from the mounter, at once; a live one answers in
+	// microseconds, or is busy, and is then taken as alive.
 	aliveWait = 500 * time.Millisecond
 )
 
@@ -275,16 +275,19 @@ func (o sharedOps) Bind(name, target string) error {
 	return fusemount.Bind(o.s.sharedMountPath(name), target)
 }
 
-// Alive stats the mount's root with a bound: ENOTCONN means its gcsfuse is gone.
+// Alive asks the mount's file system for its statistics, with a bound: gcsfuse answers
+// that at once without GCS, a mount whose gcsfuse is gone answers ENOTCONN (connection
+// aborted) or EIO (the mounter answering it in gcsfuse's place; it answers the root's
+// attributes, so a stat would not tell).
 func (o sharedOps) Alive(name string) bool {
 	done := make(chan error, 1)
-	go func() { // ends with the stat; a stat stuck on a busy server is left to finish
-		var st unix.Stat_t
-		done <- unix.Stat(o.s.sharedMountPath(name), &st)
+	go func() { // ends with the call; one stuck on a busy server is left to finish
+		var st unix.Statfs_t
+		done <- unix.Statfs(o.s.sharedMountPath(name), &st)
 	}()
 	select {
 	case err := <-done:
-		return !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED)
+		return !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) && !errors.Is(err, unix.EIO)
 	case <-time.After(aliveWait):
 		return true
 	}

@@ -1,9 +1,15 @@
 package csidriver
 
 import (
+	"context"
+	"os"
 	"testing"
+	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
@@ -50,5 +56,44 @@ func TestSharedKey(t *testing.T) {
 	k2.pod.Name = "another"
 	if sharedKey(k1).Name() != sharedKey(k2).Name() {
 		t.Error("two pods of one namespace with the same key do not share")
+	}
+}
+
+// A key's mount whose gcsfuse died is seen dead, so that no new pod is bound to it, both when
+// the mounter answers it with I/O errors in gcsfuse's place (its root still stats as a
+// directory) and once the kernel has aborted the connection (ENOTCONN).
+func TestSharedAliveSeesADeadMount(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}}
+	mnt := s.sharedMountPath("shared-dead")
+	if err := os.MkdirAll(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fusemount.Mount(mnt, fusemount.Options{Source: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fusemount.Unmount(ctx, mnt, 100*time.Millisecond)
+	})
+	answered, err := fuseerr.Pollable(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- fuseerr.Serve(answered, 2*time.Second, nil) }()
+	if st, err := os.Stat(mnt); err != nil || !st.IsDir() {
+		t.Fatalf("the answered mount's root: %v %v, want a directory", st, err)
+	}
+	if (sharedOps{s}).Alive("shared-dead") {
+		t.Fatal("a mount answered with I/O errors is taken as alive")
+	}
+	answered.Close() // the last descriptor: the kernel aborts the connection
+	<-served
+	if (sharedOps{s}).Alive("shared-dead") {
+		t.Fatal("an aborted mount is taken as alive")
 	}
 }

@@ -7,6 +7,9 @@
 // CreateContainerError forever: the Job never ends. Serving "I/O error" instead lets the app
 // start, fail on its first access, and the pod fail visibly, with the sidecar's Event saying
 // why.
+//
+// The node's shared mounter uses it too, for a connection whose gcsfuse died while serving
+// pods (TakeOver): they then see EIO, as from a failed disk, never an empty directory.
 package fuseerr
 
 import (
@@ -35,6 +38,10 @@ const (
 	attrOutSize   = 104 // fuse_attr_out: attr_valid, attr_valid_nsec, dummy, fuse_attr
 	rootNodeID    = 1
 	bufferSize    = 1<<20 + 4096
+
+	// notifyResend is FUSE_NOTIFY_RESEND (Linux 6.9, linux/fuse.h): the kernel puts every
+	// request that a server of the connection read but never answered back in the queue.
+	notifyResend = 7
 )
 
 // Pollable returns a non-blocking duplicate of a FUSE descriptor, so that Serve can put a
@@ -55,6 +62,37 @@ func Pollable(fuse *os.File) (*os.File, error) {
 // died after reading it): the connection cannot be answered and must be closed.
 var ErrInitTaken = errors.New("FUSE INIT was already taken by another server")
 
+// ErrNoResend means the kernel cannot hand back the requests a dead server had read
+// (FUSE_NOTIFY_RESEND needs Linux 6.9): answering the connection would leave their callers
+// waiting forever, uninterruptibly, so the caller must close it instead (the kernel then
+// aborts it and every caller gets ENOTCONN).
+var ErrNoResend = errors.New("the kernel cannot resend a dead FUSE server's requests (FUSE_NOTIFY_RESEND, Linux 6.9)")
+
+// TakeOver prepares a connection whose server died after answering INIT (and maybe in the
+// middle of requests) for ServeEIO: it asks the kernel to queue again every request the dead
+// server had read and not answered, so they get their EIO too instead of waiting forever.
+// fuse is from Pollable, taken only once the dead server's descriptor is closed (Pollable
+// makes the shared open file non-blocking). On ErrNoResend the caller closes fuse.
+func TakeOver(fuse *os.File) error {
+	// A notification is an out header with unique 0 and the code in the error field.
+	b := make([]byte, outHeaderSize)
+	binary.LittleEndian.PutUint32(b[0:4], outHeaderSize)
+	binary.LittleEndian.PutUint32(b[4:8], notifyResend)
+	if _, err := fuse.Write(b); err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			return fmt.Errorf("%w: %v", ErrNoResend, err)
+		}
+		return fmt.Errorf("write FUSE_NOTIFY_RESEND: %w", err)
+	}
+	return nil
+}
+
+// ServeEIO answers a connection after TakeOver, as Serve does after INIT, until the
+// connection ends (its last mount is gone) or fuse is closed.
+func ServeEIO(fuse *os.File) error {
+	return serve(fuse, false, nil)
+}
+
 // Serve answers requests on fuse (from Pollable) until the connection ends (unmount) or the
 // file is closed. The first request must be INIT, within initWait; otherwise ErrInitTaken is
 // returned and the caller should close fuse so the kernel aborts the connection. onInit, if
@@ -63,8 +101,12 @@ func Serve(fuse *os.File, initWait time.Duration, onInit func()) error {
 	if err := fuse.SetReadDeadline(time.Now().Add(initWait)); err != nil {
 		return fmt.Errorf("FUSE descriptor is not pollable: %w", err)
 	}
+	return serve(fuse, true, onInit)
+}
+
+// serve is Serve's loop; first says whether the connection's INIT is still to come.
+func serve(fuse *os.File, first bool, onInit func()) error {
 	buf := make([]byte, bufferSize)
-	first := true
 	for {
 		n, err := read(fuse, buf)
 		if err != nil {

@@ -2,7 +2,9 @@ package fuseerr
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"golang.org/x/sys/unix"
 )
 
 func mount(t *testing.T) (string, *os.File) {
@@ -95,4 +98,88 @@ func TestServeRefusesWhenInitTaken(t *testing.T) {
 	if time.Since(start) > 3*time.Second {
 		t.Fatal("Serve waited far past its INIT deadline")
 	}
+}
+
+// A server that answered INIT, read a request and died without answering it (gcsfuse killed
+// mid-read): after TakeOver, ServeEIO answers that request too, so its caller gets EIO
+// instead of waiting forever; later requests get EIO as well.
+func TestTakeOverAnswersTheDeadServersRequests(t *testing.T) {
+	target, f := mount(t)
+	buf := make([]byte, bufferSize)
+	// The dead server: answers INIT, then reads the app's first request and never answers.
+	n, err := f.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(initReply(binary.LittleEndian.Uint64(buf[8:16]), buf[inHeaderSize:n])); err != nil {
+		t.Fatal(err)
+	}
+	app := make(chan error, 1)
+	go func() { _, err := os.ReadDir(target); app <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_ = f.SetReadDeadline(deadline)
+		_, err = f.Read(buf)
+		if err != nil {
+			t.Fatalf("the app's request never came: %v", err)
+		}
+		if op := binary.LittleEndian.Uint32(buf[4:8]); op != opForget && op != opBatchForget && op != opInterrupt {
+			break // read, and left unanswered
+		}
+	}
+	_ = f.SetReadDeadline(time.Time{})
+	select {
+	case err := <-app:
+		t.Fatalf("the app's call returned (%v) before anyone answered it", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	err = TakeOver(f)
+	if errors.Is(err, ErrNoResend) && !kernelAtLeast(t, 6, 9) {
+		t.Logf("kernel before 6.9: %v (the caller closes the connection instead; ENOTCONN)", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ServeEIO(f) }()
+	select {
+	case err := <-app:
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the request the dead server had read ended with %v, want EIO", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request the dead server had read is still waiting after TakeOver")
+	}
+	if err := os.WriteFile(filepath.Join(target, "later.txt"), []byte("x"), 0o644); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a later create: %v, want EIO", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := fusemount.Unmount(ctx, target, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeEIO after unmount: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeEIO did not end after unmount")
+	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or newer.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("kernel release %q: %v", unix.ByteSliceToString(u.Release[:]), err)
+	}
+	return ma > major || ma == major && mi >= minor
 }

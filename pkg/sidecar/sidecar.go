@@ -407,7 +407,10 @@ func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 		}
 	case res.Failure():
 		s.failed = append(s.failed, res.describe())
-		if res.Spare != nil {
+		switch {
+		case res.Spare != nil && res.Served:
+			s.takeOver(res.Volume, res.Spare)
+		case res.Spare != nil:
 			s.degrade(res.Volume, res.Spare)
 		}
 		s.log.Error("volume failed; the other volumes keep serving and the sidecar exits 1 when told to end",
@@ -443,6 +446,35 @@ func (s *Sidecar) degrade(volume string, spare *os.File) bool {
 		s.log.Warn("cannot answer the failed volume; its mount fails with ENOTCONN", "volume", volume, "err", err)
 		return false
 	}
+}
+
+// takeOver answers a shared volume whose gcsfuse died while serving with I/O errors, the
+// requests it had read and not answered included, until its last mount is gone (every pod
+// that held it has ended) or the mounter stops: the pods see EIO, as from a failed disk,
+// never an empty directory. Where the kernel cannot hand back those requests (before
+// Linux 6.9) the descriptor is closed instead: the kernel aborts the connection and the
+// pods see ENOTCONN, since an answered connection would leave the callers of those
+// requests waiting forever.
+func (s *Sidecar) takeOver(volume string, spare *os.File) {
+	f, err := fuseerr.Pollable(spare)
+	spare.Close()
+	if err == nil {
+		err = fuseerr.TakeOver(f)
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		s.log.Warn("cannot answer the dead shared volume with I/O errors; its pods see ENOTCONN", "volume", volume, "err", err)
+		return
+	}
+	s.degraded = append(s.degraded, f)
+	go func() { // owned by s: ends once the mount is gone, or when shutdown closes f
+		if err := fuseerr.ServeEIO(f); err != nil {
+			s.log.Warn("answering the dead shared volume ended", "volume", volume, "err", err)
+		}
+	}()
+	s.log.Warn("shared volume's gcsfuse died; answering its pods with I/O errors until they end", "volume", volume)
 }
 
 // report hands a volume's end to Run. Once shutdown has begun nobody reads it: a spare

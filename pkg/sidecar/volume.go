@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -56,7 +57,11 @@ type volume struct {
 
 	// spare is our duplicate of the FUSE descriptor until gcsfuse is ready: if gcsfuse
 	// fails before that, the sidecar answers the mount with I/O errors through it.
-	spare *os.File
+	// keepSpare keeps it for gcsfuse's whole life (the node's shared mounter): if gcsfuse
+	// then dies, the pods that share its mount get I/O errors through it too, their
+	// requests in flight included, instead of ENOTCONN.
+	spare     *os.File
+	keepSpare bool
 
 	exited chan struct{} // closed when the process has been reaped
 	result exitResult
@@ -72,8 +77,10 @@ type exitResult struct {
 	Requested bool
 	Reason    string
 	// Spare is the FUSE descriptor of a volume whose gcsfuse failed before serving (the
-	// kernel's INIT may still be unanswered); the receiver owns it.
-	Spare *os.File
+	// kernel's INIT may still be unanswered), or, with Served, of a shared volume whose
+	// gcsfuse died while serving; the receiver owns it.
+	Spare  *os.File
+	Served bool
 	// vol is the volume that ended (nil when gcsfuse never ran), so that Run forgets that
 	// one and not a newer volume of the same name.
 	vol *volume
@@ -173,7 +180,8 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	}
 	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
-		exited: make(chan struct{}), spare: fuse, metricsPort: metricsPort, scrub: rt.proxy.Scrub}
+		exited: make(chan struct{}), spare: fuse, keepSpare: s.cfg.Mode == contract.ModeShared,
+		metricsPort: metricsPort, scrub: rt.proxy.Scrub}
 	vol.oomBase, vol.oomBaseOK = oomKills()
 	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity,
 		"proxy", rt.proxy, "caBundle", rt.bundle)
@@ -233,9 +241,12 @@ func (vol *volume) pump(r io.Reader, log *slog.Logger, onReady func()) {
 			// Start-up noise (e.g. an exporter without credentials) is not why a
 			// serving gcsfuse later dies.
 			vol.lastErrs = nil
-			// gcsfuse owns the connection now: if it dies, the mount must fail fast.
-			vol.spare.Close()
-			vol.spare = nil
+			// gcsfuse owns the connection now: if it dies, the mount must fail fast
+			// (ENOTCONN), unless it is answered with I/O errors in its place.
+			if !vol.keepSpare {
+				vol.spare.Close()
+				vol.spare = nil
+			}
 		}
 		if severity == "ERROR" || strings.Contains(strings.ToLower(msg), "error") {
 			vol.lastErrs = append(vol.lastErrs, msg)
@@ -302,8 +313,8 @@ func (vol *volume) finish(err error) {
 		vol.send(handoff.Status{State: handoff.StateExited, Message: res.describe()})
 	}
 	if vol.spare != nil {
-		if res.Failure() && !vol.ready {
-			res.Spare = vol.spare
+		if res.Failure() {
+			res.Spare, res.Served = vol.spare, vol.ready
 		} else {
 			vol.spare.Close()
 		}

@@ -92,25 +92,7 @@ func TestQuotaNamespaces(t *testing.T) {
 	}
 
 	t.Run("ResourceQuota", func(t *testing.T) {
-		namespace := newNamespace(t, "quota", nil)
-		hard := resources("limits.cpu", "4", "limits.memory", "8Gi", "requests.cpu", "2", "requests.memory", "4Gi")
-		q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q1", Namespace: namespace}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
-		if _, err := cs.CoreV1().ResourceQuotas(namespace).Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		// The API server refuses pods while the quota has no status yet.
-		deadline := time.Now().Add(namespaceSetupTimeout)
-		for {
-			got, err := cs.CoreV1().ResourceQuotas(namespace).Get(context.Background(), "q1", metav1.GetOptions{})
-			if err == nil && len(got.Status.Hard) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("quota q1 has no status after %s: %v", namespaceSetupTimeout, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		p := run(t, namespace)
+		p := run(t, quotaNamespace(t, "quota"))
 		res := sidecarResourcesOf(t, p)
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			if _, ok := res.Limits[r]; !ok {
@@ -140,6 +122,30 @@ func TestQuotaNamespaces(t *testing.T) {
 			t.Errorf("sidecar cpu limit %v (set %v), want one at most the LimitRange's max 500m", lim.String(), ok)
 		}
 	})
+}
+
+// quotaNamespace creates a namespace of its own (newNamespace) with the ResourceQuota "q1" on
+// limits and requests of cpu and memory, which refuses every container without them, and
+// waits until the quota has a status (the API server refuses pods before).
+func quotaNamespace(t *testing.T, suffix string) string {
+	t.Helper()
+	namespace := newNamespace(t, suffix, nil)
+	hard := resources("limits.cpu", "4", "limits.memory", "8Gi", "requests.cpu", "2", "requests.memory", "4Gi")
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q1", Namespace: namespace}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	if _, err := cs.CoreV1().ResourceQuotas(namespace).Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(namespaceSetupTimeout)
+	for {
+		got, err := cs.CoreV1().ResourceQuotas(namespace).Get(context.Background(), "q1", metav1.GetOptions{})
+		if err == nil && len(got.Status.Hard) > 0 {
+			return namespace
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quota q1 has no status after %s: %v", namespaceSetupTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // createPVWithAttributes creates claim's PersistentVolume of the driver serving bucket with

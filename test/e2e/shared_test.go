@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,11 +12,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // sharedPods is how many pods of one key the e2e runs on the node at once.
@@ -133,7 +137,7 @@ func TestSharedMountMode(t *testing.T) {
 		v := []volume{{name: "data", bucket: b, path: mountPath}}
 		holder := podName(t, "holder")
 		createPod(t, holder, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs, args: []string{"sleep", "-for", "5m"}})
-		waitPod(t, holder, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		hp := waitPod(t, holder, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 		pids := bucketGcsfuse(b)
 		if len(pids) != 1 {
 			t.Fatalf("gcsfuse %v, want one", pids)
@@ -143,6 +147,10 @@ func TestSharedMountMode(t *testing.T) {
 		}
 		// The pod that held the mount is told, naming the volume and the bucket.
 		waitEvent(t, holder, 30*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseExited+"$"), "volume data", b, "shared gcsfuse")
+		// What the pod sees (its volume, from the node): I/O errors, as from a failed disk.
+		if _, err := os.ReadDir(podfiles.CSITargetPath(kubeletRoot, string(hp.UID), "data")); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the holder's volume after its gcsfuse died: %v, want EIO", err)
+		}
 		next := podName(t, "next")
 		createPod(t, next, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs,
 			args: []string{"write", "-dir", mountPath, "-name", "after-kill.bin", "-bytes", "4096"}})
@@ -182,6 +190,73 @@ func TestSharedMountMode(t *testing.T) {
 		deleted, gone := deletePod(t, name, nil, 60*time.Second)
 		expectObject(t, b, "slow.bin", size)
 		record(t, "shared claim, non-root: delete mid-write -> pod gone", deleted, gone)
+	})
+
+	// A pod of the shapes users run, with a shared volume beside a sidecar one: non-root
+	// (uid 1000, fsGroup), in a namespace whose ResourceQuota refuses containers without
+	// limits, with its own native sidecar that writes its last batch to the shared volume
+	// when the kubelet stops it after the app, and a preStop hook on the app that writes
+	// there too. The webhook injects a sidecar for the other volume alone (sized to the
+	// quota); the shared volume stays with the node's mounter. Deleted mid-write, every file
+	// is whole: the kubelet unpublishes the shared volume only after every container of the
+	// pod has stopped, whatever runs in it.
+	t.Run("quota-mixed-hooks-own-sidecar", func(t *testing.T) {
+		needNative(t)
+		namespace := quotaNamespace(t, "shared-quota")
+		sharedB, ownB := newBucket(t), newBucket(t)
+		vols := []volume{{"shared", sharedB, "/shared"}, {"own", ownB, "/own"}}
+		own := corev1.ResourceRequirements{Requests: resources("cpu", "50m", "memory", "32Mi"), Limits: resources("cpu", "200m", "memory", "128Mi")}
+		shipper := workloadContainer("shipper", vols, "flush", "-dir", "/shared", "-name", "shipped.log",
+			"-bytes", strconv.Itoa(2*mib), "-chunk-delay", "40ms") // ~1.3 s of writing after SIGTERM
+		shipper.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
+		shipper.Resources = own
+		const size = 4 * mib // 64 chunks 100 ms apart: ~6.4 s
+		name := podName(t, "")
+		pod := podObject(name, podOpts{restart: corev1.RestartPolicyNever, grace: ptr(int64(30)), volumes: vols,
+			init:     []corev1.Container{shipper},
+			security: &corev1.PodSecurityContext{RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(1000)), FSGroup: ptr(int64(2000)), RunAsNonRoot: ptr(true)},
+			args: []string{"write", "-dir", "/own", "-name", "app.bin", "-bytes", strconv.Itoa(size),
+				"-chunk-delay", "100ms", "-finish-on-term", "-marker", "app.started"},
+			appLifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+				Command: []string{"/workload", "write", "-dir", "/shared", "-name", "prestop.bin", "-bytes", strconv.Itoa(mib)}}}},
+		})
+		pod.Namespace = namespace
+		pod.Spec.Containers[0].Resources = own
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == "shared" {
+				pod.Spec.Volumes[i].CSI.VolumeAttributes[contract.AttrMountMode] = contract.MountModeShared
+			}
+		}
+		created, err := cs.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create pod %s/%s: %v", namespace, name, err)
+		}
+		if got := created.Annotations[contract.AnnotationInjected]; got != contract.ModeNative {
+			t.Fatalf("a pod with a sidecar volume beside its shared one: injected %q, want %q", got, contract.ModeNative)
+		}
+		waitMarker(t, ownB, "app.started", 90*time.Second)
+		if pids := bucketGcsfuse(sharedB); len(pids) != 1 {
+			t.Fatalf("%d gcsfuse processes serve the shared volume (%v), want the mounter's one", len(pids), pids)
+		}
+		time.Sleep(2 * time.Second) // mid-file
+		deleted := time.Now()
+		if err := cs.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Since(deleted) > 60*time.Second {
+				t.Fatalf("pod %s/%s not gone 60 s after its deletion (last error %v)", namespace, name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		record(t, "shared + sidecar volume, quota, preStop, own sidecar: delete -> pod gone", deleted, time.Now())
+		expectObject(t, ownB, "app.bin", size)
+		expectObject(t, sharedB, "prestop.bin", mib)
+		expectObject(t, sharedB, "shipped.log", 2*mib)
 	})
 
 	// Two Kubernetes service accounts on one bucket, through Workload Identity Federation:

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -28,7 +30,13 @@ func newSharedEnv(t *testing.T, buckets ...string) (*testenv.Env, *testenv.Sidec
 	for _, b := range buckets {
 		emu.CreateBucketWithOpts(fakestorageBucket(b))
 	}
-	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: sharedLinger})
+	return newSharedEnvOn(t, emu)
+}
+
+// newSharedEnvOn is a node plugin with the shared mode on, and its mounter running, on srv.
+func newSharedEnvOn(t *testing.T, srv *emulator.Server) (*testenv.Env, *testenv.Sidecar) {
+	t.Helper()
+	e, err := testenv.New(testenv.Options{Emulator: srv, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: sharedLinger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,23 +159,68 @@ func TestSharedKeysSeparateIdentities(t *testing.T) {
 	}
 }
 
-// A gcsfuse killed under its pods: their mounts fail (never an empty directory), and the
-// next pod of the key gets a new gcsfuse that serves.
+// A shared gcsfuse killed while a pod reads through it (the emulator holds the read): the
+// read in flight and every later access of the pods that held the mount fail with EIO, as
+// from a failed disk (the mounter answers the connection in gcsfuse's place), never with an
+// empty directory nor a wait without end; the next pod gets a new gcsfuse.
 func TestSharedGcsfuseKilled(t *testing.T) {
-	e, _ := newSharedEnv(t, "bkt-kill")
-	emu.CreateObject(fakestorageObject("bkt-kill", "kept.txt", "kept"))
+	stalled, release := make(chan struct{}, 1), make(chan struct{})
+	srv, err := emulator.StartWith(emulator.Options{Host: "127.0.0.1", Buckets: []string{"bkt-kill"},
+		Wrap: func(_ string, storage http.Handler) (http.Handler, error) {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				metadata := strings.HasPrefix(r.URL.Path, "/storage/v1/") && r.URL.Query().Get("alt") != "media"
+				if strings.Contains(r.URL.Path, "stall.bin") && !metadata {
+					select {
+					case stalled <- struct{}{}:
+					default:
+					}
+					select {
+					case <-release:
+					case <-r.Context().Done():
+					}
+				}
+				storage.ServeHTTP(w, r)
+			}), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	t.Cleanup(func() { close(release) }) // before the emulator's stop
+	srv.CreateObject(fakestorageObject("bkt-kill", "kept.txt", "kept"))
+	srv.CreateObject(fakestorageObject("bkt-kill", "stall.bin", "held by the emulator"))
+	e, _ := newSharedEnvOn(t, srv)
 	_, old := sharedPod(t, e, "bkt-kill", "default")
 	waitGcsfuseCount(t, e, 1, 5*time.Second)
+	reading := make(chan error, 1)
+	go func() { // ends with the read: EIO after the kill, or the unmount at clean-up
+		_, err := os.ReadFile(filepath.Join(old, "stall.bin"))
+		reading <- err
+	}()
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("gcsfuse never asked the emulator for stall.bin")
+	}
 	pids := sharedGcsfuse(e)
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitGcsfuseCount(t, e, 0, 5*time.Second)
-	_, err := os.ReadDir(old)
-	if err == nil {
-		t.Fatal("the dead shared mount listed as a directory; want an error")
+	select {
+	case err := <-reading:
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the read in flight when gcsfuse died ended with %v, want EIO", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read in flight when gcsfuse died still waits 10 s later")
 	}
-	t.Logf("the dead mount answers: %v", err)
+	if _, err := os.ReadDir(old); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("listing the dead shared mount: %v, want EIO", err)
+	}
+	if err := os.WriteFile(filepath.Join(old, "new.txt"), []byte("x"), 0o644); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("writing to the dead shared mount: %v, want EIO", err)
+	}
 	_, fresh := sharedPod(t, e, "bkt-kill", "default")
 	if b, err := os.ReadFile(filepath.Join(fresh, "kept.txt")); err != nil || string(b) != "kept" {
 		t.Fatalf("the new pod's mount: %q %v", b, err)
