@@ -109,6 +109,12 @@ type VolumeClaims interface {
 	ClassVolume(ctx context.Context, className *string) (ClassedVolume, error)
 }
 
+// livePrebound is a VolumeClaims whose pre-bound volumes come from a cache, and that can
+// ask the API server instead (KubeVolumeClaims.PreboundLive).
+type livePrebound interface {
+	PreboundLive(ctx context.Context, namespace, claim string) (ClaimedVolume, error)
+}
+
 // KubeVolumeClaims is the VolumeClaims of a live cluster (RBAC: get on
 // persistentvolumeclaims and persistentvolumes, list and watch on persistentvolumes for
 // Prebound, get and list on storageclasses).
@@ -454,7 +460,19 @@ func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLo
 		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim})
 		return
 	}
-	switch d, attrs, err := classes.resolve(ctx, cv.StorageClassName); {
+	d, attrs, err := classes.resolve(ctx, cv.StorageClassName)
+	if lp, ok := claims.(livePrebound); ok && (err != nil || d == classStatic) {
+		// The class does not tell: a volume pre-bound to the claim a moment ago may be
+		// missing from the cache still (prebound.go).
+		if live, lerr := lp.PreboundLive(ctx, namespace, claim); lerr == nil && live.Bound {
+			if live.Driver == driver {
+				u.vols[name] = live.Attributes
+				u.claims = append(u.claims, name)
+			}
+			return
+		}
+	}
+	switch {
 	case err != nil:
 		u.unresolved = append(u.unresolved, unresolvedClaim{volume: name, claim: claim, err: err})
 	case d == classOurs:

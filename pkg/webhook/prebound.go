@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -28,10 +29,15 @@ import (
 //
 // The cache is as fresh as its watch: a volume created a moment before the pod is in it
 // once its watch event has arrived, normally within milliseconds, while the claim's GET
-// earlier in the same admission is still under way. A volume created after the pod still
-// leaves the claim unresolved (a warning, then a mount refused for want of the sidecar), as
-// does a claim whose volumeName names a volume that does not exist yet: the PV controller
-// binds a claim that names a volume only to that one.
+// earlier in the same admission is still under way. On a loaded API server that event can
+// come later (it did in CI: the storage suite's "multiple PV pointing to the same storage"
+// creates the claim, the pre-bound volume and the pod back to back, and the pod got no
+// sidecar): so a pending claim whose StorageClass does not tell (none, no such class, or
+// one that provisions nothing) is looked up again with a live, paged list of the volumes
+// (PreboundLive), bounded by the admission's look-up timeout. A volume created after the
+// pod still leaves the claim unresolved (a warning, then a mount refused for want of the
+// sidecar), as does a claim whose volumeName names a volume that does not exist yet: the PV
+// controller binds a claim that names a volume only to that one.
 
 // claimRefIndex indexes the cached PersistentVolumes by their claimRef's "namespace/name".
 const claimRefIndex = "claimRef"
@@ -98,12 +104,10 @@ func (p *PreboundVolumes) Run(ctx context.Context) {
 // claimRef binds would get no sidecar.
 func (p *PreboundVolumes) Ready() bool { return p.synced() }
 
-// volumesOf are the PersistentVolumes pre-bound to pvc, sorted by name: those whose
-// claimRef names it, with its UID when the claimRef has one (the PV controller's
-// IsVolumeBoundToClaim; a volume released by an earlier claim of that name keeps that
-// claim's UID), and not being deleted (the PV controller binds none of those). None when p
-// is nil or its cache has not synced yet: the claim is then resolved as if no volume were
-// pre-bound to it.
+// volumesOf are the cached PersistentVolumes pre-bound to pvc (preboundTo), sorted by name.
+// None when p is nil or its cache has not synced yet: the claim is then resolved as if no
+// volume were pre-bound to it (and usage.claim asks the API server when its class does not
+// tell, KubeVolumeClaims.PreboundLive).
 func (p *PreboundVolumes) volumesOf(pvc *corev1.PersistentVolumeClaim) ([]*corev1.PersistentVolume, error) {
 	if p == nil || !p.synced() {
 		return nil, nil
@@ -114,15 +118,26 @@ func (p *PreboundVolumes) volumesOf(pvc *corev1.PersistentVolumeClaim) ([]*corev
 	}
 	var out []*corev1.PersistentVolume
 	for _, o := range objs {
-		pv, ok := o.(*corev1.PersistentVolume)
-		if !ok || pv.Spec.ClaimRef == nil || pv.DeletionTimestamp != nil ||
-			(pv.Spec.ClaimRef.UID != "" && pv.Spec.ClaimRef.UID != pvc.UID) {
-			continue
+		if pv, ok := o.(*corev1.PersistentVolume); ok && preboundTo(pvc, pv) {
+			out = append(out, pv)
 		}
-		out = append(out, pv)
 	}
-	slices.SortFunc(out, func(a, b *corev1.PersistentVolume) int { return strings.Compare(a.Name, b.Name) })
+	sortVolumes(out)
 	return out, nil
+}
+
+// preboundTo reports whether pv is pre-bound to pvc: its claimRef names it, with its UID
+// when the claimRef has one (the PV controller's IsVolumeBoundToClaim; a volume released by
+// an earlier claim of that name keeps that claim's UID), and it is not being deleted (the PV
+// controller binds none of those).
+func preboundTo(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) bool {
+	r := pv.Spec.ClaimRef
+	return r != nil && r.Namespace == pvc.Namespace && r.Name == pvc.Name && pv.DeletionTimestamp == nil &&
+		(r.UID == "" || r.UID == pvc.UID)
+}
+
+func sortVolumes(pvs []*corev1.PersistentVolume) {
+	slices.SortFunc(pvs, func(a, b *corev1.PersistentVolume) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // preboundVolume is what a claim resolves to through the volumes pre-bound to it (at least
@@ -151,4 +166,55 @@ func driverOrNone(driver string) string {
 		return "not a CSI volume"
 	}
 	return "driver " + driver
+}
+
+// livePreboundPageSize and livePreboundPages bound PreboundLive's list: 20 pages of 500
+// volumes. A cluster with more leaves the claim unresolved, as before the look-up.
+const (
+	livePreboundPageSize = 500
+	livePreboundPages    = 20
+)
+
+// PreboundLive resolves a claim that names no volume, and that the cache found no volume
+// pre-bound to, from the API server itself: the claim again (the PV controller may have
+// bound it since), then every PersistentVolume, paged. It answers Pending when none names
+// the claim.
+func (k KubeVolumeClaims) PreboundLive(ctx context.Context, namespace, claim string) (ClaimedVolume, error) {
+	pvc, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return ClaimedVolume{}, nil
+	case err != nil:
+		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
+	case pvc.Spec.VolumeName != "":
+		return k.ClaimVolume(ctx, namespace, claim)
+	}
+	var found []*corev1.PersistentVolume
+	cont := ""
+	for range livePreboundPages {
+		list, err := k.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{Limit: livePreboundPageSize, Continue: cont})
+		if err != nil {
+			return ClaimedVolume{}, fmt.Errorf("list PersistentVolumes for claim %s/%s: %w", namespace, claim, err)
+		}
+		for i := range list.Items {
+			if preboundTo(pvc, &list.Items[i]) {
+				found = append(found, &list.Items[i])
+			}
+		}
+		if cont = list.Continue; cont == "" {
+			break
+		}
+	}
+	if cont != "" {
+		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: more than %d PersistentVolumes to look through", namespace, claim, livePreboundPages*livePreboundPageSize)
+	}
+	if len(found) == 0 {
+		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
+	}
+	sortVolumes(found)
+	cv, err := preboundVolume(found)
+	if err != nil {
+		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
+	}
+	return cv, nil
 }

@@ -234,8 +234,13 @@ func TestPreboundClaimsInjected(t *testing.T) {
 		{name: "pre-bound by two volumes of different drivers", pod: noAnnotation(claimVolume("data", "ambiguous")),
 			wantWarning: "volume data: cannot tell whether claim ambiguous is a gcsfuse.csi.storage volume (claim ns/ambiguous: PersistentVolumes pv-ambiguous-a"},
 		{name: "naming a volume that does not exist yet", pod: noAnnotation(claimVolume("data", "named")), wantWarning: "claim named is not bound"},
-		{name: "cache not synced", notSynced: true, pod: noAnnotation(claimVolume("data", "pre")),
-			wantWarning: `cannot tell whether claim pre is a gcsfuse.csi.storage volume (StorageClass nosuch: storageclasses.storage.k8s.io "nosuch" not found)`},
+		// The cache behind the API server (a volume created a moment before the pod): a
+		// claim whose class does not tell is looked up live, and found.
+		{name: "cache behind, of a class that does not exist", notSynced: true, pod: noAnnotation(claimVolume("data", "pre")), inject: true},
+		{name: "cache behind, of no class", notSynced: true, pod: noAnnotation(claimVolume("data", "uid-match")), inject: true},
+		{name: "cache behind, claimRef of another UID", notSynced: true, pod: noAnnotation(claimVolume("data", "uid-mismatch")), wantWarning: "claim uid-mismatch is not bound"},
+		{name: "cache behind, a volume being deleted", notSynced: true, pod: noAnnotation(claimVolume("data", "deleting")), wantWarning: "claim deleting is not bound"},
+		{name: "cache behind, a claimRef in another namespace", notSynced: true, pod: noAnnotation(claimVolume("data", "elsewhere")), wantWarning: "claim elsewhere is not bound"},
 		{name: "cache not synced, of the driver's class", notSynced: true, pod: noAnnotation(claimVolume("data", "theirs")), inject: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
