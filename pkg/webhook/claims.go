@@ -128,6 +128,12 @@ type KubeVolumeClaims struct {
 
 // ClaimVolume implements VolumeClaims.
 func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim string) (ClaimedVolume, error) {
+	return k.resolveClaim(ctx, namespace, claim, false)
+}
+
+// resolveClaim is ClaimVolume, with the volumes pre-bound to an unbound claim taken from a
+// live list of them rather than from the cache when live is set (PreboundLive).
+func (k KubeVolumeClaims) resolveClaim(ctx context.Context, namespace, claim string, live bool) (ClaimedVolume, error) {
 	pvc, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -135,7 +141,7 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
 	case pvc.Spec.VolumeName == "":
-		return k.unboundClaim(pvc)
+		return k.unboundClaim(ctx, pvc, live)
 	}
 	pv, err := k.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	switch {
@@ -147,10 +153,16 @@ func (k KubeVolumeClaims) ClaimVolume(ctx context.Context, namespace, claim stri
 	return claimedVolume(pv), nil
 }
 
-// unboundClaim resolves a claim that names no volume: to the volume pre-bound to it, else
-// pending.
-func (k KubeVolumeClaims) unboundClaim(pvc *corev1.PersistentVolumeClaim) (ClaimedVolume, error) {
-	pvs, err := k.Prebound.volumesOf(pvc)
+// unboundClaim resolves a claim that names no volume: to the volume pre-bound to it (from
+// the cache, or listed live), else pending.
+func (k KubeVolumeClaims) unboundClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, live bool) (ClaimedVolume, error) {
+	var pvs []*corev1.PersistentVolume
+	var err error
+	if live {
+		pvs, err = k.listPrebound(ctx, pvc)
+	} else {
+		pvs, err = k.Prebound.volumesOf(pvc)
+	}
 	switch {
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("the PersistentVolumes pre-bound to claim %s/%s: %w", pvc.Namespace, pvc.Name, err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -177,24 +176,20 @@ const (
 
 // PreboundLive resolves a claim that names no volume, and that the cache found no volume
 // pre-bound to, from the API server itself: the claim again (the PV controller may have
-// bound it since), then every PersistentVolume, paged. It answers Pending when none names
-// the claim.
+// bound it since), then every PersistentVolume, paged (listPrebound). It answers Pending
+// when none names the claim.
 func (k KubeVolumeClaims) PreboundLive(ctx context.Context, namespace, claim string) (ClaimedVolume, error) {
-	pvc, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return ClaimedVolume{}, nil
-	case err != nil:
-		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
-	case pvc.Spec.VolumeName != "":
-		return k.ClaimVolume(ctx, namespace, claim)
-	}
+	return k.resolveClaim(ctx, namespace, claim, true)
+}
+
+// listPrebound is volumesOf from a live, paged list of the cluster's PersistentVolumes.
+func (k KubeVolumeClaims) listPrebound(ctx context.Context, pvc *corev1.PersistentVolumeClaim) ([]*corev1.PersistentVolume, error) {
 	var found []*corev1.PersistentVolume
 	cont := ""
 	for range livePreboundPages {
 		list, err := k.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{Limit: livePreboundPageSize, Continue: cont})
 		if err != nil {
-			return ClaimedVolume{}, fmt.Errorf("list PersistentVolumes for claim %s/%s: %w", namespace, claim, err)
+			return nil, err
 		}
 		for i := range list.Items {
 			if preboundTo(pvc, &list.Items[i]) {
@@ -202,19 +197,9 @@ func (k KubeVolumeClaims) PreboundLive(ctx context.Context, namespace, claim str
 			}
 		}
 		if cont = list.Continue; cont == "" {
-			break
+			sortVolumes(found)
+			return found, nil
 		}
 	}
-	if cont != "" {
-		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: more than %d PersistentVolumes to look through", namespace, claim, livePreboundPages*livePreboundPageSize)
-	}
-	if len(found) == 0 {
-		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
-	}
-	sortVolumes(found)
-	cv, err := preboundVolume(found)
-	if err != nil {
-		return ClaimedVolume{}, fmt.Errorf("claim %s/%s: %w", namespace, claim, err)
-	}
-	return cv, nil
+	return nil, fmt.Errorf("more than %d PersistentVolumes to look through", livePreboundPages*livePreboundPageSize)
 }
