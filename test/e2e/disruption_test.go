@@ -135,15 +135,21 @@ func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, took time
 // waitGone waits until the pod no longer exists.
 func waitGone(t *testing.T, pod string, d time.Duration) {
 	t.Helper()
+	waitGoneIn(t, ns, pod, d)
+}
+
+// waitGoneIn is waitGone for a pod in namespace.
+func waitGoneIn(t *testing.T, namespace, pod string, d time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if _, err := cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if _, err := cs.CoreV1().Pods(namespace).Get(context.Background(), pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	p, _ := cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
-	t.Fatalf("pod %s still exists after %s:\n%s\n%s", pod, d, describe(p), podEvents(pod))
+	p, _ := cs.CoreV1().Pods(namespace).Get(context.Background(), pod, metav1.GetOptions{})
+	t.Fatalf("pod %s/%s still exists after %s:\n%s\n%s", namespace, pod, d, describe(p), podEventsIn(namespace, pod))
 }
 
 // TestDeleteWhileWriting: the pod is deleted while the app is writing a file slowly; the app

@@ -212,11 +212,17 @@ func TestDeleteDuringInitWrite(t *testing.T) {
 // most d; it returns when the delete was sent and when the pod was seen gone.
 func deletePod(t *testing.T, name string, grace *int64, d time.Duration) (deleted, gone time.Time) {
 	t.Helper()
+	return deletePodIn(t, ns, name, grace, d)
+}
+
+// deletePodIn is deletePod for a pod in namespace.
+func deletePodIn(t *testing.T, namespace, name string, grace *int64, d time.Duration) (deleted, gone time.Time) {
+	t.Helper()
 	deleted = time.Now()
-	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: grace}); err != nil {
+	if err := cs.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: grace}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, name, d)
+	waitGoneIn(t, namespace, name, d)
 	return deleted, time.Now()
 }
 

@@ -618,8 +618,11 @@ func describe(p *corev1.Pod) string {
 }
 
 // podEvents returns the pod's events, one per line, oldest first.
-func podEvents(name string) string {
-	ev, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+func podEvents(name string) string { return podEventsIn(ns, name) }
+
+// podEventsIn is podEvents for a pod in namespace.
+func podEventsIn(namespace, name string) string {
+	ev, err := cs.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return err.Error()
 	}

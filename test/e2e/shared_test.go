@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
@@ -239,21 +238,8 @@ func TestSharedMountMode(t *testing.T) {
 			t.Fatalf("%d gcsfuse processes serve the shared volume (%v), want the mounter's one", len(pids), pids)
 		}
 		time.Sleep(2 * time.Second) // mid-file
-		deleted := time.Now()
-		if err := cs.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			_, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if time.Since(deleted) > 60*time.Second {
-				t.Fatalf("pod %s/%s not gone 60 s after its deletion (last error %v)", namespace, name, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		record(t, "shared + sidecar volume, quota, preStop, own sidecar: delete -> pod gone", deleted, time.Now())
+		deleted, gone := deletePodIn(t, namespace, name, nil, 60*time.Second)
+		record(t, "shared + sidecar volume, quota, preStop, own sidecar: delete -> pod gone", deleted, gone)
 		expectObject(t, ownB, "app.bin", size)
 		expectObject(t, sharedB, "prestop.bin", mib)
 		expectObject(t, sharedB, "shipped.log", 2*mib)
