@@ -27,7 +27,7 @@ if [ -x "$E2E_DIR/storage-e2e.test" ] && [ -x "$E2E_DIR/agnhost" ] && [ -f "$sta
 fi
 if [ -z "${GCSFUSE_HEAVY_LOCKED:-}" ]; then
   step "storage-e2e.test v$K8S_VERSION: waiting for the heavy-build lock"
-  exec env GCSFUSE_HEAVY_LOCKED=1 flock -w 3600 /tmp/gcsfuse-heavy.lock "$0" "$@"
+  exec env GCSFUSE_HEAVY_LOCKED=1 flock -w "$HEAVY_LOCK_WAIT" "$HEAVY_LOCK" "$0" "$@"
 fi
 
 mod=$E2E_DIR/mod

@@ -49,6 +49,7 @@ summary() {
 finish() {
   local rc=$?
   background_stop "$prebuild_pid"
+  background_stop "$previous_pid"
   if [ "${E2E_KEEP_CLUSTER:-}" = 1 ]; then
     echo "E2E_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
   else
@@ -58,31 +59,50 @@ finish() {
   exit "$rc"
 }
 prebuild_pid=
+previous_pid=
 trap finish EXIT
 
 # Builds the later stages need, run in the background while this one's cluster starts and its
-# tests run: the tests leave the cores ~90% idle (vmstat during a run), the builds are ~6 min of
-# CPU cold (storage-e2e.test and agnhost for the storage suites, the previous release's images for the
-# upgrade run; both cached, so nothing warm). At nice 19 the cluster's processes, started by
-# this script at nice 0, come first.
+# tests run: the tests leave the cores ~90% idle warm (vmstat during a run), the builds are
+# ~6 min of CPU cold (storage-e2e.test and agnhost for the storage suites, gcsfuse's test
+# binaries, the previous release's images for the upgrade run; all cached, so nothing warm).
+# At nice 19 the cluster's processes, started by this script at nice 0, come first. The
+# builds hold the heavy-build lock (lib.sh) from first to last, so that hack/checks.sh,
+# which hack/test.sh runs beside this run under the same lock, waits for them rather than
+# slows them down.
 prebuild_start() {
-  local script=""
-  [ -n "${E2E_CONFORMANCE:-}" ] && script+="'$hack/conformance-build.sh' && "
+  local builds="" script=""
+  [ -n "${E2E_CONFORMANCE:-}" ] && builds+="'$hack/conformance-build.sh' && "
+  [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && builds+="'$hack/gcsfuse-itests.sh' build && "
+  [ -n "$builds" ] && script+="flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env GCSFUSE_HEAVY_LOCKED=1 bash -c \"${builds}true\" && "
   # gcsfuse's own integration tests against a standalone gcsfuse (the reference the cluster
   # run is compared with): no cluster needed, so behind the e2e tests too.
   [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && script+="rm -f '$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json' && '$hack/gcsfuse-itests.sh' standalone && "
-  # Build only: the upgrade run imports the images into its own cluster.
-  [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ] && script+="PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh' && "
   script+=true
   step "prebuild at nice 19 in the background, log $CLUSTER_DIR/prebuild.log: ${script//\'/}"
   # A process group of its own, which finish stops with the go builds under it.
   "${BACKGROUND[@]}" "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
   prebuild_pid=$!
+  # The previous release's images, for a later UPGRADE_FROM=previous run (build only: that run
+  # imports them into its own cluster): a job of its own, waited for at the end of this run,
+  # so that the storage suites never wait for it; under the heavy-build lock, behind the
+  # storage suites' build, which starts first and takes it.
+  if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
+    step "previous release at nice 19 in the background, log $CLUSTER_DIR/prebuild-previous.log"
+    "${BACKGROUND[@]}" "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'" \
+      >"$CLUSTER_DIR/prebuild-previous.log" 2>&1 &
+    previous_pid=$!
+  fi
 }
 prebuild_wait() {
   local pid=$prebuild_pid
   prebuild_pid=
   background_wait "$pid" "$CLUSTER_DIR/prebuild.log" prebuild
+}
+previous_wait() {
+  local pid=$previous_pid
+  previous_pid=
+  background_wait "$pid" "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build"
 }
 
 run_tests() {
@@ -155,3 +175,4 @@ if [ -n "${E2E_CONFORMANCE:-}" ]; then
       "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json" "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
   fi
 fi
+if [ -n "$previous_pid" ]; then phase previous-wait previous_wait; fi

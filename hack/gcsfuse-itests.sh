@@ -53,7 +53,7 @@ build_tests() {
   fi
   if [ -z "${GCSFUSE_HEAVY_LOCKED:-}" ]; then
     step "gcsfuse integration test binaries: waiting for the heavy-build lock"
-    GCSFUSE_HEAVY_LOCKED=1 flock -w 3600 /tmp/gcsfuse-heavy.lock "$0" build
+    GCSFUSE_HEAVY_LOCKED=1 flock -w "$HEAVY_LOCK_WAIT" "$HEAVY_LOCK" "$0" build
     return
   fi
   mod=$(GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go mod download -json "github.com/googlecloudplatform/gcsfuse/v3@v$GCSFUSE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')

@@ -57,6 +57,54 @@ mkdir -p "$BIN"
 _t0=$(date +%s%N)
 step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%ds] %s\n" $((n / 10)) $((n % 10)) "$*"; }
 
+# The machine's heavy-build lock: builds that take both cores for minutes (the storage suites'
+# binary, gcsfuse's test binaries, the previous release, hack/checks.sh's checks) take it, so
+# that those running beside an e2e run queue rather than share the cores.
+HEAVY_LOCK=/tmp/gcsfuse-heavy.lock
+HEAVY_LOCK_WAIT=3600
+# CI's time limit. CI stops a run at 90 minutes and lands nothing, whatever it was doing; a run
+# on course to pass CI_BUDGET_SECONDS (.ci/run sets 4800, 80 min) fails before that, with a
+# line that names the step and the time (budget_check, budget_run), so the limit is never what
+# ends it. Unset (hack/test.sh by hand), neither does anything: budget_run's timeout would put
+# the step in a process group of its own, out of reach of the terminal's Ctrl-C.
+CI_BUDGET_SECONDS=${CI_BUDGET_SECONDS:-}
+# How long budget_run lets a stopped step clean up (cluster-down takes ~12 s) before KILL.
+CI_BUDGET_GRACE=120
+# ci_elapsed: whole seconds since this script's step clock began (_t0).
+ci_elapsed() { echo $(( ($(date +%s%N) - _t0) / 1000000000 )); }
+# budget_check WHAT LEAST: fails (exit 1, saying so) when the time so far plus LEAST, the
+# seconds that WHAT and everything after it take at the least (their warm figures), passes
+# CI_BUDGET_SECONDS: such a run cannot end in time, and failing at once says why.
+budget_check() {
+  [ -n "$CI_BUDGET_SECONDS" ] || return 0
+  local now
+  now=$(ci_elapsed)
+  if (( now + $2 > CI_BUDGET_SECONDS )); then
+    echo "CI budget: at $now s, before \"$1\", which with what follows takes at least $2 s warm: on course to pass $(( CI_BUDGET_SECONDS / 60 )) min (CI stops runs at 90 and lands nothing); failing now. Where the time went: the \"=== [s]\" lines above." >&2
+    exit 1
+  fi
+}
+# budget_run WHAT CMD...: runs CMD, stopped (TERM to its process group, KILL CI_BUDGET_GRACE
+# s later) when the run reaches CI_BUDGET_SECONDS, saying so; returns CMD's exit code.
+budget_run() {
+  local what=$1 left rc=0
+  shift
+  if [ -z "$CI_BUDGET_SECONDS" ]; then
+    "$@"
+    return
+  fi
+  left=$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))
+  if (( left <= 0 )); then
+    echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before \"$what\"; failing now" >&2
+    return 1
+  fi
+  timeout --kill-after="$CI_BUDGET_GRACE" "$left" "$@" || rc=$?
+  if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && (( $(ci_elapsed) >= CI_BUDGET_SECONDS )); then
+    echo "CI budget: \"$what\" was still running at $(( CI_BUDGET_SECONDS / 60 )) min ($(ci_elapsed) s into the run); stopped it so that CI's 90-minute limit is not what ends the run" >&2
+  fi
+  return "$rc"
+}
+
 # The figures of a CI run, for its README block (hack/test.sh with CI_MARKDOWN=FILE; the
 # format is hack/citiming's): when $CI_RECORDS names a file, the scripts append one line per
 # figure to it, tab-separated, KIND first; when it is unset, nothing is written.

@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, then runs formatting, vet, staticcheck, the
-# unit tests with the race detector (among them the Helm chart's checks in deploy/chart: lint,
-# edge values, bad values, drift of deploy/base; and the release images for amd64 and arm64,
-# pushed to a loopback registry and pulled back), the fuzz seeds, the integration tests (real
-# /dev/fuse mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and Node
-# suites among them, publish and unpublish included), each fuzz target for 10 s
-# (hack/fuzz.sh; behind the first e2e run's tests when those run) and, when present and not
-# disabled, the end-to-end tests on a local cluster (hack/e2e.sh; SKIP_E2E=1 skips them): all
-# of them on containerd 2.x with images under a repository other than the default, followed
-# by Kubernetes' own storage testsuites through the driver's Go test driver (hack/conformance.sh;
-# its storage-e2e.test is built once, in the background) with gcsfuse's own integration tests
-# through pods' volumes beside them, compared with a standalone gcsfuse run in the background
-# (hack/gcsfuse-itests.sh), the upgrade from the previous release, then the
-# lifecycle ones on containerd 1.6 with the default names.
+# The test command: installs what is missing, then runs gofmt, the unit tests with the race
+# detector (among them the Helm chart's checks in deploy/chart: lint, edge values, bad values,
+# drift of deploy/base), the fuzz seeds, the integration tests (real /dev/fuse mounts, real
+# gcsfuse, the emulator; root required; csi-sanity's Identity and Node suites among them,
+# publish and unpublish included), the checks that need only CPU (hack/checks.sh: go vet,
+# staticcheck, deadcode, each fuzz target for 10 s, and the release images for amd64 and
+# arm64 pushed to a loopback registry and pulled back; beside the first e2e run's tests when
+# those run) and, when present and not disabled, the end-to-end tests on a local cluster
+# (hack/e2e.sh; SKIP_E2E=1 skips them): all of them on containerd 2.x with images under a
+# repository other than the default, followed by Kubernetes' own storage testsuites through
+# the driver's Go test driver (hack/conformance.sh; its storage-e2e.test is built once, in
+# the background) with gcsfuse's own integration tests through pods' volumes beside them,
+# compared with a standalone gcsfuse run in the background (hack/gcsfuse-itests.sh), the
+# upgrade from the previous release, then the lifecycle ones on containerd 1.6 with the
+# default names.
+#
+# CI stops a run at 90 minutes and lands nothing: with CI_BUDGET_SECONDS set (.ci/run sets 80
+# min), a run on course to pass it fails before that, naming the step (budget_check,
+# budget_run in lib.sh).
 #
 # CI_MARKDOWN=FILE: at the end of a run that passed, also write its figures to FILE as
-# README.md's generated block ci-timing (hack/citiming formats them: each step's start and
+# README.md's generated block ci-timing-cold or ci-timing-warm, by whether the run began from
+# empty caches (cache_state below; hack/citiming formats them: each step's start and
 # duration, each e2e run's phases and test counts, the background builds, the total, the
 # date and the commit); then go run ./hack/readme -file README.md < FILE. .ci/run sets it.
 # Resolved before anything changes directory: a relative CI_MARKDOWN is the caller's.
 ci_markdown=${CI_MARKDOWN:+$(realpath -m "$CI_MARKDOWN")}
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+# cache_state: cold when nothing of an earlier run is cached, as on a fresh machine: no Go
+# build or module cache, no staticcheck cache, nothing in $GCSFUSE_CSI_CACHE but the empty
+# bin/ lib.sh makes; warm otherwise. A cold run builds everything, which is what CI's time
+# limit is held to (hack/ci-cold.sh runs one).
+cache_state() {
+  if [ -n "$(ls -A "$GOCACHE" 2>/dev/null)" ] || [ -n "$(ls -A "$GOMODCACHE" 2>/dev/null)" ] ||
+    [ -n "$(ls -A "${XDG_CACHE_HOME:-$HOME/.cache}/staticcheck" 2>/dev/null)" ] ||
+    [ -n "$(ls -A "$BIN" 2>/dev/null)" ] || [ -n "$(ls -A "$GCSFUSE_CSI_CACHE" 2>/dev/null | grep -vx bin)" ]; then
+    echo warm
+  else
+    echo cold
+  fi
+}
+caches=$(cache_state)
 # The figures accumulate in CI_RECORDS, one line each (ci_record, lib.sh), from this script,
 # hack/e2e.sh and hack/fuzz.sh; kept after the run, rewritten by the next one.
 if [ -n "$ci_markdown" ]; then
@@ -29,7 +49,7 @@ if [ -n "$ci_markdown" ]; then
   export CI_RECORDS=$GCSFUSE_CSI_CACHE/ci-records.tsv
   : >"$CI_RECORDS"
   ci_record start "$_t0" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-    "$([ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo clean || echo modified)" "$(nproc)"
+    "$([ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo clean || echo modified)" "$(nproc)" "$caches"
 else
   unset CI_RECORDS
 fi
@@ -39,14 +59,26 @@ stage() {
   ci_record step "$(date +%s%N)" "$1"
   step "${2:-$1}"
 }
+step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CACHE $GCSFUSE_CSI_CACHE)"
+# The least each part of the run still takes from a stage on, in seconds: a warm run's
+# figures (README.md's ci-timing-warm block, 2026-12-06), for budget_check (lib.sh). A run
+# whose time so far plus these passes CI_BUDGET_SECONDS cannot end in time and fails there.
+LEAST_FROM_UNITS=1400   # go test -race ~190, then the e2e runs below
+LEAST_FROM_E2E=1250     # e2e run 1 ~1080 (tests and storage suites), runs 2 and 3 ~170
+LEAST_FROM_UPGRADE=170  # run 2 ~80, run 3 ~90
+LEAST_FROM_POLLING=90   # run 3
+# How long hack/checks.sh, in the background, waits before it asks for the heavy-build lock,
+# so that the first e2e run's builds (needed sooner) get it first; they ask within a second.
+CHECKS_HEAD_START=10
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
 CI_IMAGE_TAG=v0.0.0-ci
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
 
-# gcsfuse for arm64 too: TestReleasePush (hack/images) builds and pushes the release images
-# for both architectures (~4 min cold, once; cached in $GCSFUSE_CSI_CACHE/bin/linux_arm64).
+# gcsfuse for this machine's architecture only: the arm64 one is for TestReleasePush
+# (hack/images), which builds it itself (hack/release-images.sh) in the background of the
+# first e2e run (hack/checks.sh), when the cluster's tests leave the cores idle.
 stage "install what is missing (hack/install-deps.sh)"
-GCSFUSE_ARCHES="amd64 arm64" bash hack/install-deps.sh
+bash hack/install-deps.sh
 # The local cluster's components (containerd, etcd, Kubernetes: ~13 min of both cores cold,
 # cached after) build in the background from here on, in whatever the checks and tests below
 # leave idle (downloads, tests that wait); at nice 19 those come first. hack/e2e.sh then finds
@@ -66,30 +98,9 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   trap 'background_stop "$cluster_build_pid"' EXIT
 fi
 
-if [ ! -x "$BIN/staticcheck" ] || ! "$BIN/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
-  stage "go install staticcheck $STATICCHECK_VERSION"
-  GOBIN=$BIN go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
-fi
-
-if [ ! -x "$BIN/deadcode" ] || [ ! -f "$BIN/.deadcode-$DEADCODE_VERSION" ]; then
-  stage "go install deadcode $DEADCODE_VERSION"
-  GOBIN=$BIN go install "golang.org/x/tools/cmd/deadcode@$DEADCODE_VERSION"
-  touch "$BIN/.deadcode-$DEADCODE_VERSION"
-fi
-
 stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
-# vet compiles every dependency (default build) once; helm's build and the e2e suite's reuse
-# much of it. (Loading the race build instead, to share the unit tests' compile, cost more
-# cold: helm then built its Kubernetes dependencies alone, 554 s against 216 s.)
-stage "go vet"
-go vet ./...
-stage "staticcheck"
-"$BIN/staticcheck" ./...
-stage "deadcode" "deadcode (functions that nothing, not even a test, reaches)"
-dead=$("$BIN/deadcode" -test ./...)
-if [ -n "$dead" ]; then echo "$dead"; exit 1; fi
 
 # The Helm chart's checks (lint, edge values, bad values, deploy/base rendered from it) are Go
 # tests in deploy/chart, run once, in go test below, with the helm pinned here (HELM_VERSION):
@@ -98,19 +109,22 @@ stage "helm v$HELM_VERSION for the chart's tests (deploy/chart)"
 ensure_helm
 export HELM=$HELM_DIR/helm
 
+budget_check "go test -race ./..." "$LEAST_FROM_UNITS"
 stage "go test -race ./..." "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
-go test -race -count=1 -timeout 20m ./...
-# Beyond the seeds: each fuzz target for a bounded time (FUZZ_TIME, 10 s each). Without the
-# e2e stage, here; with it, in the background at nice 19 with one fuzzing worker while the
-# first e2e run's tests leave the cores ~90% idle (its instrumented build is ~200 s of CPU
-# cold): in the foreground it kept the cluster's components, building at nice 19 behind it,
-# waiting. Its result is waited for, and fails the run, after that e2e run.
-fuzz_pid=
-fuzz_log=$GCSFUSE_CSI_CACHE/fuzz.log
+# TestReleasePush runs once, in hack/checks.sh.
+budget_run "go test -race ./..." go test -race -count=1 -timeout 20m -skip '^TestReleasePush$' ./...
+# The checks that need only CPU (hack/checks.sh: vet, staticcheck, deadcode, each fuzz target
+# for 10 s, the release images of both architectures). Without the e2e stage, here; with it,
+# in the background at nice 19 while the first e2e run's tests leave the cores mostly idle
+# (cold they are ~15 min of one core; in the foreground they kept the cluster's components,
+# building at nice 19 behind them, waiting). Their result is waited for, and fails the run,
+# after the last e2e run.
+checks_pid=
+checks_log=$GCSFUSE_CSI_CACHE/checks.log
 if [ "${SKIP_E2E:-0}" = 1 ] || [ ! -x hack/e2e.sh ]; then
-  stage "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh)"
-  bash hack/fuzz.sh
+  stage "vet, staticcheck, deadcode, fuzzing, release images (hack/checks.sh)"
+  budget_run "hack/checks.sh" bash hack/checks.sh
 fi
 
 if [ -n "$cluster_build_pid" ]; then
@@ -124,29 +138,44 @@ if [ -n "$cluster_build_pid" ]; then
 fi
 
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
-  step "fuzz every target for ${FUZZ_TIME:-10s} (hack/fuzz.sh) in the background at nice 19, one worker (log $fuzz_log)"
-  "${BACKGROUND[@]}" FUZZ_PARALLEL=1 bash hack/fuzz.sh >"$fuzz_log" 2>&1 &
-  fuzz_pid=$!
-  trap 'background_stop "$cluster_build_pid"; background_stop "$fuzz_pid"' EXIT
+  budget_check "the e2e runs" "$LEAST_FROM_E2E"
+  # The e2e tests' packages, compiled here (nice 0) so that go vet in the background reuses
+  # them instead of compiling the same packages at the same time; the test phase then links.
+  stage "build the e2e tests (go test -c ./test/e2e)"
+  go test -c -o "$GCSFUSE_CSI_CACHE/e2e.test" ./test/e2e
+  rm -f "$GCSFUSE_CSI_CACHE/e2e.test"
+  step "vet, staticcheck, deadcode, fuzzing (one worker), release images (hack/checks.sh) in the background at nice 19 (log $checks_log)"
+  # 10 s after hack/e2e.sh below starts its builds, which take the heavy-build lock first;
+  # with a budget, stopped when it is used up, so that the wait for it below is bounded too.
+  bounded=()
+  [ -n "$CI_BUDGET_SECONDS" ] && bounded=(timeout --kill-after="$CI_BUDGET_GRACE" "$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))")
+  "${BACKGROUND[@]}" sleep "$CHECKS_HEAD_START" "&&" "${bounded[@]}" env FUZZ_PARALLEL=1 bash hack/checks.sh >"$checks_log" 2>&1 &
+  checks_pid=$!
+  trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"' EXIT
   # Under a repository and tag other than the default, as a team installing from its own
   # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
   # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
   # What the later stages build (storage-e2e.test, the previous release) is built while the tests run.
   stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 bash hack/e2e.sh
-  stage "wait for the fuzz stage (in the background since the e2e run began)" "waiting for the fuzz targets"
-  pid=$fuzz_pid
-  fuzz_pid=
-  background_wait "$pid" "$fuzz_log" "fuzzing"
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 \
+    budget_run "the first e2e run" bash hack/e2e.sh
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
   stage "e2e: upgrade from the previous release $PREVIOUS_RELEASE" "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
-  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' bash hack/e2e.sh
+  budget_check "the upgrade run" "$LEAST_FROM_UPGRADE"
+  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' budget_run "the upgrade run" bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.
   stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize"
-  CONTAINERD=1.6 DEPLOY_WITH=kustomize E2E_RUN="$E2E_POLLING_TESTS" bash hack/e2e.sh
+  budget_check "the containerd 1.6 run" "$LEAST_FROM_POLLING"
+  CONTAINERD=1.6 DEPLOY_WITH=kustomize E2E_RUN="$E2E_POLLING_TESTS" budget_run "the containerd 1.6 run" bash hack/e2e.sh
+  # Waited for last: the later e2e runs leave the cores idle too (cold, the checks need all of
+  # the three runs' spare CPU).
+  stage "wait for hack/checks.sh (in the background since the first e2e run began)" "waiting for the checks (hack/checks.sh)"
+  pid=$checks_pid
+  checks_pid=
+  background_wait "$pid" "$checks_log" "the checks (hack/checks.sh)"
 fi
 ci_record end "$(date +%s%N)"
 step "all tests passed"

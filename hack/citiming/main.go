@@ -7,16 +7,22 @@
 // hack/test.sh, hack/e2e.sh and hack/fuzz.sh append the figures to the file CI_RECORDS
 // names while they run (ci_record in hack/lib.sh), one line each, tab-separated, kind first:
 //
-//	start  UNIX_NS  COMMIT  clean|modified  CPUS   hack/test.sh began (its step clock's zero)
+//	start  UNIX_NS  COMMIT  clean|modified  CPUS  cold|warm   hack/test.sh began (its step clock's
+//	                                               zero), from empty caches or not
 //	step   UNIX_NS  LABEL                          one of its steps began; it lasts until the next
 //	cluster-build  MS                              the background build of the cluster's components
 //	fuzz   TARGETS  EACH  MS  WORKERS              hack/fuzz.sh ran (WORKERS empty: one per CPU)
+//	background  NAME  MS                           another check of hack/checks.sh ran (lint,
+//	                                               release-images)
 //	e2e    K8S  CONTAINERD                         a hack/e2e.sh run began, within the last step
 //	phase  NAME  MS  RC                            one of that run's phases
 //	tests  PHASE  PASSED  FAILED  SKIPPED  SUB|-   that phase's tests (SUB: subtests passed)
 //	end    UNIX_NS                                 every test passed
 //
-// The block holds the commit, date and total, a table of the steps (start and duration), the
+// A cold run (empty Go caches, no $GCSFUSE_CSI_CACHE: a fresh machine) writes the block
+// ci-timing-cold, any other ci-timing-warm: README.md keeps one of each, since a cold run
+// builds everything (the budget that CI's time limit is measured against) and a warm one
+// shows the tests' own time. The block holds the commit, date and total, a table of the steps (start and duration), the
 // background builds' durations (a cached cluster build takes seconds, a cold one many
 // minutes), and a table of each e2e run's phases with its tests' counts.
 package main
@@ -36,8 +42,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 )
 
-// blockName is README.md's block of this program.
-const blockName = "ci-timing"
+// blockPrefix is the name of README.md's blocks of this program, before "cold" or "warm".
+const blockPrefix = "ci-timing-"
 
 // cachedBelow is how long a background build of the cluster's components may take when
 // everything was cached (it checks the binaries and apt, under a second here); a build that
@@ -76,7 +82,7 @@ func write(records, by, markdown string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", records, err)
 	}
-	b, err := readmegen.New(blockName, by, rep.markdown())
+	b, err := readmegen.New(rep.blockName(), by, rep.markdown())
 	if err != nil {
 		return err
 	}
@@ -96,12 +102,14 @@ type report struct {
 	start, end int64 // unix ns
 	commit     string
 	modified   bool // the work tree differed from the commit
+	cold       bool // the run began with empty caches (hack/test.sh's cache_state)
 	cpus       int
 	steps      []step
 	// clusterBuild is the background build of the cluster's components, from its start to
 	// its end; 0 when not recorded.
 	clusterBuild time.Duration
 	fuzz         *fuzzRun
+	others       []background // hack/checks.sh's other checks, in the order they ran
 	e2e          []*e2eRun
 }
 
@@ -109,6 +117,19 @@ type step struct {
 	at    int64 // unix ns
 	label string
 	runs  []int // the e2e runs within it, 1-based
+}
+
+// background is one of hack/checks.sh's checks besides fuzzing, which run beside the first
+// e2e run.
+type background struct {
+	name string
+	took time.Duration
+}
+
+// backgroundWhat says what each background record's check is.
+var backgroundWhat = map[string]string{
+	"lint":           "`hack/lint.sh` (go vet, staticcheck, deadcode)",
+	"release-images": "`TestReleasePush` (release images for amd64 and arm64, pushed and pulled back)",
 }
 
 type fuzzRun struct {
@@ -136,7 +157,7 @@ type counts struct {
 
 // fieldsOf is how many fields each kind of record has, its kind included.
 var fieldsOf = map[string]int{
-	"start": 5, "step": 3, "cluster-build": 2, "fuzz": 5, "e2e": 3, "phase": 4, "tests": 6, "end": 2,
+	"start": 6, "step": 3, "cluster-build": 2, "fuzz": 5, "background": 3, "e2e": 3, "phase": 4, "tests": 6, "end": 2,
 }
 
 // parse reads the records of one run: every line well formed, a start before anything else,
@@ -215,6 +236,13 @@ func (rep *report) add(f []string) error {
 		default:
 			return fmt.Errorf("start record: work tree %q, want clean or modified", f[3])
 		}
+		switch f[5] {
+		case "cold":
+			rep.cold = true
+		case "warm":
+		default:
+			return fmt.Errorf("start record: caches %q, want cold or warm", f[5])
+		}
 	case "step":
 		at := num(f[1])
 		if err == nil && (at < rep.start || len(rep.steps) > 0 && at < rep.steps[len(rep.steps)-1].at) {
@@ -225,6 +253,11 @@ func (rep *report) add(f []string) error {
 		rep.clusterBuild = ms(f[1])
 	case "fuzz":
 		rep.fuzz = &fuzzRun{targets: int(num(f[1])), each: f[2], took: ms(f[3]), workers: f[4]}
+	case "background":
+		if _, ok := backgroundWhat[f[1]]; !ok {
+			return fmt.Errorf("background record: unknown check %q", f[1])
+		}
+		rep.others = append(rep.others, background{name: f[1], took: ms(f[2])})
 	case "e2e":
 		rep.e2e = append(rep.e2e, &e2eRun{k8s: f[1], containerd: f[2], tests: map[string]counts{}})
 		if len(rep.steps) > 0 {
@@ -249,6 +282,14 @@ func (rep *report) add(f []string) error {
 	return err
 }
 
+// blockName is README.md's block for this run: ci-timing-cold or ci-timing-warm.
+func (rep *report) blockName() string {
+	if rep.cold {
+		return blockPrefix + "cold"
+	}
+	return blockPrefix + "warm"
+}
+
 // seconds is d as the tables print it.
 func seconds(d time.Duration) string { return fmt.Sprintf("%.1f", d.Seconds()) }
 
@@ -262,8 +303,12 @@ func (rep *report) markdown() string {
 	if rep.modified {
 		commit += " with uncommitted changes"
 	}
-	fmt.Fprintf(&b, "Commit %s, %s, %d CPUs: %s s (%.1f min) from `hack/test.sh`'s start to \"all tests passed\".\n\n",
-		commit, time.Unix(0, rep.start).UTC().Format(time.DateOnly), rep.cpus, seconds(total), total.Minutes())
+	caches := "warm (caches from earlier runs)"
+	if rep.cold {
+		caches = "cold (empty Go caches, no `$GCSFUSE_CSI_CACHE`: a fresh machine)"
+	}
+	fmt.Fprintf(&b, "Commit %s, %s, %d CPUs, %s: %s s (%.1f min) from `hack/test.sh`'s start to \"all tests passed\".\n\n",
+		commit, time.Unix(0, rep.start).UTC().Format(time.DateOnly), rep.cpus, caches, seconds(total), total.Minutes())
 
 	var rows [][]string
 	for i, s := range rep.steps {
@@ -321,6 +366,9 @@ func (rep *report) background() string {
 			workers = f.workers + " workers"
 		}
 		parts = append(parts, fmt.Sprintf("the fuzz stage (`hack/fuzz.sh`: %d targets, %s each, %s) %s s", f.targets, f.each, workers, seconds(f.took)))
+	}
+	for _, o := range rep.others {
+		parts = append(parts, fmt.Sprintf("%s %s s", backgroundWhat[o.name], seconds(o.took)))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 )
@@ -15,7 +17,7 @@ import (
 // build, fuzzing with the default workers, two e2e runs of which only the second has a
 // phase (previous-release), a phase that failed without failing the run (cluster-down) and
 // a suite without subtests.
-const records = "start\t1796445654000000000\tabc1234\tmodified\t2\n" +
+const records = "start\t1796445654000000000\tabc1234\tmodified\t2\tcold\n" +
 	"step\t1796445654000000000\tinstall what is missing (hack/install-deps.sh)\n" +
 	"step\t1796445654500000000\tgofmt\n" +
 	"step\t1796445656000000000\tgo test -race ./...\n" +
@@ -40,7 +42,7 @@ const records = "start\t1796445654000000000\tabc1234\tmodified\t2\n" +
 	"phase\ttest\t49400\t0\n" +
 	"end\t1796447400000000000\n"
 
-const want = "Commit abc1234 with uncommitted changes, 2026-12-05, 2 CPUs: 1746.0 s (29.1 min) from `hack/test.sh`'s start to \"all tests passed\".\n" +
+const want = "Commit abc1234 with uncommitted changes, 2026-12-05, 2 CPUs, cold (empty Go caches, no `$GCSFUSE_CSI_CACHE`: a fresh machine): 1746.0 s (29.1 min) from `hack/test.sh`'s start to \"all tests passed\".\n" +
 	"\n" +
 	"| step of `hack/test.sh` | start, s | took, s |\n" +
 	"|---|---|---|\n" +
@@ -82,9 +84,10 @@ func TestBackground(t *testing.T) {
 		{"cluster-build\t412\n", "the cluster's components (`hack/cluster-deps.sh`, `hack/k8s-build.sh`) 0.4 s, everything cached"},
 		{"fuzz\t8\t10s\t117100\t1\n", "the fuzz stage (`hack/fuzz.sh`: 8 targets, 10s each, one worker) 117.1 s"},
 		{"fuzz\t2\t30s\t61000\t3\n", "the fuzz stage (`hack/fuzz.sh`: 2 targets, 30s each, 3 workers) 61.0 s"},
+		{"background\tlint\t95000\nbackground\trelease-images\t310500\n", "`hack/lint.sh` (go vet, staticcheck, deadcode) 95.0 s; `TestReleasePush` (release images for amd64 and arm64, pushed and pulled back) 310.5 s"},
 		{"", ""},
 	} {
-		rep, err := parse(strings.NewReader("start\t1\tc\tclean\t2\n" + c.records + "end\t2\n"))
+		rep, err := parse(strings.NewReader("start\t1\tc\tclean\t2\twarm\n" + c.records + "end\t2\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +98,7 @@ func TestBackground(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	const start, end = "start\t100\tc\tclean\t2\n", "end\t200\n"
+	const start, end = "start\t100\tc\tclean\t2\twarm\n", "end\t200\n"
 	for _, c := range []struct{ records, want string }{
 		{"", "no start record"},
 		{start, "no end record"},
@@ -106,12 +109,14 @@ func TestParseErrors(t *testing.T) {
 		{start + "phase\tdeps\t300\t0\n" + end, "line 2: phase record outside an e2e run"},
 		{start + "tests\ttest\t1\t0\t0\t-\n" + end, "line 2: tests record outside an e2e run"},
 		{start + "cluster-build\t-5\n" + end, "negative"},
+		{start + "background\tvet\t5\n" + end, `line 2: background record: unknown check "vet"`},
 		{start + "step\t150\ta\nstep\t140\tb\n" + end, `line 3: step "b" begins before the one above it`},
 		{start + "step\t50\ta\n" + end, `line 2: step "a" begins before the one above it`},
 		{start + "step\t250\ta\n" + end, "line 3: the end record is before the last step"},
 		{start + end + "step\t250\ta\n", "line 3: step record after the end record"},
 		{start + start + end, "line 2: a second start record"},
-		{"start\t100\tc\tdirty\t2\n" + end, `work tree "dirty"`},
+		{"start\t100\tc\tdirty\t2\twarm\n" + end, `work tree "dirty"`},
+		{"start\t100\tc\tclean\t2\ttepid\n" + end, `caches "tepid"`},
 	} {
 		_, err := parse(strings.NewReader(c.records))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -137,13 +142,13 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks, err := readmegen.Parse(string(b))
-	if err != nil || len(blocks) != 1 || blocks[0].Name != "ci-timing" || blocks[0].By != "CI_MARKDOWN=FILE .ci/run" {
-		t.Fatalf("the file holds %+v (%v), want the one block ci-timing by CI_MARKDOWN=FILE .ci/run", blocks, err)
+	if err != nil || len(blocks) != 1 || blocks[0].Name != "ci-timing-cold" || blocks[0].By != "CI_MARKDOWN=FILE .ci/run" {
+		t.Fatalf("the file holds %+v (%v), want the one block ci-timing-cold by CI_MARKDOWN=FILE .ci/run", blocks, err)
 	}
 	if blocks[0].Body != "\n"+want+"\n" {
 		t.Errorf("block body:\n%s\nwant:\n%s", blocks[0].Body, want)
 	}
-	readme := "# T\n\n<!-- BEGIN GENERATED: ci-timing (by CI_MARKDOWN=FILE .ci/run) -->\nold\n<!-- END GENERATED: ci-timing -->\n\nafter\n"
+	readme := "# T\n\n<!-- BEGIN GENERATED: ci-timing-cold (by CI_MARKDOWN=FILE .ci/run) -->\nold\n<!-- END GENERATED: ci-timing-cold -->\n\nafter\n"
 	got, err := readmegen.Splice(readme, blocks...)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +165,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
 	}
-	if err := os.WriteFile(in, []byte("start\t1\tc\tclean\t2\n"), 0o644); err != nil {
+	if err := os.WriteFile(in, []byte("start\t1\tc\tclean\t2\twarm\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stderr.Reset()
@@ -210,9 +215,10 @@ func TestScriptsRecords(t *testing.T) {
 	script := `set -euo pipefail
 source hack/lib.sh
 ` + shellFunc(t, "../test.sh", "stage") + `
+` + shellFunc(t, "../test.sh", "cache_state") + `
 ` + shellFunc(t, "../e2e.sh", "phase") + `
 phases=()
-ci_record start "$_t0" abc1234 clean 2
+ci_record start "$_t0" abc1234 clean 2 "$(cache_state)"
 stage gofmt
 stage "e2e: every test" "the e2e run, in long"
 ci_record e2e v1.34.4 v2.4.2
@@ -222,9 +228,10 @@ phase conformance ci_record_suite conformance "$TABLE"
 phase cluster-down false || true
 ci_record_suite none /nonexistent
 ci_record fuzz 8 10s 1234 ""
+ci_record background lint 2345
 ci_record end "$(date +%s%N)"
 unset CI_RECORDS
-ci_record start 1 ignored clean 2
+ci_record start 1 ignored clean 2 warm
 `
 	cmd := exec.Command(bash, "-c", script)
 	cmd.Dir = "../.."
@@ -244,7 +251,8 @@ ci_record start 1 ignored clean 2
 	if len(rep.steps) != 2 || rep.steps[0].label != "gofmt" || rep.steps[1].label != "e2e: every test" || len(rep.steps[1].runs) != 1 {
 		t.Errorf("steps %+v, want gofmt then the e2e step holding run 1", rep.steps)
 	}
-	if rep.commit != "abc1234" || rep.modified || rep.cpus != 2 || rep.fuzz == nil || rep.fuzz.targets != 8 || rep.fuzz.workers != "" {
+	if rep.commit != "abc1234" || rep.modified || rep.cpus != 2 || !rep.cold || rep.fuzz == nil || rep.fuzz.targets != 8 || rep.fuzz.workers != "" ||
+		len(rep.others) != 1 || rep.others[0].name != "lint" {
 		t.Errorf("report %+v, fuzz %+v", rep, rep.fuzz)
 	}
 	if len(rep.e2e) != 1 {
@@ -272,5 +280,54 @@ ci_record start 1 ignored clean 2
 	}
 	if md := rep.markdown(); !strings.Contains(md, "| test: tests | 2 of 3 passed, 1 skipped (3 subtests passed) |") {
 		t.Errorf("markdown without the test counts:\n%s", md)
+	}
+}
+
+// TestBudget runs hack/lib.sh's budget_check and budget_run, with which hack/test.sh fails a
+// run on course to pass CI's time limit before the limit ends it: a step still running at the
+// budget is stopped and named, a stage whose least remaining time no longer fits fails at
+// once, and without CI_BUDGET_SECONDS (hack/test.sh by hand) neither does anything.
+func TestBudget(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	run := func(budget, script string) (string, int, time.Duration) {
+		t.Helper()
+		cmd := exec.Command(bash, "-c", "set -euo pipefail\nsource hack/lib.sh\n"+script)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CI_BUDGET_SECONDS="+budget, "GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"))
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code, time.Since(start)
+	}
+
+	out, code, took := run("2", `budget_run "the slow step" sleep 60; echo unreachable`)
+	if code != 124 || !strings.Contains(out, `"the slow step" was still running at 0 min`) || strings.Contains(out, "unreachable") || took > 30*time.Second {
+		t.Errorf("a step past the budget: exit %d after %s, output %q; want 124 within seconds, naming the step", code, took, out)
+	}
+	out, code, _ = run("4800", `budget_run "a failing step" bash -c "exit 3" || echo "rc=$?"`)
+	if code != 0 || !strings.Contains(out, "rc=3") || strings.Contains(out, "CI budget") {
+		t.Errorf("a step that fails within the budget: exit %d, output %q; want its own exit code 3 and no budget line", code, out)
+	}
+	out, code, _ = run("4800", `budget_check "the e2e runs" 4900; echo unreachable`)
+	if code != 1 || !strings.Contains(out, `before "the e2e runs", which with what follows takes at least 4900 s warm: on course to pass 80 min`) || strings.Contains(out, "unreachable") {
+		t.Errorf("a stage that cannot fit: exit %d, output %q; want 1 naming the stage and the budget", code, out)
+	}
+	out, code, _ = run("4800", `budget_check "the e2e runs" 1250 && budget_run "a quick step" true && echo fits`)
+	if code != 0 || !strings.Contains(out, "fits") {
+		t.Errorf("a run within its budget: exit %d, output %q", code, out)
+	}
+	out, code, _ = run("", `budget_check "anything" 999999 && budget_run "by hand" bash -c "echo same group: \$(( \$(ps -o pgid= \$\$) == \$(ps -o pgid= $$) ))"`)
+	if code != 0 || !strings.Contains(out, "same group: 1") {
+		t.Errorf("without CI_BUDGET_SECONDS: exit %d, output %q; want no check and the step in the caller's process group", code, out)
 	}
 }
