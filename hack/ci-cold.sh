@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CI as a fresh machine runs it: .ci/run on a clean clone of HEAD with every cache empty, the
-# machine's own caches moved aside rather than deleted (a job using them goes on undisturbed):
+# machine's own caches left where they are rather than deleted. Not beside another run of the
+# tests: the local cluster (its network namespace, /var/lib/kubelet, containerd's socket) and
+# the heavy-build lock are the machine's, one at a time.
 #
 #   hack/ci-cold.sh DIR      # DIR must not exist; ~20 GiB are written under it
 #

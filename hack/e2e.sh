@@ -20,6 +20,8 @@
 #      hack/conformance.sh, its binaries built in the background while the tests run; =only
 #      runs it instead of the tests), E2E_PREBUILD_PREVIOUS=1 (build the previous release's
 #      images in the background too, for a later UPGRADE_FROM=previous run),
+#      E2E_LOCK_TAKEN=FILE (written once this run's background builds hold the heavy-build
+#      lock, or at once when it has none: hack/test.sh's checks wait for it),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi), CI_RECORDS=FILE (append this run's
 #      cluster, phases and test counts to FILE, as hack/test.sh's CI_MARKDOWN has it do:
 #      ci_record in lib.sh).
@@ -67,14 +69,21 @@ trap finish EXIT
 # ~6 min of CPU cold (storage-e2e.test and agnhost for the storage suites, gcsfuse's test
 # binaries, the previous release's images for the upgrade run; all cached, so nothing warm).
 # At nice 19 the cluster's processes, started by this script at nice 0, come first. The
-# builds hold the heavy-build lock (lib.sh) from first to last, so that hack/checks.sh,
-# which hack/test.sh runs beside this run under the same lock, waits for them rather than
-# slows them down.
+# storage suites' and gcsfuse's test builds hold the heavy-build lock (lib.sh) from first to
+# last; E2E_LOCK_TAKEN=FILE is written once they hold it, and hack/test.sh's checks
+# (hack/checks.sh, beside this run, under the same lock) wait for it, so that they queue
+# behind these builds rather than slow them down.
 prebuild_start() {
-  local builds="" script=""
+  local builds="" script="" built=$CLUSTER_DIR/prebuild.built
   [ -n "${E2E_CONFORMANCE:-}" ] && builds+="'$hack/conformance-build.sh' && "
   [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && builds+="'$hack/gcsfuse-itests.sh' build && "
-  [ -n "$builds" ] && script+="flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env GCSFUSE_HEAVY_LOCKED=1 bash -c \"${builds}true\" && "
+  rm -f "$built"
+  if [ -n "$builds" ]; then
+    script+="flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env GCSFUSE_HEAVY_LOCKED=1 bash -c \"${E2E_LOCK_TAKEN:+touch '$E2E_LOCK_TAKEN' && }${builds}true\" && "
+  elif [ -n "${E2E_LOCK_TAKEN:-}" ]; then
+    touch "$E2E_LOCK_TAKEN"
+  fi
+  script+="touch '$built' && "
   # gcsfuse's own integration tests against a standalone gcsfuse (the reference the cluster
   # run is compared with): no cluster needed, so behind the e2e tests too.
   [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && script+="rm -f '$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json' && '$hack/gcsfuse-itests.sh' standalone && "
@@ -84,12 +93,12 @@ prebuild_start() {
   "${BACKGROUND[@]}" "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
   prebuild_pid=$!
   # The previous release's images, for a later UPGRADE_FROM=previous run (build only: that run
-  # imports them into its own cluster): a job of its own, waited for at the end of this run,
-  # so that the storage suites never wait for it; under the heavy-build lock, behind the
-  # storage suites' build, which starts first and takes it.
+  # imports them into its own cluster): a job of its own, after the builds above (the storage
+  # suites need theirs sooner) and beside the standalone run, waited for at the end of this
+  # run, so that the storage suites never wait for it.
   if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
-    step "previous release at nice 19 in the background, log $CLUSTER_DIR/prebuild-previous.log"
-    "${BACKGROUND[@]}" "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'" \
+    step "previous release at nice 19 in the background, after the builds above, log $CLUSTER_DIR/prebuild-previous.log"
+    "${BACKGROUND[@]}" "while [ ! -e '$built' ] && kill -0 $prebuild_pid 2>/dev/null; do sleep 1; done; PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'" \
       >"$CLUSTER_DIR/prebuild-previous.log" 2>&1 &
     previous_pid=$!
   fi
@@ -147,6 +156,8 @@ if [ "${E2E_CONFORMANCE:-}" = only ]; then
   phase storage-e2e-build "$hack/conformance-build.sh"
 elif [ -n "${E2E_CONFORMANCE:-}" ] || [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
   prebuild_start
+elif [ -n "${E2E_LOCK_TAKEN:-}" ]; then
+  touch "$E2E_LOCK_TAKEN"
 fi
 phase images "$hack/images.sh"
 phase cluster-up "$hack/cluster-up.sh"

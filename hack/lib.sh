@@ -65,8 +65,7 @@ HEAVY_LOCK_WAIT=3600
 # CI's time limit. CI stops a run at 90 minutes and lands nothing, whatever it was doing; a run
 # on course to pass CI_BUDGET_SECONDS (.ci/run sets 4800, 80 min) fails before that, with a
 # line that names the step and the time (budget_check, budget_run), so the limit is never what
-# ends it. Unset (hack/test.sh by hand), neither does anything: budget_run's timeout would put
-# the step in a process group of its own, out of reach of the terminal's Ctrl-C.
+# ends it. Unset (hack/test.sh by hand), neither does anything.
 CI_BUDGET_SECONDS=${CI_BUDGET_SECONDS:-}
 # How long budget_run lets a stopped step clean up (cluster-down takes ~12 s) before KILL.
 CI_BUDGET_GRACE=120
@@ -98,7 +97,18 @@ budget_run() {
     echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before \"$what\"; failing now" >&2
     return 1
   fi
-  timeout --kill-after="$CI_BUDGET_GRACE" "$left" "$@" || rc=$?
+  # timeout puts the step in a process group of its own, which a Ctrl-C or a TERM sent to this
+  # script's group no longer reaches: in the background, with both forwarded to that group.
+  timeout --kill-after="$CI_BUDGET_GRACE" "$left" "$@" &
+  local pid=$!
+  # shellcheck disable=SC2064 # the pid is this call's
+  trap "kill -TERM -- -$pid 2>/dev/null" INT TERM
+  # wait returns early when a forwarded signal arrives: wait again until the step has ended.
+  while true; do
+    wait "$pid" && rc=0 || rc=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap - INT TERM
   if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && (( $(ci_elapsed) >= CI_BUDGET_SECONDS )); then
     echo "CI budget: \"$what\" was still running at $(( CI_BUDGET_SECONDS / 60 )) min ($(ci_elapsed) s into the run); stopped it so that CI's 90-minute limit is not what ends the run" >&2
   fi

@@ -29,13 +29,16 @@ ci_markdown=${CI_MARKDOWN:+$(realpath -m "$CI_MARKDOWN")}
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 # cache_state: cold when nothing of an earlier run is cached, as on a fresh machine: no Go
-# build or module cache, no staticcheck cache, nothing in $GCSFUSE_CSI_CACHE but the empty
-# bin/ lib.sh makes; warm otherwise. A cold run builds everything, which is what CI's time
-# limit is held to (hack/ci-cold.sh runs one).
+# module cache, no staticcheck cache, nothing in $GCSFUSE_CSI_CACHE but the empty bin/ lib.sh
+# makes, and a Go build cache of at most COLD_GOCACHE_MIB (a fresh machine's Go may have built
+# a tool or two; this project's builds fill GiBs); warm otherwise. A cold run builds
+# everything, which is what CI's time limit is held to (hack/ci-cold.sh runs one).
 cache_state() {
-  if [ -n "$(ls -A "$GOCACHE" 2>/dev/null)" ] || [ -n "$(ls -A "$GOMODCACHE" 2>/dev/null)" ] ||
+  local COLD_GOCACHE_MIB=256
+  if [ -n "$(ls -A "$GOMODCACHE" 2>/dev/null)" ] ||
     [ -n "$(ls -A "${XDG_CACHE_HOME:-$HOME/.cache}/staticcheck" 2>/dev/null)" ] ||
-    [ -n "$(ls -A "$BIN" 2>/dev/null)" ] || [ -n "$(ls -A "$GCSFUSE_CSI_CACHE" 2>/dev/null | grep -vx bin)" ]; then
+    [ -n "$(ls -A "$BIN" 2>/dev/null)" ] || [ -n "$(ls -A "$GCSFUSE_CSI_CACHE" 2>/dev/null | grep -vx bin)" ] ||
+    [ "$(du -sm "$GOCACHE" 2>/dev/null | cut -f1 || true)" -gt "$COLD_GOCACHE_MIB" ] 2>/dev/null; then
     echo warm
   else
     echo cold
@@ -43,7 +46,8 @@ cache_state() {
 }
 caches=$(cache_state)
 # The figures accumulate in CI_RECORDS, one line each (ci_record, lib.sh), from this script,
-# hack/e2e.sh and hack/fuzz.sh; kept after the run, rewritten by the next one.
+# hack/e2e.sh, hack/checks.sh, hack/lint.sh and hack/fuzz.sh; kept after the run, rewritten by
+# the next one.
 if [ -n "$ci_markdown" ]; then
   mkdir -p "$(dirname "$ci_markdown")"
   export CI_RECORDS=$GCSFUSE_CSI_CACHE/ci-records.tsv
@@ -61,15 +65,12 @@ stage() {
 }
 step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CACHE $GCSFUSE_CSI_CACHE)"
 # The least each part of the run still takes from a stage on, in seconds: a warm run's
-# figures (README.md's ci-timing-warm block, 2026-12-06), for budget_check (lib.sh). A run
+# figures (README.md's ci-timing-warm block of 2fdb5eb, 2026-12-05), for budget_check (lib.sh). A run
 # whose time so far plus these passes CI_BUDGET_SECONDS cannot end in time and fails there.
-LEAST_FROM_UNITS=1400   # go test -race ~190, then the e2e runs below
+LEAST_FROM_UNITS=1440   # go test -race ~190, then the e2e runs below
 LEAST_FROM_E2E=1250     # e2e run 1 ~1080 (tests and storage suites), runs 2 and 3 ~170
 LEAST_FROM_UPGRADE=170  # run 2 ~80, run 3 ~90
 LEAST_FROM_POLLING=90   # run 3
-# How long hack/checks.sh, in the background, waits before it asks for the heavy-build lock,
-# so that the first e2e run's builds (needed sooner) get it first; they ask within a second.
-CHECKS_HEAD_START=10
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
 CI_IMAGE_TAG=v0.0.0-ci
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
@@ -122,6 +123,26 @@ budget_run "go test -race ./..." go test -race -count=1 -timeout 20m -skip '^Tes
 # after the last e2e run.
 checks_pid=
 checks_log=$GCSFUSE_CSI_CACHE/checks.log
+# checks_result PID: waits for the checks' job and fails the run (exit) when it failed, saying
+# whether the budget stopped it.
+checks_result() {
+  local rc=0
+  background_wait "$1" "$checks_log" "the checks (hack/checks.sh)" || rc=$?
+  [ "$rc" = 0 ] && return 0
+  if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ -n "$CI_BUDGET_SECONDS" ]; then
+    echo "CI budget: hack/checks.sh was still running at $(( CI_BUDGET_SECONDS / 60 )) min; stopped it (its last step is above)" >&2
+  fi
+  exit "$rc"
+}
+# checks_if_done: when the checks' job has ended already, its result now (a failed lint fails
+# the run between e2e runs, not after the last one).
+checks_if_done() {
+  if [ -n "$checks_pid" ] && ! kill -0 "$checks_pid" 2>/dev/null; then
+    local pid=$checks_pid
+    checks_pid=
+    checks_result "$pid"
+  fi
+}
 if [ "${SKIP_E2E:-0}" = 1 ] || [ ! -x hack/e2e.sh ]; then
   stage "vet, staticcheck, deadcode, fuzzing, release images (hack/checks.sh)"
   budget_run "hack/checks.sh" bash hack/checks.sh
@@ -145,11 +166,18 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   go test -c -o "$GCSFUSE_CSI_CACHE/e2e.test" ./test/e2e
   rm -f "$GCSFUSE_CSI_CACHE/e2e.test"
   step "vet, staticcheck, deadcode, fuzzing (one worker), release images (hack/checks.sh) in the background at nice 19 (log $checks_log)"
-  # 10 s after hack/e2e.sh below starts its builds, which take the heavy-build lock first;
-  # with a budget, stopped when it is used up, so that the wait for it below is bounded too.
+  # Its checks ask for the heavy-build lock once hack/e2e.sh below holds it for its own
+  # builds, needed sooner (E2E_LOCK_TAKEN); with a budget, the job is stopped when that is used
+  # up, so that the wait for it below is bounded too.
+  lock_taken=$GCSFUSE_CSI_CACHE/e2e-lock-taken
+  rm -f "$lock_taken"
   bounded=()
-  [ -n "$CI_BUDGET_SECONDS" ] && bounded=(timeout --kill-after="$CI_BUDGET_GRACE" "$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))")
-  "${BACKGROUND[@]}" sleep "$CHECKS_HEAD_START" "&&" "${bounded[@]}" env FUZZ_PARALLEL=1 bash hack/checks.sh >"$checks_log" 2>&1 &
+  if [ -n "$CI_BUDGET_SECONDS" ]; then
+    left=$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))
+    (( left > 0 )) || { echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before the e2e runs; failing now" >&2; exit 1; }
+    bounded=(timeout --kill-after="$CI_BUDGET_GRACE" "$left")
+  fi
+  "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 CHECKS_AFTER="$lock_taken" bash hack/checks.sh >"$checks_log" 2>&1 &
   checks_pid=$!
   trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"' EXIT
   # Under a repository and tag other than the default, as a team installing from its own
@@ -158,24 +186,28 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # What the later stages build (storage-e2e.test, the previous release) is built while the tests run.
   stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
   IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 \
-    budget_run "the first e2e run" bash hack/e2e.sh
+    E2E_LOCK_TAKEN=$lock_taken budget_run "the first e2e run" bash hack/e2e.sh
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
+  checks_if_done
   stage "e2e: upgrade from the previous release $PREVIOUS_RELEASE" "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
   budget_check "the upgrade run" "$LEAST_FROM_UPGRADE"
   UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' budget_run "the upgrade run" bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.
+  checks_if_done
   stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize"
   budget_check "the containerd 1.6 run" "$LEAST_FROM_POLLING"
   CONTAINERD=1.6 DEPLOY_WITH=kustomize E2E_RUN="$E2E_POLLING_TESTS" budget_run "the containerd 1.6 run" bash hack/e2e.sh
   # Waited for last: the later e2e runs leave the cores idle too (cold, the checks need all of
   # the three runs' spare CPU).
-  stage "wait for hack/checks.sh (in the background since the first e2e run began)" "waiting for the checks (hack/checks.sh)"
-  pid=$checks_pid
-  checks_pid=
-  background_wait "$pid" "$checks_log" "the checks (hack/checks.sh)"
+  if [ -n "$checks_pid" ]; then
+    stage "wait for hack/checks.sh (in the background since the first e2e run began)" "waiting for the checks (hack/checks.sh)"
+    pid=$checks_pid
+    checks_pid=
+    checks_result "$pid"
+  fi
 fi
 ci_record end "$(date +%s%N)"
 step "all tests passed"

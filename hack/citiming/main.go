@@ -1,5 +1,5 @@
-// Command citiming writes the figures of a CI run as README.md's generated block ci-timing
-// (internal/readmegen), so that no timing of the CI run is copied by hand:
+// Command citiming writes the figures of a CI run as README.md's generated block
+// ci-timing-cold or ci-timing-warm (internal/readmegen), so that no timing of the CI run is copied by hand:
 //
 //	CI_MARKDOWN=/tmp/ci.md .ci/run        # hack/test.sh runs this program at its end
 //	go run ./hack/readme -file README.md < /tmp/ci.md

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/procs"
 )
 
 // records is a run in the shape hack/test.sh writes: a modified tree, a cold background
@@ -232,13 +234,22 @@ ci_record background lint 2345
 ci_record end "$(date +%s%N)"
 unset CI_RECORDS
 ci_record start 1 ignored clean 2 warm
+mkdir -p "$GOMODCACHE/cache" && echo "after a module download: $(cache_state)"
+rmdir "$GOMODCACHE/cache" && mkdir -p "$XDG_CACHE_HOME/staticcheck/00" && echo "after staticcheck: $(cache_state)"
 `
 	cmd := exec.Command(bash, "-c", script)
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "CI_RECORDS="+recs, "TEST_LOG="+testLog, "TABLE="+table,
-		"GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"), "GOMODCACHE="+filepath.Join(dir, "mod"), "GOCACHE="+filepath.Join(dir, "build"))
-	if out, err := cmd.CombinedOutput(); err != nil {
+		"GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"), "GOMODCACHE="+filepath.Join(dir, "mod"), "GOCACHE="+filepath.Join(dir, "build"),
+		"XDG_CACHE_HOME="+filepath.Join(dir, "xdg"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	for _, want := range []string{"after a module download: warm", "after staticcheck: warm"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("cache_state: want %q in\n%s", want, out)
+		}
 	}
 	b, err := os.ReadFile(recs)
 	if err != nil {
@@ -326,7 +337,34 @@ func TestBudget(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "fits") {
 		t.Errorf("a run within its budget: exit %d, output %q", code, out)
 	}
-	out, code, _ = run("", `budget_check "anything" 999999 && budget_run "by hand" bash -c "echo same group: \$(( \$(ps -o pgid= \$\$) == \$(ps -o pgid= $$) ))"`)
+	// A TERM to the script (a cancelled CI job, Ctrl-C on .ci/run) reaches the step, which
+	// runs in timeout's process group: the script ends at once and leaves nothing running.
+	cmd := exec.Command(bash, "-c", "set -euo pipefail\nsource hack/lib.sh\nbudget_run \"the step\" sleep 61; echo unreachable")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CI_BUDGET_SECONDS=4800", "GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if took := time.Since(start); err == nil || took > 15*time.Second {
+		t.Errorf("TERM to a script in budget_run: ended after %s with %v; want a failure within seconds", took, err)
+	}
+	step := func(args []string) bool {
+		return len(args) == 2 && filepath.Base(args[0]) == "sleep" && args[1] == "61"
+	}
+	if left := procs.PIDs(step); len(left) > 0 {
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Errorf("the step (sleep 61, pids %v) still runs after its script got TERM", left)
+	}
+
+	out, code, _ = run("", `budget_check "anything" 999999 && budget_run "by hand" bash -c "echo same group: \$(( \$(cut -d' ' -f5 /proc/\$\$/stat) == \$(cut -d' ' -f5 /proc/$$/stat) ))"`)
 	if code != 0 || !strings.Contains(out, "same group: 1") {
 		t.Errorf("without CI_BUDGET_SECONDS: exit %d, output %q; want no check and the step in the caller's process group", code, out)
 	}
