@@ -26,6 +26,7 @@ if [ -n "${CHECKS_AFTER:-}" ]; then
     sleep 1
     waited=$((waited + 1))
   done
+  [ -e "$CHECKS_AFTER" ] || echo "checks: no $CHECKS_AFTER after $CHECKS_AFTER_WAIT s; going on without it" >&2
 fi
 # Each check builds much (cold); each takes the machine's heavy-build lock, so that beside an
 # e2e run they queue behind the storage suites' and gcsfuse's test builds rather than slow

@@ -68,22 +68,25 @@ trap finish EXIT
 # tests run: the tests leave the cores ~90% idle warm (vmstat during a run), the builds are
 # ~6 min of CPU cold (storage-e2e.test and agnhost for the storage suites, gcsfuse's test
 # binaries, the previous release's images for the upgrade run; all cached, so nothing warm).
-# At nice 19 the cluster's processes, started by this script at nice 0, come first. The
-# storage suites' and gcsfuse's test builds hold the heavy-build lock (lib.sh) from first to
-# last; E2E_LOCK_TAKEN=FILE is written once they hold it, and hack/test.sh's checks
-# (hack/checks.sh, beside this run, under the same lock) wait for it, so that they queue
-# behind these builds rather than slow them down.
+# At nice 19 the cluster's processes, started by this script at nice 0, come first. The builds
+# hold the heavy-build lock (lib.sh): the storage suites' and gcsfuse's test builds from first
+# to last, then the previous release's, which asks for it a second later. E2E_LOCK_TAKEN=FILE
+# is written once the last of them holds it: hack/test.sh's checks (hack/checks.sh, beside
+# this run, under the same lock) wait for it, so that they queue behind these builds, which
+# this run needs sooner, rather than slow them down.
 prebuild_start() {
-  local builds="" script="" built=$CLUSTER_DIR/prebuild.built
+  local builds="" script="" taken=""
+  [ -n "${E2E_LOCK_TAKEN:-}" ] && taken="touch '$E2E_LOCK_TAKEN' && "
   [ -n "${E2E_CONFORMANCE:-}" ] && builds+="'$hack/conformance-build.sh' && "
   [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && builds+="'$hack/gcsfuse-itests.sh' build && "
-  rm -f "$built"
+  # The lock's last holder writes E2E_LOCK_TAKEN: the previous release's build when there is one.
+  local first_taken=$taken last_taken=""
+  if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then first_taken="" last_taken=$taken; fi
   if [ -n "$builds" ]; then
-    script+="flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env GCSFUSE_HEAVY_LOCKED=1 bash -c \"${E2E_LOCK_TAKEN:+touch '$E2E_LOCK_TAKEN' && }${builds}true\" && "
-  elif [ -n "${E2E_LOCK_TAKEN:-}" ]; then
+    script+="flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK env GCSFUSE_HEAVY_LOCKED=1 bash -c \"${first_taken}${builds}true\" && "
+  elif [ -n "$first_taken" ]; then
     touch "$E2E_LOCK_TAKEN"
   fi
-  script+="touch '$built' && "
   # gcsfuse's own integration tests against a standalone gcsfuse (the reference the cluster
   # run is compared with): no cluster needed, so behind the e2e tests too.
   [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && script+="rm -f '$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json' && '$hack/gcsfuse-itests.sh' standalone && "
@@ -93,25 +96,29 @@ prebuild_start() {
   "${BACKGROUND[@]}" "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
   prebuild_pid=$!
   # The previous release's images, for a later UPGRADE_FROM=previous run (build only: that run
-  # imports them into its own cluster): a job of its own, after the builds above (the storage
-  # suites need theirs sooner) and beside the standalone run, waited for at the end of this
-  # run, so that the storage suites never wait for it.
+  # imports them into its own cluster): a job of its own, under the lock a second after the
+  # builds above ask for it (the storage suites need theirs sooner), beside the standalone
+  # run, waited for at the end of this run, so that the storage suites never wait for it.
   if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
     step "previous release at nice 19 in the background, after the builds above, log $CLUSTER_DIR/prebuild-previous.log"
-    "${BACKGROUND[@]}" "while [ ! -e '$built' ] && kill -0 $prebuild_pid 2>/dev/null; do sleep 1; done; PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'" \
+    "${BACKGROUND[@]}" "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK bash -c \"${last_taken}PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'\"" \
       >"$CLUSTER_DIR/prebuild-previous.log" 2>&1 &
     previous_pid=$!
   fi
 }
+# The pids are cleared only once the jobs have ended: a TERM during the wait (budget_run at the
+# budget) runs finish, which must still find them to stop them.
 prebuild_wait() {
-  local pid=$prebuild_pid
+  local rc=0
+  background_wait "$prebuild_pid" "$CLUSTER_DIR/prebuild.log" prebuild || rc=$?
   prebuild_pid=
-  background_wait "$pid" "$CLUSTER_DIR/prebuild.log" prebuild
+  return "$rc"
 }
 previous_wait() {
-  local pid=$previous_pid
+  local rc=0
+  background_wait "$previous_pid" "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build" || rc=$?
   previous_pid=
-  background_wait "$pid" "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build"
+  return "$rc"
 }
 
 run_tests() {

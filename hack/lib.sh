@@ -59,7 +59,8 @@ step() { local n; n=$(( ($(date +%s%N) - _t0) / 100000000 )); printf "=== [%4d.%
 
 # The machine's heavy-build lock: builds that take both cores for minutes (the storage suites'
 # binary, gcsfuse's test binaries, the previous release, hack/checks.sh's checks) take it, so
-# that those running beside an e2e run queue rather than share the cores.
+# that those running beside an e2e run queue rather than share the cores (hack/e2e.sh's
+# prebuild_start says in which order).
 HEAVY_LOCK=/tmp/gcsfuse-heavy.lock
 HEAVY_LOCK_WAIT=3600
 # CI's time limit. CI stops a run at 90 minutes and lands nothing, whatever it was doing; a run
@@ -99,16 +100,28 @@ budget_run() {
   fi
   # timeout puts the step in a process group of its own, which a Ctrl-C or a TERM sent to this
   # script's group no longer reaches: in the background, with both forwarded to that group.
+  # The caller's own INT/TERM traps are put back after the step; a signal that arrived during
+  # it is sent to this script again then, so that it still ends the script.
+  local saved caught=""
+  saved=$(trap -p INT TERM)
   timeout --kill-after="$CI_BUDGET_GRACE" "$left" "$@" &
   local pid=$!
   # shellcheck disable=SC2064 # the pid is this call's
-  trap "kill -TERM -- -$pid 2>/dev/null" INT TERM
-  # wait returns early when a forwarded signal arrives: wait again until the step has ended.
+  trap "caught=INT; kill -TERM -- -$pid 2>/dev/null || true" INT
+  # shellcheck disable=SC2064
+  trap "caught=TERM; kill -TERM -- -$pid 2>/dev/null || true" TERM
+  # wait returns early when a forwarded signal arrives: wait again until the step has ended
+  # (127: it had been waited for already).
   while true; do
     wait "$pid" && rc=0 || rc=$?
+    [ "$rc" != 127 ] || break
     kill -0 "$pid" 2>/dev/null || break
   done
   trap - INT TERM
+  eval "$saved"
+  if [ -n "$caught" ]; then
+    kill -s "$caught" $$
+  fi
   if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && (( $(ci_elapsed) >= CI_BUDGET_SECONDS )); then
     echo "CI budget: \"$what\" was still running at $(( CI_BUDGET_SECONDS / 60 )) min ($(ci_elapsed) s into the run); stopped it so that CI's 90-minute limit is not what ends the run" >&2
   fi

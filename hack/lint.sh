@@ -19,13 +19,8 @@ if [ ! -x "$BIN/deadcode" ] || [ ! -f "$BIN/.deadcode-$DEADCODE_VERSION" ]; then
   touch "$BIN/.deadcode-$DEADCODE_VERSION"
 fi
 
-# With -race: the compiled packages it reads are then the unit tests' (go test -race ./...),
-# which hack/test.sh has built before; without it vet compiled every dependency once more in
-# the plain build, of which CI otherwise needs only the e2e tests' share (~5 min of CPU cold
-# for all). No file of this module is built or left out by the race tag, so vet reads the
-# same sources either way.
-step "go vet -race"
-go vet -race ./...
+step "go vet"
+go vet ./...
 step "staticcheck"
 "$BIN/staticcheck" ./...
 step "deadcode (functions that nothing, not even a test, reaches)"

@@ -34,7 +34,7 @@ cd "$REPO_ROOT"
 # a tool or two; this project's builds fill GiBs); warm otherwise. A cold run builds
 # everything, which is what CI's time limit is held to (hack/ci-cold.sh runs one).
 cache_state() {
-  local COLD_GOCACHE_MIB=256
+  local COLD_GOCACHE_MIB=${COLD_GOCACHE_MIB:-256}
   if [ -n "$(ls -A "$GOMODCACHE" 2>/dev/null)" ] ||
     [ -n "$(ls -A "${XDG_CACHE_HOME:-$HOME/.cache}/staticcheck" 2>/dev/null)" ] ||
     [ -n "$(ls -A "$BIN" 2>/dev/null)" ] || [ -n "$(ls -A "$GCSFUSE_CSI_CACHE" 2>/dev/null | grep -vx bin)" ] ||
@@ -123,11 +123,13 @@ budget_run "go test -race ./..." go test -race -count=1 -timeout 20m -skip '^Tes
 # after the last e2e run.
 checks_pid=
 checks_log=$GCSFUSE_CSI_CACHE/checks.log
-# checks_result PID: waits for the checks' job and fails the run (exit) when it failed, saying
+# checks_result: waits for the checks' job and fails the run (exit) when it failed, saying
 # whether the budget stopped it.
 checks_result() {
   local rc=0
-  background_wait "$1" "$checks_log" "the checks (hack/checks.sh)" || rc=$?
+  background_wait "$checks_pid" "$checks_log" "the checks (hack/checks.sh)" || rc=$?
+  # Cleared once it has ended: a TERM during the wait runs the EXIT trap, which stops it.
+  checks_pid=
   [ "$rc" = 0 ] && return 0
   if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ -n "$CI_BUDGET_SECONDS" ]; then
     echo "CI budget: hack/checks.sh was still running at $(( CI_BUDGET_SECONDS / 60 )) min; stopped it (its last step is above)" >&2
@@ -138,9 +140,7 @@ checks_result() {
 # the run between e2e runs, not after the last one).
 checks_if_done() {
   if [ -n "$checks_pid" ] && ! kill -0 "$checks_pid" 2>/dev/null; then
-    local pid=$checks_pid
-    checks_pid=
-    checks_result "$pid"
+    checks_result
   fi
 }
 if [ "${SKIP_E2E:-0}" = 1 ] || [ ! -x hack/e2e.sh ]; then
@@ -150,9 +150,8 @@ fi
 
 if [ -n "$cluster_build_pid" ]; then
   stage "wait for the background build of the cluster's components" "waiting for the background build of the cluster's components"
-  pid=$cluster_build_pid
+  background_wait "$cluster_build_pid" "$cluster_build_log" "building the cluster's components"
   cluster_build_pid=
-  background_wait "$pid" "$cluster_build_log" "building the cluster's components"
   if [ -s "$cluster_build_end" ]; then
     ci_record cluster-build "$(( ($(<"$cluster_build_end") - cluster_build_start) / 1000000 ))"
   fi
@@ -177,7 +176,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
     (( left > 0 )) || { echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before the e2e runs; failing now" >&2; exit 1; }
     bounded=(timeout --kill-after="$CI_BUDGET_GRACE" "$left")
   fi
-  "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 CHECKS_AFTER="$lock_taken" bash hack/checks.sh >"$checks_log" 2>&1 &
+  "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 "CHECKS_AFTER='$lock_taken'" bash hack/checks.sh >"$checks_log" 2>&1 &
   checks_pid=$!
   trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"' EXIT
   # Under a repository and tag other than the default, as a team installing from its own
@@ -204,9 +203,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # the three runs' spare CPU).
   if [ -n "$checks_pid" ]; then
     stage "wait for hack/checks.sh (in the background since the first e2e run began)" "waiting for the checks (hack/checks.sh)"
-    pid=$checks_pid
-    checks_pid=
-    checks_result "$pid"
+    checks_result
   fi
 fi
 ci_record end "$(date +%s%N)"

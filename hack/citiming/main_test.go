@@ -236,6 +236,9 @@ unset CI_RECORDS
 ci_record start 1 ignored clean 2 warm
 mkdir -p "$GOMODCACHE/cache" && echo "after a module download: $(cache_state)"
 rmdir "$GOMODCACHE/cache" && mkdir -p "$XDG_CACHE_HOME/staticcheck/00" && echo "after staticcheck: $(cache_state)"
+rmdir "$XDG_CACHE_HOME/staticcheck/00" && mkdir -p "$GOCACHE" && head -c 2000000 /dev/zero >"$GOCACHE/x"
+echo "a small Go build cache: $(cache_state)"
+echo "a Go build cache over the line: $(COLD_GOCACHE_MIB=1 cache_state)"
 `
 	cmd := exec.Command(bash, "-c", script)
 	cmd.Dir = "../.."
@@ -246,7 +249,8 @@ rmdir "$GOMODCACHE/cache" && mkdir -p "$XDG_CACHE_HOME/staticcheck/00" && echo "
 	if err != nil {
 		t.Fatalf("bash: %v\n%s", err, out)
 	}
-	for _, want := range []string{"after a module download: warm", "after staticcheck: warm"} {
+	for _, want := range []string{"after a module download: warm", "after staticcheck: warm",
+		"a small Go build cache: cold", "a Go build cache over the line: warm"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("cache_state: want %q in\n%s", want, out)
 		}
@@ -362,6 +366,12 @@ func TestBudget(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		t.Errorf("the step (sleep 61, pids %v) still runs after its script got TERM", left)
+	}
+
+	// The caller's own traps are back after the step.
+	out, code, _ = run("4800", `trap 'echo mine' INT; budget_run "a step" true; trap -p INT`)
+	if code != 0 || !strings.Contains(out, "echo mine") {
+		t.Errorf("the caller's INT trap after budget_run: exit %d, output %q; want it back", code, out)
 	}
 
 	out, code, _ = run("", `budget_check "anything" 999999 && budget_run "by hand" bash -c "echo same group: \$(( \$(cut -d' ' -f5 /proc/\$\$/stat) == \$(cut -d' ' -f5 /proc/$$/stat) ))"`)

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 const releaseTimeout = 25 * time.Minute
 
 // releaseWaitDelay is how long the test waits for the command's output after the timeout
-// killed it: builds under it may hold the output open.
+// killed its process group.
 const releaseWaitDelay = 10 * time.Second
 
 // releaseWant is what a user of each release image relies on, written out here rather than
@@ -91,6 +92,10 @@ func TestReleasePush(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "hack/release-images.sh", "--push")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "IMAGE_REPO="+repo, "IMAGE_TAG="+tag, "RELEASE_DIR="+out)
+	// At the timeout the whole process group goes, the builds under the script included (they
+	// would hold its output, and the heavy-build lock hack/checks.sh runs this under, open).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = releaseWaitDelay
 	start := time.Now()
 	output, err := cmd.CombinedOutput()
