@@ -31,15 +31,18 @@ fi
 # Each check builds much (cold); each takes the machine's heavy-build lock, so that beside an
 # e2e run they queue behind the storage suites' and gcsfuse's test builds rather than slow
 # them down.
-heavy() { flock -w "$HEAVY_LOCK_WAIT" "$HEAVY_LOCK" "$@"; }
-heavy bash hack/lint.sh || { echo "checks: hack/lint.sh failed" >&2; exit 1; }
-heavy bash hack/fuzz.sh || { echo "checks: hack/fuzz.sh failed" >&2; exit 1; }
+# heavy WHAT CMD...: CMD under the lock; the run stops at the first that fails, naming WHAT.
+heavy() {
+  local what=$1
+  shift
+  flock -w "$HEAVY_LOCK_WAIT" "$HEAVY_LOCK" "$@" || { echo "checks: $what failed" >&2; exit 1; }
+}
+heavy hack/lint.sh bash hack/lint.sh
+heavy hack/fuzz.sh bash hack/fuzz.sh
 start=$(date +%s%N)
 # The pinned gcsfuse for arm64 first, outside the test's own time limit (~1-6 min cold).
-heavy env GCSFUSE_ARCHES="amd64 arm64" bash hack/install-deps.sh ||
-  { echo "checks: gcsfuse for arm64 (hack/install-deps.sh) failed" >&2; exit 1; }
+heavy "gcsfuse for arm64 (hack/install-deps.sh)" env GCSFUSE_ARCHES="amd64 arm64" bash hack/install-deps.sh
 step "TestReleasePush (hack/images): release images for amd64 and arm64, pushed and pulled back"
-GCSFUSE_CSI_REQUIRE_INTEGRATION=1 heavy go test -race -count=1 -timeout 30m -run '^TestReleasePush$' -v ./hack/images ||
-  { echo "checks: TestReleasePush (hack/images) failed" >&2; exit 1; }
+heavy "TestReleasePush (hack/images)" env GCSFUSE_CSI_REQUIRE_INTEGRATION=1 go test -race -count=1 -timeout 30m -run '^TestReleasePush$' -v ./hack/images
 ci_record background release-images "$(( ($(date +%s%N) - start) / 1000000 ))"
 step "checks passed"

@@ -106,20 +106,6 @@ prebuild_start() {
     previous_pid=$!
   fi
 }
-# The pids are cleared only once the jobs have ended: a TERM during the wait (budget_run at the
-# budget) runs finish, which must still find them to stop them.
-prebuild_wait() {
-  local rc=0
-  background_wait "$prebuild_pid" "$CLUSTER_DIR/prebuild.log" prebuild || rc=$?
-  prebuild_pid=
-  return "$rc"
-}
-previous_wait() {
-  local rc=0
-  background_wait "$previous_pid" "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build" || rc=$?
-  previous_pid=
-  return "$rc"
-}
 
 run_tests() {
   local args=(-count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
@@ -177,7 +163,7 @@ else
   phase deploy "$hack/deploy.sh"
 fi
 if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
-if [ -n "$prebuild_pid" ]; then phase prebuild-wait prebuild_wait; fi
+if [ -n "$prebuild_pid" ]; then phase prebuild-wait background_wait_var prebuild_pid "$CLUSTER_DIR/prebuild.log" prebuild; fi
 if [ -n "${E2E_CONFORMANCE:-}" ]; then
   # With E2E_GCSFUSE_ITESTS=1, gcsfuse's integration tests run through pods' volumes while
   # the storage suites' shards run (both mostly wait on the cluster), then compare with the
@@ -193,4 +179,4 @@ if [ -n "${E2E_CONFORMANCE:-}" ]; then
       "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json" "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
   fi
 fi
-if [ -n "$previous_pid" ]; then phase previous-wait previous_wait; fi
+if [ -n "$previous_pid" ]; then phase previous-wait background_wait_var previous_pid "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build"; fi

@@ -40,6 +40,15 @@ BACKGROUND=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; e
 background_stop() {
   if [ -n "$1" ]; then kill -- "-$1" 2>/dev/null || true; fi
 }
+# background_wait_var VAR LOG WHAT: background_wait for the job whose pid is in the variable
+# VAR, cleared only once the job has ended: a TERM during the wait runs the caller's EXIT
+# trap, which must still find the pid to stop the job.
+background_wait_var() {
+  local rc=0
+  background_wait "${!1}" "$2" "$3" || rc=$?
+  printf -v "$1" ''
+  return "$rc"
+}
 # background_wait PID LOG WHAT: waits for such a job, prints its steps, and when it failed the
 # end of its log, naming WHAT failed; returns its exit code.
 background_wait() {
@@ -122,10 +131,15 @@ budget_run() {
   if [ -n "$caught" ]; then
     kill -s "$caught" $$
   fi
-  if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && (( $(ci_elapsed) >= CI_BUDGET_SECONDS )); then
-    echo "CI budget: \"$what\" was still running at $(( CI_BUDGET_SECONDS / 60 )) min ($(ci_elapsed) s into the run); stopped it so that CI's 90-minute limit is not what ends the run" >&2
-  fi
+  budget_stopped "$rc" "$what"
   return "$rc"
+}
+# budget_stopped RC WHAT: says so when WHAT ended with RC because the budget stopped it (the
+# exit codes of timeout, with the budget used up).
+budget_stopped() {
+  if [ -n "$CI_BUDGET_SECONDS" ] && { [ "$1" = 124 ] || [ "$1" = 137 ]; } && (( $(ci_elapsed) >= CI_BUDGET_SECONDS )); then
+    echo "CI budget: \"$2\" was still running at $(( CI_BUDGET_SECONDS / 60 )) min ($(ci_elapsed) s into the run); stopped it so that CI's 90-minute limit is not what ends the run" >&2
+  fi
 }
 
 # The figures of a CI run, for its README block (hack/test.sh with CI_MARKDOWN=FILE; the

@@ -2,8 +2,8 @@
 # The static checks of the whole module, each a failure of its own: go vet, staticcheck and
 # deadcode (functions that nothing, not even a test, reaches), the tools pinned in lib.sh and
 # installed into $GCSFUSE_CSI_CACHE/bin when missing. gofmt is hack/test.sh's first check.
-# hack/test.sh runs this beside the first e2e run (nothing here waits: it is CPU alone, and the
-# cluster's tests leave the cores idle), or in the foreground with SKIP_E2E=1.
+# hack/checks.sh runs this first (beside the e2e runs in hack/test.sh, in the foreground with
+# SKIP_E2E=1).
 # With CI_RECORDS=FILE (hack/test.sh's CI_MARKDOWN) it appends its duration to FILE at the
 # end (ci_record in lib.sh).
 source "$(dirname "$0")/lib.sh"

@@ -127,13 +127,9 @@ checks_log=$GCSFUSE_CSI_CACHE/checks.log
 # whether the budget stopped it.
 checks_result() {
   local rc=0
-  background_wait "$checks_pid" "$checks_log" "the checks (hack/checks.sh)" || rc=$?
-  # Cleared once it has ended: a TERM during the wait runs the EXIT trap, which stops it.
-  checks_pid=
+  background_wait_var checks_pid "$checks_log" "the checks (hack/checks.sh)" || rc=$?
   [ "$rc" = 0 ] && return 0
-  if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ -n "$CI_BUDGET_SECONDS" ]; then
-    echo "CI budget: hack/checks.sh was still running at $(( CI_BUDGET_SECONDS / 60 )) min; stopped it (its last step is above)" >&2
-  fi
+  budget_stopped "$rc" "hack/checks.sh"
   exit "$rc"
 }
 # checks_if_done: when the checks' job has ended already, its result now (a failed lint fails
@@ -150,8 +146,7 @@ fi
 
 if [ -n "$cluster_build_pid" ]; then
   stage "wait for the background build of the cluster's components" "waiting for the background build of the cluster's components"
-  background_wait "$cluster_build_pid" "$cluster_build_log" "building the cluster's components"
-  cluster_build_pid=
+  background_wait_var cluster_build_pid "$cluster_build_log" "building the cluster's components"
   if [ -s "$cluster_build_end" ]; then
     ci_record cluster-build "$(( ($(<"$cluster_build_end") - cluster_build_start) / 1000000 ))"
   fi
