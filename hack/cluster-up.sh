@@ -50,7 +50,10 @@ chmod 700 "$CLUSTER_DIR/etcd" # etcd warns about a data dir that others can read
 
 # ---------------------------------------------------------------------------- certificates
 pki() {
-  [ -f "$PKI/admin.kubeconfig" ] && [ -f "$PKI/.node-$NODE_IP" ] && return
+  # The kubeconfigs name the PKI directory by its absolute path: a cache moved elsewhere
+  # (GCSFUSE_CSI_CACHE changed) gets new ones, or every component fails to read its certificate.
+  [ -f "$PKI/admin.kubeconfig" ] && [ -f "$PKI/.node-$NODE_IP" ] &&
+    grep -qF "certificate-authority: $PKI/ca.crt}" "$PKI/admin.kubeconfig" && return
   step "PKI: CA and component certificates (openssl)"
   rm -rf "${PKI:?}"/*
   (
