@@ -14,9 +14,9 @@
 #      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
 #      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
 #      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
-#      E2E_GCSFUSE_ITESTS=1 (with E2E_CONFORMANCE: gcsfuse's own integration tests, standalone
-#      in the background and through pods' volumes beside the storage suites, compared:
-#      hack/gcsfuse-itests.sh), E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
+#      E2E_GCSFUSE_ITESTS=1 (with E2E_CONFORMANCE: gcsfuse's own integration tests through
+#      pods' volumes beside the storage suites, judged by the reference standalone run:
+#      hack/gcsfuse-itests.sh compare-cluster), E2E_CONFORMANCE=1 (after the tests, Kubernetes' storage e2e suite against the driver:
 #      hack/conformance.sh, its binaries built in the background while the tests run; =only
 #      runs it instead of the tests), E2E_PREBUILD_PREVIOUS=1 (build the previous release's
 #      images in the background too, for a later UPGRADE_FROM=previous run),
@@ -87,9 +87,6 @@ prebuild_start() {
   elif [ -n "$first_taken" ]; then
     touch "$E2E_LOCK_TAKEN"
   fi
-  # gcsfuse's own integration tests against a standalone gcsfuse (the reference the cluster
-  # run is compared with): no cluster needed, so behind the e2e tests too.
-  [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ] && script+="rm -f '$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json' && '$hack/gcsfuse-itests.sh' standalone && "
   script+=true
   step "prebuild at nice 19 in the background, log $CLUSTER_DIR/prebuild.log: ${script//\'/}"
   # A process group of its own, which finish stops with the go builds under it.
@@ -97,8 +94,8 @@ prebuild_start() {
   prebuild_pid=$!
   # The previous release's images, for a later UPGRADE_FROM=previous run (build only: that run
   # imports them into its own cluster): a job of its own, under the lock a second after the
-  # builds above ask for it (the storage suites need theirs sooner), beside the standalone
-  # run, waited for at the end of this run, so that the storage suites never wait for it.
+  # builds above ask for it (the storage suites need theirs sooner), waited for at the end of
+  # this run, so that the storage suites never wait for it.
   if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
     step "previous release at nice 19 in the background, after the builds above, log $CLUSTER_DIR/prebuild-previous.log"
     "${BACKGROUND[@]}" "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK bash -c \"${last_taken}PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'\"" \
@@ -166,17 +163,17 @@ if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
 if [ -n "$prebuild_pid" ]; then phase prebuild-wait background_wait_var prebuild_pid "$CLUSTER_DIR/prebuild.log" prebuild; fi
 if [ -n "${E2E_CONFORMANCE:-}" ]; then
   # With E2E_GCSFUSE_ITESTS=1, gcsfuse's integration tests run through pods' volumes while
-  # the storage suites' shards run (both mostly wait on the cluster), then compare with the
-  # standalone run of the prebuild: a test that passes standalone and fails through the
-  # driver fails the run.
+  # the storage suites' shards run (both mostly wait on the cluster), then are judged by the
+  # reference standalone run kept in the repository, the suspect suites run standalone
+  # again (hack/gcsfuse-itests.sh compare-cluster): a test that passes standalone and fails
+  # through the driver fails the run.
   if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
     export CONFORMANCE_ALONGSIDE="'$hack/gcsfuse-itests.sh' cluster"
   fi
   phase conformance "$hack/conformance.sh"
   ci_record_suite conformance "${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}/table.md"
   if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
-    phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare-cluster \
-      "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/standalone.json" "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
+    phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare-cluster "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
   fi
 fi
 if [ -n "$previous_pid" ]; then phase previous-wait background_wait_var previous_pid "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build"; fi

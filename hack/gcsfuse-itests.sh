@@ -11,7 +11,16 @@
 #   hack/gcsfuse-itests.sh cluster [SUITE...]    # through pods' volumes on the local cluster
 #   hack/gcsfuse-itests.sh mounted -suite S -dir D -bucket B -emulator URL  # a mount you made
 #   hack/gcsfuse-itests.sh compare STANDALONE.json MOUNTED.json  # exit 1 on a driver bug
-#   hack/gcsfuse-itests.sh compare-cluster STANDALONE.json CLUSTER.json  # the same, after one rerun of cluster
+#   hack/gcsfuse-itests.sh compare-cluster CLUSTER.json  # against the reference: exit 1 on a driver bug
+#   hack/gcsfuse-itests.sh reference             # every suite standalone, kept as the reference
+#
+# The reference (test/gcsfuse-itests/testdata/reference-v<gcsfuse version>.json) is a
+# standalone run of every default suite kept in the repository: compare-cluster judges a
+# cluster run by it, and runs standalone again only the suites with a test that passed
+# there and failed through a pod (the runner's suspects), then compares with that fresh run,
+# and on a test that still passes standalone and fails through a pod runs those suites'
+# pods once more: a driver bug fails twice. Refresh it (`reference`) when gcsfuse's version
+# or the suites change; the runner's TestReferenceOfThePinnedGcsfuse fails until then.
 #
 # Results go to $GCSFUSE_CSI_CACHE/gcsfuse-itests/results/<mode>.json (RESULTS=FILE
 # overrides; each run merges the suites it ran into it, a suite run again replacing its
@@ -105,24 +114,28 @@ run_mode() {
 # the cluster's emulator, a pod in namespace $CLUSTER_NS whose inline volume carries the
 # suite's mountOptions (the webhook injects the sidecar, the node plugin mounts, gcsfuse
 # serves in the pod), the mounted mode on the volume's host path, the pod deleted. Results
-# go to results/cluster.json. A pod that is not Ready within POD_READY_TIMEOUT fails the
-# run, naming the suite.
+# go to results/cluster.json (CLUSTER_RESULTS). A pod that is not Ready within
+# POD_READY_TIMEOUT fails the run, naming the suite.
+#
+# The suites in CLUSTER_SOLO run in a lane of their own beside the others (their results
+# merged in after): list_large_dir alone takes ~150 s of the ~400 s, mostly the emulator
+# inserting 12,000 objects into its own bucket, and the cluster run is the longest thing
+# beside the storage suites' shards (~300 s), which wait for it.
 CLUSTER_NS=gcsfuse-itests
+CLUSTER_RESULTS=$ITEST_DIR/results/cluster.json
+CLUSTER_SOLO=${CLUSTER_SOLO-list_large_dir}
 POD_READY_TIMEOUT=120s
-run_cluster() {
-  source "$REPO_ROOT/hack/cluster-lib.sh"
-  local gcs=${E2E_GCS_URL:-http://$NODE_IP:14443} suite opts bucket pod uid rc=0 n=0
-  kctl create namespace "$CLUSTER_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
-  rm -f "$ITEST_DIR/results/cluster.json"
-  while IFS=$'\t' read -r suite opts; do
-    n=$((n + 1))
-    bucket=itests-$n-$(date +%s%N | tail -c 7)
-    pod=itest-$n
-    curl -fsS --max-time 30 -X POST -H 'Content-Type: application/json' -d "{\"name\": \"$bucket\"}" \
-      "$gcs/storage/v1/b?project=itests" >/dev/null
-    step "$suite: pod $CLUSTER_NS/$pod, bucket $bucket, mountOptions $opts"
-    kctl -n "$CLUSTER_NS" delete pod "$pod" --ignore-not-found --grace-period=0 --force >/dev/null 2>&1
-    kctl -n "$CLUSTER_NS" apply -f - >/dev/null <<EOF
+
+# cluster_suite N SUITE OPTIONS RESULTS: one suite through pod itest-N (gcs: the emulator).
+cluster_suite() {
+  local n=$1 suite=$2 opts=$3 results=$4 bucket pod uid rc=0
+  bucket=itests-$n-$(date +%s%N | tail -c 7)
+  pod=itest-$n
+  curl -fsS --max-time 30 -X POST -H 'Content-Type: application/json' -d "{\"name\": \"$bucket\"}" \
+    "$gcs/storage/v1/b?project=itests" >/dev/null
+  step "$suite: pod $CLUSTER_NS/$pod, bucket $bucket, mountOptions $opts"
+  kctl -n "$CLUSTER_NS" delete pod "$pod" --ignore-not-found --grace-period=0 --force >/dev/null 2>&1
+  kctl -n "$CLUSTER_NS" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
 metadata: {name: $pod}
@@ -139,17 +152,56 @@ spec:
     - name: data
       csi: {driver: gcsfuse.csi.storage, volumeAttributes: {bucketName: $bucket, mountOptions: "$opts"}}
 EOF
-    if ! kctl -n "$CLUSTER_NS" wait --for=condition=Ready "pod/$pod" --timeout="$POD_READY_TIMEOUT" >/dev/null; then
-      echo "$suite: pod $pod not Ready in $POD_READY_TIMEOUT" >&2
-      kctl -n "$CLUSTER_NS" describe pod "$pod" >&2 || true
-      rc=1
-      continue
+  if ! kctl -n "$CLUSTER_NS" wait --for=condition=Ready "pod/$pod" --timeout="$POD_READY_TIMEOUT" >/dev/null; then
+    echo "$suite: pod $pod not Ready in $POD_READY_TIMEOUT" >&2
+    kctl -n "$CLUSTER_NS" describe pod "$pod" >&2 || true
+    return 1
+  fi
+  uid=$(kctl -n "$CLUSTER_NS" get pod "$pod" -o jsonpath='{.metadata.uid}')
+  RESULTS=$results run_mode mounted -suite "$suite" \
+    -dir "/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~csi/data/mount" -bucket "$bucket" -emulator "$gcs" || rc=1
+  kctl -n "$CLUSTER_NS" delete pod "$pod" --wait=true --timeout=60s >/dev/null || rc=1
+  return "$rc"
+}
+
+run_cluster() {
+  source "$REPO_ROOT/hack/cluster-lib.sh"
+  local gcs=${E2E_GCS_URL:-http://$NODE_IP:14443} line rc=0 n=0 lines=() solo=() rest=() solo_pid=""
+  local solo_results=$ITEST_DIR/results/cluster-solo.json
+  kctl create namespace "$CLUSTER_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  # Every suite: a fresh file; named suites (a rerun) replace their earlier results in it.
+  [ $# = 0 ] && rm -f "$CLUSTER_RESULTS"
+  mapfile -t lines < <("$runner" flags "$@")
+  for line in "${lines[@]}"; do
+    if [ ${#lines[@]} -gt 1 ] && [[ " $CLUSTER_SOLO " == *" ${line%%$'\t'*} "* ]]; then
+      solo+=("$line")
+    else
+      rest+=("$line")
     fi
-    uid=$(kctl -n "$CLUSTER_NS" get pod "$pod" -o jsonpath='{.metadata.uid}')
-    RESULTS=$ITEST_DIR/results/cluster.json run_mode mounted -suite "$suite" \
-      -dir "/var/lib/kubelet/pods/$uid/volumes/kubernetes.io~csi/data/mount" -bucket "$bucket" -emulator "$gcs" || rc=1
-    kctl -n "$CLUSTER_NS" delete pod "$pod" --wait=true --timeout=60s >/dev/null || rc=1
-  done < <("$runner" flags "$@")
+  done
+  if [ ${#solo[@]} -gt 0 ]; then
+    rm -f "$solo_results"
+    step "in a lane of their own, beside the others: ${solo[*]%%$'\t'*}"
+    (
+      r=0 k=100
+      for line in "${solo[@]}"; do
+        k=$((k + 1))
+        cluster_suite "$k" "${line%%$'\t'*}" "${line#*$'\t'}" "$solo_results" || r=1
+      done
+      exit "$r"
+    ) &
+    solo_pid=$!
+  fi
+  for line in "${rest[@]}"; do
+    n=$((n + 1))
+    cluster_suite "$n" "${line%%$'\t'*}" "${line#*$'\t'}" "$CLUSTER_RESULTS" || rc=1
+  done
+  if [ -n "$solo_pid" ]; then
+    wait "$solo_pid" || rc=1
+    if [ -f "$solo_results" ]; then
+      "$runner" merge "$CLUSTER_RESULTS" "$solo_results" || rc=1
+    fi
+  fi
   return "$rc"
 }
 
@@ -170,18 +222,53 @@ case $cmd in
     build_tests
     run_cluster "$@" ;;
   compare-cluster)
-    # STANDALONE.json CLUSTER.json: compare; on a test that passed standalone and failed
-    # through a pod, the cluster run once more, then compare again. The emulator's resumable
-    # uploads fail by the machine's load (suites.go: a 500 MiB file's close answered "stale
-    # file handle" under a busy CI), on either side; a driver bug fails twice.
+    # CLUSTER.json: judged by the reference; the suspects run standalone now, compared;
+    # on a test that passed standalone and failed through a pod, those suites' pods run
+    # once more, then compared again. The emulator's resumable uploads fail by the
+    # machine's load (suites.go: a 500 MiB file's close answered "stale file handle" under a
+    # busy CI), on either side; a driver bug fails twice.
+    [ $# = 1 ] || { echo "usage: $0 compare-cluster CLUSTER.json" >&2; exit 2; }
+    cluster=$1
+    CLUSTER_RESULTS=$cluster
     build_runner
+    ref=$REPO_ROOT/test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json
+    fresh=$ITEST_DIR/results/standalone.json
+    rm -f "$fresh"
+    if [ ! -f "$ref" ]; then
+      # Never a silent pass: without a reference, every suite runs standalone (the slow way).
+      echo "warning: no reference for gcsfuse $GCSFUSE_VERSION ($ref): every suite runs standalone; keep one with $0 reference" >&2
+      build_tests
+      RESULTS=$fresh run_mode standalone
+      suites=()
+    else
+      mapfile -t suites < <("$runner" suspects "$ref" "$cluster")
+      if [ ${#suites[@]} = 0 ]; then
+        step "every test that passed in the reference ($(basename "$ref")) passed through a pod"
+        exec "$runner" compare "$ref" "$cluster"
+      fi
+      step "suites with a test that passed in the reference and not through a pod, run standalone now: ${suites[*]}"
+      build_tests
+      RESULTS=$fresh run_mode standalone "${suites[@]}"
+    fi
+    only=()
+    [ ${#suites[@]} -gt 0 ] && only=(-only-reference-suites)
     rc=0
-    "$runner" compare "$1" "$2" || rc=$?
+    "$runner" compare "${only[@]}" "$fresh" "$cluster" || rc=$?
     [ "$rc" = 1 ] || exit "$rc"
     step "a test passed standalone and failed through a pod: the cluster run again, once"
+    run_cluster "${suites[@]}" || true
+    exec "$runner" compare "${only[@]}" "$fresh" "$cluster" ;;
+  reference)
+    # Every default suite standalone, then kept as the reference of this gcsfuse version.
+    [ -x "$BIN/gcsfuse" ] || "$REPO_ROOT/hack/install-deps.sh"
+    build_runner
     build_tests
-    run_cluster || true
-    exec "$runner" compare "$1" "$2" ;;
+    out=$ITEST_DIR/results/reference-run.json
+    rm -f "$out"
+    RESULTS=$out run_mode standalone
+    rm -f "$REPO_ROOT"/test/gcsfuse-itests/testdata/reference-v*.json
+    "$runner" reference "$out" "$REPO_ROOT/test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json"
+    step "test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json written" ;;
   standalone | driver | mounted)
     if [ "$cmd" != mounted ] && [ ! -x "$BIN/gcsfuse" ]; then "$REPO_ROOT/hack/install-deps.sh"; fi
     build_runner

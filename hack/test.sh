@@ -11,7 +11,7 @@
 # repository other than the default, followed by Kubernetes' own storage testsuites through
 # the driver's Go test driver (hack/conformance.sh; its storage-e2e.test is built once, in
 # the background) with gcsfuse's own integration tests through pods' volumes beside them,
-# compared with a standalone gcsfuse run in the background (hack/gcsfuse-itests.sh), the
+# judged by a standalone gcsfuse run kept as the reference (hack/gcsfuse-itests.sh), the
 # upgrade from the previous release, then the lifecycle ones on containerd 1.6 with the
 # default names.
 #

@@ -12,6 +12,9 @@
 //	gcsfuse-itests driver -bin DIR -sidecar BIN -work DIR -out FILE [SUITE...]
 //	gcsfuse-itests mounted -bin DIR -emulator URL -suite S -dir D -bucket B -work DIR -out FILE
 //	gcsfuse-itests compare STANDALONE.json MOUNTED.json   # exit 1 on a driver bug
+//	gcsfuse-itests reference STANDALONE.json OUT.json     # a full standalone run as the reference
+//	gcsfuse-itests suspects REFERENCE.json MOUNTED.json   # the suites to run standalone again
+//	gcsfuse-itests merge OUT.json IN.json...              # runs of one mode into one file
 //
 // standalone mounts gcsfuse itself, driver mounts through this driver's node plugin and
 // sidecar without a cluster (internal/testing/testenv); both start the emulator in process
@@ -39,7 +42,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests list | packages | flags [-gcsfuse] PKG|SUITE... | standalone | driver | mounted | compare STANDALONE.json MOUNTED.json (-h after a mode for its flags)")
+	fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests list | packages | flags [-gcsfuse] PKG|SUITE... | standalone | driver | mounted | compare STANDALONE.json MOUNTED.json | reference STANDALONE.json OUT.json | suspects REFERENCE.json MOUNTED.json | merge OUT.json IN.json... (-h after a mode for its flags)")
 	return 2
 }
 
@@ -62,6 +65,10 @@ func run(args []string) int {
 		return runMode(ctx, cmd, args)
 	case "compare":
 		return compareCmd(args)
+	case "reference", "suspects":
+		return referenceCmd(cmd, args)
+	case "merge":
+		return mergeCmd(args)
 	}
 	return usage()
 }
@@ -231,9 +238,18 @@ func defaultTest2JSON() (string, error) {
 
 // compareCmd classifies each test of a mounted (or driver) run against a standalone one;
 // exit 1 when a test passed standalone and failed through the driver.
+//
+// With -only-reference-suites, the mounted run's suites that the standalone one did not run
+// are left out (a standalone run of some suites only: compare-cluster's suspects).
 func compareCmd(args []string) int {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	onlyRef := fs.Bool("only-reference-suites", false, "judge only the suites the standalone run ran")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	args = fs.Args()
 	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests compare STANDALONE.json MOUNTED.json")
+		fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests compare [-only-reference-suites] STANDALONE.json MOUNTED.json")
 		return 2
 	}
 	ref, err := readReport(args[0])
@@ -249,7 +265,49 @@ func compareCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if *onlyRef {
+		got = onlySuitesOf(ref, got)
+	}
 	if printVerdicts(os.Stdout, classify(ref, got)) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// mergeCmd merges the suites of runs of one mode into OUT (made when missing; a suite in
+// several replaced by the last): runs made side by side, each into a file of its own.
+func mergeCmd(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests merge OUT.json IN.json...")
+		return 2
+	}
+	out, err := readReport(args[0])
+	if errors.Is(err, os.ErrNotExist) {
+		out, err = nil, nil
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, in := range args[1:] {
+		r, err := readReport(in)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if out == nil {
+			out = &Report{Mode: r.Mode}
+		}
+		if r.Mode != out.Mode {
+			fmt.Fprintf(os.Stderr, "%s is a %s run, %s a %s one: not merged\n", in, r.Mode, args[0], out.Mode)
+			return 1
+		}
+		for _, s := range r.Suites {
+			out.merge(s)
+		}
+	}
+	if err := writeReport(args[0], out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
