@@ -87,6 +87,10 @@ type Config struct {
 	// SharedLinger is how long a shared mount outlives the last pod that used it (0:
 	// sharedmount.DefaultLinger; negative is refused).
 	SharedLinger time.Duration
+	// SharedOfferWait bounds the wait for the mounter to take a new shared mount (0:
+	// DefaultSharedOfferWait; negative is refused): a publish whose mount it has not taken
+	// by then fails, naming the mounter.
+	SharedOfferWait time.Duration
 }
 
 // PodRef names the pod a volume belongs to, for Events.
@@ -115,14 +119,17 @@ type NodeServer struct {
 	shared       *sharedmount.Table
 	sharedOffers map[string]*handoff.Offer
 	// sharedPlans is each shared target's latest credentials (its pod's token: in memory
-	// only, never logged), by target, under mu: when a pod whose token the key's files
+	// only, never logged), by target, under mu: when a pod whose token the mount's files
 	// carry ends, another pod's is written (handOverToken).
 	sharedPlans map[string]sharedPlan
+	// sharedEnded is the mounter's report of each shared mount whose gcsfuse ended, by
+	// mount, under mu, until the mount is stopped: a pod bound as it ended is told too.
+	sharedEnded map[string]*handoff.Status
 }
 
-// sharedPlan is a shared target's key and latest credentials.
+// sharedPlan is a shared target's mount and latest credentials.
 type sharedPlan struct {
-	key  string
+	key  string // the mount's name
 	plan *credentials.Plan
 }
 
@@ -154,6 +161,8 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("shared directory %q is not an absolute path", cfg.SharedDir)
 	case cfg.SharedLinger < 0:
 		return fmt.Errorf("shared linger %s is negative", cfg.SharedLinger)
+	case cfg.SharedOfferWait < 0:
+		return fmt.Errorf("shared offer wait %s is negative", cfg.SharedOfferWait)
 	}
 	if err := cfg.Credentials.WithDefaults().Validate(); err != nil {
 		return fmt.Errorf("credentials: %w", err)
@@ -188,6 +197,9 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if cfg.UnmountBusyWait == 0 {
 		cfg.UnmountBusyWait = DefaultUnmountBusyWait
 	}
+	if cfg.SharedOfferWait == 0 {
+		cfg.SharedOfferWait = DefaultSharedOfferWait
+	}
 	cfg.Credentials = cfg.Credentials.WithDefaults()
 	if cfg.MounterTmpPath == "" {
 		cfg.MounterTmpPath = contract.TmpMountPath
@@ -199,7 +211,7 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 		log = slog.Default()
 	}
 	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}}
+		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}, sharedEnded: map[string]*handoff.Status{}}
 	ns.machineType.Store(&cfg.MachineType)
 	if cfg.SharedDir != "" {
 		if err := ns.prepareSharedDir(); err != nil {
@@ -405,16 +417,7 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
 	}
 	if r.opts.Shared {
-		if err := s.useSharedKey(r, sharedKey(r).Name(), req.GetVolumeContext(), req.GetSecrets()); err != nil {
-			return nil, err
-		}
-		if _, err := s.writeCredentials(r); err != nil {
-			return nil, err
-		}
-		if err := s.writeCABundle(r); err != nil {
-			return nil, err
-		}
-		if err := s.publishShared(ctx, r, target, req.GetVolumeId(), log); err != nil {
+		if err := s.publishShared(ctx, r, target, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), log); err != nil {
 			return nil, err
 		}
 		return &csi.NodePublishVolumeResponse{}, nil
@@ -574,9 +577,12 @@ func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
 
 // sameVolume compares a republished volume with the published one. The identity's wording
 // is left out: a rotated key (a new key ID in the same Secret) is the same volume, and
-// its new file is written.
+// its new file is written. So is the volume's name, which the target path already fixes: a
+// shared volume is published under its sharing key's name, and a republish, which has not
+// chosen the key yet, carries the pod's volume name.
 func sameVolume(a, b handoff.Volume) bool {
 	a.Identity, b.Identity = "", ""
+	a.VolumeName, b.VolumeName = "", ""
 	// The driver's --machine-type may have been learnt between the publish and now, and
 	// the ownership flags depend on a pod the first publish may not have known yet.
 	a.Flags, b.Flags = withoutOwnership(withoutMachineType(a.Flags)), withoutOwnership(withoutMachineType(b.Flags))
@@ -594,23 +600,36 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 	pub := s.published[target]
 	s.mu.Unlock()
 	if pub != nil {
-		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) {
+		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || r.opts.Shared != (s.sharedNameOf(target) != "") {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
 	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || r.opts.Shared != (s.sharedNameOf(target) != "") {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}
-	if name := s.sharedNameOf(target); name != "" {
-		// A shared volume's fresh token goes to its key's files, which the mounter reads.
-		if err := s.useSharedKey(r, name, req.GetVolumeContext(), req.GetSecrets()); err != nil {
+	var w credentials.Written
+	var err error
+	bound := false
+	if s.shared != nil {
+		// A shared volume's fresh token goes to its mount's files, which the mounter reads,
+		// under the key's lock: never beside the mount's stop.
+		bound, err = s.shared.WithTarget(target, func(mount string) error {
+			if err := s.useSharedKey(r, mount, req.GetVolumeContext(), req.GetSecrets()); err != nil {
+				return err
+			}
+			s.rememberPlan(target, r)
+			var werr error
+			w, werr = s.writeCredentials(r)
+			return werr
+		})
+		if err != nil {
 			return nil, err
 		}
-		s.rememberPlan(target, r)
 	}
-	w, err := s.writeCredentials(r)
-	if err != nil {
-		return nil, err
+	if !bound {
+		if w, err = s.writeCredentials(r); err != nil {
+			return nil, err
+		}
 	}
 	if w.Token || w.Config {
 		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
@@ -721,9 +740,8 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	delete(s.published, target)
 	s.mu.Unlock()
 	if s.shared != nil {
-		if name, remaining := s.shared.Unbound(target); name != "" {
-			s.log.Info("shared volume unbound", "target", target, "key", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
-			s.handOverToken(target, name)
+		if name, remaining := s.shared.Unbound(target, func(mount string, _ int) { s.handOverToken(target, mount) }); name != "" {
+			s.log.Info("shared volume unbound", "target", target, "mount", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
 			return &csi.NodeUnpublishVolumeResponse{}, nil
 		}
 	}

@@ -246,6 +246,22 @@ func TestSameVolumeIgnoresOnlyTheIdentityWording(t *testing.T) {
 	}
 }
 
+// A shared volume is published under its mount's name, and its republish carries the pod's
+// volume name (the target path fixes it anyway): the same volume, not AlreadyExists every
+// minute.
+func TestSameVolumeIgnoresTheName(t *testing.T) {
+	published := handoff.Volume{VolumeName: "shared-0123456789abcdef01234567-1796531054820", Bucket: "b", Flags: []string{"--implicit-dirs"}}
+	again := published
+	again.VolumeName = "data"
+	if !sameVolume(published, again) {
+		t.Error("a republished shared volume differs by its name")
+	}
+	again.Bucket = "c"
+	if sameVolume(published, again) {
+		t.Error("another bucket is the same volume")
+	}
+}
+
 // Credential problems are refused at validation with a code that says whose fault it is:
 // the volume's (InvalidArgument) or the cluster's setup (FailedPrecondition: no token).
 func TestValidatePublishCredentialCodes(t *testing.T) {

@@ -77,61 +77,88 @@ func sharedKey(r *request) sharedmount.Key {
 	}
 }
 
-// useSharedKey points the request at the key's files in the mounter's directory: the
-// hand-off volume is named after the key, and the credential configuration names the
-// token file where the mounter reads it.
-func (s *NodeServer) useSharedKey(req *request, name string, attrs map[string]string, secrets map[string]string) error {
+// useSharedKey points the request at a shared mount's files in the mounter's directory:
+// the hand-off volume is named after the mount (its key and generation), and the
+// credential configuration names the token file where the mounter reads it.
+func (s *NodeServer) useSharedKey(req *request, mount string, attrs map[string]string, secrets map[string]string) error {
 	plan, err := credentials.Build(s.cfg.Credentials, credentials.Request{
 		Volume: req.target.VolumeName, Bucket: req.opts.Bucket, Attributes: attrs, Secrets: secrets,
-		SidecarTokenFile: podfiles.At(s.cfg.MounterTmpPath).CredentialsTokenFile(name),
+		SidecarTokenFile: podfiles.At(s.cfg.MounterTmpPath).CredentialsTokenFile(mount),
 	})
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %s: credentials for the shared mount: %v", req.target.VolumeName, err)
 	}
 	req.creds = plan
-	req.shared = name
-	req.volume.VolumeName = name
+	req.shared = mount
+	req.volume.VolumeName = mount
 	return nil
 }
 
-// publishShared binds the target to its key's mount, starting the mount when the key has
-// none. The caller holds the target's lock and has written the key's credentials.
-func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volumeID string, log *slog.Logger) error {
+// DefaultSharedOfferWait bounds the wait for the node's mounter to take a new shared
+// mount's descriptor (Config.SharedOfferWait): a mounter that is not running (crash-looping,
+// unschedulable, not yet started on a new node) must fail the publish, which the kubelet
+// retries and shows as a FailedMount Event, and never leave a pod bound to a mount nobody
+// serves, hanging at its first access. A running mounter takes an offer in milliseconds
+// (inotify); the kubelet gives a publish 2 minutes.
+const DefaultSharedOfferWait = 30 * time.Second
+
+// publishShared binds the target to its key's mount, starting a mount when the key has
+// none that serves. Under the key's lock (pkg/sharedmount) it writes this pod's credentials
+// into the mount's files, so that a stop of an older mount of the key never removes them;
+// the caller holds the target's lock.
+func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volumeID string, attrs, secrets map[string]string, log *slog.Logger) error {
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "create target %s: %v", target, err)
 	}
 	u := sharedmount.User{Target: target, PodNamespace: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID, Volume: r.target.VolumeName}
+	key := sharedKey(r).Name()
 	start := time.Now()
-	started, err := s.shared.Publish(r.shared, u, func() error { return s.startShared(ctx, r, log) })
-	if err != nil {
-		if len(s.shared.Users(r.shared)) == 0 {
-			// No mount of the key serves anyone: the credentials just written must not stay.
-			s.removeSharedFiles(r.shared)
+	mount, started, err := s.shared.Publish(key, u, func(mount string, fresh bool) error {
+		if err := s.useSharedKey(r, mount, attrs, secrets); err != nil {
+			return err
 		}
-		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.target.VolumeName, r.volume.Bucket, r.shared, err)
+		_, err := s.writeCredentials(r)
+		if err == nil {
+			err = s.writeCABundle(r)
+		}
+		if err == nil && fresh {
+			err = s.startShared(ctx, r, log)
+		}
+		if err != nil && fresh {
+			s.removeSharedFiles(mount) // a mount that never started serves no one
+		}
+		return err
+	})
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.target.VolumeName, r.volume.Bucket, mount, err)
 	}
 	s.mu.Lock()
 	s.published[target] = &publication{volumeID: volumeID, volume: r.volume}
-	s.sharedPlans[target] = sharedPlan{key: r.shared, plan: r.creds}
+	s.sharedPlans[target] = sharedPlan{key: mount, plan: r.creds}
+	ended := s.sharedEnded[mount]
 	s.mu.Unlock()
-	log.Info("volume bound to the node's shared mount", "key", r.shared, "started", started, "ms", time.Since(start).Milliseconds(),
+	log.Info("volume bound to the node's shared mount", "mount", mount, "started", started, "ms", time.Since(start).Milliseconds(),
 		"readOnly", r.volume.ReadOnly, "flags", r.volume.Flags)
-	if !started {
-		s.event(r.pod, false, contract.EventSharedMountJoined, fmt.Sprintf("volume %s: bound to the node's running gcsfuse for bucket %s (shared mount %s)", r.target.VolumeName, r.volume.Bucket, r.shared))
+	if ended != nil && s.shared.Dead(mount) {
+		// Its gcsfuse ended while this target was being bound: the pods bound before were
+		// told, this one was not yet.
+		s.tellEnded(u, r.volume, ended)
+	} else if !started {
+		s.event(r.pod, false, contract.EventSharedMountJoined, fmt.Sprintf("volume %s: bound to the node's running gcsfuse for bucket %s (shared mount %s)", r.target.VolumeName, r.volume.Bucket, mount))
 	}
 	return nil
 }
 
-// startShared mounts a new FUSE connection for the key and offers it to the mounter. A
-// dead mount of the same key (its gcsfuse died) is detached first: the targets that bind
-// it keep it, and fail, until their pods end.
+// startShared mounts a new FUSE connection for the mount (a new generation of its key: its
+// mount point is its own) and offers it to the mounter, then waits, bounded, until the
+// mounter has taken it.
 func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logger) error {
 	mnt := s.sharedMountPath(r.shared)
-	if m, err := fusemount.Lookup(mnt); err == nil && m != nil {
-		if err := fusemount.Detach(mnt); err != nil {
-			return err
-		}
-		log.Warn("detached a dead shared mount; its pods keep failing until they end", "key", r.shared)
+	if m, err := fusemount.Lookup(mnt); err != nil || m != nil {
+		return errors.Join(fmt.Errorf("%s is mounted already: a mount's name is never given twice", mnt), err)
 	}
 	if err := os.Mkdir(mnt, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create %s: %w", mnt, err)
@@ -143,28 +170,69 @@ func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logg
 	if err != nil {
 		return err
 	}
+	undo := func(cause error) error {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second+s.cfg.UnmountBusyWait)
+		defer cancel()
+		s.stopSharedOffer(uctx, r.shared)
+		uerr := fusemount.Unmount(uctx, mnt, s.cfg.UnmountBusyWait)
+		if err := os.Remove(mnt); err != nil && !errors.Is(err, os.ErrNotExist) && uerr == nil {
+			uerr = err
+		}
+		return errors.Join(cause, uerr)
+	}
 	dir, err := podpath.OpenDir(s.mounterDir())
 	if err == nil {
 		var hd *os.File
 		hd, err = podfiles.CreateHandoffDir(dir)
 		dir.Close()
 		if err == nil {
-			err = s.offerShared(r, hd, fuse, log)
+			taken := make(chan struct{})
+			err = s.offerShared(r, hd, fuse, taken, log)
+			fuse = nil // offerShared's now: the offer's, or closed on its error
+			if err == nil {
+				if err = s.waitTaken(ctx, r, taken, log); err != nil {
+					return undo(err)
+				}
+			}
 		}
 	}
 	if err != nil {
-		fuse.Close()
-		uerr := fusemount.Unmount(ctx, mnt, s.cfg.UnmountBusyWait)
-		return errors.Join(fmt.Errorf("offer to the node's mounter: %w", err), uerr)
+		err = fmt.Errorf("offer to the node's mounter: %w", err)
+		if fuse != nil {
+			fuse.Close()
+		}
+		return undo(err)
 	}
 	return nil
 }
 
-func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, log *slog.Logger) error {
+// waitTaken waits for the mounter to take a shared mount's descriptor, bounded by
+// Config.SharedOfferWait and the call's own deadline.
+func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan struct{}, log *slog.Logger) error {
+	start := time.Now()
+	timer := time.NewTimer(s.cfg.SharedOfferWait)
+	defer timer.Stop()
+	select {
+	case <-taken:
+		log.Debug("the node's mounter took the shared mount", "mount", r.shared, "ms", time.Since(start).Milliseconds())
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	msg := fmt.Sprintf("volume %s (bucket %s): the node's shared mounter (container %s of the gcsfuse-csi node DaemonSet's mounter pod on this node) did not take shared mount %s within %s: is it running? (kubectl get pods -n <the driver's namespace> -o wide, on this node)",
+		r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, r.shared, time.Since(start).Round(time.Second))
+	log.Error("the node's mounter did not take a shared mount", "mount", r.shared, "waited", time.Since(start).String())
+	return status.Error(codes.Unavailable, msg)
+}
+
+// offerShared offers the mount's descriptor to the mounter; taken is closed once the
+// mounter has it.
+func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken chan struct{}, log *slog.Logger) error {
 	name, vol, publishedAt := r.shared, r.volume, time.Now()
 	readAhead := r.opts.ReadAheadKB
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
+		OnHandedOff: func() { close(taken) },
 		OnStatus: func(st *handoff.Status) {
 			s.cfg.Metrics.status(st, publishedAt)
 			if st.State == handoff.StateStarted && readAhead != nil {
@@ -172,10 +240,11 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, log *slo
 			}
 			s.onSharedStatus(name, vol, st, log)
 		},
-		Log: log.With("key", name),
+		Log: log.With("mount", name),
 	})
 	if err != nil {
 		handoffDir.Close()
+		fuse.Close()
 		return err
 	}
 	s.mu.Lock()
@@ -184,38 +253,57 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, log *slo
 	return nil
 }
 
-// onSharedStatus tells every pod of the key what the mounter reports. A gcsfuse that ended
-// (exited, failed or refused) ends the key's mount for the pods that hold it; the next pod
-// gets a new one.
+// stopSharedOffer ends a mount's offer (and its relay of the mounter's reports).
+func (s *NodeServer) stopSharedOffer(ctx context.Context, mount string) {
+	s.mu.Lock()
+	offer := s.sharedOffers[mount]
+	delete(s.sharedOffers, mount)
+	s.mu.Unlock()
+	if offer != nil {
+		if err := offer.Stop(ctx); err != nil {
+			s.log.Warn("shared hand-off did not stop in time", "mount", mount, "err", err)
+		}
+	}
+}
+
+// onSharedStatus tells every pod of the mount what the mounter reports. A gcsfuse that
+// ended (exited, failed or refused) ends the mount for the pods that hold it; the next pod
+// of the key gets a new one. Reports name their mount's generation, so a late one about a
+// replaced mount never touches its replacement.
 func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
-	log = log.With("key", name, "state", st.State, "ms", st.ElapsedMillis)
-	var users []sharedmount.User
-	var reason, what string
-	warning := true
+	log = log.With("mount", name, "state", st.State, "ms", st.ElapsedMillis)
 	switch st.State {
 	case handoff.StateStarted:
 		log.Info("shared gcsfuse serving")
-		users, reason, warning = s.shared.Users(name), contract.EventGcsfuseStarted, false
-		what = fmt.Sprintf("the node's shared gcsfuse serving after %d ms", st.ElapsedMillis)
+		what := fmt.Sprintf("the node's shared gcsfuse serving after %d ms", st.ElapsedMillis)
+		for _, u := range s.shared.Users(name) {
+			s.event(s.podOf(u), false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s (bucket %s): %s", u.Volume, vol.Bucket, what))
+		}
 	case handoff.StateExited, handoff.StateFailed, handoff.StateRefused:
 		log.Error("shared gcsfuse ended", "message", st.Message)
-		users, reason = s.shared.Died(name), contract.EventGcsfuseExited
-		if st.State == handoff.StateFailed {
-			reason = contract.EventGcsfuseFailed
+		s.mu.Lock()
+		s.sharedEnded[name] = st
+		s.mu.Unlock()
+		for _, u := range s.shared.Died(name) {
+			s.tellEnded(u, vol, st)
 		}
-		what = fmt.Sprintf("the node's shared gcsfuse (%s) ended: %s; this pod's mount fails from now on (recreate the pod; pods started from now get a new gcsfuse)", name, st.Message)
 	default:
 		log.Debug("mounter status", "message", st.Message)
-		return
+	}
+}
+
+// tellEnded tells a pod that its shared mount's gcsfuse ended.
+func (s *NodeServer) tellEnded(u sharedmount.User, vol handoff.Volume, st *handoff.Status) {
+	reason := contract.EventGcsfuseExited
+	if st.State == handoff.StateFailed {
+		reason = contract.EventGcsfuseFailed
 	}
 	who := ""
-	if warning && vol.Identity != "" {
+	if vol.Identity != "" {
 		who = ", identity " + vol.Identity
 	}
-	for _, u := range users {
-		pod := s.podOf(u)
-		s.event(pod, warning, reason, fmt.Sprintf("volume %s (bucket %s%s): %s", u.Volume, vol.Bucket, who, what))
-	}
+	s.event(s.podOf(u), true, reason, fmt.Sprintf("volume %s (bucket %s%s): the node's shared gcsfuse (%s) ended: %s; this pod's mount fails from now on (recreate the pod; pods started from now get a new gcsfuse)",
+		u.Volume, vol.Bucket, who, vol.VolumeName, st.Message))
 }
 
 // podOf names a user's pod; one recovered at start-up has only its UID, and the pod
@@ -237,17 +325,19 @@ func (s *NodeServer) rememberPlan(target string, r *request) {
 	s.mu.Unlock()
 }
 
-// handOverToken runs when target left its key: the key's files may carry the token of
-// target's pod, which the STS refuses once the pod is gone (a Kubernetes token is bound to
-// its pod). The freshest token of another pod of the key is written instead, so the
-// mount keeps working for them without waiting for the kubelet's next republish.
-func (s *NodeServer) handOverToken(target, key string) {
+// handOverToken runs, under the key's lock, when target left its mount: the mount's files
+// may carry the token of target's pod, which the STS refuses once the pod is gone (a
+// Kubernetes token is bound to its pod). The freshest token of another pod bound to the
+// same mount is written instead, so the mount keeps working for them without waiting for
+// the kubelet's next republish. Never another mount's pods: another key is another
+// identity.
+func (s *NodeServer) handOverToken(target, mount string) {
 	s.mu.Lock()
 	gone, ok := s.sharedPlans[target]
 	delete(s.sharedPlans, target)
 	var next *credentials.Plan
 	for _, p := range s.sharedPlans {
-		if p.key == key && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
+		if p.key == mount && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
 			next = p.plan
 		}
 	}
@@ -257,15 +347,15 @@ func (s *NodeServer) handOverToken(target, key string) {
 	}
 	dir, err := podpath.OpenDir(s.mounterDir())
 	if err != nil {
-		s.log.Warn("cannot hand the shared mount another pod's token", "key", key, "err", err)
+		s.log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
 		return
 	}
 	defer dir.Close()
-	if _, err := credentials.Write(dir, key, next, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
-		s.log.Warn("cannot hand the shared mount another pod's token", "key", key, "err", err)
+	if _, err := credentials.Write(dir, mount, next, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
+		s.log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
 		return
 	}
-	s.log.Info("shared mount's token handed to another pod of its key", "key", key, "identity", next.Identity, "tokenExpiry", next.TokenExpiry)
+	s.log.Info("shared mount's token handed to another pod of its mount", "mount", mount, "identity", next.Identity, "tokenExpiry", next.TokenExpiry)
 }
 
 // sharedOps are the effects pkg/sharedmount asks for.
@@ -276,57 +366,72 @@ func (o sharedOps) Bind(name, target string) error {
 }
 
 // Alive asks the mount's file system for its statistics, with a bound: gcsfuse answers
-// that at once without GCS, a mount whose gcsfuse is gone answers ENOTCONN (connection
+// that at once without GCS; a mount whose gcsfuse is gone answers ENOTCONN (connection
 // aborted) or EIO (the mounter answering it in gcsfuse's place; it answers the root's
-// attributes, so a stat would not tell).
+// attributes, so a stat would not tell). One that does not answer within aliveWait is
+// taken as not alive: a new pod bound to it would hang at its first access, where a new
+// mount of the key serves it (the silent one keeps its pods).
 func (o sharedOps) Alive(name string) bool {
 	done := make(chan error, 1)
-	go func() { // ends with the call; one stuck on a busy server is left to finish
+	go func() { // ends with the call; one stuck on a hung server ends when its mount does
 		var st unix.Statfs_t
 		done <- unix.Statfs(o.s.sharedMountPath(name), &st)
 	}()
+	timer := time.NewTimer(aliveWait)
+	defer timer.Stop()
 	select {
 	case err := <-done:
 		return !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) && !errors.Is(err, unix.EIO)
-	case <-time.After(aliveWait):
-		return true
+	case <-timer.C:
+		o.s.log.Warn("a shared mount did not answer a statfs in time; taken as not alive", "mount", name, "waited", aliveWait.String())
+		return false
 	}
 }
 
-// Stop ends the key's offer, unmounts its mount (its gcsfuse then exits cleanly) and
-// removes its files.
+// Stop ends the mount's offer, unmounts it (its gcsfuse then exits cleanly) and removes its
+// mount point and files. An error leaves the rest for the table's next try.
 func (o sharedOps) Stop(name string) error {
 	s := o.s
-	s.mu.Lock()
-	offer := s.sharedOffers[name]
-	delete(s.sharedOffers, name)
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+s.cfg.UnmountBusyWait)
 	defer cancel()
-	if offer != nil {
-		if err := offer.Stop(ctx); err != nil {
-			s.log.Warn("shared hand-off did not stop in time", "key", name, "err", err)
-		}
-	}
+	s.stopSharedOffer(ctx, name)
 	mnt := s.sharedMountPath(name)
 	if err := fusemount.Unmount(ctx, mnt, s.cfg.UnmountBusyWait); err != nil {
 		return err
 	}
 	if err := os.Remove(mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("cannot remove a shared mount point", "path", mnt, "err", err)
+		return fmt.Errorf("remove the shared mount point %s: %w", mnt, err)
 	}
-	s.removeSharedFiles(name)
+	if err := s.removeSharedFilesErr(name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.sharedEnded, name)
+	s.mu.Unlock()
 	return nil
 }
 
-// removeSharedFiles removes a key's credential files from the mounter's directory.
+// removeSharedFiles removes a mount's credential files and CA bundle from the mounter's
+// directory, logging what it could not.
 func (s *NodeServer) removeSharedFiles(name string) {
-	if dir, err := podpath.OpenDir(s.mounterDir()); err == nil {
-		if err := podfiles.RemoveCredentials(dir, name); err != nil {
-			s.log.Warn("cannot remove a shared mount's credential files", "key", name, "err", err)
-		}
-		dir.Close()
+	if err := s.removeSharedFilesErr(name); err != nil {
+		s.log.Warn("cannot remove a shared mount's credential files", "mount", name, "err", err)
 	}
+}
+
+func (s *NodeServer) removeSharedFilesErr(name string) error {
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer dir.Close()
+	if err := podfiles.RemoveCredentials(dir, name); err != nil {
+		return fmt.Errorf("remove the credential files of %s: %w", name, err)
+	}
+	return nil
 }
 
 // RecoverShared finds the shared mounts a previous node plugin made and the targets that
@@ -344,7 +449,7 @@ func (s *NodeServer) RecoverShared() (int, error) {
 	n := 0
 	for _, mnt := range mounts {
 		name := filepath.Base(mnt)
-		if filepath.Dir(mnt) != root || !sharedmount.IsName(name) {
+		if _, _, ok := sharedmount.ParseMount(name); filepath.Dir(mnt) != root || !ok {
 			continue
 		}
 		info, err := fusemount.Lookup(mnt)
@@ -364,7 +469,7 @@ func (s *NodeServer) RecoverShared() (int, error) {
 			users = append(users, sharedmount.User{Target: t, PodUID: pt.PodUID, Volume: pt.VolumeName})
 		}
 		s.shared.Restore(name, users)
-		s.log.Info("shared mount found at start-up", "key", name, "targets", len(users))
+		s.log.Info("shared mount found at start-up", "mount", name, "targets", len(users))
 		n++
 	}
 	return n, nil

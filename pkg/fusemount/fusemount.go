@@ -121,15 +121,6 @@ func Bind(source, target string) error {
 	return nil
 }
 
-// Detach lazily detaches the mount at path (MNT_DETACH): bind mounts of the same
-// connection elsewhere keep it. Not mounted is not an error.
-func Detach(path string) error {
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("detach %s: %w", path, err)
-	}
-	return nil
-}
-
 // MountsOfDevice lists the mount points below dir whose device is major:minor, that is the
 // bind mounts of one FUSE connection.
 func MountsOfDevice(dir string, major, minor int) ([]string, error) {

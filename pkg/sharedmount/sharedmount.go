@@ -1,12 +1,25 @@
 // Package sharedmount decides the life of the node's shared mounts (volumes with mountMode
-// shared): one FUSE mount per sharing key, served by one gcsfuse in the node's mounter and
-// bind-mounted into the target of every pod that uses the key. It counts the targets of
-// each key and stops the key's mount a linger after the last one is gone, so a Job that
-// runs pods one after another mounts once; a key whose gcsfuse died is replaced for the
-// pods that come next while the pods that held it keep their (failing) mount.
+// shared): one FUSE mount per sharing key at a time, served by one gcsfuse in the node's
+// mounter and bind-mounted into the target of every pod that uses the key. It counts the
+// targets of each mount and stops it a linger after the last one is gone, so a Job that
+// runs its pods one after another mounts once; a mount whose gcsfuse died is replaced for
+// the pods that come next while the pods that held it keep their (failing) mount.
 //
-// The effects (mount, offer, bind, unmount) are the caller's, through Ops: this package
-// holds only the table and the timers, so every rule is unit-tested without a kernel.
+// Each mount of a key is a generation with a name of its own (MountName: the key's name and
+// the generation), and everything the caller makes for it (the mount point, the hand-off
+// volume and its socket, the credential files, the mounter's temp and cache directories,
+// its status reports) is named after that: a mount that replaces a dead or lingering one
+// never shares a path, a socket name or a file with it, and a late report about an old
+// generation never touches the new one.
+//
+// Each key has a lock of its own, held across the effects for that key (start, bind, stop,
+// the credential writes the caller does under it): a key's effects never interleave, and one
+// key's slow start or stop never holds up another's. The table's own lock guards its maps
+// only and is never held across an effect.
+//
+// The effects (mount, offer, bind, unmount) are the caller's, through Ops and Publish's use
+// function: this package holds only the table and the timers, so every rule is unit-tested
+// without a kernel.
 package sharedmount
 
 import (
@@ -17,6 +30,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,6 +41,14 @@ import (
 // unpublish of one and publish of the next are a few seconds apart), short enough that an
 // idle gcsfuse does not hold memory for long.
 const DefaultLinger = 60 * time.Second
+
+// A mount whose Stop failed (an unmount refused, a file that could not be removed) is
+// stopped again, stopRetries times at most, stopRetryDelay apart, then doubling: what it
+// leaves on the node is logged as an error when the last one fails.
+const (
+	stopRetries    = 5
+	stopRetryDelay = 5 * time.Second
+)
 
 // Key is what two volumes must share to be served by one gcsfuse. Identity must name who
 // reads the bucket down to the Kubernetes service account (or the Secret's namespace and
@@ -66,6 +89,33 @@ func IsName(name string) bool {
 	return err == nil
 }
 
+// MountName names generation gen of key's mount: "<key>-<gen>". Generation 0 is the key's
+// name alone, the name the release before generations gave a key's only mount, so that a
+// node plugin upgraded under serving mounts finds them (Restore).
+func MountName(key string, gen uint64) string {
+	if gen == 0 {
+		return key
+	}
+	return key + "-" + strconv.FormatUint(gen, 10)
+}
+
+// ParseMount returns the key and the generation of a mount's name; ok is false for any
+// other name.
+func ParseMount(name string) (key string, gen uint64, ok bool) {
+	if IsName(name) {
+		return name, 0, true
+	}
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || !IsName(name[:i]) || i+1 == len(name) || name[i+1] == '0' {
+		return "", 0, false
+	}
+	gen, err := strconv.ParseUint(name[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[:i], gen, true
+}
+
 // User is one target bound to a key's mount, and whom to tell about it.
 type User struct {
 	Target string
@@ -73,18 +123,18 @@ type User struct {
 	PodNamespace, PodName, PodUID, Volume string
 }
 
-// Ops are the effects the table asks for. Each is called with the table's lock held, so
-// calls for one node never interleave. Publish's start function is the third: it mounts
-// the key's FUSE mount (over a dead one of the same name, if any) and offers it to the
-// mounter.
+// Ops are the effects the table asks for, by mount name, each under the lock of the mount's
+// key.
 type Ops interface {
-	// Alive reports whether the key's mount still has its server: false once its gcsfuse
-	// died (the kernel answers ENOTCONN). Asked before a new target binds a running mount.
-	Alive(name string) bool
-	// Bind bind-mounts the key's mount on target.
-	Bind(name, target string) error
-	// Stop unmounts the key's mount, which ends its gcsfuse, and removes its files.
-	Stop(name string) error
+	// Alive reports whether the mount still has its server: false once its gcsfuse died, or
+	// when it does not answer within a bound (a mount that cannot answer a statfs cannot
+	// serve a new pod either). Asked before a new target binds a running mount.
+	Alive(mount string) bool
+	// Bind bind-mounts the mount on target.
+	Bind(mount, target string) error
+	// Stop unmounts the mount, which ends its gcsfuse, and removes its files. An error
+	// leaves the mount to be stopped again later.
+	Stop(mount string) error
 }
 
 // Table is the node's shared mounts.
@@ -92,18 +142,47 @@ type Table struct {
 	linger time.Duration
 	ops    Ops
 	log    *slog.Logger
+	// retryDelay is stopRetryDelay (shorter in tests).
+	retryDelay time.Duration
 
+	// mu guards the maps and every field of keyState and mount below marked so; it is never
+	// held across an effect.
 	mu      sync.Mutex
-	live    map[string]*entry // by name: the mount new targets bind
-	targets map[string]*entry // by target: the mount it binds, live or dead
+	keys    map[string]*keyState
+	mounts  map[string]*mount // by name: every mount not stopped yet
+	targets map[string]*mount // by target: the mount it binds, live or dead
 	closed  bool
+	// gen is the last generation given: one counter for the node, started at the time in
+	// milliseconds and raised above every generation found at start-up, so that a name is
+	// never given twice, not even across a node plugin's restart (the mounter, which
+	// outlives it, may still hold a stopped mount's volume under its name for a moment).
+	gen uint64
 }
 
-type entry struct {
+// keyState is one key's mounts, and the lock of its effects.
+type keyState struct {
+	name string
+	// effects is held across every effect for the key (Ops, Publish's use).
+	effects sync.Mutex
+
+	// Guarded by Table.mu:
+	refs   int               // calls holding or waiting for effects: the state is dropped at 0 with no mounts
+	cur    *mount            // the mount new targets bind; nil when none, or it died
+	mounts map[string]*mount // every generation not stopped yet, by mount name
+}
+
+// mount is one generation of a key's mount. Guarded by Table.mu.
+type mount struct {
+	key   *keyState
 	name  string
 	users map[string]User
-	timer *time.Timer
 	dead  bool
+	timer *time.Timer
+	// armed counts the timers set: a timer that fires after another replaced it (or after a
+	// bind cancelled it) finds the count moved on and does nothing.
+	armed    uint64
+	stopping bool
+	failures int // stops that failed
 	// restored: found at start-up, so a death before it would have gone unreported.
 	restored bool
 }
@@ -119,165 +198,339 @@ func New(ops Ops, linger time.Duration, log *slog.Logger) (*Table, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Table{linger: linger, ops: ops, log: log, live: map[string]*entry{}, targets: map[string]*entry{}}, nil
+	return &Table{linger: linger, ops: ops, log: log, retryDelay: stopRetryDelay, keys: map[string]*keyState{}, mounts: map[string]*mount{},
+		targets: map[string]*mount{}, gen: uint64(time.Now().UnixMilli())}, nil
 }
 
-// Publish binds u.Target to the key's mount, starting the mount first (start) when the key
-// has none, or only a dead one. started says whether this call started it.
-func (t *Table) Publish(name string, u User, start func() error) (started bool, err error) {
+// errStopping is the answer to a call after Close.
+var errStopping = errors.New("the node plugin is stopping")
+
+// keyLocked returns key's state with a reference taken (t.mu held), creating it.
+func (t *Table) keyLocked(key string) *keyState {
+	ks := t.keys[key]
+	if ks == nil {
+		ks = &keyState{name: key, mounts: map[string]*mount{}}
+		t.keys[key] = ks
+	}
+	ks.refs++
+	return ks
+}
+
+// release ends a call that held ks's effects lock and a reference to it.
+func (t *Table) release(ks *keyState) {
+	ks.effects.Unlock()
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	ks.refs--
+	t.dropIfUnusedLocked(ks)
+	t.mu.Unlock()
+}
+
+func (t *Table) dropIfUnusedLocked(ks *keyState) {
+	if ks.refs == 0 && len(ks.mounts) == 0 && t.keys[ks.name] == ks {
+		delete(t.keys, ks.name)
+	}
+}
+
+// Publish binds u.Target to key's mount. use runs under the key's lock with the mount's
+// name before the bind: start true when there is no mount to bind (none, or only a dead
+// one), and use must then start one under that name (mount it, offer it, write what its
+// gcsfuse reads); start false when it joins the running one (use writes what this target
+// brings, e.g. a fresher token). A use that fails leaves the table as it was: cleaning up
+// what a failed start made is use's. started says whether this call started the mount.
+func (t *Table) Publish(key string, u User, use func(mount string, start bool) error) (name string, started bool, err error) {
+	t.mu.Lock()
 	if t.closed {
-		return false, errors.New("the node plugin is stopping")
+		t.mu.Unlock()
+		return "", false, errStopping
 	}
 	if old := t.targets[u.Target]; old != nil {
-		return false, fmt.Errorf("target %s is already bound to %s", u.Target, old.name)
+		t.mu.Unlock()
+		return "", false, fmt.Errorf("target %s is already bound to %s", u.Target, old.name)
 	}
-	e := t.live[name]
-	if e != nil && !e.dead && !t.ops.Alive(name) {
+	ks := t.keyLocked(key)
+	t.mu.Unlock()
+	ks.effects.Lock()
+	defer t.release(ks)
+
+	t.mu.Lock()
+	m, closed := ks.cur, t.closed
+	t.mu.Unlock()
+	if closed {
+		return "", false, errStopping
+	}
+	if m != nil && !t.ops.Alive(m.name) {
 		// Its death may not be reported yet (the mounter's report races this publish), or
 		// was never seen (a mount found at start-up).
-		t.log.Warn("a shared mount has lost its gcsfuse; starting a new one", "key", name, "heldBy", len(e.users), "foundAtStart", e.restored)
-		e.dead = true
+		t.mu.Lock()
+		t.log.Warn("a shared mount has lost its gcsfuse; starting a new one", "mount", m.name, "heldBy", len(m.users), "foundAtStart", m.restored)
+		t.markDeadLocked(m)
+		t.mu.Unlock()
+		m = nil
 	}
-	if e == nil || e.dead {
-		if err := start(); err != nil {
-			return false, err
+	if m == nil {
+		t.mu.Lock()
+		t.gen++
+		name = MountName(key, t.gen)
+		t.mu.Unlock()
+		if err := use(name, true); err != nil {
+			return name, false, err
 		}
-		e = &entry{name: name, users: map[string]User{}}
-		t.live[name] = e
+		m = &mount{key: ks, name: name, users: map[string]User{}}
+		t.mu.Lock()
+		ks.cur = m
+		ks.mounts[name] = m
+		t.mounts[name] = m
+		t.mu.Unlock()
 		started = true
+	} else if err := use(m.name, false); err != nil {
+		return m.name, false, err
 	}
-	if err := t.ops.Bind(name, u.Target); err != nil {
-		if len(e.users) == 0 {
-			t.lingerLocked(e)
+	if err := t.ops.Bind(m.name, u.Target); err != nil {
+		t.mu.Lock()
+		if len(m.users) == 0 {
+			t.lingerLocked(m)
 		}
-		return started, err
+		t.mu.Unlock()
+		return m.name, started, err
 	}
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
-	e.users[u.Target] = u
-	t.targets[u.Target] = e
-	return started, nil
+	t.mu.Lock()
+	m.users[u.Target] = u
+	t.targets[u.Target] = m
+	t.cancelLocked(m)
+	t.mu.Unlock()
+	return m.name, started, nil
 }
 
-// Unbound records that target no longer binds its key's mount (the caller unmounted it).
-// It returns the key's name ("" when the target was not a shared one) and how many targets
-// still use the key; at zero the key's mount stops after the linger.
-func (t *Table) Unbound(target string) (name string, remaining int) {
+// WithTarget runs f under the lock of the key whose mount target binds, with the mount's
+// name (a republish's fresh token goes to that mount's files, never beside its stop). bound
+// is false, and f not run, when target binds no shared mount.
+func (t *Table) WithTarget(target string, f func(mount string) error) (bound bool, err error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.targets[target]
-	if e == nil {
+	m := t.targets[target]
+	if m == nil {
+		t.mu.Unlock()
+		return false, nil
+	}
+	ks := m.key
+	ks.refs++
+	t.mu.Unlock()
+	ks.effects.Lock()
+	defer t.release(ks)
+	t.mu.Lock()
+	still := t.targets[target] == m
+	t.mu.Unlock()
+	if !still { // unbound while this call waited
+		return false, nil
+	}
+	return true, f(m.name)
+}
+
+// Unbound records that target no longer binds its mount (the caller unmounted it). then,
+// when not nil, runs under the key's lock with the mount's name and how many targets still
+// bind it (e.g. to hand the mount another pod's token). It returns the mount's name (""
+// when the target was not a shared one) and that count; at zero the mount stops after the
+// linger.
+func (t *Table) Unbound(target string, then func(mount string, remaining int)) (name string, remaining int) {
+	t.mu.Lock()
+	m := t.targets[target]
+	if m == nil {
+		t.mu.Unlock()
+		return "", 0
+	}
+	ks := m.key
+	ks.refs++
+	t.mu.Unlock()
+	ks.effects.Lock()
+	defer t.release(ks)
+	t.mu.Lock()
+	if t.targets[target] != m {
+		t.mu.Unlock()
 		return "", 0
 	}
 	delete(t.targets, target)
-	delete(e.users, target)
-	if len(e.users) == 0 {
-		t.lingerLocked(e)
+	delete(m.users, target)
+	remaining = len(m.users)
+	if remaining == 0 {
+		t.lingerLocked(m)
 	}
-	return e.name, len(e.users)
+	t.mu.Unlock()
+	if then != nil {
+		then(m.name, remaining)
+	}
+	return m.name, remaining
 }
 
-// NameOf returns the name of the key whose mount target binds ("" when none).
+// NameOf returns the name of the mount target binds ("" when none).
 func (t *Table) NameOf(target string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.targets[target]; e != nil {
-		return e.name
+	if m := t.targets[target]; m != nil {
+		return m.name
 	}
 	return ""
 }
 
-// lingerLocked schedules the stop of an unused key: at once for a dead one (nothing serves
-// it), after the linger for a live one.
-func (t *Table) lingerLocked(e *entry) {
-	if e.timer != nil {
-		e.timer.Stop()
+// cancelLocked stops m's timer: a target binds it again.
+func (t *Table) cancelLocked(m *mount) {
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
 	}
+	m.armed++
+}
+
+// lingerLocked schedules the stop of an unused mount: at once for a dead one (nothing
+// serves it), after the linger for a live one.
+func (t *Table) lingerLocked(m *mount) {
 	d := t.linger
-	if e.dead {
+	if m.dead {
 		d = 0
 	}
-	e.timer = time.AfterFunc(d, func() { t.expire(e) })
+	t.armLocked(m, d)
 }
 
-// expire stops e if nothing bound it again meanwhile.
-func (t *Table) expire(e *entry) {
+func (t *Table) armLocked(m *mount, d time.Duration) {
+	t.cancelLocked(m)
+	if t.closed {
+		return
+	}
+	armed := m.armed
+	m.timer = time.AfterFunc(d, func() { t.expire(m, armed) })
+}
+
+// expire stops m if nothing bound it again meanwhile and no later timer replaced this one.
+func (t *Table) expire(m *mount, armed uint64) {
+	t.mu.Lock()
+	if t.closed || m.armed != armed {
+		t.mu.Unlock()
+		return
+	}
+	ks := m.key
+	ks.refs++
+	t.mu.Unlock()
+	ks.effects.Lock()
+	defer t.release(ks)
+	t.mu.Lock()
+	if t.closed || m.armed != armed || len(m.users) > 0 || m.stopping {
+		t.mu.Unlock()
+		return
+	}
+	m.timer = nil
+	m.stopping = true
+	if ks.cur == m {
+		ks.cur = nil // no new target binds a mount being stopped
+	}
+	t.mu.Unlock()
+	err := t.ops.Stop(m.name)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(e.users) > 0 || t.closed {
-		return
+	m.stopping = false
+	if err != nil {
+		m.failures++
+		if m.failures < stopRetries {
+			d := t.retryDelay << (m.failures - 1)
+			t.log.Warn("cannot stop an unused shared mount; trying again", "mount", m.name, "err", err, "attempt", m.failures, "retryIn", d.String())
+			t.armLocked(m, d)
+			return
+		}
+		t.log.Error("cannot stop an unused shared mount; giving up: its mount point and files stay on the node", "mount", m.name, "err", err, "attempts", m.failures)
+	} else {
+		t.log.Info("shared mount stopped: no pod used it for the linger", "mount", m.name, "linger", t.linger.String(), "dead", m.dead)
 	}
-	e.timer = nil
-	if t.live[e.name] != e {
-		return // replaced after it died: its mount point belongs to the new one
+	delete(ks.mounts, m.name)
+	delete(t.mounts, m.name)
+	if ks.cur == m {
+		ks.cur = nil
 	}
-	delete(t.live, e.name)
-	if err := t.ops.Stop(e.name); err != nil {
-		t.log.Warn("cannot stop an unused shared mount", "key", e.name, "err", err)
-		return
-	}
-	t.log.Info("shared mount stopped: no pod used it for the linger", "key", e.name, "linger", t.linger.String(), "dead", e.dead)
 }
 
-// Died marks the key's live mount dead (its gcsfuse exited while mounted) and returns the
-// targets that held it, to be told. The next Publish of the key starts a new mount; the
+// markDeadLocked marks m dead: no new target binds it, and it stops once its last target
+// is gone.
+func (t *Table) markDeadLocked(m *mount) {
+	m.dead = true
+	if m.key.cur == m {
+		m.key.cur = nil
+	}
+	if len(m.users) == 0 && !m.stopping {
+		t.lingerLocked(m)
+	}
+}
+
+// Died marks the mount dead (its gcsfuse exited while mounted) and returns the targets
+// that held it, to be told. Only that generation: a late report about a mount that was
+// replaced leaves its replacement alone. The next Publish of the key starts a new mount; the
 // dead one's targets keep failing until their pods end.
-func (t *Table) Died(name string) []User {
+func (t *Table) Died(mountName string) []User {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.live[name]
-	if e == nil || e.dead {
+	m := t.mounts[mountName]
+	if m == nil || m.dead {
 		return nil
 	}
-	e.dead = true
-	if len(e.users) == 0 {
-		t.lingerLocked(e)
-	}
-	return sortedUsers(e)
+	t.markDeadLocked(m)
+	return sortedUsers(m)
 }
 
-// Users returns the targets of the key's live mount, sorted by target.
-func (t *Table) Users(name string) []User {
+// Dead reports whether the mount's gcsfuse was reported or found gone.
+func (t *Table) Dead(mountName string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.live[name]
-	if e == nil {
-		return nil
-	}
-	return sortedUsers(e)
+	m := t.mounts[mountName]
+	return m != nil && m.dead
 }
 
-// Snapshot returns the targets of every live key's mount, by key name.
+// Users returns the targets that bind the mount, sorted by target.
+func (t *Table) Users(mountName string) []User {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.mounts[mountName]; m != nil {
+		return sortedUsers(m)
+	}
+	return nil
+}
+
+// Snapshot returns the targets of every live mount, by mount name.
 func (t *Table) Snapshot() map[string][]User {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string][]User, len(t.live))
-	for name, e := range t.live {
-		if !e.dead {
-			out[name] = sortedUsers(e)
+	out := map[string][]User{}
+	for name, m := range t.mounts {
+		if !m.dead && !m.stopping {
+			out[name] = sortedUsers(m)
 		}
 	}
 	return out
 }
 
-// Restore records a key's mount found at start-up, with the targets that bind it: the
-// previous node plugin made them and they kept serving. A key found with no target
-// lingers again.
-func (t *Table) Restore(name string, users []User) {
+// Restore records a mount found at start-up, with the targets that bind it: the previous
+// node plugin made them and they kept serving. Of a key's mounts, the newest generation is
+// the one new targets bind (if it is alive when they come); one found with no target
+// lingers again. A name that is not a mount's is ignored.
+func (t *Table) Restore(mountName string, users []User) {
+	key, gen, ok := ParseMount(mountName)
+	if !ok {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := &entry{name: name, users: map[string]User{}, restored: true}
-	for _, u := range users {
-		e.users[u.Target] = u
-		t.targets[u.Target] = e
+	ks := t.keys[key]
+	if ks == nil {
+		ks = &keyState{name: key, mounts: map[string]*mount{}}
+		t.keys[key] = ks
 	}
-	t.live[name] = e
-	if len(e.users) == 0 {
-		t.lingerLocked(e)
+	m := &mount{key: ks, name: mountName, users: map[string]User{}, restored: true}
+	for _, u := range users {
+		m.users[u.Target] = u
+		t.targets[u.Target] = m
+	}
+	ks.mounts[mountName] = m
+	t.mounts[mountName] = m
+	if cur := ks.cur; cur == nil || gen > generation(cur.name) {
+		ks.cur = m
+	}
+	t.gen = max(t.gen, gen)
+	if len(m.users) == 0 {
+		t.lingerLocked(m)
 	}
 }
 
@@ -287,16 +540,20 @@ func (t *Table) Close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
-	for _, e := range t.live {
-		if e.timer != nil {
-			e.timer.Stop()
-		}
+	for _, m := range t.mounts {
+		t.cancelLocked(m)
 	}
 }
 
-func sortedUsers(e *entry) []User {
-	out := make([]User, 0, len(e.users))
-	for _, u := range e.users {
+// generation is a mount name's generation (0 for a name that is not a mount's).
+func generation(mountName string) uint64 {
+	_, gen, _ := ParseMount(mountName)
+	return gen
+}
+
+func sortedUsers(m *mount) []User {
+	out := make([]User, 0, len(m.users))
+	for _, u := range m.users {
 		out = append(out, u)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })

@@ -388,6 +388,28 @@ func listDir(dir *os.File) ([]string, error) {
 	return names, nil
 }
 
+// removeVolumeDirs removes, in the node's mounter, the directories gcsfuse had for a
+// volume that ended: its temp, write-staging and file-cache directories, and with all its
+// whole per-volume directory. The mounter outlives its volumes (each mount of a key is a
+// new one, named by generation), so what a pod's sidecar leaves to its emptyDirs' deletion
+// would pile up here. gcsfuse has exited: nothing writes there any more.
+func (s *Sidecar) removeVolumeDirs(volume string, all bool) {
+	dirs := []string{podfiles.At(s.cfg.TmpDir).VolumeTempDir(volume)}
+	if all {
+		dirs[0] = podfiles.At(s.cfg.TmpDir).VolumeDir(volume)
+	}
+	for _, root := range []string{s.cfg.BufferDir, s.cfg.CacheDir} {
+		if root != "" {
+			dirs = append(dirs, filepath.Join(root, volume))
+		}
+	}
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			s.log.Warn("cannot remove an ended volume's directory", "volume", volume, "dir", d, "err", err)
+		}
+	}
+}
+
 // volumeEnded handles the end of one volume: a gcsfuse that exited, or an offer that could
 // not be served. A failure is recorded and answered; it never stops the other volumes,
 // which the app may still be writing through.
@@ -399,6 +421,10 @@ func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 	serving = len(s.volumes)
 	s.mu.Unlock()
 	s.cfg.Metrics.gcsfuseExit(res)
+	if s.cfg.Mode == contract.ModeShared {
+		// After the switch below: its taken record's removal opens (makes) the directory.
+		defer s.removeVolumeDirs(res.Volume, res.Clean)
+	}
 	switch {
 	case res.Clean:
 		// The node plugin unmounted it: a restarted container must not count it as lost.

@@ -281,12 +281,14 @@ func credMode() string {
 // grants) appears in the logs of the node plugin, the webhook and the sidecars, in the
 // namespace's Events, or in the flags of the driver's processes.
 func TestCredentials(t *testing.T) {
+	t.Parallel()
 	needRoot(t) // reads the credential files on the node
 	t.Run("cases", func(t *testing.T) {
 		t.Run("federation", testFederation)
 		t.Run("secret-key", testSecretKey)
 		t.Run("secret-key-pv", testSecretKeyPV)
-		t.Run("refresh", testRefresh)
+		t.Run("refresh", func(t *testing.T) { testRefresh(t, false) })
+		t.Run("refresh-shared", func(t *testing.T) { testRefresh(t, true) })
 		t.Run("access-granted-later", testAccessGrantedLater)
 	})
 	checkNoSecrets(t)
@@ -535,11 +537,20 @@ func testSecretKeyPV(t *testing.T) {
 }
 
 // testRefresh: a pod reads and writes through federation for 75 s, more than two
-// lifetimes of the emulator's 30-second access tokens: gcsfuse exchanges the token file
-// again whenever its access token runs out, and no request fails.
-func testRefresh(t *testing.T) {
+// lifetimes of the emulator's 30-second access tokens and seven of the kubelet's republish
+// periods (syncFrequency 10 s in hack/cluster-up.sh): every republish succeeds, gcsfuse
+// exchanges the token file again whenever its access token runs out, and no request fails.
+// Shared, the volume is the node's mounter's, and each republish rewrites the sharing key's
+// token file.
+func testRefresh(t *testing.T, shared bool) {
 	t.Parallel()
-	identity := createServiceAccount(t, "wif-long")
+	sa := "wif-long"
+	attrs := map[string]string{contract.AttrWorkloadIdentityProvider: localProvider}
+	if shared {
+		sa = "wif-long-shared"
+		attrs[contract.AttrMountMode] = contract.MountModeShared
+	}
+	identity := createServiceAccount(t, sa)
 	bucket := newBucket(t)
 	setPolicy(t, bucket, identity)
 	const readSize = 64 << 10
@@ -547,8 +558,8 @@ func testRefresh(t *testing.T) {
 	pod := podName(t, "")
 	const every, runFor = 5 * time.Second, 75 * time.Second
 	createPod(t, pod, podOpts{
-		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "wif-long",
-		attrs:   map[string]string{contract.AttrWorkloadIdentityProvider: localProvider},
+		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: sa,
+		attrs:   attrs,
 		volumes: []volume{{"bucket", bucket, mountPath}},
 		args: []string{"loop", "-dir", mountPath, "-prefix", "p", "-bytes", strconv.Itoa(readSize), "-every", every.String(), "-for", runFor.String(),
 			"-read", "input.bin", "-read-bytes", strconv.Itoa(readSize)},

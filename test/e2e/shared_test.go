@@ -33,10 +33,12 @@ func bucketGcsfuse(bucket string) []int {
 }
 
 // The shared mount mode on the cluster: a Job whose volume is shared completes with no
-// sidecar injected and its bytes in the bucket; many pods of one key are served by one
-// gcsfuse in the node's mounter (sharedPods of them); a pod of another service account gets
-// its own.
+// sidecar injected and its bytes in the bucket; a burst of pods over many keys all succeed;
+// a killed gcsfuse, deletion mid-write, quotas, hooks, users' sidecars and identities (the
+// node plugin's restart under shared mounts: TestSharedNodePluginRestart). Parallel with the
+// other tests: nothing here touches what they use.
 func TestSharedMountMode(t *testing.T) {
+	t.Parallel()
 	bucket := newBucket(t)
 	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
 
@@ -61,73 +63,39 @@ func TestSharedMountMode(t *testing.T) {
 		}
 	})
 
-	t.Run("many-pods-one-gcsfuse", func(t *testing.T) {
-		var names []string
-		for i := range sharedPods {
-			n := podName(t, "p"+strconv.Itoa(i))
-			createPod(t, n, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
-				args: []string{"sleep", "-for", "5m"}})
-			names = append(names, n)
+	// A burst of Job-shaped pods over many keys, created at once, each writing 1 MiB: every
+	// key's first publishes start its mount while others of the key wait on its lock, so
+	// every pod succeeds with its object whole (two of 60 once got EIO on a mount that was
+	// there: an offer the mounter ignored, a bind to a mount that did not answer).
+	t.Run("burst-many-keys", func(t *testing.T) {
+		const keys, perKey = 10, 6
+		var buckets []string
+		for range keys {
+			buckets = append(buckets, newBucket(t))
 		}
-		for _, n := range names {
-			waitPod(t, n, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		type job struct{ name, bucket string }
+		var jobs []job
+		for i := range keys * perKey {
+			j := job{podName(t, "b"+strconv.Itoa(i)), buckets[i%keys]}
+			createPod(t, j.name, podOpts{restart: corev1.RestartPolicyNever, attrs: sharedAttrs,
+				volumes: []volume{{name: "data", bucket: j.bucket, path: mountPath}},
+				args:    []string{"write", "-dir", mountPath, "-name", j.name + ".bin", "-bytes", strconv.Itoa(mib)}})
+			jobs = append(jobs, j)
 		}
-		pids := bucketGcsfuse(bucket)
-		if len(pids) != 1 {
-			t.Fatalf("%d gcsfuse processes serve the %d pods' bucket (%v), want 1", len(pids), sharedPods, pids)
-		}
-		// Metrics: one series per pod volume naming its key, and the mounter's gcsfuse
-		// series under that key (gcsfuse's counters are polled: wait for them).
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			mfs := scrapeNodePlugin(t)
-			_, users := sample(mfs, "gcsfuse_csi_shared_mount_pods", map[string]string{"namespace": ns, "volume": "data"})
-			key := ""
-			if mf := mfs["gcsfuse_csi_shared_mount_pods"]; mf != nil {
-				for _, m := range mf.Metric {
-					for _, l := range m.Label {
-						if l.GetName() == "key" && key == "" {
-							key = l.GetValue()
-						}
-					}
-				}
+		failed := 0
+		for _, j := range jobs {
+			p := waitPod(t, j.name, 3*time.Minute, "terminal", terminal)
+			if p.Status.Phase != corev1.PodSucceeded {
+				failed++
+				t.Errorf("pod %s (bucket %s): %s\n%s\n%s", j.name, j.bucket, p.Status.Phase, logs(j.name, appContainer), podEvents(j.name))
 			}
-			_, series := sample(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"pod": contract.SharedMounterContainerName, "bucket": bucket})
-			if users >= sharedPods && series > 0 && key != "" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node plugin metrics: %d shared-mount pod series (want %d), %d mounter gcsfuse series for the bucket (want some)", users, sharedPods, series)
-			}
-			time.Sleep(time.Second)
 		}
-		// The node plugin restarted: the serving mount is untouched, and the next pod of
-		// the key binds the same gcsfuse.
-		restartNodePlugin(t)
-		late := podName(t, "late")
-		createPod(t, late, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
-			args: []string{"write", "-dir", mountPath, "-name", "late.bin", "-bytes", "4096"}})
-		waitPod(t, late, 90*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
-		expectObject(t, bucket, "late.bin", 4096)
-		if after := bucketGcsfuse(bucket); len(after) != 1 || after[0] != pids[0] {
-			t.Fatalf("gcsfuse %v after the node plugin's restart, want the same %v", after, pids)
+		if failed > 0 {
+			t.Fatalf("%d of %d pods failed", failed, len(jobs))
 		}
-		// Another service account is another key: its own gcsfuse.
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "shared-other", Namespace: ns}}
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		other := podName(t, "other")
-		createPod(t, other, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs, serviceAccount: "shared-other",
-			args: []string{"sleep", "-for", "5m"}})
-		waitPod(t, other, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-		if pids := bucketGcsfuse(bucket); len(pids) != 2 {
-			t.Fatalf("%d gcsfuse processes after a pod of another service account (%v), want 2", len(pids), pids)
-		}
-		for _, n := range append(names, other) {
-			if err := cs.CoreV1().Pods(ns).Delete(context.Background(), n, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
-				t.Fatal(err)
-			}
+		for _, j := range jobs {
+			expectObject(t, j.bucket, j.name+".bin", mib)
+			deleteNow(t, j.name)
 		}
 	})
 
@@ -277,4 +245,82 @@ func TestSharedMountMode(t *testing.T) {
 		deleteNow(t, ok)
 		deleteNow(t, stranger)
 	})
+}
+
+// Many pods of one key on the node (sharedPods) are served by one gcsfuse in the node's
+// mounter, with metrics naming their mount; the node plugin restarted under them leaves that
+// gcsfuse serving, and the next pod of the key binds it; a pod of another service account
+// gets its own. Serial: it restarts the node plugin, and counts the node plugin's shared-mount
+// series.
+func TestSharedNodePluginRestart(t *testing.T) {
+	bucket := newBucket(t)
+	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
+	var names []string
+	for i := range sharedPods {
+		n := podName(t, "p"+strconv.Itoa(i))
+		createPod(t, n, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
+			args: []string{"sleep", "-for", "5m"}})
+		names = append(names, n)
+	}
+	for _, n := range names {
+		waitPod(t, n, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	pids := bucketGcsfuse(bucket)
+	if len(pids) != 1 {
+		t.Fatalf("%d gcsfuse processes serve the %d pods' bucket (%v), want 1", len(pids), sharedPods, pids)
+	}
+	// Metrics: one series per pod volume naming its key, and the mounter's gcsfuse
+	// series under that key (gcsfuse's counters are polled: wait for them).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mfs := scrapeNodePlugin(t)
+		_, users := sample(mfs, "gcsfuse_csi_shared_mount_pods", map[string]string{"namespace": ns, "volume": "data"})
+		key := ""
+		if mf := mfs["gcsfuse_csi_shared_mount_pods"]; mf != nil {
+			for _, m := range mf.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "key" && key == "" {
+						key = l.GetValue()
+					}
+				}
+			}
+		}
+		_, series := sample(mfs, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"pod": contract.SharedMounterContainerName, "bucket": bucket})
+		if users >= sharedPods && series > 0 && key != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node plugin metrics: %d shared-mount pod series (want %d), %d mounter gcsfuse series for the bucket (want some)", users, sharedPods, series)
+		}
+		time.Sleep(time.Second)
+	}
+	// The node plugin restarted: the serving mount is untouched, and the next pod of
+	// the key binds the same gcsfuse.
+	restartNodePlugin(t)
+	late := podName(t, "late")
+	createPod(t, late, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
+		args: []string{"write", "-dir", mountPath, "-name", "late.bin", "-bytes", "4096"}})
+	waitPod(t, late, 90*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	expectObject(t, bucket, "late.bin", 4096)
+	if after := bucketGcsfuse(bucket); len(after) != 1 || after[0] != pids[0] {
+		t.Fatalf("gcsfuse %v after the node plugin's restart, want the same %v", after, pids)
+	}
+	// Another service account is another key: its own gcsfuse.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "shared-other", Namespace: ns}}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := podName(t, "other")
+	createPod(t, other, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs, serviceAccount: "shared-other",
+		args: []string{"sleep", "-for", "5m"}})
+	waitPod(t, other, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if pids := bucketGcsfuse(bucket); len(pids) != 2 {
+		t.Fatalf("%d gcsfuse processes after a pod of another service account (%v), want 2", len(pids), pids)
+	}
+	for _, n := range append(names, other) {
+		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), n, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 }

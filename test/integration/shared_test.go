@@ -2,11 +2,13 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -360,5 +362,196 @@ func TestSharedFailedPublishLeavesNothing(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
 		t.Fatalf("the node plugin wrote through the symlink: %v", entries)
+	}
+}
+
+// The kubelet republishes a shared target about every minute (requiresRepublish, the
+// chart's default with a token audience) and retries a first publish that timed out: both
+// succeed (CSI idempotency), the fresh token reaches the key's file, which the mounter's
+// gcsfuse reads at each exchange, and the mount keeps working once the first token is
+// worthless.
+func TestSharedRepublish(t *testing.T) {
+	const lifetime = 3 * time.Second
+	a := newAuthEnvWith(t, lifetime, true, "bucket-repub")
+	a.layer.SetPolicy("bucket-repub", &emulatorauth.Policy{Writers: []string{appIdentity}})
+	if _, err := a.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := a.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok1 := ksaToken("first")
+	a.rev.add(tok1, appIdentity)
+	req := federated(pod, "bucket-repub", tok1)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The same request again: a retry after the kubelet's timeout.
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("a retried publish of a shared target: %v, want success", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(a.MounterDir(), "credentials", "*", "token"))
+	if len(files) != 1 {
+		t.Fatalf("token files %v, want the key's one", files)
+	}
+	for i := range 3 {
+		tok := ksaToken("republish-" + itoa(i))
+		a.rev.add(tok, appIdentity)
+		if err := pod.PublishReq(ctx(t), federated(pod, "bucket-repub", tok)); err == nil {
+			t.Fatal("a republish without the shared mode's attribute (another volume) succeeded")
+		}
+		again := federated(pod, "bucket-repub", tok)
+		again.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+		if err := pod.PublishReq(ctx(t), again); err != nil {
+			t.Fatalf("republish %d of a shared target: %v, want success", i, err)
+		}
+		if b, _ := os.ReadFile(files[0]); string(b) != tok {
+			t.Fatalf("republish %d: the key's token file does not carry the fresh token", i)
+		}
+		a.rev.revoke(tok1) // only the fresh tokens authenticate from now on
+	}
+	time.Sleep(2*lifetime + time.Second) // every access token got with the first token has expired
+	data := randomBytes(t, 4096)
+	if err := writeFile(filepath.Join(pod.Target("data"), "after-republish"), data); err != nil {
+		t.Fatalf("a write after the republishes: %v", err)
+	}
+	requireObjectIn(t, a.emu, "bucket-repub", "after-republish", data)
+	if err := pod.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Without the node's mounter running (crash-looping, unschedulable, not started yet), a
+// shared publish fails within the offer's wait, as Unavailable naming the mounter, and
+// leaves nothing behind: never a pod bound to a mount nobody serves, which would hang at its
+// first access. Once the mounter runs, the kubelet's retry succeeds.
+func TestSharedMounterNotRunning(t *testing.T) {
+	emu.CreateBucketWithOpts(fakestorageBucket("bkt-nomounter-running"))
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true,
+		SharedLinger: sharedLinger, SharedOfferWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", "bkt-nomounter-running", "", false)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	start := time.Now()
+	err = pod.PublishReq(ctx(t), req)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), contract.SharedMounterContainerName) {
+		t.Fatalf("publish without a mounter: %v, want Unavailable naming %s", err, contract.SharedMounterContainerName)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the publish failed after %s, want about the offer's wait (1 s)", d)
+	}
+	if m, _ := fusemount.Lookup(pod.Target("data")); m != nil {
+		t.Fatal("the failed publish mounted the target")
+	}
+	mnts, _ := os.ReadDir(filepath.Join(filepath.Dir(e.MounterDir()), "mnt"))
+	if len(mnts) != 0 {
+		t.Fatalf("the failed publish left %d entries under mnt/", len(mnts))
+	}
+	if files, _ := filepath.Glob(filepath.Join(e.MounterDir(), "credentials", "*")); len(files) != 0 {
+		t.Fatalf("the failed publish left credentials: %v", files)
+	}
+	if socks, _ := filepath.Glob(filepath.Join(e.MounterDir(), podfiles.HandoffDir, "*")); len(socks) != 0 {
+		t.Fatalf("the failed publish left hand-off sockets: %v", socks)
+	}
+	if _, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("the retry once the mounter runs: %v", err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(t, 4096)
+	if err := writeFile(filepath.Join(pod.Target("data"), "after-retry"), data); err != nil {
+		t.Fatal(err)
+	}
+	requireObject(t, "bkt-nomounter-running", "after-retry", data)
+	if err := pod.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Pods of one key come and go at the moment its mount's linger expires, again and again,
+// two at a time: each pod's mount serves it (its write reaches the bucket and reads back),
+// no key is left wedged (the last pod's mount serves too), and once every pod has left
+// every generation's mount, files and gcsfuse are gone.
+func TestSharedPublishesRacingTheLinger(t *testing.T) {
+	const bucket, rounds = "bkt-linger-race", 25
+	e, _ := newSharedEnv(t, bucket)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	for w := range 2 {
+		wg.Go(func() {
+			for i := range rounds {
+				pod, err := e.NewPod()
+				if err == nil {
+					req := pod.PublishRequest("data", bucket, "", false)
+					req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+					err = pod.PublishReq(ctx(t), req)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d round %d: publish: %w", w, i, err)
+					return
+				}
+				name := fmt.Sprintf("w%d-%d", w, i)
+				data := []byte(name)
+				if err := writeFile(filepath.Join(pod.Target("data"), name), data); err != nil {
+					errs <- fmt.Errorf("worker %d round %d: write: %w", w, i, err)
+				} else if got, err := os.ReadFile(filepath.Join(pod.Target("data"), name)); err != nil || string(got) != name {
+					errs <- fmt.Errorf("worker %d round %d: read back %q: %v", w, i, got, err)
+				}
+				if err := pod.Unpublish(ctx(t), "data"); err != nil {
+					errs <- fmt.Errorf("worker %d round %d: unpublish: %w", w, i, err)
+					return
+				}
+				// Around the linger: the next publish lands before, at or after its expiry.
+				time.Sleep(sharedLinger * time.Duration(4+(i*3+w)%5) / 6)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for w := range 2 {
+		for i := range rounds {
+			name := fmt.Sprintf("w%d-%d", w, i)
+			requireObject(t, bucket, name, []byte(name))
+		}
+	}
+	last, _ := sharedPod(t, e, bucket, "default") // not wedged: the key still serves a new pod
+	if err := last.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	waitGcsfuseCount(t, e, 0, sharedLinger+10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mnts, _ := os.ReadDir(filepath.Join(filepath.Dir(e.MounterDir()), "mnt"))
+		creds, _ := filepath.Glob(filepath.Join(e.MounterDir(), "credentials", "*"))
+		vols, _ := filepath.Glob(filepath.Join(e.MounterDir(), "volumes", "*"))
+		if len(mnts)+len(creds)+len(vols) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every pod left: %d mount points, credentials %v, mounter volume dirs %v", len(mnts), creds, vols)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

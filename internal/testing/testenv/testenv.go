@@ -116,6 +116,9 @@ type Options struct {
 	// linger; StartMounter runs its mounter.
 	Shared       bool
 	SharedLinger time.Duration
+	// SharedOfferWait is the node plugin's wait for the mounter to take a shared mount (0:
+	// its default).
+	SharedOfferWait time.Duration
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -173,7 +176,7 @@ func New(o Options) (*Env, error) {
 		// The sidecar runs on the host's paths here, not in a container with the emptyDir at
 		// contract.TmpMountPath.
 		SidecarTmpPath: func(podUID string) string { return e.podTmpDir(podUID) },
-		SharedDir:      e.sharedDir(o.Shared), SharedLinger: o.SharedLinger, MounterTmpPath: filepath.Join(e.sharedDir(o.Shared), "mounter"),
+		SharedDir:      e.sharedDir(o.Shared), SharedLinger: o.SharedLinger, SharedOfferWait: o.SharedOfferWait, MounterTmpPath: filepath.Join(e.sharedDir(o.Shared), "mounter"),
 	}, o.Events, o.Log)
 	if err != nil {
 		return fail(err)
