@@ -89,7 +89,7 @@ run_mode() {
   shift
   dir=$(tests_dir)
   out=${RESULTS:-$ITEST_DIR/results/$mode.json}
-  work=$ITEST_DIR/work/$mode
+  work=${ITEST_WORK:-$ITEST_DIR/work/$mode}
   mkdir -p "$(dirname "$out")"
   # A standalone run that was killed may have left its mounts (under the work directory, its
   # own): the runner empties each suite's directory before it runs it, and refuses to while
@@ -182,15 +182,18 @@ run_cluster() {
   if [ ${#solo[@]} -gt 0 ]; then
     rm -f "$solo_results"
     step "in a lane of their own, beside the others: ${solo[*]%%$'\t'*}"
+    # A work directory of its own: each runner writes its control plane's CA and
+    # credentials there, which its tests read.
     (
       r=0 k=100
       for line in "${solo[@]}"; do
         k=$((k + 1))
-        cluster_suite "$k" "${line%%$'\t'*}" "${line#*$'\t'}" "$solo_results" || r=1
+        ITEST_WORK=$ITEST_DIR/work/mounted-solo cluster_suite "$k" "${line%%$'\t'*}" "${line#*$'\t'}" "$solo_results" || r=1
       done
       exit "$r"
     ) &
     solo_pid=$!
+    trap 'kill "$solo_pid" 2>/dev/null; exit 143' INT TERM
   fi
   for line in "${rest[@]}"; do
     n=$((n + 1))
@@ -198,6 +201,7 @@ run_cluster() {
   done
   if [ -n "$solo_pid" ]; then
     wait "$solo_pid" || rc=1
+    trap - INT TERM
     if [ -f "$solo_results" ]; then
       "$runner" merge "$CLUSTER_RESULTS" "$solo_results" || rc=1
     fi
@@ -241,7 +245,10 @@ case $cmd in
       RESULTS=$fresh run_mode standalone
       suites=()
     else
-      mapfile -t suites < <("$runner" suspects "$ref" "$cluster")
+      # Exits 1, naming them, when the cluster run lacks a suite of the reference.
+      list=$("$runner" suspects "$ref" "$cluster") || exit 1
+      suites=()
+      [ -n "$list" ] && mapfile -t suites <<<"$list"
       if [ ${#suites[@]} = 0 ]; then
         step "every test that passed in the reference ($(basename "$ref")) passed through a pod"
         exec "$runner" compare "$ref" "$cluster"
@@ -256,8 +263,11 @@ case $cmd in
     "$runner" compare "${only[@]}" "$fresh" "$cluster" || rc=$?
     [ "$rc" = 1 ] || exit "$rc"
     step "a test passed standalone and failed through a pod: the cluster run again, once"
-    run_cluster "${suites[@]}" || true
-    exec "$runner" compare "${only[@]}" "$fresh" "$cluster" ;;
+    rerun=0
+    run_cluster "${suites[@]}" || rerun=$?
+    "$runner" compare "${only[@]}" "$fresh" "$cluster" || exit $?
+    [ "$rerun" = 0 ] || { echo "the cluster run again failed (rc=$rerun): a suite's pod did not become Ready" >&2; exit 1; }
+    exit 0 ;;
   reference)
     # Every default suite standalone, then kept as the reference of this gcsfuse version.
     [ -x "$BIN/gcsfuse" ] || "$REPO_ROOT/hack/install-deps.sh"
@@ -266,8 +276,10 @@ case $cmd in
     out=$ITEST_DIR/results/reference-run.json
     rm -f "$out"
     RESULTS=$out run_mode standalone
+    # Checked (every default suite, none failed to run) before the old one goes.
+    "$runner" reference "$out" "$out.trimmed"
     rm -f "$REPO_ROOT"/test/gcsfuse-itests/testdata/reference-v*.json
-    "$runner" reference "$out" "$REPO_ROOT/test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json"
+    mv "$out.trimmed" "$REPO_ROOT/test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json"
     step "test/gcsfuse-itests/testdata/reference-v$GCSFUSE_VERSION.json written" ;;
   standalone | driver | mounted)
     if [ "$cmd" != mounted ] && [ ! -x "$BIN/gcsfuse" ]; then "$REPO_ROOT/hack/install-deps.sh"; fi

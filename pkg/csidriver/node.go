@@ -125,6 +125,9 @@ type NodeServer struct {
 	// sharedEnded is the mounter's report of each shared mount whose gcsfuse ended, by
 	// mount, under mu, until the mount is stopped: a pod bound as it ended is told too.
 	sharedEnded map[string]*handoff.Status
+	// sharedStarting is when the mounter took each shared mount whose gcsfuse has not
+	// reported yet, by mount, under mu (sharedOps.Alive).
+	sharedStarting map[string]time.Time
 }
 
 // sharedPlan is a shared target's mount and latest credentials.
@@ -211,7 +214,8 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 		log = slog.Default()
 	}
 	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
-		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}, sharedEnded: map[string]*handoff.Status{}}
+		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}, sharedEnded: map[string]*handoff.Status{},
+		sharedStarting: map[string]time.Time{}}
 	ns.machineType.Store(&cfg.MachineType)
 	if cfg.SharedDir != "" {
 		if err := ns.prepareSharedDir(); err != nil {
@@ -614,6 +618,13 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 		// A shared volume's fresh token goes to its mount's files, which the mounter reads,
 		// under the key's lock: never beside the mount's stop.
 		bound, err = s.shared.WithTarget(target, func(mount string) error {
+			// A republish that would change who reads (the Secret now holding another
+			// service account's key) must not write its credentials into a mount other pods
+			// share; a rotated key of the same account is the same reader.
+			if prev, ok := s.sharedPlanOf(target); ok && principal(prev) != principal(r.creds) {
+				return status.Errorf(codes.AlreadyExists, "target %s is already published for %s; this publish is for %s (shared mount %s)",
+					target, principal(prev), principal(r.creds), mount)
+			}
 			if err := s.useSharedKey(r, mount, req.GetVolumeContext(), req.GetSecrets()); err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +40,14 @@ const (
 	sharedMountDir   = "mnt"
 	// aliveWait bounds the check that a mount still has its gcsfuse: a dead connection
 	// answers ENOTCONN, or EIO from the mounter, at once; a live one answers in
-	// microseconds, or is busy, and is then taken as alive.
+	// microseconds; one that does not answer in time is taken as not alive.
 	aliveWait = 500 * time.Millisecond
+	// sharedStartGrace: a mount whose gcsfuse has not reported yet (neither serving nor
+	// ended) is starting, and the kernel holds every request, a statfs too, until gcsfuse
+	// answers its INIT (after its bucket check and first token exchange: seconds with real
+	// GCS): it is taken as alive, and bound, for this long after its offer was taken. The
+	// mounter reports the start's end either way; this bounds a report that never comes.
+	sharedStartGrace = 2 * time.Minute
 )
 
 func (s *NodeServer) mounterDir() string { return filepath.Join(s.cfg.SharedDir, sharedMounterDir) }
@@ -114,6 +121,9 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 	key := sharedKey(r).Name()
 	start := time.Now()
 	mount, started, err := s.shared.Publish(key, u, func(mount string, fresh bool) error {
+		if err := ctx.Err(); err != nil { // waited for the key's lock past the kubelet's deadline
+			return status.FromContextError(err).Err()
+		}
 		if err := s.useSharedKey(r, mount, attrs, secrets); err != nil {
 			return err
 		}
@@ -130,6 +140,9 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 		return err
 	})
 	if err != nil {
+		if errors.Is(err, sharedmount.ErrStopping) {
+			return status.Errorf(codes.Unavailable, "volume %s: %v", r.target.VolumeName, err)
+		}
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
@@ -218,6 +231,9 @@ func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan str
 		return nil
 	case <-timer.C:
 	case <-ctx.Done():
+		log.Error("the kubelet's deadline passed before the node's mounter took a shared mount", "mount", r.shared, "waited", time.Since(start).String())
+		return status.Errorf(status.FromContextError(ctx.Err()).Code(), "volume %s (bucket %s): the call ended before the node's shared mounter (container %s) took shared mount %s (%s): is it running?",
+			r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, r.shared, time.Since(start).Round(time.Millisecond))
 	}
 	msg := fmt.Sprintf("volume %s (bucket %s): the node's shared mounter (container %s of the gcsfuse-csi node DaemonSet's mounter pod on this node) did not take shared mount %s within %s: is it running? (kubectl get pods -n <the driver's namespace> -o wide, on this node)",
 		r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, r.shared, time.Since(start).Round(time.Second))
@@ -232,7 +248,12 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken ch
 	readAhead := r.opts.ReadAheadKB
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
-		OnHandedOff: func() { close(taken) },
+		OnHandedOff: func() {
+			s.mu.Lock()
+			s.sharedStarting[name] = time.Now()
+			s.mu.Unlock()
+			close(taken)
+		},
 		OnStatus: func(st *handoff.Status) {
 			s.cfg.Metrics.status(st, publishedAt)
 			if st.State == handoff.StateStarted && readAhead != nil {
@@ -272,6 +293,12 @@ func (s *NodeServer) stopSharedOffer(ctx context.Context, mount string) {
 // replaced mount never touches its replacement.
 func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
 	log = log.With("mount", name, "state", st.State, "ms", st.ElapsedMillis)
+	switch st.State {
+	case handoff.StateStarted, handoff.StateExited, handoff.StateFailed, handoff.StateRefused:
+		s.mu.Lock()
+		delete(s.sharedStarting, name)
+		s.mu.Unlock()
+	}
 	switch st.State {
 	case handoff.StateStarted:
 		log.Info("shared gcsfuse serving")
@@ -316,6 +343,27 @@ func (s *NodeServer) podOf(u sharedmount.User) PodRef {
 		}
 	}
 	return pod
+}
+
+// sharedPlanOf returns a shared target's latest credentials (none for a target found at
+// start-up until its first republish).
+func (s *NodeServer) sharedPlanOf(target string) (*credentials.Plan, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.sharedPlans[target]
+	return p.plan, ok
+}
+
+// principal names who reads with a plan: its kind and identity, without a key's ID (a
+// rotated key of the same service account reads as the same one).
+func principal(p *credentials.Plan) string {
+	id := p.Identity
+	if p.Kind == credentials.KindKey {
+		if i := strings.LastIndex(id, " (key "); i >= 0 {
+			id = id[:i]
+		}
+	}
+	return string(p.Kind) + ": " + id
 }
 
 // rememberPlan records a republished shared target's fresh credentials.
@@ -372,6 +420,12 @@ func (o sharedOps) Bind(name, target string) error {
 // taken as not alive: a new pod bound to it would hang at its first access, where a new
 // mount of the key serves it (the silent one keeps its pods).
 func (o sharedOps) Alive(name string) bool {
+	o.s.mu.Lock()
+	since, starting := o.s.sharedStarting[name]
+	o.s.mu.Unlock()
+	if starting && time.Since(since) < sharedStartGrace {
+		return true
+	}
 	done := make(chan error, 1)
 	go func() { // ends with the call; one stuck on a hung server ends when its mount does
 		var st unix.Statfs_t
@@ -407,6 +461,7 @@ func (o sharedOps) Stop(name string) error {
 	}
 	s.mu.Lock()
 	delete(s.sharedEnded, name)
+	delete(s.sharedStarting, name)
 	s.mu.Unlock()
 	return nil
 }
@@ -436,7 +491,9 @@ func (s *NodeServer) removeSharedFilesErr(name string) error {
 
 // RecoverShared finds the shared mounts a previous node plugin made and the targets that
 // bind them (by device number), so that they keep counting: a restart does not touch a
-// serving mount. Returns how many keys it found.
+// serving mount. What a node plugin killed mid-publish or mid-stop left of a mount that no
+// longer exists (its mount point, credential files, hand-off socket) is removed. Returns how
+// many mounts it found. Called before the gRPC server serves: nothing is being published.
 func (s *NodeServer) RecoverShared() (int, error) {
 	if s.shared == nil {
 		return 0, nil
@@ -446,6 +503,8 @@ func (s *NodeServer) RecoverShared() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	live := map[string]bool{}
+	defer func() { s.removeSharedOrphans(live) }()
 	n := 0
 	for _, mnt := range mounts {
 		name := filepath.Base(mnt)
@@ -469,10 +528,63 @@ func (s *NodeServer) RecoverShared() (int, error) {
 			users = append(users, sharedmount.User{Target: t, PodUID: pt.PodUID, Volume: pt.VolumeName})
 		}
 		s.shared.Restore(name, users)
+		live[name] = true
 		s.log.Info("shared mount found at start-up", "mount", name, "targets", len(users))
 		n++
 	}
 	return n, nil
+}
+
+// removeSharedOrphans removes what belongs to a shared mount that is not live: an empty
+// mount point under mnt/, credential files and a hand-off socket in the mounter's directory
+// (which the mounter's user owns: opened without following a symlink, podpath). Names that
+// are not a mount's are left alone.
+func (s *NodeServer) removeSharedOrphans(live map[string]bool) {
+	orphan := func(name string) bool {
+		_, _, ok := sharedmount.ParseMount(name)
+		return ok && !live[name]
+	}
+	removed := 0
+	if entries, err := os.ReadDir(filepath.Join(s.cfg.SharedDir, sharedMountDir)); err == nil {
+		for _, e := range entries {
+			if orphan(e.Name()) {
+				if err := os.Remove(s.sharedMountPath(e.Name())); err != nil {
+					s.log.Warn("cannot remove a stale shared mount point", "mount", e.Name(), "err", err)
+				} else {
+					removed++
+				}
+			}
+		}
+	}
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		return
+	}
+	defer dir.Close()
+	if vols, err := podfiles.CredentialVolumes(dir); err == nil {
+		for _, v := range vols {
+			if orphan(v) {
+				s.removeSharedFiles(v)
+				removed++
+			}
+		}
+	}
+	if hd, err := podpath.OpenSub(dir, podfiles.HandoffDir); err == nil {
+		names, _ := hd.Readdirnames(-1)
+		for _, name := range names {
+			if v, err := podfiles.HandoffSocketVolume(name); err == nil && orphan(v) {
+				if err := podpath.Remove(hd, name); err != nil {
+					s.log.Warn("cannot remove a stale hand-off socket", "socket", name, "err", err)
+				} else {
+					removed++
+				}
+			}
+		}
+		hd.Close()
+	}
+	if removed > 0 {
+		s.log.Info("removed what a previous node plugin left of shared mounts that no longer exist", "entries", removed)
+	}
 }
 
 // sharedRefusal is the error for a shared volume on a node plugin without the mounter.

@@ -2,7 +2,10 @@ package csidriver
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
 // The sharing key keeps apart what must never share a gcsfuse, and only that: the node's
@@ -95,5 +100,72 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 	<-served
 	if (sharedOps{s}).Alive("shared-dead") {
 		t.Fatal("an aborted mount is taken as alive")
+	}
+}
+
+// A mount whose server does not answer (a gcsfuse hung, or a descriptor nobody reads) is
+// not alive once aliveWait has passed: a new pod must not be bound to it, where it would
+// hang at its first access.
+func TestSharedAliveTimesOut(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	mnt := s.sharedMountPath("shared-silent")
+	if err := os.MkdirAll(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fusemount.Mount(mnt, fusemount.Options{Source: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Close() // aborts the connection: the statfs left waiting returns
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fusemount.Unmount(ctx, mnt, 100*time.Millisecond)
+	})
+	start := time.Now()
+	if (sharedOps{s}).Alive("shared-silent") {
+		t.Fatal("a mount that never answers is taken as alive")
+	}
+	if d := time.Since(start); d < aliveWait || d > aliveWait+2*time.Second {
+		t.Fatalf("Alive answered after %s, want about %s", d, aliveWait)
+	}
+}
+
+// What a node plugin killed mid-publish or mid-stop left of a shared mount that no longer
+// exists goes at the next start; a live mount's files and names that are not a mount's stay.
+func TestSharedOrphansRemoved(t *testing.T) {
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	gone, live := sharedmount.MountName(key, 5), sharedmount.MountName(key, 6)
+	mounter := s.mounterDir()
+	for _, d := range []string{
+		s.sharedMountPath(gone), s.sharedMountPath(live), filepath.Join(s.cfg.SharedDir, sharedMountDir, "not-a-mount"),
+		filepath.Join(mounter, "credentials", gone), filepath.Join(mounter, "credentials", live), filepath.Join(mounter, "credentials", "data"),
+		filepath.Join(mounter, podfiles.HandoffDir),
+	} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{
+		filepath.Join(mounter, "credentials", gone, "token"), filepath.Join(mounter, "credentials", live, "token"),
+		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone)), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
+	} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.removeSharedOrphans(map[string]bool{live: true})
+	for _, p := range []string{s.sharedMountPath(gone), filepath.Join(mounter, "credentials", gone), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", p, err)
+		}
+	}
+	for _, p := range []string{s.sharedMountPath(live), filepath.Join(mounter, "credentials", live, "token"), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
+		filepath.Join(s.cfg.SharedDir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data")} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
 	}
 }

@@ -83,6 +83,20 @@ func WriteCABundle(tmp *os.File, volume string, pem []byte, uid, gid int) (bool,
 	return d.WriteCABundle(pem)
 }
 
+// CredentialVolumes lists the volumes with a credentials directory inside the pinned
+// emptyDir tmp (none when it has no credentials directory).
+func CredentialVolumes(tmp *os.File) ([]string, error) {
+	creds, err := podpath.OpenSub(tmp, credentialsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer creds.Close()
+	return creds.Readdirnames(-1)
+}
+
 // RemoveCredentials deletes volume's credential files, its CA bundle and its directory
 // (unpublish), without following a symlink. Missing files are not an error.
 func RemoveCredentials(tmp *os.File, volume string) error {

@@ -43,11 +43,14 @@ import (
 const DefaultLinger = 60 * time.Second
 
 // A mount whose Stop failed (an unmount refused, a file that could not be removed) is
-// stopped again, stopRetries times at most, stopRetryDelay apart, then doubling: what it
-// leaves on the node is logged as an error when the last one fails.
+// stopped again, stopRetryDelay after the first failure, then doubling up to
+// stopRetryDelayMax, for as long as the node plugin runs: it stays in the table (never
+// bound again) until a stop succeeds, and from the stopRetriesQuiet-th failure on each one
+// is logged as an error.
 const (
-	stopRetries    = 5
-	stopRetryDelay = 5 * time.Second
+	stopRetryDelay    = 5 * time.Second
+	stopRetryDelayMax = 5 * time.Minute
+	stopRetriesQuiet  = 5
 )
 
 // Key is what two volumes must share to be served by one gcsfuse. Identity must name who
@@ -183,6 +186,9 @@ type mount struct {
 	armed    uint64
 	stopping bool
 	failures int // stops that failed
+	// reported: its users were told of its death (Died); a death seen first by Alive is
+	// still told when the mounter's report comes.
+	reported bool
 	// restored: found at start-up, so a death before it would have gone unreported.
 	restored bool
 }
@@ -202,8 +208,8 @@ func New(ops Ops, linger time.Duration, log *slog.Logger) (*Table, error) {
 		targets: map[string]*mount{}, gen: uint64(time.Now().UnixMilli())}, nil
 }
 
-// errStopping is the answer to a call after Close.
-var errStopping = errors.New("the node plugin is stopping")
+// ErrStopping is the answer to a call after Close.
+var ErrStopping = errors.New("the node plugin is stopping")
 
 // keyLocked returns key's state with a reference taken (t.mu held), creating it.
 func (t *Table) keyLocked(key string) *keyState {
@@ -241,7 +247,7 @@ func (t *Table) Publish(key string, u User, use func(mount string, start bool) e
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return "", false, errStopping
+		return "", false, ErrStopping
 	}
 	if old := t.targets[u.Target]; old != nil {
 		t.mu.Unlock()
@@ -256,7 +262,7 @@ func (t *Table) Publish(key string, u User, use func(mount string, start bool) e
 	m, closed := ks.cur, t.closed
 	t.mu.Unlock()
 	if closed {
-		return "", false, errStopping
+		return "", false, ErrStopping
 	}
 	if m != nil && !t.ops.Alive(m.name) {
 		// Its death may not be reported yet (the mounter's report races this publish), or
@@ -268,18 +274,27 @@ func (t *Table) Publish(key string, u User, use func(mount string, start bool) e
 		m = nil
 	}
 	if m == nil {
+		// Known before it starts: a report of its gcsfuse's end that comes while it starts
+		// (Died) finds it, and its first target is told after the bind.
 		t.mu.Lock()
 		t.gen++
 		name = MountName(key, t.gen)
-		t.mu.Unlock()
-		if err := use(name, true); err != nil {
-			return name, false, err
-		}
 		m = &mount{key: ks, name: name, users: map[string]User{}}
-		t.mu.Lock()
-		ks.cur = m
 		ks.mounts[name] = m
 		t.mounts[name] = m
+		t.mu.Unlock()
+		if err := use(name, true); err != nil {
+			t.mu.Lock()
+			t.cancelLocked(m)
+			delete(ks.mounts, name)
+			delete(t.mounts, name)
+			t.mu.Unlock()
+			return name, false, err
+		}
+		t.mu.Lock()
+		if !m.dead {
+			ks.cur = m
+		}
 		t.mu.Unlock()
 		started = true
 	} else if err := use(m.name, false); err != nil {
@@ -411,7 +426,7 @@ func (t *Table) expire(m *mount, armed uint64) {
 	ks.effects.Lock()
 	defer t.release(ks)
 	t.mu.Lock()
-	if t.closed || m.armed != armed || len(m.users) > 0 || m.stopping {
+	if t.closed || m.armed != armed || len(m.users) > 0 || m.stopping || t.mounts[m.name] != m {
 		t.mu.Unlock()
 		return
 	}
@@ -427,16 +442,17 @@ func (t *Table) expire(m *mount, armed uint64) {
 	m.stopping = false
 	if err != nil {
 		m.failures++
-		if m.failures < stopRetries {
-			d := t.retryDelay << (m.failures - 1)
-			t.log.Warn("cannot stop an unused shared mount; trying again", "mount", m.name, "err", err, "attempt", m.failures, "retryIn", d.String())
-			t.armLocked(m, d)
-			return
+		d := t.retryDelay << min(m.failures-1, 16)
+		d = min(d, max(t.retryDelay, stopRetryDelayMax))
+		log := t.log.Warn
+		if m.failures >= stopRetriesQuiet {
+			log = t.log.Error
 		}
-		t.log.Error("cannot stop an unused shared mount; giving up: its mount point and files stay on the node", "mount", m.name, "err", err, "attempts", m.failures)
-	} else {
-		t.log.Info("shared mount stopped: no pod used it for the linger", "mount", m.name, "linger", t.linger.String(), "dead", m.dead)
+		log("cannot stop an unused shared mount; trying again", "mount", m.name, "err", err, "attempt", m.failures, "retryIn", d.String())
+		t.armLocked(m, d)
+		return
 	}
+	t.log.Info("shared mount stopped: no pod used it for the linger", "mount", m.name, "linger", t.linger.String(), "dead", m.dead, "attempts", m.failures+1)
 	delete(ks.mounts, m.name)
 	delete(t.mounts, m.name)
 	if ks.cur == m {
@@ -464,11 +480,24 @@ func (t *Table) Died(mountName string) []User {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.mounts[mountName]
-	if m == nil || m.dead {
+	if m == nil || m.reported {
 		return nil
 	}
-	t.markDeadLocked(m)
+	m.reported = true
+	if !m.dead {
+		t.markDeadLocked(m)
+	}
 	return sortedUsers(m)
+}
+
+// KeyOf returns the name of the key whose mount target binds ("" when none).
+func (t *Table) KeyOf(target string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.targets[target]; m != nil {
+		return m.key.name
+	}
+	return ""
 }
 
 // Dead reports whether the mount's gcsfuse was reported or found gone.
@@ -495,7 +524,7 @@ func (t *Table) Snapshot() map[string][]User {
 	defer t.mu.Unlock()
 	out := map[string][]User{}
 	for name, m := range t.mounts {
-		if !m.dead && !m.stopping {
+		if !m.dead && !m.stopping && m.failures == 0 {
 			out[name] = sortedUsers(m)
 		}
 	}

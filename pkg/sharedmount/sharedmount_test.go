@@ -339,8 +339,8 @@ func TestFailuresLeaveNothingBound(t *testing.T) {
 	})
 }
 
-// A stop that fails is tried again, and the mount forgotten only once it succeeded (or
-// after the last try): a failed unmount never leaves a mount the table no longer knows.
+// A stop that fails is tried again, and the mount forgotten only once one succeeded: a
+// failed unmount never leaves a mount the table no longer knows.
 func TestStopRetried(t *testing.T) {
 	ops := newFakeOps()
 	tb, _ := New(ops, 10*time.Millisecond, nil)
@@ -524,5 +524,68 @@ func TestWithTargetAndThen(t *testing.T) {
 	tb.Unbound("/t/1", func(mount string, remaining int) { got = append(got, fmt.Sprintf("then %s %d", mount, remaining)) })
 	if want := []string{"with " + name, "then " + name + " 1"}; !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// The mounter's report that a new mount's gcsfuse ended can come while the mount starts,
+// before its first target is bound: the mount is dead from then on (the next pod gets a
+// new one), and its first target is among those Users names, so it is told.
+func TestDiedWhileStarting(t *testing.T) {
+	ops := newFakeOps()
+	tb, _ := New(ops, time.Hour, nil)
+	defer tb.Close()
+	var told []User
+	name, started, err := tb.Publish(kk, User{Target: "/t/1", PodName: "p1"}, func(mount string, fresh bool) error {
+		if err := ops.use(mount, fresh); err != nil {
+			return err
+		}
+		told = tb.Died(mount) // the report, before the bind
+		return nil
+	})
+	if err != nil || !started {
+		t.Fatalf("publish: %v started %v", err, started)
+	}
+	if len(told) != 0 {
+		t.Fatalf("users told before any was bound: %v", told)
+	}
+	if !tb.Dead(name) {
+		t.Fatal("a mount reported dead while it started is not dead")
+	}
+	if got := tb.Users(name); len(got) != 1 || got[0].PodName != "p1" {
+		t.Fatalf("users %v: want the first target, bound after the report", got)
+	}
+	next, started := publish(t, tb, ops, kk, "/t/2")
+	if !started || next == name {
+		t.Fatalf("the next publish bound %s (started %v), want a new mount beside the dead %s", next, started, name)
+	}
+	// A start that fails leaves nothing to stop.
+	ops.startErr = errors.New("no fuse")
+	tb2, _ := New(ops, 10*time.Millisecond, nil)
+	defer tb2.Close()
+	if _, _, err := tb2.Publish(ka, User{Target: "/t/x"}, ops.use); err == nil {
+		t.Fatal("a failed start bound")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := ops.count("stop"); n != 0 {
+		t.Fatalf("%d stops of a mount that never started", n)
+	}
+}
+
+// A death seen first by Alive (a publish found the mount silent) is still told to the
+// mount's pods when the mounter's report comes, once.
+func TestDeathSeenByAliveIsStillTold(t *testing.T) {
+	ops := newFakeOps()
+	tb, _ := New(ops, time.Hour, nil)
+	defer tb.Close()
+	first, _ := publish(t, tb, ops, kk, "/t/1")
+	ops.mu.Lock()
+	ops.dead[first] = true
+	ops.mu.Unlock()
+	publish(t, tb, ops, kk, "/t/2") // Alive false: marked dead, a new mount started
+	if users := tb.Died(first); len(users) != 1 || users[0].Target != "/t/1" {
+		t.Fatalf("the report after Alive told %v, want the target of the dead mount", users)
+	}
+	if again := tb.Died(first); again != nil {
+		t.Fatalf("told twice: %v", again)
 	}
 }

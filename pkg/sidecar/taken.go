@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -51,5 +52,10 @@ func (s *Sidecar) adoptPredecessor(tmp *os.File) {
 		s.failed = append(s.failed, res.describe())
 		s.log.Error("volume lost with the previous sidecar container: its mount fails with ENOTCONN; the other volumes keep serving and the sidecar exits 1 when told to end",
 			"volume", v, "bucket", r.Bucket, "takenAt", r.TakenAt)
+		if s.cfg.Mode == contract.ModeShared {
+			// Reported once: the node's mounter outlives its volumes, each mount a new
+			// name, so a record left here would be reported at every restart, for ever.
+			s.removeVolumeDirs(v, true)
+		}
 	}
 }

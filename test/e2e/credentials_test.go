@@ -544,10 +544,10 @@ func testSecretKeyPV(t *testing.T) {
 // token file.
 func testRefresh(t *testing.T, shared bool) {
 	t.Parallel()
-	sa := "wif-long"
+	sa, mode := "wif-long", credMode()
 	attrs := map[string]string{contract.AttrWorkloadIdentityProvider: localProvider}
 	if shared {
-		sa = "wif-long-shared"
+		sa, mode = "wif-long-shared", "" // no sidecar: the node's mounter serves it
 		attrs[contract.AttrMountMode] = contract.MountModeShared
 	}
 	identity := createServiceAccount(t, sa)
@@ -558,7 +558,7 @@ func testRefresh(t *testing.T, shared bool) {
 	pod := podName(t, "")
 	const every, runFor = 5 * time.Second, 75 * time.Second
 	createPod(t, pod, podOpts{
-		mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: sa,
+		mode: mode, restart: corev1.RestartPolicyNever, serviceAccount: sa,
 		attrs:   attrs,
 		volumes: []volume{{"bucket", bucket, mountPath}},
 		args: []string{"loop", "-dir", mountPath, "-prefix", "p", "-bytes", strconv.Itoa(readSize), "-every", every.String(), "-for", runFor.String(),

@@ -60,7 +60,6 @@ func sample(mfs map[string]*dto.MetricFamily, name string, want map[string]strin
 // more trigger -> sidecar exit sample and one more volume-ready sample, and the pod has its
 // GcsfuseStarted (with the latency) and SidecarExitRequested Events.
 func TestMetrics(t *testing.T) {
-	t.Parallel()
 	modes(t, func(t *testing.T, mode string) {
 		const size = 3*mib + 12345
 		bucket := newBucket(t)

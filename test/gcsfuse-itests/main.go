@@ -266,6 +266,15 @@ func compareCmd(args []string) int {
 		return 2
 	}
 	if *onlyRef {
+		// A suite the standalone run could not run (no mount, a crashed binary) judges
+		// nothing: its failures through the driver must not pass as "not in the standalone
+		// run".
+		for _, s := range ref.Suites {
+			if s.Error != "" {
+				fmt.Fprintf(os.Stderr, "%s: suite %s did not run standalone (%s): it cannot judge the mounted run\n", args[0], s.Suite, s.Error)
+				return 1
+			}
+		}
 		got = onlySuitesOf(ref, got)
 	}
 	if printVerdicts(os.Stdout, classify(ref, got)) > 0 {

@@ -55,6 +55,21 @@ func suspects(ref, mounted *Report) []string {
 	return out
 }
 
+// notRun are the reference's suites that mounted has no results for.
+func notRun(ref, mounted *Report) []string {
+	ran := map[string]bool{}
+	for _, s := range mounted.Suites {
+		ran[s.Suite] = true
+	}
+	var out []string
+	for _, s := range ref.Suites {
+		if !ran[s.Suite] {
+			out = append(out, s.Suite)
+		}
+	}
+	return out
+}
+
 // onlySuitesOf is mounted without the suites ref did not run.
 func onlySuitesOf(ref, mounted *Report) *Report {
 	ran := map[string]bool{}
@@ -91,6 +106,10 @@ func referenceCmd(cmd string, args []string) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
+		}
+		if missing := notRun(ref, mounted); len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "%s has no results for %v of the reference: the mounted run did not run them\n", args[1], missing)
+			return 1
 		}
 		for _, s := range suspects(ref, mounted) {
 			fmt.Println(s)

@@ -31,6 +31,9 @@ func TestSuspects(t *testing.T) {
 	if got := suspects(ref, report("mounted", ref.Suites...)); len(got) != 0 {
 		t.Fatalf("a mounted run equal to the reference has suspects %v", got)
 	}
+	if got := notRun(ref, report("mounted", mounted.Suites[:2]...)); !slices.Equal(got, []string{"bug", "missing", "flaky"}) {
+		t.Fatalf("not run %v, want the reference's suites the mounted run lacks", got)
+	}
 	// A fresh standalone run of the suspects judges those suites alone.
 	fresh := report("standalone", suite("bug", pass("TestA"), pass("TestB")))
 	only := onlySuitesOf(fresh, mounted)

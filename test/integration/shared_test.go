@@ -555,3 +555,61 @@ func TestSharedPublishesRacingTheLinger(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A shared mount's pods share one reader. A republish whose Secret now holds another
+// service account's key is refused (AlreadyExists), and the mount's files keep the first
+// account's key: one pod's Secret never changes who reads for the others.
+func TestSharedRepublishAnotherAccountRefused(t *testing.T) {
+	a := newAuthEnvWith(t, 0, true, "bucket-swap")
+	if _, err := a.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	first, other := "reader@emulator-project.iam.gserviceaccount.com", "other@emulator-project.iam.gserviceaccount.com"
+	key1, err := a.layer.CreateServiceAccount(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2, err := a.layer.CreateServiceAccount(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.layer.SetPolicy("bucket-swap", &emulatorauth.Policy{Writers: []string{"serviceAccount:" + first, "serviceAccount:" + other}})
+	pod, err := a.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", "bucket-swap", "", false)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	req.Secrets = map[string]string{contract.SecretKeyServiceAccount: string(key1)}
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("a republish with the same key: %v", err)
+	}
+	swapped := pod.PublishRequest("data", "bucket-swap", "", false)
+	swapped.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	swapped.Secrets = map[string]string{contract.SecretKeyServiceAccount: string(key2)}
+	err = pod.PublishReq(ctx(t), swapped)
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), other) {
+		t.Fatalf("a republish with another account's key: %v, want AlreadyExists naming %s", err, other)
+	}
+	files, _ := filepath.Glob(filepath.Join(a.MounterDir(), "credentials", "*", "*.json"))
+	if len(files) == 0 {
+		t.Fatal("no key file in the mount's credentials")
+	}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if strings.Contains(string(b), other) {
+			t.Fatalf("%s carries the other account's key after a refused republish", f)
+		}
+	}
+	data := randomBytes(t, 4096)
+	if err := writeFile(filepath.Join(pod.Target("data"), "still-first"), data); err != nil {
+		t.Fatal(err)
+	}
+	requireObjectIn(t, a.emu, "bucket-swap", "still-first", data)
+}
