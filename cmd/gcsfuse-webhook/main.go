@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/time/rate"
 	"io"
 	"log/slog"
 	"os"
@@ -195,7 +196,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
 	prebound := webhook.NewPreboundVolumes(client)
-	o.config.Claims = webhook.KubeVolumeClaims{Client: client, Prebound: prebound}
+	o.config.Claims = webhook.KubeVolumeClaims{Client: client, Prebound: prebound, Live: rate.NewLimiter(webhook.LiveListRate, webhook.LiveListBurst)}
 	policy := webhook.NewCachedNamespacePolicy(client)
 	o.config.Policy = policy
 	mutator, err := webhook.NewMutator(o.config, versions, log)

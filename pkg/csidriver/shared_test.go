@@ -64,13 +64,11 @@ func TestSharedKey(t *testing.T) {
 	}
 }
 
-// A key's mount whose gcsfuse died is seen dead, so that no new pod is bound to it, both when
-// the mounter answers it with I/O errors in gcsfuse's place (its root still stats as a
-// directory) and once the kernel has aborted the connection (ENOTCONN).
-func TestSharedAliveSeesADeadMount(t *testing.T) {
-	needs.RootAndFUSE(t)
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}}
-	mnt := s.sharedMountPath("shared-dead")
+// mountUnserved mounts a FUSE connection at the shared mount name's path, that nothing
+// serves yet, unmounted at the test's end; the caller owns the descriptor.
+func mountUnserved(t *testing.T, s *NodeServer, name string) *os.File {
+	t.Helper()
+	mnt := s.sharedMountPath(name)
 	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +81,16 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 		defer cancel()
 		_ = fusemount.Unmount(ctx, mnt, 100*time.Millisecond)
 	})
+	return f
+}
+
+// A key's mount whose gcsfuse died is seen dead, so that no new pod is bound to it, both when
+// the mounter answers it with I/O errors in gcsfuse's place (its root still stats as a
+// directory) and once the kernel has aborted the connection (ENOTCONN).
+func TestSharedAliveSeesADeadMount(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	f := mountUnserved(t, s, "shared-dead")
 	answered, err := fuseerr.Pollable(f)
 	f.Close()
 	if err != nil {
@@ -90,7 +98,7 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- fuseerr.Serve(answered, 2*time.Second, nil) }()
-	if st, err := os.Stat(mnt); err != nil || !st.IsDir() {
+	if st, err := os.Stat(s.sharedMountPath("shared-dead")); err != nil || !st.IsDir() {
 		t.Fatalf("the answered mount's root: %v %v, want a directory", st, err)
 	}
 	if (sharedOps{s}).Alive("shared-dead") {
@@ -109,20 +117,8 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 func TestSharedAliveTimesOut(t *testing.T) {
 	needs.RootAndFUSE(t)
 	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
-	mnt := s.sharedMountPath("shared-silent")
-	if err := os.MkdirAll(mnt, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	f, err := fusemount.Mount(mnt, fusemount.Options{Source: "b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Close() // aborts the connection: the statfs left waiting returns
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = fusemount.Unmount(ctx, mnt, 100*time.Millisecond)
-	})
+	f := mountUnserved(t, s, "shared-silent")
+	t.Cleanup(func() { f.Close() }) // aborts the connection: the statfs left waiting returns (before the unmount: cleanups run last first)
 	start := time.Now()
 	if (sharedOps{s}).Alive("shared-silent") {
 		t.Fatal("a mount that never answers is taken as alive")
@@ -167,5 +163,30 @@ func TestSharedOrphansRemoved(t *testing.T) {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s removed: %v", p, err)
 		}
+	}
+}
+
+// When a pod leaves a shared mount, the mount's token file gets the freshest token of
+// another pod bound to the same mount, never one of a pod of another mount (another key:
+// another service account, whose token would have the mount read as someone else).
+func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), sharedPlans: map[string]sharedPlan{}}
+	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	a, b := sharedmount.MountName(sharedmount.Key{Bucket: "a"}.Name(), 1), sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
+	plan := func(tok string, expiry time.Duration) *credentials.Plan {
+		return &credentials.Plan{Kind: credentials.KindFederation, Identity: "ksa " + tok, Token: []byte(tok), TokenExpiry: time.Now().Add(expiry), Config: []byte("{}\n")}
+	}
+	s.sharedPlans["/t/leaving"] = sharedPlan{key: a, plan: plan("a-leaving", time.Hour)}
+	s.sharedPlans["/t/staying"] = sharedPlan{key: a, plan: plan("a-staying", 30*time.Minute)}
+	s.sharedPlans["/t/other"] = sharedPlan{key: b, plan: plan("b-fresher", 2*time.Hour)}
+	s.handOverToken("/t/leaving", a)
+	tok, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", a, "token"))
+	if err != nil || string(tok) != "a-staying" {
+		t.Fatalf("mount a's token after its pod left: %q %v, want a-staying (never b's)", tok, err)
+	}
+	if _, ok := s.sharedPlans["/t/leaving"]; ok {
+		t.Fatal("the leaving target's plan stayed")
 	}
 }

@@ -320,24 +320,36 @@ func (t *Table) Publish(key string, u User, use func(mount string, start bool) e
 // name (a republish's fresh token goes to that mount's files, never beside its stop). bound
 // is false, and f not run, when target binds no shared mount.
 func (t *Table) WithTarget(target string, f func(mount string) error) (bound bool, err error) {
+	m := t.lockTarget(target)
+	if m == nil {
+		return false, nil
+	}
+	defer t.release(m.key)
+	return true, f(m.name)
+}
+
+// lockTarget takes the lock of the key whose mount target binds and returns that mount,
+// the caller to release its key; nil (and no lock held) when target binds none, or was
+// unbound while this call waited for the lock.
+func (t *Table) lockTarget(target string) *mount {
 	t.mu.Lock()
 	m := t.targets[target]
 	if m == nil {
 		t.mu.Unlock()
-		return false, nil
+		return nil
 	}
 	ks := m.key
 	ks.refs++
 	t.mu.Unlock()
 	ks.effects.Lock()
-	defer t.release(ks)
 	t.mu.Lock()
 	still := t.targets[target] == m
 	t.mu.Unlock()
-	if !still { // unbound while this call waited
-		return false, nil
+	if !still {
+		t.release(ks)
+		return nil
 	}
-	return true, f(m.name)
+	return m
 }
 
 // Unbound records that target no longer binds its mount (the caller unmounted it). then,
@@ -346,22 +358,12 @@ func (t *Table) WithTarget(target string, f func(mount string) error) (bound boo
 // when the target was not a shared one) and that count; at zero the mount stops after the
 // linger.
 func (t *Table) Unbound(target string, then func(mount string, remaining int)) (name string, remaining int) {
-	t.mu.Lock()
-	m := t.targets[target]
+	m := t.lockTarget(target)
 	if m == nil {
-		t.mu.Unlock()
 		return "", 0
 	}
-	ks := m.key
-	ks.refs++
-	t.mu.Unlock()
-	ks.effects.Lock()
-	defer t.release(ks)
+	defer t.release(m.key)
 	t.mu.Lock()
-	if t.targets[target] != m {
-		t.mu.Unlock()
-		return "", 0
-	}
 	delete(t.targets, target)
 	delete(m.users, target)
 	remaining = len(m.users)

@@ -137,6 +137,17 @@ var (
 	kb = Key{Bucket: "b"}.Name()
 )
 
+// waitKeysForgotten waits until the table holds no key: every mount stopped and no call
+// holding a key's lock.
+func waitKeysForgotten(t *testing.T, tb *Table) {
+	t.Helper()
+	waitFor(t, "every key forgotten", func() bool {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return len(tb.keys) == 0
+	})
+}
+
 func publish(t *testing.T, tb *Table, ops *fakeOps, key, target string) (string, bool) {
 	t.Helper()
 	name, started, err := tb.Publish(key, User{Target: target}, ops.use)
@@ -332,11 +343,7 @@ func TestFailuresLeaveNothingBound(t *testing.T) {
 	}
 	// The mount started for nobody is stopped after the linger, and the key forgotten.
 	waitFor(t, "stop of a mount no target uses", func() bool { return ops.count("stop") == 1 })
-	waitFor(t, "the key forgotten", func() bool {
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		return len(tb.keys) == 0
-	})
+	waitKeysForgotten(t, tb)
 }
 
 // A stop that fails is tried again, and the mount forgotten only once one succeeded: a
@@ -350,11 +357,7 @@ func TestStopRetried(t *testing.T) {
 	name, _ := publish(t, tb, ops, kk, "/t/1")
 	tb.Unbound("/t/1", ops.unbound)
 	waitFor(t, "three stops", func() bool { return ops.count("stop "+name) == 3 })
-	waitFor(t, "the key forgotten", func() bool {
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		return len(tb.keys) == 0
-	})
+	waitKeysForgotten(t, tb)
 	ops.mu.Lock()
 	stopped := ops.stopped[name]
 	ops.mu.Unlock()
@@ -493,11 +496,7 @@ func TestPublishesRacingTheLinger(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "the key forgotten", func() bool {
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		return len(tb.keys) == 0
-	})
+	waitKeysForgotten(t, tb)
 	t.Logf("%d publishes over %d generations; last %s", workers*rounds+1, ops.count("start"), name)
 	if n := ops.count("start"); n < 10 {
 		t.Fatalf("%d generations: the linger never expired between publishes, so nothing raced it", n)
@@ -587,5 +586,28 @@ func TestDeathSeenByAliveIsStillTold(t *testing.T) {
 	}
 	if again := tb.Died(first); again != nil {
 		t.Fatalf("told twice: %v", again)
+	}
+}
+
+// An unbound target is forgotten: the kubelet may publish the same path again (a pod's
+// volume mounted again after an unmount), and the table does not grow with every target
+// it ever had.
+func TestUnboundTargetForgotten(t *testing.T) {
+	ops := newFakeOps()
+	tb, _ := New(ops, time.Hour, nil)
+	defer tb.Close()
+	for range 3 {
+		publish(t, tb, ops, kk, "/t/again")
+		if name, _ := tb.Unbound("/t/again", ops.unbound); name == "" {
+			t.Fatal("unbound a target the table did not know")
+		}
+		if tb.NameOf("/t/again") != "" {
+			t.Fatal("an unbound target still binds its mount")
+		}
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if len(tb.targets) != 0 {
+		t.Fatalf("%d targets known after every one was unbound", len(tb.targets))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -124,6 +125,11 @@ type KubeVolumeClaims struct {
 	// volume yet. nil, or not synced yet: such a claim is pending, resolved through its
 	// StorageClass alone.
 	Prebound *PreboundVolumes
+	// Live bounds the live lists of PreboundLive across admissions (nil: none). A list
+	// that the limiter refuses is not made: the claim stays pending, as before the look-up.
+	Live *rate.Limiter
+	// now is time.Now (tests set it).
+	now func() time.Time
 }
 
 // ClaimVolume implements VolumeClaims.
@@ -159,6 +165,9 @@ func (k KubeVolumeClaims) unboundClaim(ctx context.Context, pvc *corev1.Persiste
 	var pvs []*corev1.PersistentVolume
 	var err error
 	if live {
+		if !k.liveWorthIt(pvc) {
+			return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
+		}
 		pvs, err = k.listPrebound(ctx, pvc)
 	} else {
 		pvs, err = k.Prebound.volumesOf(pvc)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -172,7 +173,33 @@ func driverOrNone(driver string) string {
 const (
 	livePreboundPageSize = 500
 	livePreboundPages    = 20
+	// livePreboundRecent: a claim older than this, with the cache synced, is not looked up
+	// live. The live list is for a volume made with the claim (one apply, or the storage
+	// suite's claim, pre-bound volume and pod back to back) whose watch event the cache
+	// has not had yet: seconds on a loaded API server. Every pending claim of another
+	// driver's class (each local-PV StatefulSet's pod) would otherwise list every volume of
+	// the cluster at each admission.
+	livePreboundRecent = 30 * time.Second
+	// LiveListRate and LiveListBurst are the webhook's bound on live lists across
+	// admissions (KubeVolumeClaims.Live): a burst of new claims costs no more than this.
+	LiveListRate  = rate.Limit(5)
+	LiveListBurst = 10
 )
+
+// liveWorthIt reports whether a pending claim's pre-bound volumes are worth a live list:
+// the cache cannot tell yet (not synced), or the claim is new enough that a volume made
+// with it may not have reached the cache; and the limiter allows one.
+func (k KubeVolumeClaims) liveWorthIt(pvc *corev1.PersistentVolumeClaim) bool {
+	now := time.Now
+	if k.now != nil {
+		now = k.now
+	}
+	synced := k.Prebound != nil && k.Prebound.Ready()
+	if synced && now().Sub(pvc.CreationTimestamp.Time) > livePreboundRecent {
+		return false
+	}
+	return k.Live == nil || k.Live.Allow()
+}
 
 // PreboundLive resolves a claim that names no volume, and that the cache found no volume
 // pre-bound to, from the API server itself: the claim again (the PV controller may have
@@ -182,12 +209,18 @@ func (k KubeVolumeClaims) PreboundLive(ctx context.Context, namespace, claim str
 	return k.resolveClaim(ctx, namespace, claim, true)
 }
 
-// listPrebound is volumesOf from a live, paged list of the cluster's PersistentVolumes.
+// listPrebound is volumesOf from a live, paged list of the cluster's PersistentVolumes,
+// read from the API server's watch cache (resourceVersion 0: no etcd read, and ahead of
+// this webhook's own cache, which that watch cache feeds).
 func (k KubeVolumeClaims) listPrebound(ctx context.Context, pvc *corev1.PersistentVolumeClaim) ([]*corev1.PersistentVolume, error) {
 	var found []*corev1.PersistentVolume
 	cont := ""
 	for range livePreboundPages {
-		list, err := k.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{Limit: livePreboundPageSize, Continue: cont})
+		opts := metav1.ListOptions{Limit: livePreboundPageSize, Continue: cont}
+		if cont == "" {
+			opts.ResourceVersion = "0" // a continue carries its own
+		}
+		list, err := k.Client.CoreV1().PersistentVolumes().List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}

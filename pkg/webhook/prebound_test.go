@@ -2,9 +2,14 @@ package webhook
 
 import (
 	"context"
+	"fmt"
+	"golang.org/x/time/rate"
+	k8stesting "k8s.io/client-go/testing"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -257,5 +262,150 @@ func TestPreboundClaimsInjected(t *testing.T) {
 			}
 			checkCachedInjection(t, m, tt.pod, tt.inject, tt.wantWarning)
 		})
+	}
+}
+
+// The live list of every PersistentVolume is for a claim whose volume may not have reached
+// the cache yet: the cache not synced, or the claim seconds old. A pending claim older than
+// that (every local-PV StatefulSet's pod: another driver's class that provisions nothing)
+// costs no list at all, a live one is read from the API server's watch cache
+// (resourceVersion 0), and the limiter bounds them across admissions.
+func TestPreboundLiveOnlyWhenWorthIt(t *testing.T) {
+	old, fresh := unboundClaim("old", "u-old", ptr("")), unboundClaim("fresh", "u-fresh", ptr(""))
+	start := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	old.CreationTimestamp = metav1.NewTime(start.Add(-time.Hour))
+	fresh.CreationTimestamp = metav1.NewTime(start.Add(-5 * time.Second))
+	cs := fake.NewClientset(old, fresh)
+	lists := func() (n int, rvs []string) {
+		for _, a := range cs.Actions() {
+			if l, ok := a.(k8stesting.ListActionImpl); ok && a.GetResource().Resource == "persistentvolumes" {
+				n++
+				rvs = append(rvs, l.ListOptions.ResourceVersion)
+			}
+		}
+		return n, rvs
+	}
+	p := startPrebound(t, cs)
+	base, _ := lists() // the cache's own list
+	k := KubeVolumeClaims{Client: cs, Prebound: p, now: func() time.Time { return start }}
+	if got, err := k.PreboundLive(context.Background(), "ns", "old"); err != nil || !got.Pending {
+		t.Fatalf("PreboundLive(old) = %+v, %v; want pending", got, err)
+	}
+	if n, _ := lists(); n != base {
+		t.Fatalf("%d live lists for a claim an hour old with the cache synced, want none", n-base)
+	}
+	if _, err := k.PreboundLive(context.Background(), "ns", "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	n, rvs := lists()
+	if n != base+1 || rvs[len(rvs)-1] != "0" {
+		t.Fatalf("lists %d (resourceVersions %q) after a claim 5 s old, want one more, from the watch cache (\"0\")", n-base, rvs)
+	}
+	k.Live = rate.NewLimiter(rate.Every(time.Hour), 1)
+	for range 3 {
+		if _, err := k.PreboundLive(context.Background(), "ns", "fresh"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n2, _ := lists(); n2 != n+1 {
+		t.Fatalf("%d live lists with a limiter of one, want 1", n2-n)
+	}
+	// Before the cache has synced, any pending claim goes live.
+	unsynced := KubeVolumeClaims{Client: cs, Prebound: NewPreboundVolumes(cs), now: func() time.Time { return start }}
+	if _, err := unsynced.PreboundLive(context.Background(), "ns", "old"); err != nil {
+		t.Fatal(err)
+	}
+	if n3, _ := lists(); n3 != n+2 {
+		t.Fatalf("no live list for a claim while the cache has not synced")
+	}
+}
+
+// The live list pages as the API server does (limit and continue): a volume pre-bound to
+// the claim on the third page of 500 is found, in three calls, and a cluster of more volumes
+// than the pages allow is an error, never a claim silently left pending.
+func TestPreboundLivePages(t *testing.T) {
+	claim := unboundClaim("paged", "u-paged", ptr(""))
+	cs := fake.NewClientset(claim)
+	var pvs []corev1.PersistentVolume
+	for i := range 1200 {
+		pv := preboundPV(fmt.Sprintf("pv-%04d", i), "other.csi", fmt.Sprintf("claim-%d", i), "", nil)
+		if i == 1100 {
+			pv = preboundPV("pv-1100", contract.DriverName, "paged", "", fileCache)
+		}
+		pvs = append(pvs, *pv)
+	}
+	calls := 0
+	pager := func(total []corev1.PersistentVolume) k8stesting.ReactionFunc {
+		return func(a k8stesting.Action) (bool, runtime.Object, error) {
+			opts := a.(k8stesting.ListActionImpl).ListOptions
+			calls++
+			from := 0
+			if opts.Continue != "" {
+				from, _ = strconv.Atoi(opts.Continue)
+			}
+			to := min(from+int(opts.Limit), len(total))
+			list := &corev1.PersistentVolumeList{Items: total[from:to]}
+			if to < len(total) {
+				list.Continue = strconv.Itoa(to)
+			}
+			return true, list, nil
+		}
+	}
+	cs.PrependReactor("list", "persistentvolumes", pager(pvs))
+	k := KubeVolumeClaims{Client: cs}
+	got, err := k.PreboundLive(context.Background(), "ns", "paged")
+	if err != nil || !got.Bound || got.Driver != contract.DriverName {
+		t.Fatalf("PreboundLive(paged) = %+v, %v; want the driver's volume on the third page", got, err)
+	}
+	if calls != 3 {
+		t.Fatalf("%d list calls for 1,200 volumes in pages of %d, want 3", calls, livePreboundPageSize)
+	}
+	many := make([]corev1.PersistentVolume, livePreboundPages*livePreboundPageSize+1)
+	for i := range many {
+		many[i] = *preboundPV(fmt.Sprintf("pv-m%05d", i), "other.csi", "x", "", nil)
+	}
+	cs2 := fake.NewClientset(claim)
+	cs2.PrependReactor("list", "persistentvolumes", pager(many))
+	if _, err := (KubeVolumeClaims{Client: cs2}).PreboundLive(context.Background(), "ns", "paged"); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a cluster of %d volumes: %v, want an error", len(many), err)
+	}
+}
+
+// classOnly answers ClassVolume from a table (nil: the default class), and nothing else.
+type classOnly struct {
+	def, none ClassedVolume
+	asked     []string
+}
+
+func (c *classOnly) ClaimVolume(context.Context, string, string) (ClaimedVolume, error) {
+	return ClaimedVolume{}, nil
+}
+
+func (c *classOnly) ClassVolume(_ context.Context, className *string) (ClassedVolume, error) {
+	if className == nil {
+		c.asked = append(c.asked, "default")
+		return c.def, nil
+	}
+	c.asked = append(c.asked, "class "+*className)
+	return c.none, nil
+}
+
+// One admission looks each class up once, and "the default class" (no storageClassName)
+// and "no class" (storageClassName "") are two look-ups with two answers: a default class
+// of the driver's must not make a no-class claim the driver's, nor the other way round.
+func TestClassLookupsKeepDefaultAndNoClassApart(t *testing.T) {
+	c := &classOnly{def: ClassedVolume{Class: "gcs", Provisioner: contract.DriverName, Parameters: map[string]string{}}}
+	l := &classLookups{claims: c, driver: contract.DriverName, done: map[string]classLookup{}}
+	ctx := context.Background()
+	for range 2 {
+		if d, _, err := l.resolve(ctx, nil); err != nil || d != classOurs {
+			t.Fatalf("the default class (the driver's): %v %v", d, err)
+		}
+		if d, _, err := l.resolve(ctx, ptr("")); err != nil || d != classStatic {
+			t.Fatalf("no class: %v %v, want static (only a pre-made volume binds it)", d, err)
+		}
+	}
+	if len(c.asked) != 2 {
+		t.Fatalf("look-ups %v: want the default class and no class once each", c.asked)
 	}
 }

@@ -94,6 +94,13 @@ func TestFitSidecarResources(t *testing.T) {
 				limitRange("b", corev1.LimitRangeItem{Max: rl("cpu", "400m")}),
 			}},
 			wantReq: chartDefaults.Requests, wantLim: rl("cpu", "400m", "memory", "1Gi")},
+		{name: "the highest minimum of several LimitRanges (LimitRanger enforces each)",
+			pol: ResourcePolicy{LimitRanges: []corev1.LimitRange{
+				limitRange("a", corev1.LimitRangeItem{Min: rl("cpu", "150m")}),
+				limitRange("b", corev1.LimitRangeItem{Min: rl("cpu", "250m")}),
+				limitRange("c", corev1.LimitRangeItem{Min: rl("cpu", "200m")}),
+			}},
+			wantReq: rl("cpu", "250m", "memory", "128Mi", "ephemeral-storage", "5Gi"), wantLim: chartDefaults.Limits},
 		{name: "annotations within the bounds win",
 			annotations: map[string]string{contract.AnnotationCPULimit: "300m"},
 			pol: ResourcePolicy{Quotas: []corev1.ResourceQuota{allQuota},

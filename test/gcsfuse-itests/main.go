@@ -252,10 +252,7 @@ func compareCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: gcsfuse-itests compare [-only-reference-suites] STANDALONE.json MOUNTED.json")
 		return 2
 	}
-	ref, err := readReport(args[0])
-	if err == nil && ref.Mode != "standalone" {
-		err = fmt.Errorf("%s is a %s run, not a standalone one", args[0], ref.Mode)
-	}
+	ref, err := readStandalone(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

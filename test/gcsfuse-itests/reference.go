@@ -55,6 +55,15 @@ func suspects(ref, mounted *Report) []string {
 	return out
 }
 
+// readStandalone reads a standalone run's results (a reference is one).
+func readStandalone(path string) (*Report, error) {
+	r, err := readReport(path)
+	if err == nil && r.Mode != "standalone" {
+		err = fmt.Errorf("%s is a %s run, not a standalone one", path, r.Mode)
+	}
+	return r, err
+}
+
 // notRun are the reference's suites that mounted has no results for.
 func notRun(ref, mounted *Report) []string {
 	ran := map[string]bool{}
@@ -93,10 +102,7 @@ func referenceCmd(cmd string, args []string) int {
 		fmt.Fprintf(os.Stderr, "usage: gcsfuse-itests %s STANDALONE.json OUT.json | suspects REFERENCE.json MOUNTED.json\n", cmd)
 		return 2
 	}
-	ref, err := readReport(args[0])
-	if err == nil && ref.Mode != "standalone" {
-		err = fmt.Errorf("%s is a %s run, not a standalone one", args[0], ref.Mode)
-	}
+	ref, err := readStandalone(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
