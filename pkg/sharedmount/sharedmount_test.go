@@ -137,6 +137,18 @@ var (
 	kb = Key{Bucket: "b"}.Name()
 )
 
+// newTable is a table of fake effects with linger, closed at the test's end.
+func newTable(t *testing.T, linger time.Duration) (*fakeOps, *Table) {
+	t.Helper()
+	ops := newFakeOps()
+	tb, err := New(ops, linger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tb.Close)
+	return ops, tb
+}
+
 // waitKeysForgotten waits until the table holds no key: every mount stopped and no call
 // holding a key's lock.
 func waitKeysForgotten(t *testing.T, tb *Table) {
@@ -254,9 +266,7 @@ func TestOneMountPerKeyAndLinger(t *testing.T) {
 }
 
 func TestKeysAreSeparate(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	a, _ := publish(t, tb, ops, ka, "/t/1")
 	b, _ := publish(t, tb, ops, kb, "/t/2")
 	if ops.count("start") != 2 || a == b {
@@ -270,9 +280,7 @@ func TestKeysAreSeparate(t *testing.T) {
 // A dead mount is told to its users, replaced for the next target by a new generation, and
 // neither its users' unbinds nor a late second report about it touch the new one.
 func TestDiedIsReplaced(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, 50*time.Millisecond, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, 50*time.Millisecond)
 	old, _, _ := tb.Publish(kk, User{Target: "/t/1", PodName: "p1"}, ops.use)
 	tb.Publish(kk, User{Target: "/t/2", PodName: "p2"}, ops.use)
 	users := tb.Died(old)
@@ -309,9 +317,7 @@ func TestDiedIsReplaced(t *testing.T) {
 // A mount that does not answer (Alive false, a timeout included) is not bound: a new
 // generation starts, and the silent one keeps its targets.
 func TestNotAliveStartsANewGeneration(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	first, _ := publish(t, tb, ops, kk, "/t/1")
 	ops.mu.Lock()
 	ops.dead[first] = true
@@ -367,9 +373,7 @@ func TestStopRetried(t *testing.T) {
 }
 
 func TestRestore(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, 30*time.Millisecond, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, 30*time.Millisecond)
 	used, unused := Key{Bucket: "used"}.Name(), Key{Bucket: "unused"}.Name()
 	// The previous release's name (generation 0) and a generation of this one.
 	tb.Restore(MountName(used, 0), []User{{Target: "/t/0"}})
@@ -452,9 +456,7 @@ func (f *fakeOps) started2(mount string) error {
 // binds a started mount that is not stopped, no mount is stopped with a target bound, and
 // at the end no key is wedged (a last publish binds, then everything stops).
 func TestPublishesRacingTheLinger(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Millisecond, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Millisecond)
 	const workers, rounds = 4, 300
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -507,9 +509,7 @@ func TestPublishesRacingTheLinger(t *testing.T) {
 // WithTarget and Unbound's then run with the target's mount under its key's lock; a
 // target bound to nothing runs nothing.
 func TestWithTargetAndThen(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	name, _ := publish(t, tb, ops, kk, "/t/1")
 	publish(t, tb, ops, kk, "/t/2")
 	var got []string
@@ -530,9 +530,7 @@ func TestWithTargetAndThen(t *testing.T) {
 // before its first target is bound: the mount is dead from then on (the next pod gets a
 // new one), and its first target is among those Users names, so it is told.
 func TestDiedWhileStarting(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	var told []User
 	name, started, err := tb.Publish(kk, User{Target: "/t/1", PodName: "p1"}, func(mount string, fresh bool) error {
 		if err := ops.use(mount, fresh); err != nil {
@@ -573,9 +571,7 @@ func TestDiedWhileStarting(t *testing.T) {
 // A death seen first by Alive (a publish found the mount silent) is still told to the
 // mount's pods when the mounter's report comes, once.
 func TestDeathSeenByAliveIsStillTold(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	first, _ := publish(t, tb, ops, kk, "/t/1")
 	ops.mu.Lock()
 	ops.dead[first] = true
@@ -593,9 +589,7 @@ func TestDeathSeenByAliveIsStillTold(t *testing.T) {
 // volume mounted again after an unmount), and the table does not grow with every target
 // it ever had.
 func TestUnboundTargetForgotten(t *testing.T) {
-	ops := newFakeOps()
-	tb, _ := New(ops, time.Hour, nil)
-	defer tb.Close()
+	ops, tb := newTable(t, time.Hour)
 	for range 3 {
 		publish(t, tb, ops, kk, "/t/again")
 		if name, _ := tb.Unbound("/t/again", ops.unbound); name == "" {
