@@ -132,8 +132,8 @@ type NodeServer struct {
 
 // sharedPlan is a shared target's mount and latest credentials.
 type sharedPlan struct {
-	key  string // the mount's name
-	plan *credentials.Plan
+	mount string
+	plan  *credentials.Plan
 }
 
 // publication is what we remember about a published target, to answer repeated calls.

@@ -150,7 +150,7 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 	}
 	s.mu.Lock()
 	s.published[target] = &publication{volumeID: volumeID, volume: r.volume}
-	s.sharedPlans[target] = sharedPlan{key: mount, plan: r.creds}
+	s.sharedPlans[target] = sharedPlan{mount: mount, plan: r.creds}
 	ended := s.sharedEnded[mount]
 	s.mu.Unlock()
 	log.Info("volume bound to the node's shared mount", "mount", mount, "started", started, "ms", time.Since(start).Milliseconds(),
@@ -369,7 +369,7 @@ func principal(p *credentials.Plan) string {
 // rememberPlan records a republished shared target's fresh credentials.
 func (s *NodeServer) rememberPlan(target string, r *request) {
 	s.mu.Lock()
-	s.sharedPlans[target] = sharedPlan{key: r.shared, plan: r.creds}
+	s.sharedPlans[target] = sharedPlan{mount: r.shared, plan: r.creds}
 	s.mu.Unlock()
 }
 
@@ -385,7 +385,7 @@ func (s *NodeServer) handOverToken(target, mount string) {
 	delete(s.sharedPlans, target)
 	var next *credentials.Plan
 	for _, p := range s.sharedPlans {
-		if p.key == mount && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
+		if p.mount == mount && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
 			next = p.plan
 		}
 	}

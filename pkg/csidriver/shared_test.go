@@ -178,9 +178,9 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	plan := func(tok string, expiry time.Duration) *credentials.Plan {
 		return &credentials.Plan{Kind: credentials.KindFederation, Identity: "ksa " + tok, Token: []byte(tok), TokenExpiry: time.Now().Add(expiry), Config: []byte("{}\n")}
 	}
-	s.sharedPlans["/t/leaving"] = sharedPlan{key: a, plan: plan("a-leaving", time.Hour)}
-	s.sharedPlans["/t/staying"] = sharedPlan{key: a, plan: plan("a-staying", 30*time.Minute)}
-	s.sharedPlans["/t/other"] = sharedPlan{key: b, plan: plan("b-fresher", 2*time.Hour)}
+	s.sharedPlans["/t/leaving"] = sharedPlan{mount: a, plan: plan("a-leaving", time.Hour)}
+	s.sharedPlans["/t/staying"] = sharedPlan{mount: a, plan: plan("a-staying", 30*time.Minute)}
+	s.sharedPlans["/t/other"] = sharedPlan{mount: b, plan: plan("b-fresher", 2*time.Hour)}
 	s.handOverToken("/t/leaving", a)
 	tok, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", a, "token"))
 	if err != nil || string(tok) != "a-staying" {

@@ -389,17 +389,14 @@ func listDir(dir *os.File) ([]string, error) {
 }
 
 // removeVolumeDirs removes, in the node's mounter, the directories gcsfuse had for a
-// volume that ended: its temp, write-staging and file-cache directories, and with all its
-// whole per-volume directory (the taken record too). The mounter outlives its volumes (each
+// volume that ended: its per-volume directory (temp dir and taken record), write-staging
+// and file-cache directories. The mounter outlives its volumes (each
 // mount of a key is a new one, named by generation), so what a pod's sidecar leaves to its
 // emptyDirs' deletion would pile up here. gcsfuse has exited: nothing writes there any
 // more. A large file cache takes a moment: the mounter's loop waits for it (seconds at most
 // for GiBs; the node plugin gives a new mount's offer 30 s).
-func (s *Sidecar) removeVolumeDirs(volume string, all bool) {
-	dirs := []string{podfiles.At(s.cfg.TmpDir).VolumeTempDir(volume)}
-	if all {
-		dirs[0] = podfiles.At(s.cfg.TmpDir).VolumeDir(volume)
-	}
+func (s *Sidecar) removeVolumeDirs(volume string) {
+	dirs := []string{podfiles.At(s.cfg.TmpDir).VolumeDir(volume)}
 	for _, root := range []string{s.cfg.BufferDir, s.cfg.CacheDir} {
 		if root != "" {
 			dirs = append(dirs, filepath.Join(root, volume))
@@ -427,7 +424,7 @@ func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 		// After the switch below: its taken record's removal opens (makes) the directory.
 		// All of it, a failed volume's taken record too: the node's mounter outlives its
 		// volumes, each mount a new name, and the node plugin has the failure's report.
-		defer s.removeVolumeDirs(res.Volume, true)
+		defer s.removeVolumeDirs(res.Volume)
 	}
 	switch {
 	case res.Clean:

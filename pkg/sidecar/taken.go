@@ -55,7 +55,7 @@ func (s *Sidecar) adoptPredecessor(tmp *os.File) {
 		if s.cfg.Mode == contract.ModeShared {
 			// Reported once: the node's mounter outlives its volumes, each mount a new
 			// name, so a record left here would be reported at every restart, for ever.
-			s.removeVolumeDirs(v, true)
+			s.removeVolumeDirs(v)
 		}
 	}
 }
