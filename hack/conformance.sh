@@ -25,7 +25,10 @@
 # Env: K8S_VERSION (default 1.34.4), CONFORMANCE_FOCUS, CONFORMANCE_SKIP,
 # CONFORMANCE_DISRUPTIVE_SKIP, CONFORMANCE_SHARDS, CONFORMANCE_ALONGSIDE (a command run
 # beside the shards), CONFORMANCE_OUT (default $GCSFUSE_CSI_CACHE/conformance),
-# GCSFUSE_CSI_CACHE.
+# CONFORMANCE_PART (all, the default: 1-5; beside: 1-4 up to the disruptive tests, for a
+# caller that runs other tests that disrupt nothing meanwhile, as hack/e2e.sh does beside its
+# parallel tests; disruptive: the disruptive tests and 5, once that caller's tests are over;
+# the two parts pass their results on in $CONFORMANCE_OUT/beside.env), GCSFUSE_CSI_CACHE.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
@@ -48,6 +51,13 @@ SUITE_TIMEOUT=40m
 # Bound of each call to the emulator and the API server made here.
 CALL_TIMEOUT=30
 OUT=${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}
+PART=${CONFORMANCE_PART:-all}
+case $PART in
+  all | beside | disruptive) ;;
+  *) echo "CONFORMANCE_PART=$PART: all, beside or disruptive" >&2; exit 2 ;;
+esac
+# What the part beside the other tests hands to the disruptive part.
+BESIDE_ENV=$OUT/beside.env
 E2E_TEST=$K8S_DIR/e2e/storage-e2e.test
 # The Pod Security check's pod names a bucket; a dry run mounts nothing.
 bucket=gcsfuse-csi-conformance
@@ -58,9 +68,10 @@ kctl get --raw /readyz >/dev/null 2>&1 || {
   exit 1
 }
 
+repo_list=$K8S_DIR/e2e/images/repo-list.yaml
+if [ "$PART" != disruptive ]; then
 "$hack/conformance-build.sh"
 "$hack/conformance-images.sh"
-repo_list=$K8S_DIR/e2e/images/repo-list.yaml
 
 # The framework gives each test's namespace the Pod Security level the test suite asks for,
 # restricted unless it says otherwise (framework.go); the ephemeral suite asks privileged.
@@ -106,6 +117,7 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
+fi
 # Shards run at once on the cluster: the tests mostly wait (pods starting, containers
 # restarting, claims binding), so several shorten the wall time without crowding 2 cores.
 # Shard k runs the tests matching SHARDS[k] and none of the earlier shards'; the last runs the
@@ -134,6 +146,7 @@ run_shard() { # N FOCUS SKIP [FLAG...]
     -ginkgo.timeout="$SUITE_TIMEOUT" -ginkgo.no-color -ginkgo.v \
     -report-dir="$OUT/shard$n" > "$OUT/e2e-$n.log" 2>&1
 }
+if [ "$PART" != disruptive ]; then
 step "storage-e2e.test v$K8S_VERSION: focus '$FOCUS', skip '$SKIP', in $nshards shards at once (logs $OUT/e2e-N.log)"
 suite_start=$(date +%s)
 shard_pids=()
@@ -163,6 +176,18 @@ if [ -n "$alongside_pid" ]; then
   wait "$alongside_pid" || alongside_rc=$?
   grep -E '^(===|---|suite|total|[a-z_/]+ +[0-9]+ +[0-9]+)' "$OUT/alongside.log" | tail -20 || true
   [ "$alongside_rc" = 0 ] || { tail -30 "$OUT/alongside.log" >&2; echo "FAILED: $CONFORMANCE_ALONGSIDE (rc=$alongside_rc; log $OUT/alongside.log)" >&2; }
+fi
+fi
+if [ "$PART" = beside ]; then
+  printf 'psa_rc=%d\nrc=%d\nalongside_rc=%d\nsuite_start=%d\n' "$psa_rc" "$rc" "$alongside_rc" "$suite_start" >"$BESIDE_ENV"
+  step "the part beside other tests is over (CONFORMANCE_PART=beside): the disruptive tests and the report follow with CONFORMANCE_PART=disruptive"
+  exit 0
+fi
+if [ "$PART" = disruptive ]; then
+  [ -f "$BESIDE_ENV" ] || { echo "no $BESIDE_ENV: CONFORMANCE_PART=disruptive follows a CONFORMANCE_PART=beside run of the same CONFORMANCE_OUT" >&2; exit 1; }
+  psa_rc=1 rc=1 alongside_rc=1 suite_start=0
+  # shellcheck source=/dev/null
+  source "$BESIDE_ENV"
 fi
 # Then the disruptive tests that fit one node, alone: they stop and start the kubelet over
 # SSH (hack/nodessh on NODE_IP:22, the key cluster-up.sh made; hack/node-systemctl.sh) and

@@ -52,6 +52,7 @@ finish() {
   local rc=$?
   background_stop "$prebuild_pid"
   background_stop "$previous_pid"
+  background_stop "$beside_pid"
   if [ "${E2E_KEEP_CLUSTER:-}" = 1 ]; then
     echo "E2E_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
   else
@@ -62,6 +63,7 @@ finish() {
 }
 prebuild_pid=
 previous_pid=
+beside_pid=
 trap finish EXIT
 
 # Builds the later stages need, run in the background while this one's cluster starts and its
@@ -139,6 +141,45 @@ run_tests() {
   return "$rc"
 }
 
+# tests_with_storage_beside: the tests (run_tests), and once their serial part is over (the
+# first top-level test resumed from parallel(t) writes E2E_PARALLEL_STARTED; every test that
+# stops a component, reads a node-wide total or restarts the kubelet is serial), the storage
+# suites' shards and CONFORMANCE_ALONGSIDE beside the parallel tests (hack/conformance.sh
+# CONFORMANCE_PART=beside, in the background: beside_pid). Both mostly wait on the cluster;
+# one after the other they took ~590 + ~420 s. Returns the tests' result; a prebuild that
+# failed fails it too (the storage suites then never start).
+tests_with_storage_beside() {
+  local started=$CLUSTER_DIR/parallel-started rc=0 prc=0 t0
+  rm -f "$started"
+  t0=$(date +%s)
+  E2E_PARALLEL_STARTED=$started run_tests &
+  local tests_pid=$!
+  # Bounded by the tests' own end (go test -timeout).
+  while [ ! -e "$started" ] && kill -0 "$tests_pid" 2>/dev/null; do sleep 1; done
+  if [ -n "$prebuild_pid" ]; then
+    background_wait_var prebuild_pid "$CLUSTER_DIR/prebuild.log" prebuild || prc=$?
+  fi
+  if [ "$prc" = 0 ]; then
+    step "the storage suites beside the parallel tests from $(( $(date +%s) - t0 )) s into the tests ($([ -e "$started" ] && echo "the serial tests are over" || echo "no parallel test ran")): hack/conformance.sh CONFORMANCE_PART=beside, log $CLUSTER_DIR/conformance-beside.log"
+    CONFORMANCE_PART=beside "$hack/conformance.sh" >"$CLUSTER_DIR/conformance-beside.log" 2>&1 &
+    beside_pid=$!
+  fi
+  wait "$tests_pid" || rc=$?
+  [ "$rc" = 0 ] && rc=$prc
+  return "$rc"
+}
+# conformance_after_tests: waits for the storage suites' part beside the tests, prints it,
+# then runs their disruptive tests and the report (CONFORMANCE_PART=disruptive).
+conformance_after_tests() {
+  local rc=0
+  [ -n "$beside_pid" ] || { echo "the storage suites did not start beside the tests" >&2; return 1; }
+  wait "$beside_pid" || rc=$?
+  beside_pid=
+  cat "$CLUSTER_DIR/conformance-beside.log"
+  [ "$rc" = 0 ] || { echo "hack/conformance.sh CONFORMANCE_PART=beside failed (rc=$rc)" >&2; return "$rc"; }
+  CONFORMANCE_PART=disruptive "$hack/conformance.sh"
+}
+
 mkdir -p "$CLUSTER_DIR"
 phase deps bash -c "'$hack/install-deps.sh' && '$hack/cluster-deps.sh'"
 phase k8s-build "$hack/k8s-build.sh"
@@ -159,18 +200,25 @@ if [ "${UPGRADE_FROM:-}" = previous ]; then
 else
   phase deploy "$hack/deploy.sh"
 fi
-if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
-if [ -n "$prebuild_pid" ]; then phase prebuild-wait background_wait_var prebuild_pid "$CLUSTER_DIR/prebuild.log" prebuild; fi
+# With E2E_GCSFUSE_ITESTS=1, gcsfuse's integration tests run through pods' volumes while
+# the storage suites' shards run (both mostly wait on the cluster), then are judged by the
+# reference standalone run kept in the repository, the suspect suites run standalone
+# again (hack/gcsfuse-itests.sh compare-cluster): a test that passes standalone and fails
+# through the driver fails the run.
+if [ -n "${E2E_CONFORMANCE:-}" ] && [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
+  export CONFORMANCE_ALONGSIDE="'$hack/gcsfuse-itests.sh' cluster"
+fi
+if [ -n "${E2E_CONFORMANCE:-}" ] && [ "$E2E_CONFORMANCE" != only ]; then
+  # The tests, and beside their parallel part the storage suites' shards and gcsfuse's
+  # integration tests (tests_with_storage_beside); then the disruptive storage tests, alone.
+  phase test tests_with_storage_beside
+  phase conformance conformance_after_tests
+else
+  if [ "${E2E_CONFORMANCE:-}" != only ]; then phase test run_tests; fi
+  if [ -n "$prebuild_pid" ]; then phase prebuild-wait background_wait_var prebuild_pid "$CLUSTER_DIR/prebuild.log" prebuild; fi
+  if [ -n "${E2E_CONFORMANCE:-}" ]; then phase conformance "$hack/conformance.sh"; fi
+fi
 if [ -n "${E2E_CONFORMANCE:-}" ]; then
-  # With E2E_GCSFUSE_ITESTS=1, gcsfuse's integration tests run through pods' volumes while
-  # the storage suites' shards run (both mostly wait on the cluster), then are judged by the
-  # reference standalone run kept in the repository, the suspect suites run standalone
-  # again (hack/gcsfuse-itests.sh compare-cluster): a test that passes standalone and fails
-  # through the driver fails the run.
-  if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
-    export CONFORMANCE_ALONGSIDE="'$hack/gcsfuse-itests.sh' cluster"
-  fi
-  phase conformance "$hack/conformance.sh"
   ci_record_suite conformance "${CONFORMANCE_OUT:-$GCSFUSE_CSI_CACHE/conformance}/table.md"
   if [ "${E2E_GCSFUSE_ITESTS:-}" = 1 ]; then
     phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare-cluster "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"

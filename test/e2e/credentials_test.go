@@ -281,7 +281,7 @@ func credMode() string {
 // grants) appears in the logs of the node plugin, the webhook and the sidecars, in the
 // namespace's Events, or in the flags of the driver's processes.
 func TestCredentials(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needRoot(t) // reads the credential files on the node
 	t.Run("cases", func(t *testing.T) {
 		t.Run("federation", testFederation)

@@ -207,7 +207,7 @@ func TestTwoVolumes(t *testing.T) {
 // TestInitContainerReads: with a native sidecar, an init container placed after it can read
 // the bucket (the reason native sidecars exist); then the app writes.
 func TestInitContainerReads(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needNative(t)
 	bucket := newBucket(t)
 	upload(t, bucket, "input.bin", mib)

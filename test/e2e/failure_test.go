@@ -186,7 +186,7 @@ func TestSidecarRestarted(t *testing.T) {
 // placed after the sidecar is still writing. The kubelet SIGTERMs that init container and
 // the sidecar together; the sidecar must keep serving until the init container has exited.
 func TestDeleteDuringInitWrite(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needNative(t)
 	bucket := newBucket(t)
 	name := podName(t, "")

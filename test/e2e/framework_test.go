@@ -835,3 +835,29 @@ func podName(t *testing.T, suffix string) string {
 	}
 	return n
 }
+
+// parallelStarted is written once, by the first top-level test that resumes after
+// t.Parallel: Go runs every serial top-level test first, so from then on only tests that
+// disrupt nothing run. hack/e2e.sh (E2E_PARALLEL_STARTED=FILE) starts Kubernetes' storage
+// suites and gcsfuse's integration tests beside them at that moment, instead of after the
+// last test; the disruptive storage tests wait for this process to end.
+var parallelStarted sync.Once
+
+// parallel is t.Parallel for a top-level test that disrupts nothing (no component
+// restarted, no node-wide total read): it runs beside the other such tests and, in CI, beside
+// the storage suites. test/layout's TestE2ETopLevelParallelMarksThePhase keeps every
+// top-level test on it.
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	parallelStarted.Do(func() {
+		f := os.Getenv("E2E_PARALLEL_STARTED")
+		if f == "" {
+			return
+		}
+		if err := os.WriteFile(f, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+			// The storage suites then start after the last test: slower, never wrong.
+			t.Logf("E2E_PARALLEL_STARTED: %v", err)
+		}
+	})
+}

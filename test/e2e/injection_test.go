@@ -217,7 +217,7 @@ func runIncumbentPod(t *testing.T, name, bucket, driver string) {
 // TestIncumbentManifest: a pod written for the GKE driver (its opt-in and resource
 // annotations, its volume attributes) runs with only the driver name changed.
 func TestIncumbentManifest(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	runIncumbentPod(t, podName(t, ""), newBucket(t), contract.DriverName)
 }
 

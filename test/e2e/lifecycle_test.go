@@ -82,7 +82,7 @@ func jobPod(t *testing.T, tr *tracker) string {
 // with restartPolicy Never writes its result to the bucket and exits. The Job must
 // complete (the sidecar must not keep the pod Running) and the object must be complete.
 func TestJobNever(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, tc := range []struct {
 		name    string
 		exit    int
@@ -307,7 +307,7 @@ func TestAutoMode(t *testing.T) {
 // instance-type label, "unknown" without one), which spares gcsfuse its metadata-server
 // lookups at start (~210 ms per mount where the GCE metadata server does not answer).
 func TestMachineType(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) == 0 {

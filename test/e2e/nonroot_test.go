@@ -21,7 +21,7 @@ import (
 // group); a pod with runAsUser alone gets that uid as the files' owner. Before the driver
 // did either, both failed with "Permission denied" on their first write.
 func TestNonRootPods(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, tt := range []struct {
 		name string
 		sc   *corev1.PodSecurityContext
@@ -54,7 +54,7 @@ func TestNonRootPods(t *testing.T) {
 // no privilege escalation, no capabilities, RuntimeDefault seccomp). The injected sidecar
 // passes the same checks, and the app writes as its uid.
 func TestRestrictedNamespaceRandomUID(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	restricted := newNamespace(t, "restricted", map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
 	bucket := newBucket(t)
@@ -111,7 +111,7 @@ func newNamespace(t *testing.T, suffix string, labels map[string]string) string 
 // gcsfuse must serve it until it has exited: before the driver waited for such sidecars,
 // it stopped as soon as the app was done and the batch was lost.
 func TestUsersNativeSidecarFlushesOnStop(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needNative(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
@@ -137,7 +137,7 @@ func TestUsersNativeSidecarFlushesOnStop(t *testing.T) {
 // it writes its last file. The sidecar's own preStop hook keeps gcsfuse serving until the
 // app has exited: without it, the sidecar ended at the grace and the file was lost.
 func TestLegacyPreStopApp(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	const grace = 6

@@ -25,7 +25,7 @@ const readAheadTimeout = 30 * time.Second
 // inline volume is denied at admission naming the option (the pod never starts on a silently
 // ignored option; through a claim the mount fails with the same reason).
 func TestReadAheadKB(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	pod := podObject(name, podOpts{

@@ -71,7 +71,7 @@ func sidecarResourcesOf(t *testing.T, p *corev1.Pod) corev1.ResourceRequirements
 // without them), or with a LimitRange capping cpu at 500m, is admitted with a sidecar that
 // fits, runs, and its object reaches the bucket.
 func TestQuotaNamespaces(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	own := corev1.ResourceRequirements{Requests: resources("cpu", "100m", "memory", "64Mi"), Limits: resources("cpu", "200m", "memory", "128Mi")}
 	run := func(t *testing.T, namespace string) *corev1.Pod {
 		t.Helper()
@@ -169,7 +169,7 @@ func claimPodObject(name, claim string, o podOpts) *corev1.Pod {
 // is deleted mid-write and the object is complete.
 func TestClaimInitWriteDeleted(t *testing.T) {
 	needNative(t)
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	claim := staticClaim(t, bucket, true)
 	waitClaimBound(t, claim)
@@ -217,7 +217,7 @@ func sidecarEnv(p *corev1.Pod, name string) string {
 // bytes, and the cache directory fills (looked at while a second container keeps the pod
 // running: the kubelet removes a finished pod's emptyDirs).
 func TestClaimFileCache(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	const size = 2 * mib
 	upload(t, bucket, "cached.bin", size)

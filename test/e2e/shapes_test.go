@@ -88,7 +88,7 @@ func TestArgoShapedPod(t *testing.T) {
 // with its object, our sidecar never restarted: one that exits by itself while the proxy
 // runs is restarted by the kubelet, which then ends the pod only much later.
 func TestIstioShapedPod(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	needNative(t)
 	bucket := newBucket(t)
 	name := podName(t, "")

@@ -38,7 +38,7 @@ func bucketGcsfuse(bucket string) []int {
 // node plugin's restart under shared mounts: TestSharedNodePluginRestart). Parallel with the
 // other tests: nothing here touches what they use.
 func TestSharedMountMode(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
 

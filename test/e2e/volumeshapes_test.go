@@ -65,7 +65,7 @@ func waitFailedApp(t *testing.T, name string) (*corev1.Pod, string) {
 // processes in one sidecar) and through a second pod at the same time; every writer's object
 // reaches the bucket, and a pod started afterwards reads all of them through its own mount.
 func TestSameBucketSeveralMounts(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	one, two := volume{"one", bucket, "/one"}, volume{"two", bucket, "/two"}
 	pair, other, reader := podName(t, "pair"), podName(t, "other"), podName(t, "reader")
@@ -97,7 +97,7 @@ func TestSameBucketSeveralMounts(t *testing.T) {
 // trees: the pod reads an object under its directory at the volume's root, and each file
 // written lands under its volume's directory, none at the bucket's root.
 func TestOnlyDir(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	upload(t, bucket, "team-a/input.bin", mib)
 	name := podName(t, "")
@@ -126,7 +126,7 @@ func TestOnlyDir(t *testing.T) {
 // implicit-dirs, and not without it: there the lookup fails with "no such file", as gcsfuse
 // documents.
 func TestImplicitDirs(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	upload(t, bucket, "deep/a/object.bin", mib)
 	with, without := podName(t, "with"), podName(t, "without")
@@ -154,7 +154,7 @@ func TestImplicitDirs(t *testing.T) {
 // EROFS (the app sees "read-only file system", nothing reaches the bucket), and the
 // sidecar still exits 0: a refused write is the app's failure, not the volume's.
 func TestReadOnlyVolume(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	upload(t, bucket, "input.bin", mib)
 	name := podName(t, "")
@@ -185,7 +185,7 @@ func TestReadOnlyVolume(t *testing.T) {
 // hardened namespace's policy) still mounts, writes and completes: the sidecar needs no API
 // token of the pod's.
 func TestNoServiceAccountToken(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	createJob(t, name, podOpts{
@@ -277,7 +277,7 @@ func TestBadVolumeRefused(t *testing.T) {
 // request no node can meet leaves the pod Pending with the scheduler's "Insufficient cpu"
 // Event, and nothing of it starts.
 func TestSidecarResourcesTooHigh(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	o := podOpts{
 		mode: credMode(), restart: corev1.RestartPolicyNever, grace: ptr(int64(1)),
@@ -313,7 +313,7 @@ func TestSidecarResourcesTooHigh(t *testing.T) {
 // sidecar runs from that image, in the webhook's place and with its settings, and the
 // pod's object reaches the bucket.
 func TestCustomSidecarImage(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	custom := image("sidecar-custom")
@@ -340,7 +340,7 @@ func TestCustomSidecarImage(t *testing.T) {
 // with a size limit) gets no second one: the sidecar mounts the pod's, and a write through
 // it completes.
 func TestCustomBufferVolume(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	p := podObject(name, podOpts{
@@ -383,7 +383,7 @@ const oomLimit = "72Mi"
 // the pod's GcsfuseExited (or GcsfuseFailed) Event says "OOM-killed" and names the
 // annotation that raises the limit, and the pod ends Failed.
 func TestGcsfuseOOMKilled(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	p := podObject(name, podOpts{

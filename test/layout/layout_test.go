@@ -6,6 +6,9 @@ package layout
 import (
 	"bytes"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"os/exec"
@@ -250,4 +253,72 @@ func namesRepoPath(top, command string) bool {
 		}
 	}
 	return false
+}
+
+// A top-level e2e test that runs beside others says so with parallel(t), never t.Parallel
+// alone: parallel(t) also tells hack/e2e.sh that the serial tests are over (the file
+// E2E_PARALLEL_STARTED), and the storage suites start beside the tests then. A direct
+// t.Parallel in the first such test would leave them waiting for the last test instead, and
+// one in a test that resumes before parallel(t) is reached changes nothing, but both read as
+// the same thing; one spelling keeps the rule visible. Subtests (function literals) are not
+// top-level and keep t.Parallel.
+func TestE2ETopLevelParallelMarksThePhase(t *testing.T) {
+	dir := filepath.Join(root(t), "test", "e2e")
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no e2e test files in %s: %v", dir, err)
+	}
+	fset := token.NewFileSet()
+	marked := 0
+	for _, file := range files {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil {
+				continue
+			}
+			for _, st := range fn.Body.List {
+				call, ok := exprCall(st)
+				if !ok {
+					continue
+				}
+				switch {
+				case isSelectorCall(call, "t", "Parallel"):
+					t.Errorf("%s: %s calls t.Parallel(); a top-level e2e test calls parallel(t) (test/e2e/framework_test.go)", fset.Position(call.Pos()), fn.Name.Name)
+				case isIdentCall(call, "parallel"):
+					marked++
+				}
+			}
+		}
+	}
+	// The check reads what it means to: the e2e tests do run beside each other.
+	if marked == 0 {
+		t.Errorf("no top-level e2e test calls parallel(t): the check above found nothing to check")
+	}
+}
+
+func exprCall(st ast.Stmt) (*ast.CallExpr, bool) {
+	es, ok := st.(*ast.ExprStmt)
+	if !ok {
+		return nil, false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	return call, ok
+}
+
+func isSelectorCall(call *ast.CallExpr, recv, name string) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == recv
+}
+
+func isIdentCall(call *ast.CallExpr, name string) bool {
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == name
 }
