@@ -134,9 +134,31 @@ if kctl -n "$ns" get deployment gcsfuse-csi-controller >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcsfuse-csi-controller --timeout=120s
 fi
 # The shared mounter likewise: not in the previous release, and not where the chart's
-# mounter.enabled=false left it out.
+# mounter.enabled=false left it out. Its DaemonSet is OnDelete (an upgrade never replaces a
+# mounter under the shared mounts it serves: docs/upgrade.md), so there is no rollout to
+# wait for: a pod of an older template is replaced here, on this local cluster, by the
+# procedure a fleet follows once the node is drained (delete it, the DaemonSet makes the
+# new one), then its pods are waited for until every node's is ready.
 if kctl -n "$ns" get daemonset gcsfuse-csi-mounter >/dev/null 2>&1; then
-  kctl -n "$ns" rollout status daemonset/gcsfuse-csi-mounter --timeout=120s
+  gen=$(kctl -n "$ns" get daemonset gcsfuse-csi-mounter -o jsonpath='{.metadata.generation}')
+  old=$(kctl -n "$ns" get pods -l app=gcsfuse-csi-mounter -o jsonpath="{range .items[?(@.metadata.labels.pod-template-generation!='$gen')]}{.metadata.name}{' '}{end}")
+  if [ -n "$old" ]; then
+    step "the shared mounter's pods of an older template, replaced: $old"
+    # shellcheck disable=SC2086
+    kctl -n "$ns" delete pod $old --wait=true --timeout=120s
+  fi
+  mounter_ready() {
+    local st
+    st=$(kctl -n "$ns" get daemonset gcsfuse-csi-mounter -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady} {.status.updatedNumberScheduled}')
+    read -r desired ready updated <<<"$st"
+    [ "${desired:-0}" -gt 0 ] && [ "$ready" = "$desired" ] && [ "$updated" = "$desired" ]
+  }
+  deadline=$(( $(date +%s) + 120 ))
+  until mounter_ready; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "the shared mounter's pods are not all ready and current after 120 s:" >&2; kctl -n "$ns" get pods -l app=gcsfuse-csi-mounter -o wide >&2; exit 1; }
+    sleep 1
+  done
+  step "the shared mounter ready on every node"
 fi
 if kctl -n "$ns" get deployment gcs-emulator >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcs-emulator --timeout=120s

@@ -62,6 +62,8 @@ func run() int {
 	stateDir := flag.String("state-dir", "", "where offers not yet taken by a sidecar are recorded, to offer them again after a restart (default <kubelet-root>/plugins/<driver-name>/offers; \"-\" disables)")
 	sharedDir := flag.String("shared-dir", "", "directory of the shared mount mode: the node mounter's hostPath and the shared FUSE mounts, e.g. <kubelet-root>/plugins/<driver-name>/shared (empty: no mounter runs, and volumes with "+contract.AttrMountMode+": "+contract.MountModeShared+" are refused)")
 	sharedLinger := flag.Duration("shared-linger", sharedmount.DefaultLinger, "how long a shared mount outlives the last pod that used it, so that pods run one after another mount once")
+	sharedWIFProvider := flag.String("shared-wif-provider", "", "Workload Identity Federation provider for the shared volumes ("+contract.AttrMountMode+": "+contract.MountModeShared+") without a Secret or a provider of their own, when --wif-provider is empty: each pod's own token is exchanged there, instead of the mounter's Application Default Credentials (on GKE: identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER)")
+	sharedADC := flag.String("shared-adc-namespaces", "", "comma separated namespaces whose shared volumes may read with the mounter's Application Default Credentials (\""+credentials.AllNamespaces+"\": all); the others' are refused (empty: none)")
 	gcsEndpoint := flag.String("gcs-endpoint", "", "GCS endpoint for every volume, e.g. an emulator's http://host:port/storage/v1/ (empty: Google Cloud Storage)")
 	wifProvider := flag.String("wif-provider", "", "Workload Identity Federation provider for every volume without a Secret, the STS audience //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER (empty: Application Default Credentials, unless a volume sets "+contract.AttrWorkloadIdentityProvider+")")
 	wifTokenAudience := flag.String("wif-token-audience", contract.TokenAudience, "audience of the kubelet's service account token to exchange: the CSIDriver's tokenRequests audience (the chart passes its tokenRequest.audience); empty: the CSIDriver has no tokenRequests, so no token comes and Workload Identity Federation is off")
@@ -102,6 +104,11 @@ func run() int {
 		return 2
 	}
 	proxy := netconf.Proxy{HTTPS: *httpsProxy, HTTP: *httpProxy, NoProxy: *noProxy}
+	adc, err := credentials.ParseSharedADC(*sharedADC)
+	if err != nil {
+		log.Error("invalid configuration", "flag", "--shared-adc-namespaces", "err", err)
+		return 2
+	}
 	caBundle, err := readCABundle(*caBundleFile)
 	if err != nil {
 		log.Error("--ca-bundle-file", "err", err)
@@ -223,12 +230,12 @@ func run() int {
 		NodeID: *nodeID, KubeletRoot: *kubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		Pods: podLookup(lc.Pods), GCSEndpoint: *gcsEndpoint, MachineType: initialMT, StateDir: offerDir(*stateDir, *kubeletRoot, *driverName),
 		Credentials: credentials.Config{
-			Provider: *wifProvider, TokenAudience: *wifTokenAudience, NoServiceAccountToken: noToken, TokenURL: *wifTokenURL,
+			Provider: *wifProvider, SharedProvider: *sharedWIFProvider, TokenAudience: *wifTokenAudience, NoServiceAccountToken: noToken, TokenURL: *wifTokenURL,
 			AllowedTokenURLs: mountopts.Split(*wifAllowedTokenURLs), ServiceAccount: *wifServiceAccount,
 			IAMCredentialsURL: *iamCredentialsURL, KeyTokenURIs: mountopts.Split(*keyTokenURIs),
 		},
 		OnTerminating: lc.SidecarTerminating, Metrics: nodeMetrics, Proxy: proxy, CABundle: caBundle,
-		SharedDir: *sharedDir, SharedLinger: *sharedLinger,
+		SharedDir: *sharedDir, SharedLinger: *sharedLinger, SharedADC: adc,
 	}, events, log)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

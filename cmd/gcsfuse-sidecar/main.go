@@ -35,6 +35,7 @@ func run() int {
 	grace := flag.Int("grace-seconds", envInt(contract.EnvGraceSeconds, contract.DefaultGraceSeconds), "pod terminationGracePeriodSeconds (default from $"+contract.EnvGraceSeconds+")")
 	initContainers := flag.String("init-containers", os.Getenv(contract.EnvInitContainers), "comma separated regular init containers that mount a gcsfuse volume and start after a native sidecar (default from $"+contract.EnvInitContainers+")")
 	drain := flag.Bool("drain", true, "on SIGTERM, keep serving until the containers that use the mounts have exited (false only to measure what the drain saves in the data-loss benchmark)")
+	memLimit := flag.String("gcsfuse-memory-limit", "", "each gcsfuse's memory limit, a quantity such as 512Mi (empty or 0: none): the node's mounter runs every sharing key's gcsfuse in one container, and one past this ends alone instead of taking the container, and every key, past its limit")
 	termLog := flag.String("termination-log", "/dev/termination-log", "file for the reason of a failed exit")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
@@ -55,6 +56,11 @@ func run() int {
 	}
 	if *grace < 0 {
 		log.Error("invalid grace period", "seconds", *grace)
+		return 2
+	}
+	memLimitBytes, err := sidecar.ParseMemory(*memLimit)
+	if err != nil {
+		log.Error("invalid --gcsfuse-memory-limit", "err", err)
 		return 2
 	}
 	if *waitExit {
@@ -91,7 +97,7 @@ func run() int {
 	s, err := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: mountopts.Split(*initContainers),
-		TerminationLog: *termLog, Log: log, Metrics: metrics,
+		TerminationLog: *termLog, Log: log, Metrics: metrics, GcsfuseMemoryLimit: memLimitBytes,
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
@@ -81,6 +82,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.config.SidecarImage, "sidecar-image", "", "image of the injected gcsfuse sidecar (required)")
 	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver, and claims and generic ephemeral volumes of a StorageClass it provisions, get the sidecar")
 	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
+	sharedADC := fs.String("shared-adc-namespaces", "", "comma separated namespaces (or prefixes ending in *, or * alone) whose shared volumes ("+contract.AttrMountMode+": "+contract.MountModeShared+") may read with the node's mounter's Application Default Credentials: the node plugin's --shared-adc-namespaces; elsewhere a pod with such an inline volume is denied (empty: none)")
+	fs.BoolVar(&o.config.SharedFederated, "shared-federated", false, "the node plugin federates every shared volume without an identity of its own (it has --wif-provider or --shared-wif-provider), so none reads with the mounter's Application Default Credentials")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight admissions may take after SIGTERM")
@@ -114,6 +117,11 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("--driver-name: %w", err)
 	}
 	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
+	adc, err := credentials.ParseSharedADC(*sharedADC)
+	if err != nil {
+		return options{}, fmt.Errorf("--shared-adc-namespaces: %w", err)
+	}
+	o.config.SharedADC = adc
 	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return options{}, fmt.Errorf("--log-level=%q: %w", *logLevel, err)
 	}
@@ -123,7 +131,6 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if o.shutdownDelay < 0 {
 		return options{}, errors.New("--shutdown-delay must not be negative")
 	}
-	var err error
 	if o.config.Resources.Requests, err = quantities(requests, "request"); err != nil {
 		return options{}, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -60,7 +61,7 @@ func TestMounter(t *testing.T) {
 		}
 	})
 	t.Run("arguments", func(t *testing.T) {
-		want := []string{"--mode=shared", "--grace-seconds=300", "--tmp-dir=" + contract.TmpMountPath,
+		want := []string{"--mode=shared", "--grace-seconds=300", "--gcsfuse-memory-limit=512Mi", "--tmp-dir=" + contract.TmpMountPath,
 			"--cache-dir=" + contract.CacheMountPath, "--buffer-dir=" + contract.BufferMountPath, "--termination-log=/dev/termination-log"}
 		if !slices.Equal(c.Args, want) {
 			t.Errorf("args %q, want %q", c.Args, want)
@@ -120,12 +121,17 @@ func TestMounter(t *testing.T) {
 		if ds.Namespace != otherNS {
 			t.Errorf("namespace %q, want the release's, %s", ds.Namespace, otherNS)
 		}
-		if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType {
-			t.Errorf("updateStrategy %+v, want RollingUpdate (hack/deploy.sh waits for its rollout status)", u)
+		if u := ds.Spec.UpdateStrategy; u.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("updateStrategy %+v, want OnDelete: an upgrade must never replace a mounter under the mounts it serves", u)
 		}
 	})
 	t.Run("the node plugin's --shared-linger", func(t *testing.T) {
 		wantArg(t, nodeContainer(t, r), "--shared-linger=60s")
+	})
+	t.Run("each key's gcsfuse bounded: --gcsfuse-memory-limit", func(t *testing.T) {
+		wantArg(t, c, "--gcsfuse-memory-limit=512Mi")
+		wantArg(t, mounterContainer(t, show(t, "node/mounter.yaml", "--set", "mounter.memoryPerKey=2Gi")), "--gcsfuse-memory-limit=2Gi")
+		refuteArg(t, mounterContainer(t, show(t, "node/mounter.yaml", "--set", "mounter.memoryPerKey=")), "--gcsfuse-memory-limit")
 	})
 }
 
@@ -193,10 +199,57 @@ func TestMounterDisabled(t *testing.T) {
 	node := nodeContainer(t, r)
 	refuteArg(t, node, "--shared-dir")
 	refuteArg(t, node, "--shared-linger")
+	refuteArg(t, node, "--shared-adc-namespaces")
+	refuteArg(t, webhookContainer(t, r), "--shared-")
 	all := render(t, otherNS)
-	if got, want := len(r), len(all)-1; got != want {
-		t.Errorf("mounter.enabled=false: %d objects, want %d (the default's %d less the mounter's DaemonSet)", got, want, len(all))
+	if got, want := len(r), len(all)-2; got != want {
+		t.Errorf("mounter.enabled=false: %d objects, want %d (the default's %d less the mounter's DaemonSet and ServiceAccount)", got, want, len(all))
 	}
+}
+
+// TestMounterIdentity: the mounter runs as a service account of its own, bound to no role;
+// mounter.identityProvider and mounter.adcNamespaces reach the node plugin, and the webhook
+// learns the same (the namespaces, and whether the node plugin federates every shared volume:
+// a shared provider or a node-wide --wif-provider), so that both refuse the same pods.
+func TestMounterIdentity(t *testing.T) {
+	const provider = "identitynamespace:proj-1.svc.id.goog:https://container.googleapis.com/v1/projects/proj-1/locations/europe-west1/clusters/c1"
+	r := render(t, otherNS)
+	sa := only[*corev1.ServiceAccount](t, r, mounterName)
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Error("the mounter's service account mounts its token")
+	}
+	if spec := only[*appsv1.DaemonSet](t, r, mounterName).Spec.Template.Spec; spec.ServiceAccountName != mounterName {
+		t.Errorf("the mounter runs as %q, want its own %q (never the namespace's default)", spec.ServiceAccountName, mounterName)
+	}
+	for _, b := range slices.Concat(r.ofKind("RoleBinding"), r.ofKind("ClusterRoleBinding")) {
+		var subjects []rbacv1.Subject
+		switch rb := b.typed.(type) {
+		case *rbacv1.RoleBinding:
+			subjects = rb.Subjects
+		case *rbacv1.ClusterRoleBinding:
+			subjects = rb.Subjects
+		}
+		for _, sub := range subjects {
+			if sub.Kind == "ServiceAccount" && sub.Name == mounterName {
+				t.Errorf("%s binds the mounter's service account to a role", b)
+			}
+		}
+	}
+	// By default: no shared provider, ADC nowhere; the webhook refuses as the node plugin does.
+	refuteArg(t, nodeContainer(t, r), "--shared-wif-provider")
+	refuteArg(t, nodeContainer(t, r), "--shared-adc-namespaces")
+	refuteArg(t, webhookContainer(t, r), "--shared-")
+
+	r = render(t, otherNS, "--set", "mounter.identityProvider="+provider, "--set", "mounter.adcNamespaces={batch,team-*}")
+	wantArg(t, nodeContainer(t, r), "--shared-wif-provider="+provider)
+	wantArg(t, nodeContainer(t, r), "--shared-adc-namespaces=batch,team-*")
+	wantArg(t, webhookContainer(t, r), "--shared-adc-namespaces=batch,team-*")
+	wantArg(t, webhookContainer(t, r), "--shared-federated")
+
+	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider="+provider+"}")
+	wantArg(t, webhookContainer(t, r), "--shared-federated")
+	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider=}")
+	refuteArg(t, webhookContainer(t, r), "--shared-federated")
 }
 
 // TestMounterValues: the mounter's values reach its pod, and linger the node plugin.

@@ -53,6 +53,10 @@ func TestBadValuesRefused(t *testing.T) {
 		{"mounter/terminationGracePeriodSeconds", []string{"--set", "mounter.terminationGracePeriodSeconds=-1"}},
 		{"mounter': additional properties 'image'", []string{"--set", "mounter.image=other"}},
 		{"mounter/linger", []string{"--set", "mounter.linger=60"}},
+		{"mounter/memoryPerKey", []string{"--set", "mounter.memoryPerKey=512MB"}},
+		{"mounter/identityProvider", []string{"--set", "mounter.identityProvider=https://sts.example.com"}},
+		{"mounter/adcNamespaces/0", []string{"--set", "mounter.adcNamespaces={Team_A}"}},
+		{"mounter/adcNamespaces/0", []string{"--set", "mounter.adcNamespaces={*team}"}},
 	} {
 		t.Run(tc.names, func(t *testing.T) {
 			refused(t, regexp.MustCompile(regexp.QuoteMeta(tc.names)), tc.args...)

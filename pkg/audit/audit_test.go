@@ -141,12 +141,19 @@ func TestVerdicts(t *testing.T) {
 		{"legacy sidecar with an init container reading the bucket denied", pod(ours, "", `    gcsfuse.csi.storage/sidecar-mode: legacy`, "") +
 			"  initContainers:\n    - name: init\n      image: app\n      volumeMounts: [{name: data, mountPath: /data}]\n",
 			[]string{"pod: refused: at admission: the gcsfuse sidecar cannot serve init container init (volume data)"}, true},
-		{"mountMode shared: no sidecar, the node serves the volume", pod(ours, `          mountMode: shared`, "", ""),
+		// A shared volume reads as the pod only with a key or federation: without either, the
+		// default chart (no mounter.adcNamespaces) refuses it at admission.
+		{"mountMode shared without an identity refused at admission", pod(ours, `          mountMode: shared`, "", ""),
+			[]string{`Pod/ns/p pod: refused: at admission: volume data has mountMode: shared and no identity of its own`}, true},
+		{"mountMode shared: no sidecar, the node serves the volume", pod(ours, `          mountMode: shared
+          workloadIdentityProvider: //iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov`, "", ""),
 			[]string{"Pod/ns/p pod: unchanged: no sidecar: the node's shared mounter serves volume data (mountMode: shared)", "Pod/ns/p volume data: unchanged: bucket bkt"}, false},
-		{"mountMode shared with the opt-in annotation: no sidecar, a warning", pod(ours, `          mountMode: shared`, `    gcsfuse.csi.storage/volumes: "true"`, ""),
+		{"mountMode shared with the opt-in annotation: no sidecar, a warning", pod(ours, `          mountMode: shared
+          workloadIdentityProvider: //iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov`, `    gcsfuse.csi.storage/volumes: "true"`, ""),
 			[]string{"Pod/ns/p pod: unchanged: no sidecar: the node's shared mounter serves volume data (mountMode: shared)",
 				`Pod/ns/p pod: warning: admission: annotation gcsfuse.csi.storage/volumes: "true" is ignored: the node's shared mounter serves the pod's gcsfuse volumes`}, false},
-		{"mountMode shared beside a sidecar volume: the sidecar", pod(ours, `          mountMode: shared`, "", "") + `    - name: other
+		{"mountMode shared beside a sidecar volume: the sidecar", pod(ours, `          mountMode: shared
+          workloadIdentityProvider: //iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov`, "", "") + `    - name: other
       csi:
         driver: gcsfuse.csi.storage
         volumeAttributes: {bucketName: bkt2}

@@ -98,6 +98,14 @@ type Config struct {
 	// Provider is the default Workload Identity Federation provider (the STS audience);
 	// empty: federation only for volumes that name one.
 	Provider string
+	// SharedProvider is the provider of the shared mount mode's volumes that bring neither
+	// a key nor a provider of their own, when Provider is empty (ForShared): their gcsfuse
+	// runs in the node's mounter, where Application Default Credentials are the mounter's
+	// identity, not the pod's; with it each pod's own service account token is exchanged
+	// instead (on GKE: the cluster's identity namespace, what GKE's own node plugin
+	// exchanges a pod's token at). Empty: such volumes get Application Default Credentials,
+	// which the node plugin allows only in the namespaces a cluster admin names.
+	SharedProvider string
 	// TokenAudience is the audience of the kubelet's service account token to exchange
 	// (one of the CSIDriver's tokenRequests). Default contract.TokenAudience.
 	TokenAudience string
@@ -139,13 +147,24 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ForShared is the configuration of a shared mount mode volume: SharedProvider in place of
+// an empty Provider.
+func (c Config) ForShared() Config {
+	if c.Provider == "" {
+		c.Provider = c.SharedProvider
+	}
+	return c
+}
+
 // Validate reports the first thing wrong with c (after WithDefaults), naming the setting.
 func (c Config) Validate() error {
-	if c.Provider != "" && c.NoServiceAccountToken {
-		return fmt.Errorf("workload identity provider %q needs the pod's service account token, but the token audience is empty (no tokenRequests in the CSIDriver): set the chart's tokenRequest.audience, or leave --wif-provider out", c.Provider)
-	}
-	if c.Provider != "" && !providerPattern.MatchString(c.Provider) {
-		return fmt.Errorf("workload identity provider %q: want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER", c.Provider)
+	for _, p := range []struct{ value, flag string }{{c.Provider, "--wif-provider"}, {c.SharedProvider, "--shared-wif-provider"}} {
+		if p.value != "" && c.NoServiceAccountToken {
+			return fmt.Errorf("workload identity provider %q needs the pod's service account token, but the token audience is empty (no tokenRequests in the CSIDriver): set the chart's tokenRequest.audience, or leave %s out", p.value, p.flag)
+		}
+		if p.value != "" && !providerPattern.MatchString(p.value) {
+			return fmt.Errorf("workload identity provider %q (%s): want //iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER or identitynamespace:PROJECT.svc.id.goog:https://container.googleapis.com/v1/projects/PROJECT/locations/LOCATION/clusters/CLUSTER", p.value, p.flag)
+		}
 	}
 	if c.TokenAudience == "" || len(c.TokenAudience) > 256 || strings.ContainsAny(c.TokenAudience, " \t\r\n\"") {
 		return fmt.Errorf("token audience %q: want a non-empty string without spaces or quotes", c.TokenAudience)

@@ -91,6 +91,10 @@ type Config struct {
 	// DefaultSharedOfferWait; negative is refused): a publish whose mount it has not taken
 	// by then fails, naming the mounter.
 	SharedOfferWait time.Duration
+	// SharedADC are the namespaces whose shared volumes may read with the mounter's
+	// Application Default Credentials (credentials.SharedADC); the others' are refused with
+	// PermissionDenied. Credentials.SharedProvider gives them the pod's own identity instead.
+	SharedADC credentials.SharedADC
 }
 
 // PodRef names the pod a volume belongs to, for Events.
@@ -336,7 +340,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", target.VolumeName, err)
 	}
-	plan, err := credentials.Build(s.cfg.Credentials, credentials.Request{
+	plan, err := credentials.Build(s.credentialsConfig(opts.Shared), credentials.Request{
 		Volume: target.VolumeName, Bucket: opts.Bucket, Attributes: attrs, Secrets: req.GetSecrets(),
 		SidecarTokenFile: podfiles.At(s.cfg.SidecarTmpPath(target.PodUID)).CredentialsTokenFile(target.VolumeName),
 	})
@@ -347,6 +351,9 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 			code = codes.FailedPrecondition
 		}
 		return nil, status.Error(code, err.Error())
+	}
+	if ns := attrs[contract.CtxPodNamespace]; opts.Shared && plan.Kind == credentials.KindADC && !s.cfg.SharedADC.Allows(ns) {
+		return nil, status.Error(codes.PermissionDenied, credentials.SharedADCRefusal(target.VolumeName, ns))
 	}
 	r := &request{
 		target: target,

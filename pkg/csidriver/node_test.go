@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -319,5 +321,58 @@ func TestSameVolumeIgnoresOwnership(t *testing.T) {
 	b.Flags = nil
 	if sameVolume(a, b) {
 		t.Error("a volume without --implicit-dirs is the same volume")
+	}
+}
+
+// A shared volume that would read with Application Default Credentials, which are the
+// mounter's, is refused with PermissionDenied outside the namespaces a cluster admin named,
+// before anything is mounted; inside them, with a key, with the volume's own provider or
+// with the shared provider, it goes on; a sidecar volume is never concerned.
+func TestSharedADCOnlyWhereAllowed(t *testing.T) {
+	const provider = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"
+	token := `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
+	req := func(ns string, extra map[string]string) *csi.NodePublishVolumeRequest {
+		ctx := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1",
+			contract.CtxPodNamespace: ns, contract.CtxPodName: "p", contract.AttrMountMode: contract.MountModeShared, contract.CtxSATokens: token}
+		maps.Copy(ctx, extra)
+		return &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target,
+			VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), VolumeContext: ctx}
+	}
+	server := func(adc string, sharedProvider string) *NodeServer {
+		a, err := credentials.ParseSharedADC(adc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, SharedADC: a,
+			Credentials: credentials.Config{SharedProvider: sharedProvider}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	s := server("batch,team-*", "")
+	_, err := s.validatePublish(req("default", nil))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `namespace "default"`) || !strings.Contains(err.Error(), "mounter.adcNamespaces") {
+		t.Errorf("shared ADC in default: %v; want PermissionDenied naming the namespace and the chart value", err)
+	}
+	for _, ns := range []string{"batch", "team-a"} {
+		if r, err := s.validatePublish(req(ns, nil)); err != nil || r.creds.Kind != credentials.KindADC {
+			t.Errorf("shared ADC in %s, allowed: %v", ns, err)
+		}
+	}
+	if _, err := s.validatePublish(req("", nil)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("shared ADC without the pod's namespace (no podInfoOnMount): %v; want PermissionDenied", err)
+	}
+	if r, err := s.validatePublish(req("default", map[string]string{contract.AttrWorkloadIdentityProvider: provider})); err != nil || r.creds.Kind != credentials.KindFederation {
+		t.Errorf("shared with the volume's provider: %v", err)
+	}
+	sidecar := req("default", nil)
+	delete(sidecar.VolumeContext, contract.AttrMountMode)
+	if r, err := s.validatePublish(sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+		t.Errorf("sidecar volume with ADC: %v", err)
+	}
+	// The shared provider: every shared volume without an identity of its own is the pod's.
+	s = server("", provider)
+	if r, err := s.validatePublish(req("default", nil)); err != nil || r.creds.Kind != credentials.KindFederation || !strings.Contains(r.creds.Identity, "through "+provider) {
+		t.Errorf("shared volume, shared provider: %+v, %v; want the pod's token exchanged through %s", r, err, provider)
+	}
+	if r, err := s.validatePublish(sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+		t.Errorf("sidecar volume, shared provider only: %v; want ADC (the pod's own, in its sidecar)", err)
 	}
 }

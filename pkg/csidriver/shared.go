@@ -69,6 +69,15 @@ func (s *NodeServer) prepareSharedDir() error {
 	return os.Chmod(s.mounterDir(), 0o750)
 }
 
+// credentialsConfig is the node plugin's credentials configuration for a volume: a shared
+// volume's names the shared provider where no node-wide one is set (credentials.ForShared).
+func (s *NodeServer) credentialsConfig(shared bool) credentials.Config {
+	if shared {
+		return s.cfg.Credentials.ForShared()
+	}
+	return s.cfg.Credentials
+}
+
 // sharedKey is the request's sharing key: everything gcsfuse and the mount are given, and
 // who reads. For a Secret's key the namespace is added to the key's identity, so that pods
 // of two namespaces never share a process even with one key.
@@ -88,7 +97,7 @@ func sharedKey(r *request) sharedmount.Key {
 // the hand-off volume is named after the mount (its key and generation), and the
 // credential configuration names the token file where the mounter reads it.
 func (s *NodeServer) useSharedKey(req *request, mount string, attrs map[string]string, secrets map[string]string) error {
-	plan, err := credentials.Build(s.cfg.Credentials, credentials.Request{
+	plan, err := credentials.Build(s.credentialsConfig(true), credentials.Request{
 		Volume: req.target.VolumeName, Bucket: req.opts.Bucket, Attributes: attrs, Secrets: secrets,
 		SidecarTokenFile: podfiles.At(s.cfg.MounterTmpPath).CredentialsTokenFile(mount),
 	})
@@ -116,6 +125,9 @@ const DefaultSharedOfferWait = 30 * time.Second
 func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volumeID string, attrs, secrets map[string]string, log *slog.Logger) error {
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "create target %s: %v", target, err)
+	}
+	if err := s.mounterNotStopping(r); err != nil {
+		return err
 	}
 	u := sharedmount.User{Target: target, PodNamespace: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID, Volume: r.target.VolumeName}
 	key := sharedKey(r).Name()
@@ -219,6 +231,33 @@ func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logg
 	return nil
 }
 
+// mounterNotStopping refuses a shared publish while the node's mounter is stopping (its pod
+// deleted or replaced: podfiles.MounterStoppingFile) with Unavailable, which the kubelet
+// retries: a new pod bound now, to a new mount or to a live one, would lose its gcsfuse at
+// the mounter's end; its retry lands on the next mounter. The mounter takes no new mount
+// then either (its offer would time out after Config.SharedOfferWait, the same answer,
+// later); this says why at once.
+func (s *NodeServer) mounterNotStopping(r *request) error {
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %s: open the shared mounter's directory: %v", r.target.VolumeName, err)
+	}
+	defer dir.Close()
+	stopping, until, err := podfiles.ReadMounterStopping(dir)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", r.target.VolumeName, err)
+	}
+	if !stopping {
+		return nil
+	}
+	when := ""
+	if !until.IsZero() {
+		when = fmt.Sprintf(", serving what it has until %s", until.Format(time.RFC3339))
+	}
+	return status.Errorf(codes.Unavailable, "volume %s (bucket %s): the node's shared mounter (container %s) is stopping (its pod deleted or replaced%s): shared volumes mount again once its replacement runs; the kubelet retries",
+		r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, when)
+}
+
 // waitTaken waits for the mounter to take a shared mount's descriptor, bounded by
 // Config.SharedOfferWait and the call's own deadline.
 func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan struct{}, log *slog.Logger) error {
@@ -245,6 +284,7 @@ func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan str
 // mounter has it.
 func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken chan struct{}, log *slog.Logger) error {
 	name, vol, publishedAt := r.shared, r.volume, time.Now()
+	reported := false // an end state came (OnStatus and OnStatusEnd share the offer's goroutine)
 	readAhead := r.opts.ReadAheadKB
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
@@ -259,7 +299,18 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken ch
 			if st.State == handoff.StateStarted && readAhead != nil {
 				s.applyReadAhead(&offerRecord{Target: s.sharedMountPath(name), Volume: vol, ReadAheadKB: readAhead}, log)
 			}
+			if endState(st.State) {
+				reported = true
+			}
 			s.onSharedStatus(name, vol, st, log)
+		},
+		// The mounter closed the stream without reporting an end: it exited, was killed
+		// (its pod deleted past its grace, its container OOM-killed) or crashed, and every
+		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN.
+		OnStatusEnd: func() {
+			if !reported {
+				s.onSharedStatus(name, vol, &handoff.Status{State: handoff.StateExited, Message: mounterGone}, log)
+			}
 		},
 		Log: log.With("mount", name),
 	})
@@ -287,14 +338,22 @@ func (s *NodeServer) stopSharedOffer(ctx context.Context, mount string) {
 	}
 }
 
+// mounterGone is the end of a shared mount whose mounter ended without a word about it.
+var mounterGone = fmt.Sprintf("the node's shared mounter (container %s) ended without reporting it: killed (its pod deleted past its grace period, or its container OOM-killed), restarted or crashed, and this mount's gcsfuse with it (kubectl describe the gcsfuse-csi-mounter pod of this node)",
+	contract.SharedMounterContainerName)
+
+// endState reports whether a mounter's report ends its mount.
+func endState(state string) bool {
+	return state == handoff.StateExited || state == handoff.StateFailed || state == handoff.StateRefused
+}
+
 // onSharedStatus tells every pod of the mount what the mounter reports. A gcsfuse that
 // ended (exited, failed or refused) ends the mount for the pods that hold it; the next pod
 // of the key gets a new one. Reports name their mount's generation, so a late one about a
 // replaced mount never touches its replacement.
 func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
 	log = log.With("mount", name, "state", st.State, "ms", st.ElapsedMillis)
-	switch st.State {
-	case handoff.StateStarted, handoff.StateExited, handoff.StateFailed, handoff.StateRefused:
+	if st.State == handoff.StateStarted || endState(st.State) {
 		s.mu.Lock()
 		delete(s.sharedStarting, name)
 		s.mu.Unlock()

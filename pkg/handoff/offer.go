@@ -44,7 +44,13 @@ type OfferConfig struct {
 	OnHandedOff func()
 	// OnStatus receives each Status the sidecar sends (called from the Offer's goroutine).
 	OnStatus func(*Status)
-	Log      *slog.Logger
+	// OnStatusEnd, if set, is called once the sidecar's status stream ends by the sidecar's
+	// side (it closed the connection: its gcsfuse ended, or the sidecar itself exited, was
+	// killed or crashed), never when Stop ended it. After the last OnStatus, from the same
+	// goroutine: a caller that saw no end state among the statuses knows its gcsfuse ended
+	// without a word.
+	OnStatusEnd func()
+	Log         *slog.Logger
 
 	// peerAllowed replaces the check that a peer runs as UID (tests, which connect as
 	// themselves).
@@ -160,6 +166,9 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 		o.ln.Close()
 		o.removeSocket(log)
 		o.relay(ctx, conn, cfg.OnStatus, log)
+		if ctx.Err() == nil && cfg.OnStatusEnd != nil {
+			cfg.OnStatusEnd()
+		}
 		return
 	}
 }

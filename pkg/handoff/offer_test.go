@@ -364,3 +364,76 @@ func dialData(t *testing.T, dir string) *net.UnixConn {
 	}
 	return conn
 }
+
+// The end of the sidecar's status stream is told once the sidecar closes it (its gcsfuse
+// ended, or the sidecar died), after the statuses it sent; never when Stop ends the offer.
+func TestOfferTellsTheStatusStreamsEnd(t *testing.T) {
+	start := func(t *testing.T) (*Offer, *net.UnixConn, chan string) {
+		tmp, err := os.MkdirTemp("", "offer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(tmp) })
+		dir, err := os.Open(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		seen := make(chan string, 4)
+		o, err := NewOffer(OfferConfig{
+			Dir: dir, Volume: validVolume(), Fuse: w, UID: os.Getuid(), GID: os.Getgid(),
+			OnStatus:    func(s *Status) { seen <- s.State },
+			OnStatusEnd: func() { seen <- "end" },
+			Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := dialData(t, tmp)
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, fuse, err := RecvVolume(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuse.Close()
+		return o, conn, seen
+	}
+	next := func(t *testing.T, seen chan string) string {
+		t.Helper()
+		select {
+		case s := <-seen:
+			return s
+		case <-time.After(5 * time.Second):
+			return "nothing"
+		}
+	}
+	t.Run("the sidecar closes it", func(t *testing.T) {
+		o, conn, seen := start(t)
+		stopAtEnd(t, o, 5*time.Second)
+		if err := SendStatus(conn, &Status{State: StateStarted}); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		if got := []string{next(t, seen), next(t, seen)}; got[0] != StateStarted || got[1] != "end" {
+			t.Fatalf("relayed %q, want the status, then the end", got)
+		}
+	})
+	t.Run("Stop ends it", func(t *testing.T) {
+		o, conn, seen := start(t)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := o.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-seen:
+			t.Fatalf("Stop relayed %q, want nothing", s)
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+}

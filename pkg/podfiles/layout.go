@@ -32,6 +32,12 @@ const (
 	// native-sidecar pod has terminated successfully (from the API), tells the sidecar that
 	// a later SIGTERM comes after the regular containers exited: exit at once, no drain.
 	InitDoneFile = "init-done"
+	// MounterStoppingFile, written by the node's shared mounter in its own directory when it
+	// begins to stop (SIGTERM: its pod deleted or replaced) and removed when one starts,
+	// holds the time its grace ends (RFC 3339). While it is there the node plugin refuses
+	// shared publishes (Unavailable; the kubelet retries them against the next mounter)
+	// instead of handing a mount to a process about to end.
+	MounterStoppingFile = "mounter-stopping"
 )
 
 const (

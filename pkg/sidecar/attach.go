@@ -11,6 +11,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -66,6 +67,14 @@ func (s *Sidecar) attach(ctx context.Context, dir *os.File, name string) {
 	}
 	if s.pending[vname] || s.volumes[vname] != nil {
 		s.mu.Unlock()
+		return
+	}
+	if s.draining && s.cfg.Mode == contract.ModeShared {
+		// The node's mounter is stopping: a mount taken now would end with it. Left on its
+		// socket, the node plugin's publish fails (Unavailable, the kubelet retries it) and
+		// the next mounter takes the retry's offer.
+		s.mu.Unlock()
+		s.log.Warn("the mounter is stopping; not taking a new shared mount", "volume", vname)
 		return
 	}
 	s.pending[vname] = true

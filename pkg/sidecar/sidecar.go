@@ -33,6 +33,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
@@ -78,6 +79,14 @@ type Config struct {
 	// mount a gcsfuse volume (contract.EnvInitContainers): until the init-done file says
 	// they are over, a SIGTERM can reach them and this sidecar together.
 	InitContainers []string
+	// GcsfuseMemoryLimit bounds each gcsfuse's memory, in bytes (0: none): its data segment
+	// (RLIMIT_DATA, which counts the Go heap gcsfuse maps), with GOMEMLIMIT at
+	// gcsfuseSoftMemoryShare of it so that its collector works harder first. The node's
+	// mounter runs every sharing key's gcsfuse in one container under one memory limit: past
+	// the container's, the kernel's OOM killer takes the container, and every key with it
+	// (on cgroup v2 with the kubelet's default, memory.oom.group), where past this one
+	// gcsfuse fails its own allocation and ends, its key alone (memoryVerdict).
+	GcsfuseMemoryLimit int64
 	// TerminationLog receives the reason for a non-zero exit ("" to skip).
 	TerminationLog string
 	Log            *slog.Logger
@@ -136,6 +145,8 @@ func (cfg Config) Validate() error {
 		return errors.New("no gcsfuse binary")
 	case cfg.Grace < 0:
 		return fmt.Errorf("grace period %s is negative", cfg.Grace)
+	case cfg.GcsfuseMemoryLimit != 0 && cfg.GcsfuseMemoryLimit < minGcsfuseMemoryLimit:
+		return fmt.Errorf("gcsfuse memory limit %d bytes: want 0 (none) or at least %d MiB (gcsfuse's own start-up)", cfg.GcsfuseMemoryLimit, minGcsfuseMemoryLimit>>20)
 	}
 	for _, d := range []string{cfg.CacheDir, cfg.BufferDir} {
 		if d != "" && !filepath.IsAbs(d) {
@@ -208,6 +219,12 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 		return s.shutdown("exit file present at start: "+r.Rule, r, 0)
 	}
 
+	if s.cfg.Mode == contract.ModeShared {
+		// A predecessor that stopped left its record: this mounter takes mounts.
+		if err := podfiles.RemoveMounterStopping(tmpDir); err != nil {
+			s.log.Error("cannot remove the previous mounter's stopping record; the node plugin refuses shared volumes until it is gone", "err", err)
+		}
+	}
 	var handoffDir *os.File
 	defer func() {
 		if handoffDir != nil {
@@ -314,6 +331,7 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			ok, why := s.shouldDrain(tmpDir)
 			if !ok {
 				s.log.Info("signal: stopping now", "signal", sig.String(), "mode", s.cfg.Mode, "draining", false, "why", why)
+				s.markStopping(tmpDir, sigterm)
 				return s.shutdown(sig.String()+" in "+s.cfg.Mode+" mode: "+why, podfiles.Reason{}, 0)
 			}
 			var term *podfiles.Terminating
@@ -321,6 +339,7 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 				term = &t
 			}
 			d, grace, source := sidecarrule.DrainDeadline(sigterm, s.cfg.Grace, deletionGrace(term))
+			s.markStopping(tmpDir, d)
 			s.log.Info("signal: keep serving until the workload is done", "signal", sig.String(), "mode", s.cfg.Mode,
 				"draining", true, "why", why, "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", string(source))
 			drain = time.NewTimer(time.Until(d))
@@ -516,6 +535,19 @@ func (s *Sidecar) report(r exitResult) {
 	}
 }
 
+// markStopping tells the node plugin, in the node's shared mounter, that this mounter is
+// stopping and serves what it has until deadline: it then refuses shared publishes, which the
+// kubelet retries against the next mounter, instead of handing mounts to a process about to
+// end (podfiles.MounterStoppingFile). Nothing in a pod's sidecar.
+func (s *Sidecar) markStopping(tmpDir *os.File, deadline time.Time) {
+	if s.cfg.Mode != contract.ModeShared {
+		return
+	}
+	if err := podfiles.WriteMounterStopping(tmpDir, deadline); err != nil {
+		s.log.Error("cannot tell the node plugin the mounter is stopping; its publishes meanwhile fail after its offer wait", "err", err)
+	}
+}
+
 // shutdown stops every gcsfuse in parallel, each bounded by a deadline, and returns code
 // (1 instead of 0 when a volume failed during the run).
 func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
@@ -535,6 +567,15 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	}
 	s.mu.Unlock()
 	for _, v := range vols {
+		if s.cfg.Mode == contract.ModeShared {
+			// The node's mounter stopping under mounts that pods still hold (its grace over,
+			// its context ended): their pods are told, as for any gcsfuse that ends, rather
+			// than find ENOTCONN with nothing said. Sent before the kill, so that the
+			// node plugin reads it as this mount's end.
+			v.send(handoff.Status{State: handoff.StateExited, Message: fmt.Sprintf(
+				"volume %s (bucket %s): the node's shared mounter (container %s) stopped while pods still used the mount (%s), and its gcsfuse with it: drain the node before deleting or replacing the mounter (docs/upgrade.md)",
+				v.name, v.bucket, contract.SharedMounterContainerName, why)})
+		}
 		v.kill()
 	}
 	for _, f := range s.degraded {

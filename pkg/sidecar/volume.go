@@ -40,6 +40,10 @@ type volume struct {
 	// scrub takes a proxy's password out of a line of gcsfuse's output before it is
 	// logged or reported.
 	scrub func(string) string
+	// memoryLimit is gcsfuse's memory limit (Config.GcsfuseMemoryLimit), and outOfMemory
+	// says gcsfuse printed the Go runtime's "out of memory" (under mu): the reason of its end.
+	memoryLimit int64
+	outOfMemory bool
 	// oomBase is the container's OOM kill count when gcsfuse started (oom.go).
 	oomBase   int64
 	oomBaseOK bool
@@ -169,7 +173,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	}
 	cmd := exec.Command(s.cfg.GcsfusePath, withMetricsPort(gcsfuseArgs(v, tempDir, cacheDir, keyFile), metricsPort)...)
 	cmd.ExtraFiles = []*os.File{fuse}
-	cmd.Env = gcsfuseEnv(tempDir, rt)
+	cmd.Env = append(gcsfuseEnv(tempDir, rt), memoryEnv(s.cfg.GcsfuseMemoryLimit)...)
 	// Pdeathsig: if the sidecar itself is killed, gcsfuse must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
@@ -179,9 +183,18 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		return nil, fmt.Errorf("start gcsfuse for %s: %w", v.VolumeName, err)
 	}
 	log := s.log.With("volume", v.VolumeName, "bucket", v.Bucket)
+	if err := limitMemory(cmd.Process.Pid, s.cfg.GcsfuseMemoryLimit); err != nil {
+		// Unbounded, this gcsfuse could take the whole container down with it: not started.
+		// Nobody reads its output: closing the reader ends exec's copy, so Wait returns.
+		pr.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		pw.Close()
+		return nil, err
+	}
 	vol := &volume{name: v.VolumeName, bucket: v.Bucket, cmd: cmd, started: received, log: log, conn: conn,
 		exited: make(chan struct{}), spare: fuse, keepSpare: s.cfg.Mode == contract.ModeShared,
-		metricsPort: metricsPort, scrub: rt.proxy.Scrub}
+		metricsPort: metricsPort, scrub: rt.proxy.Scrub, memoryLimit: s.cfg.GcsfuseMemoryLimit}
 	vol.oomBase, vol.oomBaseOK = oomKills()
 	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity,
 		"proxy", rt.proxy, "caBundle", rt.bundle)
@@ -248,6 +261,11 @@ func (vol *volume) pump(r io.Reader, log *slog.Logger, onReady func()) {
 				vol.spare = nil
 			}
 		}
+		if outOfMemory(msg) {
+			// The Go runtime's last words: its stack dump follows, and would push them out
+			// of lastErrs.
+			vol.outOfMemory = true
+		}
 		if severity == "ERROR" || strings.Contains(strings.ToLower(msg), "error") {
 			vol.lastErrs = append(vol.lastErrs, msg)
 			if len(vol.lastErrs) > 3 {
@@ -301,10 +319,10 @@ func (vol *volume) finish(err error) {
 		if len(vol.lastErrs) > 0 {
 			detail = ": " + strings.Join(vol.lastErrs, "; ")
 		}
-		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s", how, detail)
+		res.Reason = fmt.Sprintf("gcsfuse failed to start (%s)%s%s", how, memoryVerdict(vol.memoryLimit, vol.outOfMemory), detail)
 		vol.send(handoff.Status{State: handoff.StateFailed, Message: res.Reason})
 	default:
-		res.Reason = fmt.Sprintf("gcsfuse died (%s)", how)
+		res.Reason = fmt.Sprintf("gcsfuse died (%s)%s", how, memoryVerdict(vol.memoryLimit, vol.outOfMemory))
 		if len(vol.lastErrs) > 0 {
 			res.Reason += "; last errors: " + strings.Join(vol.lastErrs, " | ")
 		}

@@ -7,9 +7,25 @@ import "fmt"
 // webhook silently ignoring the value or failing closed with an opaque 500.
 type badRequestError struct {
 	msg string
+	// forbidden: the pod is well-formed, but asks for what its namespace may not have
+	// (HTTP 403 instead of 400).
+	forbidden bool
 }
 
 func (e *badRequestError) Error() string { return e.msg }
+
+// httpCode is the denial's HTTP-level code.
+func (e *badRequestError) httpCode() int32 {
+	if e.forbidden {
+		return 403
+	}
+	return 400
+}
+
+// forbidden is a badRequestError for a pod that asks for what its namespace may not have.
+func forbidden(msg string) error {
+	return &badRequestError{msg: msg, forbidden: true}
+}
 
 // badRequest formats a badRequestError.
 func badRequest(format string, args ...any) error {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
 // fakeVersions is a ClusterVersions with fixed answers. nodes maps a node name to its
@@ -63,6 +64,9 @@ func testConfig() Config {
 			corev1.ResourceMemory:           resource.MustParse("256Mi"),
 			corev1.ResourceEphemeralStorage: resource.MustParse("5Gi"),
 		}},
+		// The namespace of createRequest's pods: shared volumes there may read with ADC
+		// (TestSharedADCRefusedAtAdmission is where that is not so).
+		SharedADC: credentials.SharedADC{"ns"},
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
@@ -57,6 +58,13 @@ type Config struct {
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
 	// Empty: contract.DriverName.
 	DriverName string
+	// SharedADC are the namespaces whose shared volumes may read with the node's mounter's
+	// Application Default Credentials (the node plugin's --shared-adc-namespaces, the same
+	// chart value); SharedFederated says the node plugin federates every shared volume
+	// without an identity of its own (--wif-provider or --shared-wif-provider), so that none
+	// reads with them. checkSharedIdentity.
+	SharedADC       credentials.SharedADC
+	SharedFederated bool
 	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
 	// it does not list yet), for a SidecarImage in a private registry. A Secret is
 	// namespaced: each namespace with such pods needs one of that name (the kubelet pulls
@@ -127,7 +135,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *admissionv1.AdmissionRequest)
 		var bad *badRequestError
 		if errors.As(err, &bad) {
 			log.InfoContext(ctx, "denied pod", "reason", bad.msg)
-			return denied(req.UID, 400, bad.msg)
+			return denied(req.UID, bad.httpCode(), bad.msg)
 		}
 		log.ErrorContext(ctx, "cannot compute the sidecar patch", "error", err)
 		return denied(req.UID, 500, fmt.Sprintf("gcsfuse webhook: %v", err))
@@ -186,6 +194,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	// The one lookup of the pod's volumes: every decision below reads u.vols, or u.sidecar
 	// (those of u.vols the node's shared mounter does not serve: shared.go).
 	u := driverUsage(ctx, m.cfg.Claims, m.cfg.DriverName, namespace, pod.Spec.Volumes)
+	if err := m.checkSharedIdentity(namespace, pod.Spec.Volumes, u); err != nil {
+		return decision{}, err
+	}
 	var found []string
 	switch {
 	case set && !opted:

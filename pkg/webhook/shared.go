@@ -6,7 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
@@ -82,4 +85,28 @@ func nodeServedWarnings(annotations map[string]string, shared []string) []string
 		out = append(out, fmt.Sprintf("annotations %s are ignored: %s", strings.Join(keys, ", "), why))
 	}
 	return out
+}
+
+// checkSharedIdentity refuses, at admission (403), a pod whose inline shared volume would
+// read its bucket with the node's mounter's Application Default Credentials, not the pod's
+// (credentials.SharedADC), in a namespace the cluster admin did not name. Only where admission
+// can be sure: an inline volume with no nodePublishSecretRef and no provider of its own,
+// on a driver whose node plugin federates no such volume. A claim's volume may bring its
+// Secret through the PersistentVolume or the class's secret parameters, and be bound or
+// replaced after admission: the node plugin refuses those at mount, in the same words
+// (PermissionDenied), and that check is the one that holds whatever admission saw.
+func (m *Mutator) checkSharedIdentity(namespace string, volumes []corev1.Volume, u usage) error {
+	if m.cfg.SharedFederated || len(u.shared) == 0 || m.cfg.SharedADC.Allows(namespace) {
+		return nil
+	}
+	for _, v := range volumes {
+		if v.CSI == nil || v.CSI.Driver != m.cfg.DriverName || v.CSI.NodePublishSecretRef != nil || !slices.Contains(u.shared, v.Name) {
+			continue
+		}
+		// A bad identity attribute is the node plugin's to refuse, with its message.
+		if c, err := credentials.Choose(credentials.Config{}, v.CSI.VolumeAttributes, false); err == nil && c.Kind == credentials.KindADC {
+			return forbidden(credentials.SharedADCRefusal(v.Name, namespace))
+		}
+	}
+	return nil
 }

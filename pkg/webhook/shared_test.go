@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
 // shared and sidecarMode are the volume attributes of each mount mode.
@@ -310,5 +312,55 @@ func TestSharedReinvocationAndReview(t *testing.T) {
 	a, err = m.Review(context.Background(), podWith("", gcsVolume("a", shared), gcsVolume("b", nil)), "ns")
 	if err != nil || a.Sidecar == nil || a.NodeServed != nil {
 		t.Errorf("Review of a mixed pod: %+v, %v; want the sidecar", a, err)
+	}
+}
+
+// An inline shared volume that would read with the mounter's Application Default Credentials
+// is denied (403) in a namespace not named in SharedADC, saying why and what to do; a key,
+// the volume's own provider, a node plugin that federates shared volumes, a named namespace,
+// or the sidecar's mode each let it through.
+func TestSharedADCRefusedAtAdmission(t *testing.T) {
+	const provider = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"
+	withKey := gcsVolume("data", shared)
+	withKey.CSI.NodePublishSecretRef = &corev1.LocalObjectReference{Name: "key"}
+	mutator := func(adc credentials.SharedADC, federated bool) *Mutator {
+		cfg := testConfig()
+		cfg.SharedADC, cfg.SharedFederated = adc, federated
+		m, err := NewMutator(cfg, fakeVersions{}, discardLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	notNamed := mutator(credentials.SharedADC{"batch", "team-*"}, false)
+	resp, _ := admit(t, notNamed, podWith("", gcsVolume("data", shared)))
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != 403 {
+		t.Fatalf("shared ADC in namespace ns, not named: %+v; want a 403 denial", resp.Result)
+	}
+	for _, want := range []string{"volume data", `namespace "ns"`, "mounter.adcNamespaces", "nodePublishSecretRef", "workloadIdentityProvider"} {
+		if !strings.Contains(resp.Result.Message, want) {
+			t.Errorf("denial lacks %q: %s", want, resp.Result.Message)
+		}
+	}
+	// Beside a volume of the sidecar's, the shared one is still refused.
+	if resp, _ := admit(t, notNamed, podWith("", gcsVolume("cache", nil), gcsVolume("data", shared))); resp.Allowed {
+		t.Error("a pod with a sidecar volume and a shared ADC volume was admitted")
+	}
+	for name, tc := range map[string]struct {
+		m   *Mutator
+		vol corev1.Volume
+	}{
+		"a key":                   {notNamed, withKey},
+		"the volume's provider":   {notNamed, gcsVolume("data", withAttrs(shared, contract.AttrWorkloadIdentityProvider, provider))},
+		"a federating node":       {mutator(nil, true), gcsVolume("data", shared)},
+		"a named namespace":       {mutator(credentials.SharedADC{"ns"}, false), gcsVolume("data", shared)},
+		"a prefix of the name":    {mutator(credentials.SharedADC{"n*"}, false), gcsVolume("data", shared)},
+		"every namespace":         {mutator(credentials.SharedADC{"*"}, false), gcsVolume("data", shared)},
+		"the sidecar's mode":      {notNamed, gcsVolume("data", nil)},
+		"a bad provider (node's)": {notNamed, gcsVolume("data", withAttrs(shared, contract.AttrWorkloadIdentityProvider, "nope"))},
+	} {
+		if resp, _ := admit(t, tc.m, podWith("", tc.vol)); !resp.Allowed {
+			t.Errorf("%s: denied: %s", name, resp.Result.Message)
+		}
 	}
 }

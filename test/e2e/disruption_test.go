@@ -60,6 +60,7 @@ func waitObjects(t *testing.T, bucket, prefix string, n int, d time.Duration) {
 // gets SIGTERM, finishes its file and exits; the sidecar must keep serving until then, and
 // then end promptly instead of holding the pod for the whole grace period.
 func TestDeploymentScaleDown(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -121,7 +122,9 @@ func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, took time
 		code = sidecarExitCode(last)
 	}
 	t.Logf("pod gone after %s; sidecar exit code in the last status: %d", took.Round(time.Millisecond), code)
-	if took > time.Duration(grace)*time.Second/2 {
+	// Held to the grace's end would be the grace; two thirds of it leaves a loaded node room
+	// (these run beside the storage suites in CI) and still tells the two apart.
+	if took > time.Duration(grace)*time.Second*2/3 {
 		t.Fatalf("pod took %s to go away (grace period %d s): the %s sidecar held it", took.Round(time.Millisecond), grace, mode)
 	}
 	if code != 0 && code != -1 {
@@ -157,6 +160,7 @@ func waitGoneIn(t *testing.T, namespace, pod string, d time.Duration) {
 // gcsfuse serving until the app has exited (legacy: until the exit file; native: the kubelet
 // stops it after the app).
 func TestDeleteWhileWriting(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -185,6 +189,7 @@ func TestDeleteWhileWriting(t *testing.T) {
 // times. Both objects must be complete and the pod must succeed: the sidecar ends only
 // after the last container.
 func TestTwoVolumes(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		b1, b2 := newBucket(t), newBucket(t)
@@ -233,6 +238,7 @@ func TestInitContainerReads(t *testing.T) {
 // the volume and its bucket at once; the sidecar keeps running (its other volumes, if any,
 // keep serving the app) and, when the app ends, exits non-zero with the reason.
 func TestGcsfuseKilled(t *testing.T) {
+	parallel(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root on the node to kill gcsfuse")
 	}

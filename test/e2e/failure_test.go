@@ -90,6 +90,7 @@ func sidecarTermination(p *corev1.Pod) *corev1.ContainerStateTerminated {
 // complete), the failed one is reported at once (Event naming volume and bucket), and the
 // sidecar ends non-zero at the usual trigger.
 func TestOneVolumeFails(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
@@ -135,6 +136,7 @@ func TestOneVolumeFails(t *testing.T) {
 // that ends non-zero is restarted once more and, finding the exit file, ends 0: otherwise
 // the pod would never complete.
 func TestSidecarRestarted(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
@@ -332,6 +334,7 @@ func TestDeadlineExceeded(t *testing.T) {
 // its container IDs may have reached the API status. No decision may be taken from that
 // absent status: the app's file must be complete.
 func TestEarlyDelete(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -354,6 +357,7 @@ func TestEarlyDelete(t *testing.T) {
 // so an init container that mounts a gcsfuse volume would wait forever. The webhook refuses
 // the pod at admission with a message that says why.
 func TestLegacyInitContainerRefused(t *testing.T) {
+	parallel(t)
 	bucket := newBucket(t)
 	name := podName(t, "")
 	vols := []volume{{"bucket", bucket, mountPath}}

@@ -22,6 +22,7 @@ import (
 // whose claim names a volume made only after admission has no sidecar: its mount is refused
 // with an Event that says so, instead of hanging.
 func TestInjectionWithoutAnnotation(t *testing.T) {
+	parallel(t)
 	run := func(t *testing.T, name string, vol corev1.Volume, bucket string) {
 		t.Helper()
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
@@ -226,6 +227,7 @@ func TestIncumbentManifest(t *testing.T) {
 // GKE driver's, gets nothing of ours (the add-on injects its own sidecar). The add-on does
 // not run here, so the pod is only admitted and deleted.
 func TestAddOnPodLeftAlone(t *testing.T) {
+	parallel(t)
 	name := podName(t, "")
 	p, err := cs.CoreV1().Pods(ns).Create(context.Background(), incumbentPod(name, newBucket(t), contract.IncumbentDriverName), metav1.CreateOptions{})
 	if err != nil {

@@ -133,6 +133,7 @@ func TestJobNever(t *testing.T) {
 // it. The sidecar must survive the app's failure (it is not the end of the workload under
 // OnFailure) and the second run must still write through the mount.
 func TestJobOnFailure(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -162,6 +163,7 @@ func TestJobOnFailure(t *testing.T) {
 
 // TestBarePodNever: a pod (no Job) with restartPolicy Never must reach Succeeded.
 func TestBarePodNever(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -183,6 +185,7 @@ func TestBarePodNever(t *testing.T) {
 // the bucket, the app's access fails with an I/O error, and the pod ends Failed instead of
 // hanging in CreateContainerError on a dead mount.
 func TestMissingBucket(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := fmt.Sprintf("e2e-no-such-bucket-%s", mode)
@@ -236,6 +239,7 @@ func TestRuntimeWatchSource(t *testing.T) {
 // the mode is legacy, a pod whose init container reads the bucket is refused at admission
 // with the version that ruled native out; where it is native, that pod runs.
 func TestAutoMode(t *testing.T) {
+	parallel(t)
 	want := contract.ModeLegacy
 	if nativeOK {
 		want = contract.ModeNative

@@ -80,9 +80,15 @@ func TestRestrictedNamespaceRandomUID(t *testing.T) {
 // deleted at the end unless E2E_KEEP is set, and waits for its default service account.
 func newNamespace(t *testing.T, suffix string, labels map[string]string) string {
 	t.Helper()
+	return namedNamespace(t, fmt.Sprintf("%s-%s", ns, suffix), labels)
+}
+
+// namedNamespace is newNamespace with the whole name given: one outside the test
+// namespace's prefix, which the local values name for some settings (mounter.adcNamespaces).
+func namedNamespace(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := fmt.Sprintf("%s-%s", ns, suffix)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
@@ -156,7 +162,10 @@ func TestLegacyPreStopApp(t *testing.T) {
 	deleted, gone := deletePod(t, name, nil, 60*time.Second)
 	expectObject(t, bucket, "drained.bin", mib/2)
 	record(t, "legacy preStop app: delete -> pod gone", deleted, gone)
-	if took := gone.Sub(deleted); took > (grace+10)*time.Second {
-		t.Fatalf("pod took %s to go away (grace %d s + the kubelet's 2 s)", took, grace)
+	// The outcome, not a timing: the app's 60 s preStop hook did not hold the pod (the grace,
+	// 6 s, cut it). Half the hook's length leaves room for a loaded node (16.9 s once, with
+	// the storage suites beside), and still fails a pod that waited for the hook.
+	if took := gone.Sub(deleted); took > 30*time.Second {
+		t.Fatalf("pod took %s to go away: its 60 s preStop hook held it past the grace (%d s)", took, grace)
 	}
 }

@@ -117,6 +117,7 @@ func claimDir(pv string) string { return claimPrefix + "/" + pv + "/" }
 // is admitted before its volume exists and must get the sidecar), a generic ephemeral volume
 // (its claim is made after the pod), and the two reclaim policies. Each checks the bucket.
 func TestDynamicProvisioning(t *testing.T) {
+	parallel(t)
 	t.Run("job-wait-for-first-consumer", func(t *testing.T) {
 		t.Parallel()
 		bucket := newBucket(t)

@@ -21,6 +21,7 @@ import (
 // The app finishes its file on SIGTERM; the sidecar serves it to the end and the object is
 // complete.
 func TestStatefulSetScaleDown(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)
@@ -63,6 +64,7 @@ func TestStatefulSetScaleDown(t *testing.T) {
 // working after main has exited (it saves main's outputs). Both mount the bucket; the
 // sidecar serves until the last of them has exited, and both objects are complete.
 func TestArgoShapedPod(t *testing.T) {
+	parallel(t)
 	modes(t, func(t *testing.T, mode string) {
 		t.Parallel()
 		bucket := newBucket(t)

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
@@ -323,4 +327,171 @@ func TestSharedNodePluginRestart(t *testing.T) {
 		}
 	}
 
+}
+
+// A shared volume with no identity of its own would read with the mounter's Application
+// Default Credentials, not the pod's: in a namespace the chart's mounter.adcNamespaces does
+// not name (the local values name the tests' own), an inline one is denied at admission
+// (403, saying why and what to do), and one through a claim, which admission cannot judge
+// (its PersistentVolume may bring a Secret, or be bound later), fails its mount with the
+// node plugin's PermissionDenied in a FailedMount Event, the same words; nothing is written.
+func TestSharedADCRefused(t *testing.T) {
+	parallel(t)
+	other := namedNamespace(t, "gcsfuse-noadc-"+strings.TrimPrefix(ns, "gcsfuse-e2e-"), nil)
+	bucket := newBucket(t)
+	ctx := context.Background()
+	o := podOpts{restart: corev1.RestartPolicyNever, attrs: sharedAttrs, volumes: []volume{{name: "data", bucket: bucket, path: mountPath}},
+		args: []string{"write", "-dir", mountPath, "-name", "adc.bin", "-bytes", "1024"}}
+
+	inline := podObject(podName(t, "inline"), o)
+	inline.Namespace = other
+	_, err := cs.CoreV1().Pods(other).Create(ctx, inline, metav1.CreateOptions{})
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 403 {
+		t.Fatalf("inline shared ADC volume in %s: %v, want a 403 denial from the webhook", other, err)
+	}
+	for _, want := range []string{`namespace "` + other + `"`, "mounter.adcNamespaces", "nodePublishSecretRef", "workloadIdentityProvider"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the denial lacks %q: %v", want, err)
+		}
+	}
+
+	// Through a claim: admitted, then refused at mount.
+	claim := podName(t, "claim")
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + other}, Spec: corev1.PersistentVolumeSpec{
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		ClaimRef:                      &corev1.ObjectReference{Namespace: other, Name: claim},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: contract.DriverName, VolumeHandle: bucket, VolumeAttributes: sharedAttrs}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: other}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &empty, VolumeName: pv.Name,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(other).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	viaClaim := claimPodObject(podName(t, "viaclaim"), claim, podOpts{restart: o.restart, volumes: []volume{{name: "bucket", bucket: bucket, path: mountPath}}, args: o.args})
+	viaClaim.Namespace = other
+	if _, err := cs.CoreV1().Pods(other).Create(ctx, viaClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a pod of a shared claim in %s: %v, want it admitted (refused at mount)", other, err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		evs, err := cs.CoreV1().Events(other).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + viaClaim.Name})
+		found := ""
+		if err == nil {
+			for _, e := range evs.Items {
+				if e.Reason == "FailedMount" && strings.Contains(e.Message, "PermissionDenied") && strings.Contains(e.Message, `namespace "`+other+`"`) {
+					found = e.Message
+				}
+			}
+		}
+		if found != "" {
+			t.Logf("FailedMount: %s", found)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no FailedMount Event with PermissionDenied for pod %s/%s after 90 s: %v %+v", other, viaClaim.Name, err, evs)
+		}
+		time.Sleep(time.Second)
+	}
+	if p, err := cs.CoreV1().Pods(other).Get(ctx, viaClaim.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod %s/%s: %v %v, want Pending (its volume refused)", other, viaClaim.Name, p.Status.Phase, err)
+	}
+	if pids := bucketGcsfuse(bucket); len(pids) != 0 {
+		t.Errorf("gcsfuse %v serves the refused bucket", pids)
+	}
+}
+
+// The node's mounter replaced under a shared pod that writes, as an upgrade's last step does
+// (docs/upgrade.md) or a mistake would: a helm upgrade that changes the mounter's pod leaves
+// the running one alone (OnDelete); once it is deleted, the writing pod ends Failed with a
+// GcsfuseExited Event naming the mounter, never Succeeded with a short object and never
+// hung; a pod created meanwhile waits (its mount refused and retried) and succeeds on the
+// next mounter. Serial: it replaces the node's mounter.
+func TestSharedMounterReplaced(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
+	old := mounterPod(t)
+
+	// An upgrade that changes the mounter's pod does not replace it.
+	if helmBin == "" {
+		t.Log("the driver was not installed with Helm (DEPLOY_WITH=kustomize): the upgrade that leaves the mounter alone is not checked here")
+	} else {
+		out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", "gcsfuse-csi",
+			"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values",
+			"--set-string", "mounter.resources.requests.cpu="+strconv.Itoa(11+rand.IntN(80))+"m").CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm upgrade: %v\n%s", err, out)
+		}
+		time.Sleep(3 * time.Second) // a RollingUpdate would have deleted it by now
+		if now := mounterPod(t); now.UID != old.UID || now.DeletionTimestamp != nil {
+			t.Fatalf("helm upgrade replaced the mounter (%s -> %s): it must wait for its pod's deletion", old.Name, now.Name)
+		}
+	}
+
+	writer := podName(t, "writer")
+	createPod(t, writer, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
+		args: []string{"write", "-dir", mountPath, "-name", "writer.bin", "-bytes", strconv.Itoa(4 * mib), "-chunk-delay", "200ms", "-marker", "writer.started"}})
+	waitMarker(t, bucket, "writer.started", 90*time.Second)
+	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(3))}); err != nil {
+		t.Fatal(err)
+	}
+	later := podName(t, "later")
+	createPod(t, later, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
+		args: []string{"write", "-dir", mountPath, "-name", "later.bin", "-bytes", "4096"}})
+
+	p := waitPod(t, writer, 2*time.Minute, "terminal", terminal)
+	if p.Status.Phase != corev1.PodFailed {
+		t.Fatalf("the writer whose mounter was replaced mid-write: %s, want Failed\n%s\n%s", p.Status.Phase, logs(writer, appContainer), podEvents(writer))
+	}
+	waitEvent(t, writer, 30*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseExited+"$"), "volume data", bucket, contract.SharedMounterContainerName)
+	if o, ok := objects(t, bucket)["writer.bin"]; ok && o.Size == strconv.Itoa(4*mib) {
+		t.Fatalf("writer.bin is whole (%s bytes) though its pod failed", o.Size)
+	}
+	waitNewMounter(t, old.Name)
+	lp := waitPod(t, later, 3*time.Minute, "terminal", terminal)
+	if lp.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("the pod created while the mounter stopped: %s, want Succeeded on the next mounter\n%s", lp.Status.Phase, podEvents(later))
+	}
+	expectObject(t, bucket, "later.bin", 4096)
+}
+
+// mounterPod is the node's shared mounter pod (the local cluster has one node).
+func mounterPod(t *testing.T) corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-mounter"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("mounter pods: %v %v", pods, err)
+	}
+	return pods.Items[0]
+}
+
+// waitNewMounter waits until a mounter pod other than old is ready.
+func waitNewMounter(t *testing.T, old string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(context.Background(), metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-mounter"})
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old &&
+			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new mounter ready after %s", 90*time.Second)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }

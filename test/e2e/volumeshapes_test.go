@@ -217,6 +217,7 @@ func badClaim(t *testing.T, base, handle string, attrs map[string]string) string
 // names the option or the bucket, and the app never starts (no empty directory to write
 // into).
 func TestBadVolumeRefused(t *testing.T) {
+	parallel(t)
 	for _, c := range []struct {
 		name, bucket, options string
 		want                  []string

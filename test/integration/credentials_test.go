@@ -123,6 +123,12 @@ func newAuthEnv(t *testing.T, lifetime time.Duration, buckets ...string) *authEn
 // started).
 func newAuthEnvWith(t *testing.T, lifetime time.Duration, shared bool, buckets ...string) *authEnv {
 	t.Helper()
+	return newAuthEnvOpts(t, lifetime, func(o *testenv.Options) { o.Shared = shared }, buckets...)
+}
+
+// newAuthEnvOpts is newAuthEnv with the env's options changed by opts.
+func newAuthEnvOpts(t *testing.T, lifetime time.Duration, opts func(*testenv.Options), buckets ...string) *authEnv {
+	t.Helper()
 	a := &authEnv{rev: &fakeReviewer{users: map[string]string{}, reviews: map[string]int{}}, events: &events{}, nodeLog: &syncbuf.Buffer{Echo: echo(t)}}
 	var err error
 	a.emu, err = emulator.StartWith(emulator.Options{Host: "127.0.0.1", Buckets: buckets,
@@ -136,10 +142,12 @@ func newAuthEnvWith(t *testing.T, lifetime time.Duration, shared bool, buckets .
 		t.Fatal(err)
 	}
 	t.Cleanup(a.emu.Stop)
-	a.Env, err = testenv.New(testenv.Options{Emulator: a.emu, SidecarBin: sidecarBin, Events: a.events,
-		Log:         slog.New(slog.NewTextHandler(a.nodeLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Credentials: credentials.Config{TokenURL: a.layer.STSURL(), IAMCredentialsURL: a.emu.URL, KeyTokenURIs: []string{a.layer.TokenURL()}},
-		Shared:      shared, SharedLinger: time.Minute})
+	o := testenv.Options{Emulator: a.emu, SidecarBin: sidecarBin, Events: a.events,
+		Log:          slog.New(slog.NewTextHandler(a.nodeLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Credentials:  credentials.Config{TokenURL: a.layer.STSURL(), IAMCredentialsURL: a.emu.URL, KeyTokenURIs: []string{a.layer.TokenURL()}},
+		SharedLinger: time.Minute}
+	opts(&o)
+	a.Env, err = testenv.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,3 +148,15 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func fakestorageObject(bucket, name, content string) fakestorage.Object {
 	return fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: bucket, Name: name}, Content: []byte(content)}
 }
+
+// waitFor polls cond every 20 ms until it holds, failing t after d, naming what.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
@@ -613,3 +615,246 @@ func TestSharedRepublishAnotherAccountRefused(t *testing.T) {
 	}
 	requireObjectIn(t, a.emu, "bucket-swap", "still-first", data)
 }
+
+// A shared volume with no identity of its own reads as the pod, not as the mounter: with the
+// node plugin's shared provider (the chart's mounter.identityProvider) the pod's own token
+// is exchanged, and the bucket, which only the pod's account may write, takes the pod's
+// write; without it, in a namespace the cluster admin did not name, the publish is refused
+// with PermissionDenied before anything is mounted, started or written.
+func TestSharedIdentityIsThePods(t *testing.T) {
+	a := newAuthEnvOpts(t, time.Hour, func(o *testenv.Options) {
+		o.Shared = true
+		o.SharedADC = credentials.SharedADC{"batch"}
+		o.Credentials.SharedProvider = wifProvider
+	}, "bucket-own")
+	a.layer.SetPolicy("bucket-own", &emulatorauth.Policy{Writers: []string{appIdentity}})
+	if _, err := a.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	plain := func(pod *testenv.Pod, tok string) *csi.NodePublishVolumeRequest {
+		req := federated(pod, "bucket-own", tok)
+		delete(req.VolumeContext, contract.AttrWorkloadIdentityProvider) // nothing of its own
+		req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+		return req
+	}
+	tok := ksaToken("own")
+	a.rev.add(tok, appIdentity)
+	pod, err := a.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.PublishReq(ctx(t), plain(pod, tok)); err != nil {
+		t.Fatalf("shared volume with the shared provider: %v", err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(pod.Target("data"), "mine"), randomBytes(t, 1024)); err != nil {
+		t.Fatalf("the pod's write as its own account: %v", err)
+	}
+	if a.rev.count(tok) == 0 {
+		t.Fatal("the pod's token was never exchanged: the mount read as someone else")
+	}
+
+	// The same volume on a node plugin without a shared provider: the mounter's ADC, refused.
+	b := newAuthEnvOpts(t, time.Hour, func(o *testenv.Options) {
+		o.Shared = true
+		o.SharedADC = credentials.SharedADC{"batch"}
+	}, "bucket-adc")
+	if _, err := b.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	pod2, err := b.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod2.PublishRequest("data", "bucket-adc", "", false)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	err = pod2.PublishReq(ctx(t), req)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `namespace "default"`) {
+		t.Fatalf("shared ADC outside the allowed namespaces: %v, want PermissionDenied naming the namespace", err)
+	}
+	if m, _ := fusemount.Lookup(pod2.Target("data")); m != nil {
+		t.Fatal("the refused publish mounted the target")
+	}
+	if pids := sharedGcsfuse(b.Env); len(pids) != 0 {
+		t.Fatalf("the refused publish started gcsfuse: %v", pids)
+	}
+	if mnts, _ := os.ReadDir(filepath.Join(filepath.Dir(b.MounterDir()), "mnt")); len(mnts) != 0 {
+		t.Fatalf("the refused publish left %d entries under mnt/", len(mnts))
+	}
+}
+
+// The node's mounter told to stop (its pod deleted or replaced) while a pod writes: new shared
+// publishes are refused at once with Unavailable, saying the mounter is stopping; the pod
+// that holds a mount keeps it for the mounter's grace, and at its end is told, with an
+// Event naming the mounter's stop, and its mount fails instead of hanging or going silent.
+// The next mounter takes the refused volume's retry.
+func TestSharedMounterStopping(t *testing.T) {
+	for _, b := range []string{"bkt-stop-held", "bkt-stop-new"} {
+		emu.CreateBucketWithOpts(fakestorageBucket(b))
+	}
+	evs := &events{}
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute,
+		Events: evs, SharedOfferWait: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	const grace = 4
+	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: grace, Echo: echo(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, target := sharedPod(t, e, "bkt-stop-held", "app")
+	if err := writeFile(filepath.Join(target, "before"), randomBytes(t, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopping := filepath.Join(e.MounterDir(), podfiles.MounterStoppingFile)
+	waitFor(t, 5*time.Second, "the mounter's stopping record", func() bool { _, err := os.Stat(stopping); return err == nil })
+
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", "bkt-stop-new", "", false)
+	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	start := time.Now()
+	err = pod.PublishReq(ctx(t), req)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "is stopping") {
+		t.Fatalf("a shared publish while the mounter stops: %v, want Unavailable saying it is stopping", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the refusal took %s, want it at once (not the offer wait)", d)
+	}
+	// The held mount serves through the grace.
+	if err := writeFile(filepath.Join(target, "during"), randomBytes(t, 1024)); err != nil {
+		t.Fatalf("a write through the held mount during the mounter's grace: %v", err)
+	}
+	ev := evs.wait(t, contract.EventGcsfuseExited, (grace+10)*time.Second)
+	if !strings.Contains(ev, "stopped while pods still used the mount") || !strings.Contains(ev, contract.SharedMounterContainerName) {
+		t.Errorf("the held pod's Event: %s; want it to name the mounter's stop", ev)
+	}
+	if _, err := m.Wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(target); err == nil {
+		t.Fatal("the held mount still answers after its mounter ended")
+	}
+	_ = held.Unpublish(ctx(t), "data")
+
+	if _, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the next mounter removes the stopping record", func() bool { _, err := os.Stat(stopping); return os.IsNotExist(err) })
+	if err := pod.PublishReq(ctx(t), req); err != nil {
+		t.Fatalf("the retry on the next mounter: %v", err)
+	}
+	if _, err := testenv.WaitReady(pod.Target("data"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A mounter killed outright (SIGKILL: its container OOM-killed, its pod force-deleted)
+// reports nothing; the node plugin still tells each pod of its mounts, from the end of the
+// mount's status stream, and the next pod of the key gets a new mount.
+func TestSharedMounterKilled(t *testing.T) {
+	emu.CreateBucketWithOpts(fakestorageBucket("bkt-mounter-killed"))
+	evs := &events{}
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute, Events: evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := sharedPod(t, e, "bkt-mounter-killed", "app")
+	if err := m.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ev := evs.wait(t, contract.EventGcsfuseExited, 10*time.Second)
+	if !strings.Contains(ev, "ended without reporting it") {
+		t.Errorf("the held pod's Event: %s; want it to say the mounter ended without a word", ev)
+	}
+	_ = held.Unpublish(ctx(t), "data")
+	if _, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, target := sharedPod(t, e, "bkt-mounter-killed", "app"); target == "" {
+		t.Fatal("no mount for the next pod of the key")
+	}
+}
+
+// One sharing key's gcsfuse driven past its memory limit (the mounter's
+// --gcsfuse-memory-limit, the chart's mounter.memoryPerKey) ends alone, its pods told why;
+// another key's gcsfuse in the same mounter keeps reading and writing, and the mounter runs
+// on. Without the limit both share the container's, and past that the kernel takes the
+// mounter and every key with it.
+func TestSharedKeyMemoryLimit(t *testing.T) {
+	for _, b := range []string{"bkt-mem-heavy", "bkt-mem-calm"} {
+		emu.CreateBucketWithOpts(fakestorageBucket(b))
+	}
+	evs := &events{}
+	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute, Events: evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t), Args: []string{"--gcsfuse-memory-limit=" + sharedKeyMemoryLimit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, heavy := sharedPod(t, e, "bkt-mem-heavy", "app")
+	_, calm := sharedPod(t, e, "bkt-mem-calm", "app")
+	if err := writeFile(filepath.Join(calm, "before"), randomBytes(t, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	// Many files written at once: gcsfuse buffers each one's blocks in memory (streaming
+	// writes) until it uploads them.
+	const files, size = 12, 48 << 20
+	chunk := randomBytes(t, 1<<20)
+	var wg sync.WaitGroup
+	for i := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Create(filepath.Join(heavy, fmt.Sprintf("big-%d", i)))
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			for written := 0; written < size; written += len(chunk) {
+				if _, err := f.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ev := evs.wait(t, contract.EventGcsfuseExited, 30*time.Second)
+	if !strings.Contains(ev, "bkt-mem-heavy") || !strings.Contains(ev, "memory limit") {
+		t.Fatalf("the heavy key's Event: %s; want it to name the bucket and the memory limit", ev)
+	}
+	// The other key serves on, in the same mounter.
+	data := randomBytes(t, 1<<20)
+	if err := writeFile(filepath.Join(calm, "after"), data); err != nil {
+		t.Fatalf("the calm key's write after the heavy key's end: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(calm, "before")); err != nil || len(got) != 4096 {
+		t.Fatalf("the calm key's read after the heavy key's end: %d bytes, %v", len(got), err)
+	}
+	select {
+	case <-m.Done():
+		t.Fatal("the mounter ended with the heavy key")
+	default:
+	}
+}
+
+// sharedKeyMemoryLimit is TestSharedKeyMemoryLimit's per-key limit: gcsfuse starts and serves
+// under it (~88 MiB of data at rest), and twelve files written at once pass it.
+const sharedKeyMemoryLimit = "256Mi"

@@ -119,6 +119,10 @@ type Options struct {
 	// SharedOfferWait is the node plugin's wait for the mounter to take a shared mount (0:
 	// its default).
 	SharedOfferWait time.Duration
+	// SharedADC are the namespaces whose shared volumes may read with the mounter's
+	// Application Default Credentials (the emulator's anonymous access here); nil: "default",
+	// the namespace of every pod of the env, so that a test of something else is not refused.
+	SharedADC credentials.SharedADC
 }
 
 // New starts the emulator (unless shared), the node plugin and prepares a kubelet root.
@@ -170,6 +174,10 @@ func New(o Options) (*Env, error) {
 			}
 		}
 	}
+	adc := o.SharedADC
+	if adc == nil {
+		adc = credentials.SharedADC{"default"}
+	}
 	ns, err := csidriver.NewNodeServer(csidriver.Config{
 		NodeID: "test-node", KubeletRoot: root, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		GCSEndpoint: e.Emulator.Endpoint, Credentials: o.Credentials, Metrics: o.NodeMetrics, Proxy: o.Proxy, CABundle: o.CABundle,
@@ -177,6 +185,7 @@ func New(o Options) (*Env, error) {
 		// contract.TmpMountPath.
 		SidecarTmpPath: func(podUID string) string { return e.podTmpDir(podUID) },
 		SharedDir:      e.sharedDir(o.Shared), SharedLinger: o.SharedLinger, SharedOfferWait: o.SharedOfferWait, MounterTmpPath: filepath.Join(e.sharedDir(o.Shared), "mounter"),
+		SharedADC: adc,
 	}, o.Events, o.Log)
 	if err != nil {
 		return fail(err)

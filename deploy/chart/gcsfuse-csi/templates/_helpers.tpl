@@ -39,3 +39,19 @@ namespaceSelector:
       operator: NotIn
       values: ["kube-system", {{ .Release.Namespace | quote }}]
 {{- end }}
+
+{{/*
+gcsfuse-csi.sharedFederated: "true" when the node plugin federates every shared volume
+without an identity of its own (mounter.identityProvider, or a node-wide --wif-provider
+among node.extraArgs), so that the webhook refuses none for the mounter's Application
+Default Credentials; "" otherwise.
+*/}}
+{{- define "gcsfuse-csi.sharedFederated" -}}
+{{- $federated := ne (.Values.mounter.identityProvider | default "") "" -}}
+{{- range .Values.node.extraArgs -}}
+{{- if and (hasPrefix "--wif-provider=" .) (ne . "--wif-provider=") -}}
+{{- $federated = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $federated -}}true{{- end -}}
+{{- end -}}
