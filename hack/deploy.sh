@@ -140,12 +140,15 @@ fi
 # procedure a fleet follows once the node is drained (delete it, the DaemonSet makes the
 # new one), then its pods are waited for until every node's is ready.
 if kctl -n "$ns" get daemonset gcsfuse-csi-mounter >/dev/null 2>&1; then
-  gen=$(kctl -n "$ns" get daemonset gcsfuse-csi-mounter -o jsonpath='{.metadata.generation}')
+  # The template's generation, which each pod carries as its pod-template-generation label
+  # (metadata.generation also counts changes outside the template).
+  gen=$(kctl -n "$ns" get daemonset gcsfuse-csi-mounter -o jsonpath='{.metadata.annotations.deprecated\.daemonset\.template\.generation}')
   old=$(kctl -n "$ns" get pods -l app=gcsfuse-csi-mounter -o jsonpath="{range .items[?(@.metadata.labels.pod-template-generation!='$gen')]}{.metadata.name}{' '}{end}")
-  if [ -n "$old" ]; then
-    step "the shared mounter's pods of an older template, replaced: $old"
+  if [ -n "$gen" ] && [ -n "$old" ]; then
+    step "the shared mounter's pods of an older template (generation $gen is current), replaced: $old"
+    # Its grace (mounter.terminationGracePeriodSeconds, 300 s) if shared mounts are in use.
     # shellcheck disable=SC2086
-    kctl -n "$ns" delete pod $old --wait=true --timeout=120s
+    kctl -n "$ns" delete pod $old --wait=true --timeout=360s
   fi
   mounter_ready() {
     local st

@@ -52,6 +52,7 @@ finish() {
   local rc=$?
   background_stop "$prebuild_pid"
   background_stop "$previous_pid"
+  background_stop "$tests_pid"
   background_stop "$beside_pid"
   if [ "${E2E_KEEP_CLUSTER:-}" = 1 ]; then
     echo "E2E_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
@@ -63,6 +64,9 @@ finish() {
 }
 prebuild_pid=
 previous_pid=
+# The tests and the storage suites beside them (tests_with_storage_beside): process groups of
+# their own (set -m), which finish stops with everything under them.
+tests_pid=
 beside_pid=
 trap finish EXIT
 
@@ -152,8 +156,10 @@ tests_with_storage_beside() {
   local started=$CLUSTER_DIR/parallel-started rc=0 prc=0 t0
   rm -f "$started"
   t0=$(date +%s)
+  set -m
   E2E_PARALLEL_STARTED=$started run_tests &
-  local tests_pid=$!
+  tests_pid=$!
+  set +m
   # Bounded by the tests' own end (go test -timeout).
   while [ ! -e "$started" ] && kill -0 "$tests_pid" 2>/dev/null; do sleep 1; done
   if [ -n "$prebuild_pid" ]; then
@@ -161,10 +167,13 @@ tests_with_storage_beside() {
   fi
   if [ "$prc" = 0 ]; then
     step "the storage suites beside the parallel tests from $(( $(date +%s) - t0 )) s into the tests ($([ -e "$started" ] && echo "the serial tests are over" || echo "no parallel test ran")): hack/conformance.sh CONFORMANCE_PART=beside, log $CLUSTER_DIR/conformance-beside.log"
+    set -m
     CONFORMANCE_PART=beside "$hack/conformance.sh" >"$CLUSTER_DIR/conformance-beside.log" 2>&1 &
     beside_pid=$!
+    set +m
   fi
   wait "$tests_pid" || rc=$?
+  tests_pid=
   [ "$rc" = 0 ] && rc=$prc
   return "$rc"
 }
@@ -177,6 +186,17 @@ conformance_after_tests() {
   beside_pid=
   cat "$CLUSTER_DIR/conformance-beside.log"
   [ "$rc" = 0 ] || { echo "hack/conformance.sh CONFORMANCE_PART=beside failed (rc=$rc)" >&2; return "$rc"; }
+  # E2E_DISRUPTIVE_AFTER=FILE: hack/test.sh's go test -race, beside this run, writes FILE when
+  # it ends; its real mounts and gcsfuse processes must not run while the disruptive tests
+  # stop the kubelet and read the node's mounts. Bounded by go test's own -timeout (20 min).
+  if [ -n "${E2E_DISRUPTIVE_AFTER:-}" ] && [ ! -e "$E2E_DISRUPTIVE_AFTER" ]; then
+    step "waiting for $E2E_DISRUPTIVE_AFTER (go test -race beside this run) before the disruptive tests"
+    local deadline=$(( $(date +%s) + 1260 ))
+    while [ ! -e "$E2E_DISRUPTIVE_AFTER" ]; do
+      (( $(date +%s) < deadline )) || { echo "$E2E_DISRUPTIVE_AFTER not written after 21 min" >&2; return 1; }
+      sleep 1
+    done
+  fi
   CONFORMANCE_PART=disruptive "$hack/conformance.sh"
 }
 

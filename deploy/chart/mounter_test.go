@@ -95,7 +95,7 @@ func TestMounter(t *testing.T) {
 		wantArg(t, c, "--grace-seconds=300")
 	})
 	t.Run("resources", func(t *testing.T) {
-		wantResources(t, c, "10m", "64Mi", "1Gi")
+		wantResources(t, c, "10m", "64Mi", "2Gi")
 	})
 	t.Run("the node plugin's priority class and tolerations", func(t *testing.T) {
 		if got, want := spec.PriorityClassName, node.Spec.Template.Spec.PriorityClassName; got != want || got != "system-node-critical" {

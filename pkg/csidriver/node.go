@@ -132,6 +132,9 @@ type NodeServer struct {
 	// sharedStarting is when the mounter took each shared mount whose gcsfuse has not
 	// reported yet, by mount, under mu (sharedOps.Alive).
 	sharedStarting map[string]time.Time
+	// recovered watches the shared mounts found at start-up, which have no status stream
+	// (sharedwatch.go); nil when there are none. Under mu.
+	recovered *recoveredWatch
 }
 
 // sharedPlan is a shared target's mount and latest credentials.
@@ -352,9 +355,6 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 		}
 		return nil, status.Error(code, err.Error())
 	}
-	if ns := attrs[contract.CtxPodNamespace]; opts.Shared && plan.Kind == credentials.KindADC && !s.cfg.SharedADC.Allows(ns) {
-		return nil, status.Error(codes.PermissionDenied, credentials.SharedADCRefusal(target.VolumeName, ns))
-	}
 	r := &request{
 		target: target,
 		pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
@@ -379,6 +379,29 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	// release takes every volume it can (docs/upgrade.md).
 	r.volume.Version = r.volume.NeededVersion()
 	return r, nil
+}
+
+// checkSharedADC refuses a new shared publish that would read with the mounter's
+// Application Default Credentials for a pod outside Config.SharedADC (PermissionDenied,
+// credentials.SharedADCRefusal). Only a new one: a republish of a target already mounted
+// (every minute with requiresRepublish) keeps what its first publish was allowed, so that
+// narrowing the namespaces never turns a running pod's republishes into a Warning a minute.
+// The namespace is the kubelet's (podInfoOnMount), checked against the pod watcher's where it
+// knows the pod, since an inline volume's attributes could carry another.
+func (s *NodeServer) checkSharedADC(r *request) error {
+	if !r.opts.Shared || r.creds.Kind != credentials.KindADC {
+		return nil
+	}
+	ns := r.pod.Namespace
+	if s.cfg.Pods != nil {
+		if p, ok := s.cfg.Pods(r.pod.UID); ok && p.Namespace != ns {
+			return status.Errorf(codes.PermissionDenied, "volume %s: the volume context names namespace %q, the pod %s is in %q", r.target.VolumeName, ns, r.pod.UID, p.Namespace)
+		}
+	}
+	if !s.cfg.SharedADC.Allows(ns) {
+		return status.Error(codes.PermissionDenied, credentials.SharedADCRefusal(r.target.VolumeName, ns))
+	}
+	return nil
 }
 
 // NodePublishVolume mounts the target with a fresh FUSE connection and offers it to the
@@ -409,6 +432,10 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	if r.opts.Shared && s.shared == nil {
 		return nil, sharedRefusal(r.target.VolumeName)
+	}
+	if err := s.checkSharedADC(r); err != nil {
+		log.Warn("refusing the mount", "err", err)
+		return nil, err
 	}
 
 	pod, err := s.checkSidecar(ctx, r.pod, !r.opts.Shared)
@@ -781,6 +808,13 @@ func (s *NodeServer) sharedNameOf(target string) string {
 // Close stops the shared mounts' timers; the mounts keep serving (a restarted node plugin
 // finds them, RecoverShared).
 func (s *NodeServer) Close() {
+	s.mu.Lock()
+	w := s.recovered
+	s.recovered = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
 	if s.shared != nil {
 		s.shared.Close()
 	}

@@ -12,6 +12,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
@@ -327,7 +330,8 @@ func TestSameVolumeIgnoresOwnership(t *testing.T) {
 // A shared volume that would read with Application Default Credentials, which are the
 // mounter's, is refused with PermissionDenied outside the namespaces a cluster admin named,
 // before anything is mounted; inside them, with a key, with the volume's own provider or
-// with the shared provider, it goes on; a sidecar volume is never concerned.
+// with the shared provider, it goes on; a sidecar volume is never concerned. A namespace in
+// the volume context that is not the pod's (as the pod watcher knows it) is refused too.
 func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 	const provider = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"
 	token := `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
@@ -344,35 +348,53 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 			t.Fatal(err)
 		}
 		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, SharedADC: a,
-			Credentials: credentials.Config{SharedProvider: sharedProvider}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			Credentials: credentials.Config{SharedProvider: sharedProvider},
+			Pods: func(uid string) (*corev1.Pod, bool) {
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, uid == "uid-2"
+			}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	// validatePublish, then the check a new publish makes (NodePublishVolume).
+	publish := func(s *NodeServer, req *csi.NodePublishVolumeRequest) (*request, error) {
+		r, err := s.validatePublish(req)
+		if err == nil {
+			err = s.checkSharedADC(r)
+		}
+		return r, err
 	}
 	s := server("batch,team-*", "")
-	_, err := s.validatePublish(req("default", nil))
+	_, err := publish(s, req("default", nil))
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `namespace "default"`) || !strings.Contains(err.Error(), "mounter.adcNamespaces") {
 		t.Errorf("shared ADC in default: %v; want PermissionDenied naming the namespace and the chart value", err)
 	}
-	for _, ns := range []string{"batch", "team-a"} {
-		if r, err := s.validatePublish(req(ns, nil)); err != nil || r.creds.Kind != credentials.KindADC {
-			t.Errorf("shared ADC in %s, allowed: %v", ns, err)
-		}
+	if _, err := s.validatePublish(req("default", nil)); err != nil {
+		t.Errorf("validatePublish, which a republish runs too, refused: %v (a running pod's republish must not be)", err)
 	}
-	if _, err := s.validatePublish(req("", nil)); status.Code(err) != codes.PermissionDenied {
+	if r, err := publish(s, req("team-a", nil)); err != nil || r.creds.Kind != credentials.KindADC {
+		t.Errorf("shared ADC in team-a, allowed: %v", err)
+	}
+	forged := req("batch", nil) // uid-2 is in team-a as the pod watcher knows it
+	forged.TargetPath = podfiles.CSITargetPath(root, "uid-2", "data")
+	forged.VolumeContext[contract.CtxPodUID] = "uid-2"
+	if _, err := publish(s, forged); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"team-a"`) {
+		t.Errorf("a volume context naming another namespace than the pod's: %v; want PermissionDenied", err)
+	}
+	if _, err := publish(s, req("", nil)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("shared ADC without the pod's namespace (no podInfoOnMount): %v; want PermissionDenied", err)
 	}
-	if r, err := s.validatePublish(req("default", map[string]string{contract.AttrWorkloadIdentityProvider: provider})); err != nil || r.creds.Kind != credentials.KindFederation {
+	if r, err := publish(s, req("default", map[string]string{contract.AttrWorkloadIdentityProvider: provider})); err != nil || r.creds.Kind != credentials.KindFederation {
 		t.Errorf("shared with the volume's provider: %v", err)
 	}
 	sidecar := req("default", nil)
 	delete(sidecar.VolumeContext, contract.AttrMountMode)
-	if r, err := s.validatePublish(sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+	if r, err := publish(s, sidecar); err != nil || r.creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume with ADC: %v", err)
 	}
 	// The shared provider: every shared volume without an identity of its own is the pod's.
 	s = server("", provider)
-	if r, err := s.validatePublish(req("default", nil)); err != nil || r.creds.Kind != credentials.KindFederation || !strings.Contains(r.creds.Identity, "through "+provider) {
+	if r, err := publish(s, req("default", nil)); err != nil || r.creds.Kind != credentials.KindFederation || !strings.Contains(r.creds.Identity, "through "+provider) {
 		t.Errorf("shared volume, shared provider: %+v, %v; want the pod's token exchanged through %s", r, err, provider)
 	}
-	if r, err := s.validatePublish(sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+	if r, err := publish(s, sidecar); err != nil || r.creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume, shared provider only: %v; want ADC (the pod's own, in its sidecar)", err)
 	}
 }

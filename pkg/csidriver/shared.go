@@ -136,6 +136,9 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 		if err := ctx.Err(); err != nil { // waited for the key's lock past the kubelet's deadline
 			return status.FromContextError(err).Err()
 		}
+		if err := s.mounterNotStopping(r); err != nil { // it began to stop while we waited
+			return err
+		}
 		if err := s.useSharedKey(r, mount, attrs, secrets); err != nil {
 			return err
 		}
@@ -231,6 +234,10 @@ func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logg
 	return nil
 }
 
+// staleStoppingAfter is how long past its deadline a mounter's stopping record still
+// counts: by then that mounter has been killed, and a replacement removes the record at start.
+const staleStoppingAfter = 30 * time.Second
+
 // mounterNotStopping refuses a shared publish while the node's mounter is stopping (its pod
 // deleted or replaced: podfiles.MounterStoppingFile) with Unavailable, which the kubelet
 // retries: a new pod bound now, to a new mount or to a live one, would lose its gcsfuse at
@@ -247,7 +254,10 @@ func (s *NodeServer) mounterNotStopping(r *request) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "volume %s: %v", r.target.VolumeName, err)
 	}
-	if !stopping {
+	if !stopping || (!until.IsZero() && time.Since(until) > staleStoppingAfter) {
+		// Past its deadline and more, the record is a dead mounter's (one that never got to
+		// remove it, or a replacement that cannot start): the offer's wait then says whether
+		// a mounter runs, which is the question.
 		return nil
 	}
 	when := ""
@@ -309,7 +319,9 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken ch
 		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN.
 		OnStatusEnd: func() {
 			if !reported {
-				s.onSharedStatus(name, vol, &handoff.Status{State: handoff.StateExited, Message: mounterGone}, log)
+				st := &handoff.Status{State: handoff.StateExited, Message: mounterGone}
+				s.cfg.Metrics.status(st, publishedAt)
+				s.onSharedStatus(name, vol, st, log)
 			}
 		},
 		Log: log.With("mount", name),
@@ -563,7 +575,11 @@ func (s *NodeServer) RecoverShared() (int, error) {
 		return 0, err
 	}
 	live := map[string]bool{}
-	defer func() { s.removeSharedOrphans(live) }()
+	watch := map[string]handoff.Volume{}
+	defer func() {
+		s.removeSharedOrphans(live)
+		s.watchRecovered(watch)
+	}()
 	n := 0
 	for _, mnt := range mounts {
 		name := filepath.Base(mnt)
@@ -588,6 +604,7 @@ func (s *NodeServer) RecoverShared() (int, error) {
 		}
 		s.shared.Restore(name, users)
 		live[name] = true
+		watch[name] = handoff.Volume{VolumeName: name, Bucket: info.Source}
 		s.log.Info("shared mount found at start-up", "mount", name, "targets", len(users))
 		n++
 	}

@@ -3,13 +3,17 @@ package csidriver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -188,5 +192,70 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	}
 	if _, ok := s.sharedPlans["/t/leaving"]; ok {
 		t.Fatal("the leaving target's plan stayed")
+	}
+}
+
+// A mount found at start-up has no status stream; once its connection is found dead (its
+// gcsfuse or the whole mounter ended after the node plugin restarted: the mounter answering
+// in gcsfuse's place, EIO, or the connection aborted, ENOTCONN) its pods are told, naming the
+// bucket, and it is no longer watched. A live mount, and one that does not answer (slow is
+// not dead), are left alone.
+func TestRecoveredMountsWatched(t *testing.T) {
+	needs.RootAndFUSE(t)
+	rec := &recordedEvents{}
+	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), events: rec,
+		sharedEnded: map[string]*handoff.Status{}, sharedStarting: map[string]time.Time{}, sharedPlans: map[string]sharedPlan{}}
+	table, err := sharedmount.New(sharedOps{s}, time.Hour, s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.shared = table
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	live, answered, silent := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2), sharedmount.MountName(key, 3)
+	if err := os.MkdirAll(s.sharedMountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
+		t.Fatal(err)
+	}
+	f := mountUnserved(t, s, answered)
+	eio, err := fuseerr.Pollable(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = fuseerr.Serve(eio, 2*time.Second, nil) }() // the mounter answering a dead gcsfuse
+	t.Cleanup(func() { eio.Close() })
+	hung := mountUnserved(t, s, silent)
+	t.Cleanup(func() { hung.Close() })
+	w := &recoveredWatch{s: s, mounts: map[string]handoff.Volume{}, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for i, name := range []string{live, answered, silent} {
+		uid := fmt.Sprintf("uid-%d", i)
+		table.Restore(name, []sharedmount.User{{Target: "/t/" + uid, PodNamespace: "ns", PodName: "p" + uid, PodUID: uid, Volume: "data"}})
+		w.mounts[name] = handoff.Volume{VolumeName: name, Bucket: "b"}
+	}
+	told := func() []string {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var uids []string
+		for _, e := range rec.events {
+			if e.reason != contract.EventGcsfuseExited || !strings.Contains(e.msg, "bucket b") || !strings.Contains(e.msg, "node plugin restarted") {
+				t.Errorf("event %+v, want GcsfuseExited naming the bucket and the restart", e)
+			}
+			uids = append(uids, e.pod.UID)
+		}
+		return uids
+	}
+	if n := w.round(); n != 2 || !slices.Equal(told(), []string{"uid-1"}) {
+		t.Fatalf("first round: %d watched, told %v; want the answered mount's pod told, the live and the silent ones watched", n, told())
+	}
+	hung.Close() // the last descriptor: the kernel aborts the connection, as when the mounter dies
+	deadline := time.Now().Add(5 * time.Second)
+	for w.round() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the aborted mount still watched; told %v", told())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := told(); !slices.Equal(got, []string{"uid-1", "uid-2"}) {
+		t.Fatalf("told %v, want uid-1 then uid-2 (the live mount's pod never)", got)
 	}
 }

@@ -90,7 +90,7 @@ func TakeOver(fuse *os.File) error {
 // ServeEIO answers a connection after TakeOver, as Serve does after INIT, until the
 // connection ends (its last mount is gone) or fuse is closed.
 func ServeEIO(fuse *os.File) error {
-	return serve(fuse, false, nil)
+	return serve(fileWire(fuse), false, nil)
 }
 
 // Serve answers requests on fuse (from Pollable) until the connection ends (unmount) or the
@@ -101,14 +101,35 @@ func Serve(fuse *os.File, initWait time.Duration, onInit func()) error {
 	if err := fuse.SetReadDeadline(time.Now().Add(initWait)); err != nil {
 		return fmt.Errorf("FUSE descriptor is not pollable: %w", err)
 	}
-	return serve(fuse, true, onInit)
+	return serve(fileWire(fuse), true, onInit)
 }
 
-// serve is Serve's loop; first says whether the connection's INIT is still to come.
-func serve(fuse *os.File, first bool, onInit func()) error {
+// wire is what serve needs of a FUSE connection: a request per read, a reply per write, and
+// the end of Serve's wait for INIT. A seam for tests, which cannot make the kernel interrupt
+// a request between serve's read and its reply.
+type wire struct {
+	read          func([]byte) (int, error)
+	write         func([]byte) (int, error)
+	clearDeadline func()
+}
+
+// fileWire is the wire of a FUSE descriptor from Pollable.
+func fileWire(fuse *os.File) wire {
+	return wire{
+		read:          func(b []byte) (int, error) { return read(fuse, b) },
+		write:         fuse.Write,
+		clearDeadline: func() { _ = fuse.SetReadDeadline(time.Time{}) },
+	}
+}
+
+// serve is Serve's loop; first says whether the connection's INIT is still to come. A reply
+// the kernel refuses with ENOENT is to a request interrupted meanwhile (its caller got
+// EINTR): the loop goes on, or every later access to the mount would wait for an answer that
+// never comes.
+func serve(fuse wire, first bool, onInit func()) error {
 	buf := make([]byte, bufferSize)
 	for {
-		n, err := read(fuse, buf)
+		n, err := fuse.read(buf)
 		if err != nil {
 			if first && errors.Is(err, os.ErrDeadlineExceeded) {
 				return ErrInitTaken
@@ -132,7 +153,7 @@ func serve(fuse *os.File, first bool, onInit func()) error {
 				return ErrInitTaken
 			}
 			first = false
-			_ = fuse.SetReadDeadline(time.Time{})
+			fuse.clearDeadline()
 		}
 		var reply []byte
 		switch opcode {
@@ -151,7 +172,7 @@ func serve(fuse *os.File, first bool, onInit func()) error {
 		default:
 			reply = errReply(unique, unix.EIO)
 		}
-		if _, err := fuse.Write(reply); err != nil && !errors.Is(err, syscall.ENOENT) {
+		if _, err := fuse.write(reply); err != nil && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("write FUSE reply: %w", err)
 		}
 		if opcode == opInit && onInit != nil {

@@ -116,7 +116,11 @@ func RecvStatus(conn net.Conn) (*Status, error) {
 		return nil, err
 	}
 	if err := s.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrBadStatus, err)
 	}
 	return &s, nil
 }
+
+// ErrBadStatus marks a Status frame read whole that this build cannot take (another version,
+// a state it does not know): the stream itself is intact, and a reader can go on.
+var ErrBadStatus = errors.New("status frame not taken")

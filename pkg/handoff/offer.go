@@ -192,16 +192,18 @@ func (o *Offer) send(ctx context.Context, conn *net.UnixConn, v *Volume, fuse *o
 }
 
 // relay forwards Status frames until the sidecar closes the connection or Stop is called.
-// A frame with a state this build does not know (ErrUnknownState) is skipped, not an end:
-// a newer sidecar must not lose its later reports to an older node plugin.
+// A frame this build does not take (ErrBadStatus: a state it does not know, another
+// version) is skipped, not an end: a newer sidecar must not lose its later reports to an
+// older node plugin, nor have its mounts taken for dead (OnStatusEnd).
 func (o *Offer) relay(ctx context.Context, conn *net.UnixConn, onStatus func(*Status), log *slog.Logger) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.Close()
 	for {
 		s, err := RecvStatus(conn)
-		if errors.Is(err, ErrUnknownState) {
-			log.Debug("sidecar sent a status this node plugin does not know; skipped", "err", err)
+		if errors.Is(err, ErrBadStatus) {
+			// Not an end: a newer sidecar's frame (another state or version) was read whole.
+			log.Debug("sidecar sent a status this node plugin does not take; skipped", "err", err)
 			continue
 		}
 		if err != nil {

@@ -414,6 +414,14 @@ func TestOfferTellsTheStatusStreamsEnd(t *testing.T) {
 	t.Run("the sidecar closes it", func(t *testing.T) {
 		o, conn, seen := start(t)
 		stopAtEnd(t, o, 5*time.Second)
+		// A frame of another version is no end: the stream goes on.
+		frame, err := Encode(&Status{Version: Version + 1, State: StateExited})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(frame); err != nil {
+			t.Fatal(err)
+		}
 		if err := SendStatus(conn, &Status{State: StateStarted}); err != nil {
 			t.Fatal(err)
 		}

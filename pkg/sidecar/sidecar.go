@@ -339,12 +339,14 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 				term = &t
 			}
 			d, grace, source := sidecarrule.DrainDeadline(sigterm, s.cfg.Grace, deletionGrace(term))
-			s.markStopping(tmpDir, d)
+			d = s.reportMargin(sigterm, d)
 			s.log.Info("signal: keep serving until the workload is done", "signal", sig.String(), "mode", s.cfg.Mode,
 				"draining", true, "why", why, "deadline", d.Format(time.RFC3339Nano), "grace", grace.String(), "graceSource", string(source))
 			drain = time.NewTimer(time.Until(d))
 			drainC = drain.C
 			s.startDrain()
+			// After startDrain: from the record on, no new mount is taken either.
+			s.markStopping(tmpDir, d)
 		case <-drainC:
 			return s.shutdown("drain deadline: the kubelet's grace period is over", podfiles.Reason{}, 0)
 		case <-ctx.Done():
@@ -535,6 +537,20 @@ func (s *Sidecar) report(r exitResult) {
 	}
 }
 
+// sharedReportMargin is how long before the kubelet's SIGKILL the node's mounter ends its
+// drain: its shutdown reports each mount still held as ended (its pods get Events), which a
+// SIGKILL at the same moment would cut short. At most a quarter of the drain.
+const sharedReportMargin = 5 * time.Second
+
+// reportMargin is the mounter's drain deadline d, moved sharedReportMargin earlier (a
+// quarter of the drain at most); a pod's sidecar keeps d, which its app may need whole.
+func (s *Sidecar) reportMargin(sigterm, d time.Time) time.Time {
+	if s.cfg.Mode != contract.ModeShared {
+		return d
+	}
+	return d.Add(-min(sharedReportMargin, d.Sub(sigterm)/4))
+}
+
 // markStopping tells the node plugin, in the node's shared mounter, that this mounter is
 // stopping and serves what it has until deadline: it then refuses shared publishes, which the
 // kubelet retries against the next mounter, instead of handing mounts to a process about to
@@ -567,7 +583,7 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	}
 	s.mu.Unlock()
 	for _, v := range vols {
-		if s.cfg.Mode == contract.ModeShared {
+		if s.cfg.Mode == contract.ModeShared && !v.hasExited() {
 			// The node's mounter stopping under mounts that pods still hold (its grace over,
 			// its context ended): their pods are told, as for any gcsfuse that ends, rather
 			// than find ENOTCONN with nothing said. Sent before the kill, so that the

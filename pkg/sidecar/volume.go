@@ -220,6 +220,17 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	return vol, nil
 }
 
+// hasExited reports whether gcsfuse has exited and its end been reported (its own reason,
+// a memory limit's say, must not be replaced by the mounter's stop).
+func (vol *volume) hasExited() bool {
+	select {
+	case <-vol.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // send reports a state of this volume to the node plugin (best effort, bounded).
 func (vol *volume) send(st handoff.Status) {
 	st.ElapsedMillis = time.Since(vol.started).Milliseconds()
