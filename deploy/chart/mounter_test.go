@@ -248,6 +248,9 @@ func TestMounterIdentity(t *testing.T) {
 
 	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider="+provider+"}")
 	wantArg(t, webhookContainer(t, r), "--shared-federated")
+	r = render(t, otherNS, "--set", "node.wifProvider="+provider)
+	wantArg(t, nodeContainer(t, r), "--wif-provider="+provider)
+	wantArg(t, webhookContainer(t, r), "--shared-federated")
 	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider=}")
 	refuteArg(t, webhookContainer(t, r), "--shared-federated")
 }

@@ -57,6 +57,8 @@ func TestBadValuesRefused(t *testing.T) {
 		{"mounter/memoryPerKey", []string{"--set", "mounter.memoryPerKey=64Mi"}},
 		{"stands alone", []string{"--set", "mounter.adcNamespaces={*,batch}"}},
 		{"set tokenRequest.audience", []string{"--set", "tokenRequest.audience=", "--set", "mounter.identityProvider=//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"}},
+		{"set tokenRequest.audience", []string{"--set", "tokenRequest.audience=", "--set", "node.wifProvider=//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"}},
+		{"node/wifProvider", []string{"--set", "node.wifProvider=https://sts.example.com"}},
 		{"mounter/identityProvider", []string{"--set", "mounter.identityProvider=identitynamespace:p.svc.id.goog:https://container.googleapis.com/v1/projects/p/locations/l/clusters/c"}},
 		{"mounter/identityProvider", []string{"--set", "mounter.identityProvider=https://sts.example.com"}},
 		{"mounter/adcNamespaces/0", []string{"--set", "mounter.adcNamespaces={Team_A}"}},

@@ -42,12 +42,12 @@ namespaceSelector:
 
 {{/*
 gcsfuse-csi.sharedFederated: "true" when the node plugin federates every shared volume
-without an identity of its own (mounter.identityProvider, or a node-wide --wif-provider
-among node.extraArgs), so that the webhook refuses none for the mounter's Application
+without an identity of its own (mounter.identityProvider, node.wifProvider, or a node-wide
+--wif-provider=VALUE among node.extraArgs), so that the webhook refuses none for the mounter's Application
 Default Credentials; "" otherwise.
 */}}
 {{- define "gcsfuse-csi.sharedFederated" -}}
-{{- $federated := ne (.Values.mounter.identityProvider | default "") "" -}}
+{{- $federated := or (ne (.Values.mounter.identityProvider | default "") "") (ne (.Values.node.wifProvider | default "") "") -}}
 {{- range .Values.node.extraArgs -}}
 {{- if and (hasPrefix "--wif-provider=" .) (ne . "--wif-provider=") -}}
 {{- $federated = true -}}
