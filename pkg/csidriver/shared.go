@@ -294,7 +294,6 @@ func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan str
 // mounter has it.
 func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken chan struct{}, log *slog.Logger) error {
 	name, vol, publishedAt := r.shared, r.volume, time.Now()
-	reported := false // an end state came (OnStatus and OnStatusEnd share the offer's goroutine)
 	readAhead := r.opts.ReadAheadKB
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
@@ -309,15 +308,16 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken ch
 			if st.State == handoff.StateStarted && readAhead != nil {
 				s.applyReadAhead(&offerRecord{Target: s.sharedMountPath(name), Volume: vol, ReadAheadKB: readAhead}, log)
 			}
-			if endState(st.State) {
-				reported = true
-			}
 			s.onSharedStatus(name, vol, st, log)
 		},
 		// The mounter closed the stream without reporting an end: it exited, was killed
 		// (its pod deleted past its grace, its container OOM-killed) or crashed, and every
-		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN.
+		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN. An
+		// end already reported is in sharedEnded (onSharedStatus).
 		OnStatusEnd: func() {
+			s.mu.Lock()
+			_, reported := s.sharedEnded[name]
+			s.mu.Unlock()
 			if !reported {
 				st := &handoff.Status{State: handoff.StateExited, Message: mounterGone}
 				s.cfg.Metrics.status(st, publishedAt)

@@ -196,39 +196,10 @@ func TestNewOfferCleansUpWhenItCannotChown(t *testing.T) {
 // A newer sidecar may report states this node plugin does not know: the relay skips them
 // and still delivers the reports that follow.
 func TestOfferRelaySkipsUnknownStates(t *testing.T) {
-	tmp, err := os.MkdirTemp("", "offer") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	dir, err := os.Open(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	got := make(chan *Status, 4)
-	o, err := NewOffer(OfferConfig{
-		Dir: dir, Volume: validVolume(), Fuse: w, UID: os.Getuid(), GID: os.Getgid(),
-		OnStatus: func(s *Status) { got <- s },
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, conn := takenOffer(t, func(s *Status) { got <- s }, nil)
 	stopAtEnd(t, o, 5*time.Second)
-
-	conn := dialData(t, tmp)
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	_, fuse, err := RecvVolume(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fuse.Close()
 	for _, s := range []*Status{{State: "from-the-future", Message: "x"}, {State: StateTerminating}} {
 		if err := SendStatus(conn, s); err != nil {
 			t.Fatal(err)
@@ -365,41 +336,49 @@ func dialData(t *testing.T, dir string) *net.UnixConn {
 	return conn
 }
 
+// takenOffer is an offer of the volume "data" (relaying to onStatus and onStatusEnd) whose
+// descriptor a fake sidecar has taken: the returned connection is the sidecar's side of
+// the status stream. The caller stops the offer and closes the connection.
+func takenOffer(t *testing.T, onStatus func(*Status), onStatusEnd func()) (*Offer, *net.UnixConn) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "offer") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	dir, err := os.Open(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	o, err := NewOffer(OfferConfig{
+		Dir: dir, Volume: validVolume(), Fuse: w, UID: os.Getuid(), GID: os.Getgid(),
+		OnStatus: onStatus, OnStatusEnd: onStatusEnd,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialData(t, tmp)
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, fuse, err := RecvVolume(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse.Close()
+	return o, conn
+}
+
 // The end of the sidecar's status stream is told once the sidecar closes it (its gcsfuse
 // ended, or the sidecar died), after the statuses it sent; never when Stop ends the offer.
 func TestOfferTellsTheStatusStreamsEnd(t *testing.T) {
 	start := func(t *testing.T) (*Offer, *net.UnixConn, chan string) {
-		tmp, err := os.MkdirTemp("", "offer")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(tmp) })
-		dir, err := os.Open(tmp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
 		seen := make(chan string, 4)
-		o, err := NewOffer(OfferConfig{
-			Dir: dir, Volume: validVolume(), Fuse: w, UID: os.Getuid(), GID: os.Getgid(),
-			OnStatus:    func(s *Status) { seen <- s.State },
-			OnStatusEnd: func() { seen <- "end" },
-			Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn := dialData(t, tmp)
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		_, fuse, err := RecvVolume(conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fuse.Close()
+		o, conn := takenOffer(t, func(s *Status) { seen <- s.State }, func() { seen <- "end" })
 		return o, conn, seen
 	}
 	next := func(t *testing.T, seen chan string) string {

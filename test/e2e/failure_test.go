@@ -429,20 +429,33 @@ func upgradeNodePlugin(t *testing.T) {
 // nodePluginPod is the node plugin's pod (the local cluster has one node).
 func nodePluginPod(t *testing.T) corev1.Pod {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("node plugin pods: %v %v", pods, err)
-	}
-	return pods.Items[0]
+	return driverPod(t, "gcsfuse-csi-node")
 }
 
 // waitNewNodePlugin waits until a node plugin pod other than old is ready.
 func waitNewNodePlugin(t *testing.T, old string) {
 	t.Helper()
+	waitNewDriverPod(t, "gcsfuse-csi-node", old)
+}
+
+// driverPod is the one pod labelled app=<app> in the driver's namespace (a DaemonSet's, on
+// the local cluster's one node).
+func driverPod(t *testing.T, app string) corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("%s pods: %v %v", app, pods, err)
+	}
+	return pods.Items[0]
+}
+
+// waitNewDriverPod waits until the one pod labelled app=<app> is another than old, and ready.
+func waitNewDriverPod(t *testing.T, app, old string) {
+	t.Helper()
 	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"}
+	sel := metav1.ListOptions{LabelSelector: "app=" + app}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
@@ -451,7 +464,7 @@ func waitNewNodePlugin(t *testing.T, old string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node plugin not back after %s", 90*time.Second)
+			t.Fatalf("no new %s pod ready after %s", app, 90*time.Second)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

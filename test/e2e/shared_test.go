@@ -422,7 +422,7 @@ func TestSharedMounterReplaced(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t)
 	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
-	old := mounterPod(t)
+	old := driverPod(t, "gcsfuse-csi-mounter")
 
 	// An upgrade that changes the mounter's pod does not replace it.
 	if helmBin == "" {
@@ -435,7 +435,7 @@ func TestSharedMounterReplaced(t *testing.T) {
 			t.Fatalf("helm upgrade: %v\n%s", err, out)
 		}
 		time.Sleep(3 * time.Second) // a RollingUpdate would have deleted it by now
-		if now := mounterPod(t); now.UID != old.UID || now.DeletionTimestamp != nil {
+		if now := driverPod(t, "gcsfuse-csi-mounter"); now.UID != old.UID || now.DeletionTimestamp != nil {
 			t.Fatalf("helm upgrade replaced the mounter (%s -> %s): it must wait for its pod's deletion", old.Name, now.Name)
 		}
 	}
@@ -459,39 +459,10 @@ func TestSharedMounterReplaced(t *testing.T) {
 	if o, ok := objects(t, bucket)["writer.bin"]; ok && o.Size == strconv.Itoa(4*mib) {
 		t.Fatalf("writer.bin is whole (%s bytes) though its pod failed", o.Size)
 	}
-	waitNewMounter(t, old.Name)
+	waitNewDriverPod(t, "gcsfuse-csi-mounter", old.Name)
 	lp := waitPod(t, later, 3*time.Minute, "terminal", terminal)
 	if lp.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("the pod created while the mounter stopped: %s, want Succeeded on the next mounter\n%s", lp.Status.Phase, podEvents(later))
 	}
 	expectObject(t, bucket, "later.bin", 4096)
-}
-
-// mounterPod is the node's shared mounter pod (the local cluster has one node).
-func mounterPod(t *testing.T) corev1.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-mounter"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("mounter pods: %v %v", pods, err)
-	}
-	return pods.Items[0]
-}
-
-// waitNewMounter waits until a mounter pod other than old is ready.
-func waitNewMounter(t *testing.T, old string) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(context.Background(), metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-mounter"})
-		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != old &&
-			len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new mounter ready after %s", 90*time.Second)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
 }

@@ -40,11 +40,7 @@ func newSharedEnv(t *testing.T, buckets ...string) (*testenv.Env, *testenv.Sidec
 // newSharedEnvOn is a node plugin with the shared mode on, and its mounter running, on srv.
 func newSharedEnvOn(t *testing.T, srv *emulator.Server) (*testenv.Env, *testenv.Sidecar) {
 	t.Helper()
-	e, err := testenv.New(testenv.Options{Emulator: srv, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: sharedLinger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := sharedTestEnv(t, testenv.Options{Emulator: srv, SharedLinger: sharedLinger})
 	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -52,9 +48,25 @@ func newSharedEnvOn(t *testing.T, srv *emulator.Server) (*testenv.Env, *testenv.
 	return e, m
 }
 
-// sharedPod publishes one shared volume of bucket for a new pod (ksa: its service account)
-// and waits for the mount to serve.
-func sharedPod(t *testing.T, e *testenv.Env, bucket, ksa string) (*testenv.Pod, string) {
+// sharedTestEnv is a node plugin with the shared mode on (its mounter not started), with o's
+// other options; o.Emulator defaults to the package's emulator. Closed at the test's end.
+func sharedTestEnv(t *testing.T, o testenv.Options) *testenv.Env {
+	t.Helper()
+	if o.Emulator == nil {
+		o.Emulator = emu
+	}
+	o.SidecarBin, o.Log, o.Shared = sidecarBin, testLogger(t), true
+	e, err := testenv.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// sharedRequest is a new pod of e and the publish request of its shared volume "data" of
+// bucket.
+func sharedRequest(t *testing.T, e *testenv.Env, bucket string) (*testenv.Pod, *csi.NodePublishVolumeRequest) {
 	t.Helper()
 	pod, err := e.NewPod()
 	if err != nil {
@@ -62,6 +74,14 @@ func sharedPod(t *testing.T, e *testenv.Env, bucket, ksa string) (*testenv.Pod, 
 	}
 	req := pod.PublishRequest("data", bucket, "", false)
 	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	return pod, req
+}
+
+// sharedPod publishes one shared volume of bucket for a new pod (ksa: its service account)
+// and waits for the mount to serve.
+func sharedPod(t *testing.T, e *testenv.Env, bucket, ksa string) (*testenv.Pod, string) {
+	t.Helper()
+	pod, req := sharedRequest(t, e, bucket)
 	req.VolumeContext[contract.CtxSAName] = ksa
 	if err := pod.PublishReq(ctx(t), req); err != nil {
 		t.Fatalf("NodePublishVolume: %v", err)
@@ -434,20 +454,10 @@ func TestSharedRepublish(t *testing.T) {
 // first access. Once the mounter runs, the kubelet's retry succeeds.
 func TestSharedMounterNotRunning(t *testing.T) {
 	emu.CreateBucketWithOpts(fakestorageBucket("bkt-nomounter-running"))
-	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true,
-		SharedLinger: sharedLinger, SharedOfferWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pod.PublishRequest("data", "bkt-nomounter-running", "", false)
-	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	e := sharedTestEnv(t, testenv.Options{SharedLinger: sharedLinger, SharedOfferWait: time.Second})
+	pod, req := sharedRequest(t, e, "bkt-nomounter-running")
 	start := time.Now()
-	err = pod.PublishReq(ctx(t), req)
+	err := pod.PublishReq(ctx(t), req)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), contract.SharedMounterContainerName) {
 		t.Fatalf("publish without a mounter: %v, want Unavailable naming %s", err, contract.SharedMounterContainerName)
 	}
@@ -664,12 +674,7 @@ func TestSharedIdentityIsThePods(t *testing.T) {
 	if _, err := b.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)}); err != nil {
 		t.Fatal(err)
 	}
-	pod2, err := b.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pod2.PublishRequest("data", "bucket-adc", "", false)
-	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	pod2, req := sharedRequest(t, b.Env, "bucket-adc")
 	err = pod2.PublishReq(ctx(t), req)
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `namespace "default"`) {
 		t.Fatalf("shared ADC outside the allowed namespaces: %v, want PermissionDenied naming the namespace", err)
@@ -695,12 +700,7 @@ func TestSharedMounterStopping(t *testing.T) {
 		emu.CreateBucketWithOpts(fakestorageBucket(b))
 	}
 	evs := &events{}
-	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute,
-		Events: evs, SharedOfferWait: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := sharedTestEnv(t, testenv.Options{SharedLinger: time.Minute, Events: evs, SharedOfferWait: 20 * time.Second})
 	const grace = 4
 	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: grace, Echo: echo(t)})
 	if err != nil {
@@ -716,12 +716,7 @@ func TestSharedMounterStopping(t *testing.T) {
 	stopping := filepath.Join(e.MounterDir(), podfiles.MounterStoppingFile)
 	waitFor(t, 5*time.Second, "the mounter's stopping record", func() bool { _, err := os.Stat(stopping); return err == nil })
 
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pod.PublishRequest("data", "bkt-stop-new", "", false)
-	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	pod, req := sharedRequest(t, e, "bkt-stop-new")
 	start := time.Now()
 	err = pod.PublishReq(ctx(t), req)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "is stopping") {
@@ -764,11 +759,7 @@ func TestSharedMounterStopping(t *testing.T) {
 func TestSharedMounterKilled(t *testing.T) {
 	emu.CreateBucketWithOpts(fakestorageBucket("bkt-mounter-killed"))
 	evs := &events{}
-	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute, Events: evs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := sharedTestEnv(t, testenv.Options{SharedLinger: time.Minute, Events: evs})
 	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -800,11 +791,7 @@ func TestSharedKeyMemoryLimit(t *testing.T) {
 		emu.CreateBucketWithOpts(fakestorageBucket(b))
 	}
 	evs := &events{}
-	e, err := testenv.New(testenv.Options{Emulator: emu, SidecarBin: sidecarBin, Log: testLogger(t), Shared: true, SharedLinger: time.Minute, Events: evs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := sharedTestEnv(t, testenv.Options{SharedLinger: time.Minute, Events: evs})
 	m, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Echo: echo(t), Args: []string{"--gcsfuse-memory-limit=" + sharedKeyMemoryLimit}})
 	if err != nil {
 		t.Fatal(err)
