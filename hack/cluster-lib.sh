@@ -130,3 +130,27 @@ waitfor() {
   done
   step "$desc ready"
 }
+
+# cluster_ready builds what the cluster needs, brings it up and deploys the driver: every
+# phase cached and idempotent, so a benchmark runs from a clean clone (hack/e2e.sh runs the
+# same phases, timed one by one).
+cluster_ready() {
+  "$REPO_ROOT/hack/install-deps.sh"
+  "$REPO_ROOT/hack/cluster-deps.sh"
+  "$REPO_ROOT/hack/k8s-build.sh"
+  "$REPO_ROOT/hack/images.sh"
+  "$REPO_ROOT/hack/cluster-up.sh"
+  "$REPO_ROOT/hack/deploy.sh"
+}
+
+# cluster_down_unless_kept VAR: a benchmark's EXIT trap: the cluster down, unless $VAR is 1
+# (then said how to stop it); exits with the status the script had.
+cluster_down_unless_kept() {
+  local rc=$? keep=${!1:-}
+  if [ "$keep" = 1 ]; then
+    echo "$1=1: cluster left running; stop it with hack/cluster-down.sh"
+  else
+    "$REPO_ROOT/hack/cluster-down.sh" || true
+  fi
+  exit "$rc"
+}

@@ -11,7 +11,8 @@
 #      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
 #      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      UPGRADE_FROM=previous (install the previous release, hack/previous-release.sh, for
-#      TestUpgradeFromPreviousRelease, which upgrades it to this tree),
+#      TestUpgradeFromPreviousRelease, which upgrades it to this tree), E2E_UNINSTALL=1 (after
+#      the tests, helm uninstall and check the node: hack/uninstall-check.sh),
 #      IMAGE_REPO, IMAGE_TAG (the images' names, built, imported and installed: default
 #      gcsfuse-csi.local/<name>:e2e; TestImages checks the driver runs from them),
 #      E2E_GCSFUSE_ITESTS=1 (with E2E_CONFORMANCE: gcsfuse's own integration tests through
@@ -244,4 +245,7 @@ if [ -n "${E2E_CONFORMANCE:-}" ]; then
     phase gcsfuse-itests-compare "$hack/gcsfuse-itests.sh" compare-cluster "$GCSFUSE_CSI_CACHE/gcsfuse-itests/results/cluster.json"
   fi
 fi
+# Uninstalling leaves nothing on the node (hack/uninstall-check.sh): after the tests, whose
+# pods are gone by then.
+if [ "${E2E_UNINSTALL:-}" = 1 ]; then phase uninstall "$hack/uninstall-check.sh"; fi
 if [ -n "$previous_pid" ]; then phase previous-wait background_wait_var previous_pid "$CLUSTER_DIR/prebuild-previous.log" "the previous release's build"; fi

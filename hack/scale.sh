@@ -45,24 +45,10 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
 
-finish() {
-  local rc=$?
-  if [ "${SCALE_KEEP_CLUSTER:-}" = 1 ]; then
-    echo "SCALE_KEEP_CLUSTER=1: cluster left running; stop it with hack/cluster-down.sh"
-  else
-    "$hack/cluster-down.sh" || true
-  fi
-  exit "$rc"
-}
-trap finish EXIT
+trap 'cluster_down_unless_kept SCALE_KEEP_CLUSTER' EXIT
 
 step "cluster (deps, kubernetes build, images, cluster up, deploy: cached after the first run)"
-"$hack/install-deps.sh"
-"$hack/cluster-deps.sh"
-"$hack/k8s-build.sh"
-"$hack/images.sh"
-"$hack/cluster-up.sh"
-"$hack/deploy.sh"
+cluster_ready
 
 step "scale: ${SCALE_N:-a node full of} pods per run (burst, waves of ${SCALE_WAVES:-25}), ${SCALE_JOBS:-1000} Jobs"
 cd "$REPO_ROOT"

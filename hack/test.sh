@@ -224,11 +224,12 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # run before the next e2e run.
   units_result
   # Upgrade from the previous release (its chart and images, built from its commit): running
-  # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md).
+  # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md);
+  # then uninstalling it leaves nothing on the node (hack/uninstall-check.sh).
   checks_if_done
   stage "e2e: upgrade from the previous release $PREVIOUS_RELEASE" "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
   budget_check "the upgrade run" "$LEAST_FROM_UPGRADE"
-  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' budget_run "the upgrade run" bash hack/e2e.sh
+  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' E2E_UNINSTALL=1 budget_run "the upgrade run" bash hack/e2e.sh
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.

@@ -349,6 +349,9 @@ func run() int {
 	case <-time.After(5 * time.Second):
 		srv.Stop()
 	}
+	// No publish runs any more: with no shared mount and no mounter left (uninstall), the
+	// shared directory goes too.
+	ns.CleanUpShared()
 	if msrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = msrv.Shutdown(sctx)

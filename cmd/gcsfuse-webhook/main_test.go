@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -24,6 +26,11 @@ func TestParseFlags(t *testing.T) {
 			check: func(t *testing.T, o options) {
 				if o.listen != ":9443" || o.kubeconfig != "" || o.versionRefresh != 10*time.Minute {
 					t.Errorf("options = %+v", o)
+				}
+				// client-go's 5 requests a second throttled every admission of a pod with
+				// a claim to 400 ms once 10 had been made (hack/admission.sh).
+				if o.apiQPS != 0 {
+					t.Errorf("API client limit %v/s by default: admissions wait on the client's own limiter", o.apiQPS)
 				}
 				want := corev1.ResourceList{
 					corev1.ResourceCPU:              resource.MustParse("100m"),
@@ -67,6 +74,7 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{name: "negative API rate", args: append([]string{"--kube-api-qps=-1"}, required...), wantErr: "--kube-api-qps"},
 		{name: "negative shutdown delay", args: append([]string{"--shutdown-delay=-1s"}, required...), wantErr: "--shutdown-delay"},
 		{name: "bad log level", args: append([]string{"--log-level=loud"}, required...), wantErr: "--log-level"},
 		{name: "stray argument", args: append(required, "extra"), wantErr: "unexpected arguments"},
@@ -107,5 +115,31 @@ func TestRestConfigOutsideCluster(t *testing.T) {
 	}
 	if _, err := restConfig("/does/not/exist"); err == nil {
 		t.Error("a missing kubeconfig was accepted")
+	}
+}
+
+// With the default (0) the client never waits on a limiter of its own: 1,000 requests at
+// once pass; with a rate, its burst bounds them.
+func TestAPILimits(t *testing.T) {
+	for _, tc := range []struct {
+		qps   float64
+		burst int
+		pass  int
+	}{{0, 100, 1000}, {50, 100, 100}} {
+		cfg := &rest.Config{}
+		apiLimits(cfg, tc.qps, tc.burst)
+		rl := cfg.RateLimiter
+		if rl == nil {
+			rl = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst) // what client-go builds
+		}
+		passed := 0
+		for range 1000 {
+			if rl.TryAccept() {
+				passed++
+			}
+		}
+		if passed != tc.pass {
+			t.Errorf("qps %v burst %d: %d of 1000 requests at once passed, want %d", tc.qps, tc.burst, passed, tc.pass)
+		}
 	}
 }

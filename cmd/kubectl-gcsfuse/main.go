@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/audit"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
 // Exit statuses.
@@ -39,8 +40,8 @@ const (
 
 // usage is the plugin's help text.
 const usage = `Usage:
-  kubectl gcsfuse audit -f FILE|DIR|- [-f ...]
-  kubectl gcsfuse audit [--kubeconfig PATH] [--context NAME] [-n NAMESPACE]
+  kubectl gcsfuse audit -f FILE|DIR|- [-f ...] [SETTINGS]
+  kubectl gcsfuse audit [--kubeconfig PATH] [--context NAME] [-n NAMESPACE] [SETTINGS]
 
 Tells, for each Cloud Storage FUSE volume of the manifests (-f: files, directories walked
 for *.yaml, *.yml and *.json, or - for stdin) or of the cluster (read only: pods, their
@@ -51,6 +52,12 @@ gcsfuse.csi.storage.gke.io) are audited.
 
 One line per finding: <Kind>/<namespace>/<name>[ volume <v>| pod]: <verdict>: <detail>,
 verdict one of unchanged, mapped, refused, warning, note; then a summary line.
+
+SETTINGS are the installed chart's, where they differ from its defaults and change a verdict:
+  --shared-adc-namespaces NS[,NS...]  its mounter.adcNamespaces (names, prefix*, or *)
+  --shared-federated                  its node.wifProvider or mounter.identityProvider is set
+Without them, shared volumes (mountMode: shared) with no identity of their own are refused,
+as the default chart refuses them.
 
 Exit status: 0 nothing refused, 1 something refused, 2 usage or input error.
 `
@@ -91,7 +98,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "kubectl gcsfuse audit: %v\n", err)
 		return exitError
 	}
-	rep, err := audit.Run(ctx, inv)
+	rep, err := audit.Run(ctx, inv, opts.settings)
 	if err != nil {
 		fmt.Fprintf(stderr, "kubectl gcsfuse audit: %v\n", err)
 		return exitError
@@ -112,6 +119,7 @@ type auditOptions struct {
 	kubeconfig string
 	context    string
 	namespace  string
+	settings   audit.Options
 }
 
 // fileList is a repeatable -f.
@@ -142,9 +150,16 @@ func parseAuditFlags(args []string, stderr io.Writer) (auditOptions, error) {
 	fs.StringVar(&o.context, "context", "", "kubeconfig context")
 	fs.StringVar(&o.namespace, "n", "", "read this namespace only (default: all namespaces)")
 	fs.StringVar(&o.namespace, "namespace", "", "same as -n")
+	sharedADC := fs.String("shared-adc-namespaces", "", "the installed chart's mounter.adcNamespaces, comma separated")
+	fs.BoolVar(&o.settings.SharedFederated, "shared-federated", false, "the installed chart federates shared volumes (node.wifProvider or mounter.identityProvider)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	adc, err := credentials.ParseSharedADC(*sharedADC)
+	if err != nil {
+		return o, fmt.Errorf("--shared-adc-namespaces: %w", err)
+	}
+	o.settings.SharedADC = adc
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (files go after -f)", fs.Arg(0))
 	}

@@ -155,7 +155,7 @@ func TestReadCluster(t *testing.T) {
 	if err := readObjects(context.Background(), cs, inv, ""); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audit.Run(context.Background(), inv)
+	rep, err := audit.Run(context.Background(), inv, audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,14 +29,13 @@
 // clock) and from the components' own logs and metrics; the node plugin's RSS and CPU also
 // from a real Prometheus scraping it with the documented scrape job (-prometheus,
 // internal/testing/promrun), beside this host's own samples. Every connection it opens goes to the
-// API server, the emulator or that Prometheus, all on the cluster's veth (dialGuard refuses
+// API server, the emulator or that Prometheus, all on the cluster's veth (dialguard refuses
 // any other address, and no proxy is used); every loop and wait is bounded in count or time.
 package main
 
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/base64"
@@ -74,7 +73,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dialguard"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/promrun"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/quantile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -284,14 +285,13 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 1
 	}
-	guard, err := newDialGuard(cfg.Host, o.gcsURL, "http://"+o.promListen)
+	guard, err := dialguard.New(cfg.Host, o.gcsURL, "http://"+o.promListen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 2
 	}
 	cfg.QPS, cfg.Burst = apiQPS, apiBurst
-	cfg.Dial = guard.DialContext
-	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil } // never a proxy
+	guard.Apply(cfg)
 	s := &scale{
 		cs: kubernetes.NewForConfigOrDie(cfg), opts: o, dial: guard.DialContext,
 		gcs: &http.Client{Timeout: httpTimeout, Transport: &http.Transport{Proxy: nil, DialContext: guard.DialContext}},
@@ -363,55 +363,6 @@ func writeMarkdown(file string, rep *report) error {
 }
 
 // ---------------------------------------------------------------------------- network
-
-// dialGuard lets this program connect only to the addresses it was given (the API server's
-// and the emulator's host:port): the cluster lives on its own veth and nothing here has a
-// reason to reach anything else. A proxy from the environment would be refused too.
-type dialGuard struct {
-	allowed map[string]bool
-	d       net.Dialer
-}
-
-func newDialGuard(urls ...string) (*dialGuard, error) {
-	g := &dialGuard{allowed: map[string]bool{}}
-	for _, raw := range urls {
-		addr, err := hostPort(raw)
-		if err != nil {
-			return nil, err
-		}
-		g.allowed[addr] = true
-	}
-	return g, nil
-}
-
-// hostPort is the address a client dials for raw, a URL: its host and port, the scheme's
-// port when it names none.
-func hostPort(raw string) (string, error) {
-	if !strings.Contains(raw, "://") {
-		raw = "https://" + raw // a kubeconfig's server may omit the scheme: client-go's default
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("address of %q: not a URL with a host", raw)
-	}
-	if u.Port() != "" {
-		return u.Host, nil
-	}
-	switch u.Scheme {
-	case "https":
-		return net.JoinHostPort(u.Hostname(), "443"), nil
-	case "http":
-		return net.JoinHostPort(u.Hostname(), "80"), nil
-	}
-	return "", fmt.Errorf("address of %q: no port and scheme %q", raw, u.Scheme)
-}
-
-func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	if !g.allowed[addr] {
-		return nil, fmt.Errorf("scale: refusing to connect to %s: only the API server, the emulator and the run's Prometheus are reached", addr)
-	}
-	return g.d.DialContext(ctx, network, addr)
-}
 
 // ---------------------------------------------------------------------------- the run
 
@@ -1868,18 +1819,6 @@ func histogramP99(before, after map[string]*dto.MetricFamily, name string, want 
 
 // ---------------------------------------------------------------------------- figures
 
-// quantile is the nearest-rank quantile of sorted: the smallest value with at least p of
-// the samples at or below it (p in (0, 1]; 1 is the max). The epsilon keeps a product such as
-// 0.9 x 100 that floating point puts a hair above 90 from rounding up to the 91st value.
-func quantile[T cmp.Ordered](sorted []T, p float64) T {
-	var zero T
-	if len(sorted) == 0 {
-		return zero
-	}
-	i := int(math.Ceil(p*float64(len(sorted))-1e-9)) - 1
-	return sorted[max(0, min(len(sorted)-1, i))]
-}
-
 // quantiles are the figures of every latency row: p50, p90, p99, max.
 var quantiles = []float64{0.5, 0.9, 0.99, 1}
 
@@ -1894,7 +1833,7 @@ func distOf(ds []time.Duration) dist {
 	slices.Sort(s)
 	d := dist{n: len(s)}
 	for _, p := range quantiles {
-		d.q = append(d.q, quantile(s, p))
+		d.q = append(d.q, quantile.Nearest(s, p))
 	}
 	return d
 }
@@ -2034,7 +1973,7 @@ func mibStats(v []float64) string {
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return fmt.Sprintf("p50 %.1f MiB, p99 %.1f MiB, max %.1f MiB", quantile(s, 0.5), quantile(s, 0.99), s[len(s)-1])
+	return fmt.Sprintf("p50 %.1f MiB, p99 %.1f MiB, max %.1f MiB", quantile.Nearest(s, 0.5), quantile.Nearest(s, 0.99), s[len(s)-1])
 }
 
 // ---------------------------------------------------------------------------- processes

@@ -21,35 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-func TestQuantile(t *testing.T) {
-	var hundred []time.Duration
-	for i := 1; i <= 100; i++ {
-		hundred = append(hundred, time.Duration(i)*time.Second)
-	}
-	for _, tc := range []struct {
-		p    float64
-		want time.Duration
-	}{{0.5, 50 * time.Second}, {0.9, 90 * time.Second}, {0.99, 99 * time.Second}, {1, 100 * time.Second}, {0.001, time.Second}} {
-		if got := quantile(hundred, tc.p); got != tc.want {
-			t.Errorf("quantile(1..100 s, %v) = %v, want %v", tc.p, got, tc.want)
-		}
-	}
-	// Nearest rank on few samples: p50 of 4 is the 2nd, p90 and p99 of 4 the 4th.
-	four := []int{10, 20, 30, 40}
-	if got := quantile(four, 0.5); got != 20 {
-		t.Errorf("p50 of %v = %d, want 20", four, got)
-	}
-	if got := quantile(four, 0.9); got != 40 {
-		t.Errorf("p90 of %v = %d, want 40", four, got)
-	}
-	if got := quantile([]int{7}, 0.5); got != 7 {
-		t.Errorf("p50 of one sample = %d, want 7", got)
-	}
-	if got := quantile([]int(nil), 0.5); got != 0 {
-		t.Errorf("p50 of nothing = %d, want 0", got)
-	}
-}
-
 func TestDistAndRows(t *testing.T) {
 	d := distOf([]time.Duration{3 * time.Second, time.Second, 2 * time.Second})
 	if d.n != 3 || !slices.Equal(d.q, []time.Duration{2 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}) {
@@ -330,30 +301,6 @@ func TestValidate(t *testing.T) {
 	o.n, o.wave, o.jobs, o.settle, o.sharedPods = 0, 0, 0, 0, 0 // fill, no waves, no soak, no settling, no shared phase
 	if err := o.validate(); err != nil {
 		t.Errorf("zeros: %v", err)
-	}
-}
-
-func TestDialGuard(t *testing.T) {
-	g, err := newDialGuard("https://10.241.0.2:6443", "http://10.241.0.2:14443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !g.allowed["10.241.0.2:6443"] || !g.allowed["10.241.0.2:14443"] || len(g.allowed) != 2 {
-		t.Errorf("allowed = %v", g.allowed)
-	}
-	// Refused before any packet: no listener is needed to tell.
-	for _, addr := range []string{"10.241.0.2:9920", "8.8.8.8:443", "storage.googleapis.com:443"} {
-		if _, err := g.DialContext(context.Background(), "tcp", addr); err == nil || !strings.Contains(err.Error(), "refusing") {
-			t.Errorf("dial %s: %v", addr, err)
-		}
-	}
-	for raw, want := range map[string]string{"https://h": "h:443", "http://h": "h:80", "10.0.0.1:6443": "10.0.0.1:6443", "https://[::1]:6443": "[::1]:6443"} {
-		if got, err := hostPort(raw); err != nil || got != want {
-			t.Errorf("hostPort(%q) = %q, %v; want %q", raw, got, err, want)
-		}
-	}
-	if _, err := hostPort("ftp://h"); err == nil {
-		t.Error("hostPort of a scheme without a default port")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/migration"
 )
 
@@ -15,7 +16,7 @@ func auditYAML(t *testing.T, manifest string) (Report, string) {
 	if err := inv.AddManifest("test.yaml", []byte(manifest)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(context.Background(), inv)
+	rep, err := Run(context.Background(), inv, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +385,7 @@ func FuzzDecode(f *testing.F) {
 		if inv.AddManifest("fuzz.yaml", data) != nil {
 			return
 		}
-		if _, err := Run(context.Background(), inv); err != nil {
+		if _, err := Run(context.Background(), inv, Options{}); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
 	})
@@ -461,5 +462,37 @@ func checkReport(t *testing.T, rep Report, out string, want []string, refused bo
 	}
 	if rep.Refused() != refused {
 		t.Errorf("Refused() = %v, want %v; the report:\n%s", rep.Refused(), refused, out)
+	}
+}
+
+// The installed chart's shared-mode settings change the verdict on a shared volume with no
+// identity of its own: refused by the default chart, accepted where the chart lets the
+// namespace read with the mounter's credentials or federates every shared volume.
+func TestAuditSharedSettings(t *testing.T) {
+	adc, err := credentials.ParseSharedADC("team-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.ReplaceAll(pod(ours, `          mountMode: shared`, "", ""), "namespace: ns", "namespace: team-a")
+	for name, tc := range map[string]struct {
+		opts    Options
+		refused bool
+	}{
+		"default chart":           {Options{}, true},
+		"namespace allowed ADC":   {Options{SharedADC: adc}, false},
+		"another namespace's ADC": {Options{SharedADC: credentials.SharedADC{}}, true},
+		"every shared volume WIF": {Options{SharedFederated: true}, false},
+	} {
+		inv := NewInventory()
+		if err := inv.AddManifest("test.yaml", []byte(manifest)); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Run(context.Background(), inv, tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Refused() != tc.refused {
+			t.Errorf("%s: refused = %v, want %v: %v", name, rep.Refused(), tc.refused, rep.Findings)
+		}
 	}
 }

@@ -40,7 +40,7 @@ func TestCorpus(t *testing.T) {
 			if err := inv.AddManifest(f.Name, f.Substitute(corpusValues)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := Run(context.Background(), inv)
+			rep, err := Run(context.Background(), inv, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

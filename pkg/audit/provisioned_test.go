@@ -224,7 +224,7 @@ func TestProvisioningClaimFromCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := Run(context.Background(), inv)
+	rep, err := Run(context.Background(), inv, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

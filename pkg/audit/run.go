@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
@@ -42,7 +43,19 @@ func (nativeVersions) ServerVersion() (*version.Version, error)           { retu
 func (nativeVersions) MinKubeletVersion(string) (*version.Version, error) { return assumedVersion, nil }
 
 // auditor holds one audit's state: the inventory and a webhook per driver name.
+// Options are the installed driver's settings that change a verdict: those of its webhook
+// that a default chart does not have.
+type Options struct {
+	// SharedADC and SharedFederated are the webhook's --shared-adc-namespaces and
+	// --shared-federated (the chart's mounter.adcNamespaces, and node.wifProvider or
+	// mounter.identityProvider set): without them a shared volume with no identity of its
+	// own is refused, as the default chart refuses it.
+	SharedADC       credentials.SharedADC
+	SharedFederated bool
+}
+
 type auditor struct {
+	opts     Options
 	inv      *Inventory
 	mutators map[string]*webhook.Mutator
 	findings []Finding
@@ -54,8 +67,8 @@ type auditor struct {
 
 // Run audits every object of inv. An error is the audit's own failure (the webhook could
 // not be set up), never a verdict.
-func Run(ctx context.Context, inv *Inventory) (Report, error) {
-	a := &auditor{inv: inv, mutators: map[string]*webhook.Mutator{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+func Run(ctx context.Context, inv *Inventory, opts Options) (Report, error) {
+	a := &auditor{opts: opts, inv: inv, mutators: map[string]*webhook.Mutator{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, e := range inv.entries {
 		a.cur = e
 		var err error
@@ -103,7 +116,8 @@ func (a *auditor) mutator(driver string) (*webhook.Mutator, error) {
 	if m := a.mutators[driver]; m != nil {
 		return m, nil
 	}
-	m, err := webhook.NewMutator(webhook.Config{SidecarImage: auditSidecarImage, DriverName: driver, Claims: a.inv}, nativeVersions{}, a.log)
+	m, err := webhook.NewMutator(webhook.Config{SidecarImage: auditSidecarImage, DriverName: driver, Claims: a.inv,
+		SharedADC: a.opts.SharedADC, SharedFederated: a.opts.SharedFederated}, nativeVersions{}, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,12 @@ const (
 	// shared publishes (Unavailable; the kubelet retries them against the next mounter)
 	// instead of handing a mount to a process about to end.
 	MounterStoppingFile = "mounter-stopping"
+	// MounterRunningFile, in the node's shared mounter's directory, is flock'ed shared by
+	// every running mounter for as long as its process lives (the kernel drops the lock
+	// with it, however it ends). The node plugin, stopping with no shared mount left,
+	// takes it exclusively to tell that no mounter runs, and removes the shared directory
+	// under it (uninstall leaves nothing on the host).
+	MounterRunningFile = "mounter-running"
 )
 
 const (

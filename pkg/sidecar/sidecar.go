@@ -220,6 +220,13 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	}
 
 	if s.cfg.Mode == contract.ModeShared {
+		// Held for the process's life: the node plugin, stopping, removes the shared
+		// directory only while no mounter holds it (uninstall leaves nothing).
+		running, err := podfiles.HoldMounterRunning(tmpDir, mounterLockWait)
+		if err != nil {
+			return s.fail(fmt.Sprintf("the node's mounter cannot start: %v", err))
+		}
+		defer running.Close()
 		// A predecessor that stopped left its record: this mounter takes mounts.
 		if err := podfiles.RemoveMounterStopping(tmpDir); err != nil {
 			s.log.Error("cannot remove the previous mounter's stopping record; the node plugin refuses shared volumes until it is gone", "err", err)
@@ -536,6 +543,11 @@ func (s *Sidecar) report(r exitResult) {
 		}
 	}
 }
+
+// mounterLockWait bounds the node's mounter's wait at start for the node plugin that holds
+// its directory's running lock (podfiles.HoldMounterRunning) while it removes the
+// directory: a moment.
+const mounterLockWait = 10 * time.Second
 
 // sharedReportMargin is how long before the kubelet's SIGKILL the node's mounter ends its
 // drain: its shutdown reports each mount still held as ended (its pods get Events), which a

@@ -83,6 +83,10 @@ type ClaimedVolume struct {
 	// default class (the DefaultStorageClass admission plugin normally fills it in, so nil
 	// is rare), "" for no class (only a PersistentVolume made beforehand binds it).
 	StorageClassName *string
+	// MaybeStale is set on a pending claim that a volume pre-bound to it may yet be missing
+	// from the cache for: the cache has not synced, or the claim is new
+	// (livePreboundRecent). Only then is a live look-up (PreboundLive) worth its cost.
+	MaybeStale bool
 }
 
 // ClassedVolume is what a StorageClass provisions for a claim.
@@ -176,7 +180,7 @@ func (k KubeVolumeClaims) unboundClaim(ctx context.Context, pvc *corev1.Persiste
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("the PersistentVolumes pre-bound to claim %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	case len(pvs) == 0:
-		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName}, nil
+		return ClaimedVolume{Pending: true, StorageClassName: pvc.Spec.StorageClassName, MaybeStale: !live && k.maybeStale(pvc)}, nil
 	}
 	cv, err := preboundVolume(pvs)
 	if err != nil {
@@ -482,7 +486,7 @@ func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLo
 		return
 	}
 	d, attrs, err := classes.resolve(ctx, cv.StorageClassName)
-	if lp, ok := claims.(livePrebound); ok && (err != nil || d == classStatic) {
+	if lp, ok := claims.(livePrebound); ok && cv.MaybeStale && (err != nil || d == classStatic) {
 		// The class does not tell: a volume pre-bound to the claim a moment ago may be
 		// missing from the cache still (prebound.go).
 		if live, lerr := lp.PreboundLive(ctx, namespace, claim); lerr == nil && live.Bound {

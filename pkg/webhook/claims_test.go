@@ -128,8 +128,8 @@ func TestKubeVolumeClaims(t *testing.T) {
 	}{
 		{"bound", ClaimedVolume{Bound: true, Driver: contract.DriverName, Attributes: map[string]string{contract.AttrFileCacheCapacity: "1Gi"}}},
 		{"nfs", ClaimedVolume{Bound: true}},
-		{"pending", ClaimedVolume{Pending: true}},
-		{"pending-gcs", ClaimedVolume{Pending: true, StorageClassName: ptr("gcs")}},
+		{"pending", ClaimedVolume{Pending: true, MaybeStale: true}},
+		{"pending-gcs", ClaimedVolume{Pending: true, StorageClassName: ptr("gcs"), MaybeStale: true}},
 		{"dangling", ClaimedVolume{}},
 		{"nosuch", ClaimedVolume{}},
 	} {

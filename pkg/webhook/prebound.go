@@ -190,15 +190,18 @@ const (
 // the cache cannot tell yet (not synced), or the claim is new enough that a volume made
 // with it may not have reached the cache; and the limiter allows one.
 func (k KubeVolumeClaims) liveWorthIt(pvc *corev1.PersistentVolumeClaim) bool {
+	return k.maybeStale(pvc) && (k.Live == nil || k.Live.Allow())
+}
+
+// maybeStale reports whether the cache may lack a volume pre-bound to pvc: it has not
+// synced, or pvc is new enough that such a volume's watch event may not have come yet.
+func (k KubeVolumeClaims) maybeStale(pvc *corev1.PersistentVolumeClaim) bool {
 	now := time.Now
 	if k.now != nil {
 		now = k.now
 	}
 	synced := k.Prebound != nil && k.Prebound.Ready()
-	if synced && now().Sub(pvc.CreationTimestamp.Time) > livePreboundRecent {
-		return false
-	}
-	return k.Live == nil || k.Live.Allow()
+	return !synced || now().Sub(pvc.CreationTimestamp.Time) <= livePreboundRecent
 }
 
 // PreboundLive resolves a claim that names no volume, and that the cache found no volume

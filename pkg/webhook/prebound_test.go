@@ -155,7 +155,7 @@ func TestKubeVolumeClaimsPreboundNotSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := KubeVolumeClaims{Client: cs, Prebound: p}
-	want := ClaimedVolume{Pending: true, StorageClassName: ptr("nosuch")}
+	want := ClaimedVolume{Pending: true, StorageClassName: ptr("nosuch"), MaybeStale: true}
 	if got, err := k.ClaimVolume(context.Background(), "ns", "pre"); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("not synced: ClaimVolume(pre) = %+v, %v; want %+v", got, err, want)
 	}
@@ -265,17 +265,23 @@ func TestPreboundClaimsInjected(t *testing.T) {
 	}
 }
 
+// oldAndFreshClaims is a clientset with two pending claims of no class in ns: "old", an
+// hour old at start, and "fresh", 5 s old.
+func oldAndFreshClaims() (start time.Time, cs *fake.Clientset) {
+	old, fresh := unboundClaim("old", "u-old", ptr("")), unboundClaim("fresh", "u-fresh", ptr(""))
+	start = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	old.CreationTimestamp = metav1.NewTime(start.Add(-time.Hour))
+	fresh.CreationTimestamp = metav1.NewTime(start.Add(-5 * time.Second))
+	return start, fake.NewClientset(old, fresh)
+}
+
 // The live list of every PersistentVolume is for a claim whose volume may not have reached
 // the cache yet: the cache not synced, or the claim seconds old. A pending claim older than
 // that (every local-PV StatefulSet's pod: another driver's class that provisions nothing)
 // costs no list at all, a live one is read from the API server's watch cache
 // (resourceVersion 0), and the limiter bounds them across admissions.
 func TestPreboundLiveOnlyWhenWorthIt(t *testing.T) {
-	old, fresh := unboundClaim("old", "u-old", ptr("")), unboundClaim("fresh", "u-fresh", ptr(""))
-	start := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
-	old.CreationTimestamp = metav1.NewTime(start.Add(-time.Hour))
-	fresh.CreationTimestamp = metav1.NewTime(start.Add(-5 * time.Second))
-	cs := fake.NewClientset(old, fresh)
+	start, cs := oldAndFreshClaims()
 	lists := func() (n int, rvs []string) {
 		for _, a := range cs.Actions() {
 			if l, ok := a.(k8stesting.ListActionImpl); ok && a.GetResource().Resource == "persistentvolumes" {
@@ -407,5 +413,32 @@ func TestClassLookupsKeepDefaultAndNoClassApart(t *testing.T) {
 	}
 	if len(c.asked) != 2 {
 		t.Fatalf("look-ups %v: want the default class and no class once each", c.asked)
+	}
+}
+
+// A pending claim older than the live window, with the cache synced (a local-PV
+// StatefulSet's pod), costs its admission one GET of the claim and nothing else of the
+// claim's: ClaimVolume says the cache can be trusted (MaybeStale unset), so the look-up of
+// the volumes pre-bound to it is not made again live. A new claim is looked up again.
+func TestOldPendingClaimReadOnce(t *testing.T) {
+	start, cs := oldAndFreshClaims()
+	p := startPrebound(t, cs)
+	k := KubeVolumeClaims{Client: cs, Prebound: p, now: func() time.Time { return start }}
+	gets := func() (n int) {
+		for _, a := range cs.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "persistentvolumeclaims" {
+				n++
+			}
+		}
+		return n
+	}
+	for claim, want := range map[string]int{"old": 1, "fresh": 2} {
+		before := gets()
+		u := usage{vols: driverVolumes{}}
+		classes := &classLookups{claims: k, driver: contract.DriverName, done: map[string]classLookup{}}
+		u.claim(context.Background(), k, classes, contract.DriverName, "ns", "v", claim)
+		if got := gets() - before; got != want {
+			t.Errorf("claim %s: %d GETs of it in one admission, want %d", claim, got, want)
+		}
 	}
 }

@@ -90,7 +90,7 @@ func runCorpusFile(t *testing.T, f migration.File) {
 	if err := inv.AddManifest(f.Name, data); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audit.Run(context.Background(), inv)
+	rep, err := audit.Run(context.Background(), inv, audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

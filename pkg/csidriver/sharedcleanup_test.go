@@ -1,0 +1,124 @@
+package csidriver
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+)
+
+// sharedLayout makes a shared directory as a node plugin and its mounter leave it: two
+// mount points' directories under mnt/ and the mounter's files, and returns it with the
+// mounter's directory opened.
+func sharedLayout(t *testing.T) (string, *os.File) {
+	t.Helper()
+	shared := filepath.Join(t.TempDir(), "shared")
+	for _, d := range []string{"mnt/k1-1", "mnt/k2-3", "mounter/handoff", "mounter/k1-1/tmp"} {
+		if err := os.MkdirAll(filepath.Join(shared, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(shared, "mounter", "k1-1.token"), []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := podpath.OpenDir(filepath.Join(shared, "mounter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dir.Close() })
+	return shared, dir
+}
+
+func TestCleanUpSharedWithoutMounter(t *testing.T) {
+	shared, _ := sharedLayout(t)
+	if !cleanUpSharedDir(shared, slog.Default()) {
+		t.Fatal("not removed with no mount and no mounter")
+	}
+	if _, err := os.Lstat(shared); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", shared, err)
+	}
+}
+
+// A mounter that runs and says nothing of stopping stays (the node plugin alone replaced),
+// and so does its directory, decided within about mounterStopNotice.
+func TestCleanUpSharedKeepsARunningMounter(t *testing.T) {
+	shared, dir := sharedLayout(t)
+	running, err := podfiles.HoldMounterRunning(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	start := time.Now()
+	if cleanUpSharedDir(shared, slog.Default()) {
+		t.Fatal("removed under a running mounter")
+	}
+	if took := time.Since(start); took > mounterStopNotice+time.Second {
+		t.Errorf("kept after %s, want about %s", took, mounterStopNotice)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
+		t.Errorf("the mounter's files: %v", err)
+	}
+}
+
+// Uninstall: the mounter is stopping when the node plugin stops, and ends a moment later.
+func TestCleanUpSharedWaitsForAStoppingMounter(t *testing.T) {
+	shared, dir := sharedLayout(t)
+	running, err := podfiles.HoldMounterRunning(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	ended := time.AfterFunc(1500*time.Millisecond, func() { running.Close() })
+	defer ended.Stop()
+	if !cleanUpSharedDir(shared, slog.Default()) {
+		t.Fatal("not removed once the stopping mounter ended")
+	}
+	if _, err := os.Lstat(shared); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", shared, err)
+	}
+}
+
+// A mounter that starts while the node plugin removes the directory finds it gone and
+// fails, rather than wait for offers in a directory nobody sends them to.
+func TestMounterStartingInARemovedDirectory(t *testing.T) {
+	shared, dir := sharedLayout(t)
+	if err := os.RemoveAll(shared); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := podfiles.HoldMounterRunning(dir, time.Second); err == nil {
+		f.Close()
+		t.Fatal("a mounter held its lock in a removed directory")
+	}
+}
+
+// A mount under the shared directory (pods still use it) keeps it whole.
+func TestCleanUpSharedKeepsMounts(t *testing.T) {
+	needs.Root(t)
+	shared, _ := sharedLayout(t)
+	mnt := filepath.Join(shared, "mnt", "k1-1")
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	if err := os.WriteFile(filepath.Join(mnt, "object"), []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cleanUpSharedDir(shared, slog.Default()) {
+		t.Fatal("removed with a mount under it")
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "object")); err != nil {
+		t.Errorf("the mount's content: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
+		t.Errorf("the mounter's files, which its mounts still need: %v", err)
+	}
+}
