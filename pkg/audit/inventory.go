@@ -132,10 +132,8 @@ func (inv *Inventory) ClaimVolume(_ context.Context, namespace, claim string) (w
 			return webhook.ClaimedVolume{Pending: true, StorageClassName: c.Spec.StorageClassName}, nil
 		}
 		return webhook.ClaimedVolume{}, nil
-	case pv.Spec.CSI == nil:
-		return webhook.ClaimedVolume{Bound: true}, nil
 	}
-	return webhook.ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}, nil
+	return webhook.ClaimedVolumeOf(pv), nil
 }
 
 // class is the StorageClass a claim's spec.storageClassName names: nil for the cluster's
@@ -154,9 +152,5 @@ func (inv *Inventory) class(className *string) *storagev1.StorageClass {
 // in the input is no class: a claim of it is unresolved, as one of a class that provisions
 // nothing, rather than a lookup error.
 func (inv *Inventory) ClassVolume(_ context.Context, className *string) (webhook.ClassedVolume, error) {
-	sc := inv.class(className)
-	if sc == nil {
-		return webhook.ClassedVolume{}, nil
-	}
-	return webhook.ClassedVolume{Class: sc.Name, Provisioner: sc.Provisioner, Parameters: sc.Parameters}, nil
+	return webhook.ClassedVolumeOf(inv.class(className)), nil
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -72,6 +73,10 @@ type ClaimedVolume struct {
 	// Driver is the CSI driver of the bound PersistentVolume ("" for a volume that is not
 	// CSI).
 	Driver string
+	// MountOptions are the PersistentVolume's spec.mountOptions (its class's mountOptions,
+	// for one the driver provisioned): options given as the mountOptions attribute is, a
+	// file cache among them (mountopts.WantsFileCache).
+	MountOptions []string
 	// Attributes are the PersistentVolume's spec.csi.volumeAttributes: they ask for a file
 	// cache like an inline volume's.
 	Attributes map[string]string
@@ -99,6 +104,9 @@ type ClassedVolume struct {
 	// Parameters are the class's parameters, which the driver's provisioner reads with
 	// classparams.Parse.
 	Parameters map[string]string
+	// MountOptions are the class's mountOptions, which its provisioner gives each
+	// PersistentVolume as spec.mountOptions.
+	MountOptions []string
 }
 
 // VolumeClaims finds the CSI volume behind a pod's PersistentVolumeClaim or generic
@@ -160,7 +168,7 @@ func (k KubeVolumeClaims) resolveClaim(ctx context.Context, namespace, claim str
 	case err != nil:
 		return ClaimedVolume{}, fmt.Errorf("volume %s of claim %s/%s: %w", pvc.Spec.VolumeName, namespace, claim, err)
 	}
-	return claimedVolume(pv), nil
+	return ClaimedVolumeOf(pv), nil
 }
 
 // unboundClaim resolves a claim that names no volume: to the volume pre-bound to it (from
@@ -189,12 +197,31 @@ func (k KubeVolumeClaims) unboundClaim(ctx context.Context, pvc *corev1.Persiste
 	return cv, nil
 }
 
-// claimedVolume is what a claim bound (or pre-bound) to pv resolves to.
-func claimedVolume(pv *corev1.PersistentVolume) ClaimedVolume {
+// ClaimedVolumeOf is what a claim bound (or pre-bound) to pv resolves to.
+func ClaimedVolumeOf(pv *corev1.PersistentVolume) ClaimedVolume {
 	if pv.Spec.CSI == nil {
 		return ClaimedVolume{Bound: true}
 	}
-	return ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes}
+	return ClaimedVolume{Bound: true, Driver: pv.Spec.CSI.Driver, Attributes: pv.Spec.CSI.VolumeAttributes, MountOptions: pv.Spec.MountOptions}
+}
+
+// withMountOptions is a volume's attributes as the webhook reads them: with the
+// PersistentVolume's or class's mountOptions before those of the mountOptions attribute, as
+// the node plugin reads the two (mountopts.FromAttributes). attrs itself is not changed.
+func withMountOptions(attrs map[string]string, mountOptions []string) map[string]string {
+	if len(mountOptions) == 0 {
+		return attrs
+	}
+	out := maps.Clone(attrs)
+	if out == nil {
+		out = map[string]string{}
+	}
+	opts := strings.Join(mountOptions, ",")
+	if v := out[contract.AttrMountOptions]; v != "" {
+		opts += "," + v
+	}
+	out[contract.AttrMountOptions] = opts
+	return out
 }
 
 // ClassVolume implements VolumeClaims: a GET of the class, or a list of the classes for
@@ -210,7 +237,7 @@ func (k KubeVolumeClaims) ClassVolume(ctx context.Context, className *string) (C
 		for i := range list.Items {
 			classes[i] = &list.Items[i]
 		}
-		return classedVolume(DefaultStorageClass(classes)), nil
+		return ClassedVolumeOf(DefaultStorageClass(classes)), nil
 	}
 	if *className == "" {
 		return ClassedVolume{}, nil
@@ -219,14 +246,15 @@ func (k KubeVolumeClaims) ClassVolume(ctx context.Context, className *string) (C
 	if err != nil {
 		return ClassedVolume{}, fmt.Errorf("StorageClass %s: %w", *className, err)
 	}
-	return classedVolume(sc), nil
+	return ClassedVolumeOf(sc), nil
 }
 
-func classedVolume(sc *storagev1.StorageClass) ClassedVolume {
+// ClassedVolumeOf is what a claim of the class sc (nil: none) resolves to.
+func ClassedVolumeOf(sc *storagev1.StorageClass) ClassedVolume {
 	if sc == nil {
 		return ClassedVolume{}
 	}
-	return ClassedVolume{Class: sc.Name, Provisioner: sc.Provisioner, Parameters: sc.Parameters}
+	return ClassedVolume{Class: sc.Name, Provisioner: sc.Provisioner, Parameters: sc.Parameters, MountOptions: sc.MountOptions}
 }
 
 // DefaultStorageClass is the class the DefaultStorageClass admission plugin gives a claim
@@ -414,7 +442,7 @@ func (l *classLookups) resolve(ctx context.Context, className *string) (classDec
 	case r.cv.Class == "" || r.cv.Provisioner == noProvisioner:
 		return classStatic, nil, nil
 	case r.cv.Provisioner == l.driver:
-		return classOurs, classAttributes(r.cv.Parameters), nil
+		return classOurs, withMountOptions(classAttributes(r.cv.Parameters), r.cv.MountOptions), nil
 	}
 	return classOther, nil, nil
 }
@@ -476,7 +504,7 @@ func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLo
 		return
 	case cv.Bound:
 		if cv.Driver == driver {
-			u.vols[name] = cv.Attributes
+			u.vols[name] = withMountOptions(cv.Attributes, cv.MountOptions)
 			u.claims = append(u.claims, name)
 		}
 		return
@@ -491,7 +519,7 @@ func (u *usage) claim(ctx context.Context, claims VolumeClaims, classes *classLo
 		// missing from the cache still (prebound.go).
 		if live, lerr := lp.PreboundLive(ctx, namespace, claim); lerr == nil && live.Bound {
 			if live.Driver == driver {
-				u.vols[name] = live.Attributes
+				u.vols[name] = withMountOptions(live.Attributes, live.MountOptions)
 				u.claims = append(u.claims, name)
 			}
 			return

@@ -309,21 +309,29 @@ func TestClaimInitContainers(t *testing.T) {
 }
 
 // A claim whose PersistentVolume asks for a file cache (its volumeAttributes, like an inline
-// volume's) gets the gcsfuse-cache emptyDir mounted into the sidecar.
+// volume's, or its spec.mountOptions) gets the gcsfuse-cache emptyDir mounted into the
+// sidecar.
 func TestClaimFileCache(t *testing.T) {
 	for _, tt := range []struct {
-		name  string
-		attrs map[string]string
-		want  bool
+		name         string
+		attrs        map[string]string
+		mountOptions []string // the PersistentVolume's spec.mountOptions
+		want         bool
 	}{
-		{"fileCacheCapacity", map[string]string{contract.AttrFileCacheCapacity: "10Gi"}, true},
-		{"mountOptions file-cache", map[string]string{contract.AttrMountOptions: "implicit-dirs,file-cache:max-size-mb:100"}, true},
-		{"no cache", map[string]string{contract.AttrMountOptions: "implicit-dirs"}, false},
-		{"no attributes", nil, false},
+		{"fileCacheCapacity", map[string]string{contract.AttrFileCacheCapacity: "10Gi"}, nil, true},
+		{"mountOptions file-cache", map[string]string{contract.AttrMountOptions: "implicit-dirs,file-cache:max-size-mb:100"}, nil, true},
+		// The GKE driver's documented PersistentVolume form: the cache in spec.mountOptions.
+		{"spec.mountOptions file-cache", nil, []string{"implicit-dirs", "file-cache:max-size-mb:-1"}, true},
+		{"spec.mountOptions flag form", map[string]string{contract.AttrMountOptions: "implicit-dirs"}, []string{"file-cache-max-size-mb=100"}, true},
+		{"spec.mountOptions size 0", nil, []string{"file-cache:max-size-mb:0"}, false},
+		{"no cache", map[string]string{contract.AttrMountOptions: "implicit-dirs"}, []string{"implicit-dirs"}, false},
+		{"no attributes", nil, nil, false},
 	} {
 		for _, annotation := range []string{"", "true"} {
 			t.Run(tt.name+"/annotation="+annotation, func(t *testing.T) {
-				claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": ourClaim(tt.attrs)})
+				cv := ourClaim(tt.attrs)
+				cv.MountOptions = tt.mountOptions
+				claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": cv})
 				_, out := mustAdmit(t, claimMutator(t, modern, claims), claimPod(annotation))
 				c, _ := sidecarOf(t, out)
 				mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {

@@ -266,3 +266,18 @@ func checkCachedInjection(t *testing.T, m *Mutator, pod *corev1.Pod, inject bool
 		t.Fatalf("unexpected warnings %q", resp.Warnings)
 	}
 }
+
+// A class of the driver whose mountOptions ask for the file cache (the provisioner gives
+// them to each PersistentVolume as spec.mountOptions) resolves to attributes that do.
+func TestClassMountOptionsFileCache(t *testing.T) {
+	cs := fake.NewClientset(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "cached"}, Provisioner: contract.DriverName,
+		Parameters: map[string]string{contract.AttrBucketName: "data"}, MountOptions: []string{"implicit-dirs", "file-cache:max-size-mb:-1"}})
+	l := &classLookups{claims: KubeVolumeClaims{Client: cs}, driver: contract.DriverName, done: map[string]classLookup{}}
+	d, attrs, err := l.resolve(context.Background(), ptr("cached"))
+	if err != nil || d != classOurs || !wantsFileCache(driverVolumes{"v": attrs}) {
+		t.Fatalf("resolve = %v, %v, %v; want the driver's, asking for a file cache", d, attrs, err)
+	}
+	if attrs[contract.AttrMountOptions] != "implicit-dirs,file-cache:max-size-mb:-1" {
+		t.Errorf("mountOptions %q, want the class's", attrs[contract.AttrMountOptions])
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
 // istioProxyName is the container name of Istio's proxy. In legacy mode the sidecar goes
@@ -653,24 +654,14 @@ func isRestartable(c corev1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
-// fileCacheMountOptions are the substrings of the mountOptions attribute that turn on
-// gcsfuse's file cache ("file-cache:max-size-mb:..." or the flag form
-// "file-cache-max-size-mb=..."). The detection is deliberately a plain substring match: a
-// false positive costs one unused emptyDir, a false negative a cache in the tmp volume.
-var fileCacheMountOptions = []string{"file-cache:", "file-cache-max-size-mb"}
-
 // wantsFileCache reports whether any volume of our driver, inline, a claim's
-// PersistentVolume or a StorageClass's attributes, asks for a file cache.
+// PersistentVolume or a StorageClass's, asks for a file cache: in its attributes, its
+// mountOptions attribute or its spec.mountOptions (folded into the attributes' mountOptions
+// when the claim was resolved, withMountOptions).
 func wantsFileCache(ours driverVolumes) bool {
 	for _, attrs := range ours {
-		if _, ok := attrs[contract.AttrFileCacheCapacity]; ok {
+		if mountopts.WantsFileCache(attrs, nil) {
 			return true
-		}
-		opts := attrs[contract.AttrMountOptions]
-		for _, s := range fileCacheMountOptions {
-			if strings.Contains(opts, s) {
-				return true
-			}
 		}
 	}
 	return false

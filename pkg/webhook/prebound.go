@@ -72,7 +72,8 @@ func claimRefKey(obj any) ([]string, error) {
 	return []string{pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name}, nil
 }
 
-// trimVolume keeps the parts of a PersistentVolume that PreboundVolumes reads: of one
+// trimVolume keeps the parts of a PersistentVolume that PreboundVolumes reads (its claimRef,
+// CSI driver and attributes, mountOptions): of one
 // without a claimRef (found by no look-up until an update gives it one, which comes whole)
 // only its name.
 func trimVolume(obj any) (any, error) {
@@ -86,6 +87,7 @@ func trimVolume(obj any) (any, error) {
 		out.Spec.ClaimRef = &corev1.ObjectReference{Namespace: r.Namespace, Name: r.Name, UID: r.UID}
 		if c := pv.Spec.CSI; c != nil {
 			out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: c.Driver, VolumeAttributes: c.VolumeAttributes}
+			out.Spec.MountOptions = pv.Spec.MountOptions
 		}
 	}
 	return out, nil
@@ -150,7 +152,7 @@ func preboundVolume(pvs []*corev1.PersistentVolume) (ClaimedVolume, error) {
 				pvs[0].Name, driverOrNone(a), pv.Name, driverOrNone(b))
 		}
 	}
-	return claimedVolume(pvs[0]), nil
+	return ClaimedVolumeOf(pvs[0]), nil
 }
 
 // volumeDriver is a PersistentVolume's CSI driver, "" for a volume that is not CSI.

@@ -195,9 +195,11 @@ func TestPreboundVolumesCache(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("pv-later not cached: %v", err)
 	}
+	// Its mountOptions stay: they may ask for the file cache (mountopts.WantsFileCache).
 	want := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-later"}, Spec: corev1.PersistentVolumeSpec{
 		ClaimRef:               &corev1.ObjectReference{Namespace: "ns", Name: "later"},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeAttributes: fileCache}},
+		MountOptions:           []string{"implicit-dirs"},
 	}}
 	got := obj.(*corev1.PersistentVolume).DeepCopy()
 	got.ResourceVersion = ""

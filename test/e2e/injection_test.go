@@ -141,7 +141,14 @@ func createPVOf(t *testing.T, claim, bucket, driver string) {
 // with volume handle handle and volumeAttributes attrs, deleted when the test ends.
 func createCSIPV(t *testing.T, claim, name, driver, handle string, attrs map[string]string) {
 	t.Helper()
+	createCSIPVWithOptions(t, claim, name, driver, handle, attrs, nil)
+}
+
+// createCSIPVWithOptions is createCSIPV with the volume's spec.mountOptions.
+func createCSIPVWithOptions(t *testing.T, claim, name, driver, handle string, attrs map[string]string, mountOptions []string) {
+	t.Helper()
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		MountOptions:                  mountOptions,
 		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,

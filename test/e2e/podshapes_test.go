@@ -148,13 +148,6 @@ func quotaNamespace(t *testing.T, suffix string) string {
 	}
 }
 
-// createPVWithAttributes creates claim's PersistentVolume of the driver serving bucket with
-// the given volumeAttributes.
-func createPVWithAttributes(t *testing.T, claim, bucket string, attrs map[string]string) {
-	t.Helper()
-	createCSIPV(t, claim, "pv-"+bucket, contract.DriverName, bucket, attrs)
-}
-
 // claimPodObject is podObject with the pod's volume "bucket" served through claim instead
 // of an inline volume; every container of o mounting "bucket" reads the claim.
 func claimPodObject(name, claim string, o podOpts) *corev1.Pod {
@@ -212,17 +205,33 @@ func sidecarEnv(p *corev1.Pod, name string) string {
 	return ""
 }
 
-// TestClaimFileCache: a claim whose PersistentVolume asks for a file cache gets the
-// gcsfuse-cache volume mounted into the sidecar, the app reads the object with the right
-// bytes, and the cache directory fills (looked at while a second container keeps the pod
-// running: the kubelet removes a finished pod's emptyDirs).
+// TestClaimFileCache: a claim whose PersistentVolume asks for a file cache, in its
+// attributes or in its spec.mountOptions (the GKE driver's documented PersistentVolume
+// form), gets the gcsfuse-cache volume mounted into the sidecar, the app reads the object
+// with the right bytes, and the cache directory fills (looked at while a second container
+// keeps the pod running: the kubelet removes a finished pod's emptyDirs).
 func TestClaimFileCache(t *testing.T) {
 	parallel(t)
+	for name, pv := range map[string]struct {
+		attrs        map[string]string
+		mountOptions []string
+	}{
+		"attribute":         {attrs: map[string]string{contract.AttrFileCacheCapacity: "100Mi"}},
+		"spec.mountOptions": {mountOptions: []string{"implicit-dirs", "file-cache:max-size-mb:100"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			claimFileCache(t, pv.attrs, pv.mountOptions)
+		})
+	}
+}
+
+func claimFileCache(t *testing.T, attrs map[string]string, mountOptions []string) {
 	bucket := newBucket(t)
 	const size = 2 * mib
 	upload(t, bucket, "cached.bin", size)
 	claim := staticClaim(t, bucket, false)
-	createPVWithAttributes(t, claim, bucket, map[string]string{contract.AttrFileCacheCapacity: "100Mi"})
+	createCSIPVWithOptions(t, claim, "pv-"+bucket, contract.DriverName, bucket, attrs, mountOptions)
 	waitClaimBound(t, claim)
 	name := podName(t, "")
 	vols := []volume{{"bucket", bucket, mountPath}}
