@@ -36,7 +36,7 @@ func (m Mapping) String() string {
 // accepted (see incumbentAttrs).
 var incumbentNoops = map[string]string{
 	"skipCSIBucketAccessCheck":       "this driver makes no bucket access check at mount",
-	"hostNetworkPodKSA":              "a volume's identity never depends on the pod's network here",
+	"hostNetworkPodKSA":              "with Workload Identity Federation every pod, hostNetwork or not, reads as its own service account here; without it \"true\" is refused",
 	"enableCloudProfilerForSidecar":  "false asks for no profiler",
 	"multiNICIndex":                  "a negative index binds no NIC",
 	"gcsfuseMetadataPrefetchOnMount": "false asks for no prefetch",
