@@ -347,6 +347,11 @@ func TestEdgeValues(t *testing.T) {
 			}
 		}
 	})
+	t.Run("driverName the GKE driver's: its annotations on the entry that fails closed", func(t *testing.T) {
+		if !strings.Contains(mwc.Webhooks[0].MatchConditions[0].Expression, "'gke-gcsfuse/'") {
+			t.Errorf("webhook %s does not match gke-gcsfuse/ annotations installed as %s: %s", mwc.Webhooks[0].Name, edgeDriver, mwc.Webhooks[0].MatchConditions[0].Expression)
+		}
+	})
 	t.Run("driverName: the default name left nowhere", func(t *testing.T) {
 		refuteScalar(t, r, "the default driver name left", regexp.MustCompile(`(?m)(^|[ =/'])gcsfuse\.csi\.storage('|/csi|/shared|-reg|$)`))
 	})

@@ -84,6 +84,14 @@ func TestMatchConditionsRoute(t *testing.T) {
 		{"generic ephemeral volume", corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", ephemeral)}}}, "inject-claims"},
 		{"inline and ephemeral", corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", inline), vol("b", ephemeral)}}}, "inject"},
 		{"emptyDir only", corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}})}}}, ""},
+		// Beside the GKE add-on (mid-migration), its pods carry gke-gcsfuse/ annotations:
+		// never on the entry that fails closed, so an outage here cannot refuse them.
+		{"GKE add-on's pod", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"gke-gcsfuse/volumes": "true"}},
+			Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.IncumbentDriverName}})}}}, ""},
+		{"GKE annotation and a claim", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"gke-gcsfuse/volumes": "true"}},
+			Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", claim)}}}, "inject-claims"},
+		{"GKE annotation and our inline volume", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"gke-gcsfuse/volumes": "true"}},
+			Spec: corev1.PodSpec{Volumes: []corev1.Volume{vol("a", inline)}}}, "inject"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.pod.Name = tc.name
