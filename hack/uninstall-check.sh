@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Uninstalling the driver leaves nothing of it running or mounted on the node, and nothing of
-# its shared mode on disk: helm uninstall (the release hack/deploy.sh installed), then, once
+# its shared mode on disk: as docs/upgrade.md says, the mounter's DaemonSet deleted, then
+# helm uninstall (the release hack/deploy.sh installed), then, once
 # the node plugin's and the mounter's pods are gone (bounded), this machine is checked: no
 # gcsfuse mount (fuse.gcsfuse) and no mount under the driver's kubelet plugin directory, no
 # gcsfuse, sidecar, mounter or node plugin process, and no shared directory (the node plugin
@@ -14,7 +15,11 @@ driver=gcsfuse.csi.storage
 plugin_dir=$KUBELET_ROOT/plugins/$driver
 ensure_helm
 
-step "helm uninstall gcsfuse-csi"
+# The shared directory is there to be removed (the mounter runs with this chart): a check
+# of a directory that never existed would pass whatever the node plugin does.
+[ -d "$plugin_dir/shared/mounter" ] || { echo "no shared directory before the uninstall: $plugin_dir/shared/mounter" >&2; exit 1; }
+step "kubectl delete daemonset gcsfuse-csi-mounter, then helm uninstall gcsfuse-csi (docs/upgrade.md)"
+kctl -n "$ns" delete daemonset gcsfuse-csi-mounter --cascade=foreground --wait --timeout=360s
 "$HELM_DIR/helm" uninstall gcsfuse-csi --kubeconfig "$KUBECONFIG" --namespace "$ns" --wait --timeout 360s
 deadline=$(( $(date +%s) + 360 ))
 while [ -n "$(kctl -n "$ns" get pods -l 'app in (gcsfuse-csi-node,gcsfuse-csi-mounter)' -o name 2>/dev/null)" ]; do
@@ -24,7 +29,9 @@ done
 # Their containers end with their pods, which the kubelet reports gone once they have.
 step "what the driver left on the node"
 left=()
-mounts=$(awk -v d="$plugin_dir/" '$9 == "fuse.gcsfuse" || index($5, d) == 1 {print $5 " (" $9 ")"}' /proc/self/mountinfo)
+# mountinfo: the mount point is field 5; the type is the first field after " - " (the
+# optional fields before it vary in number).
+mounts=$(awk -v d="$plugin_dir/" '{ for (i = 7; i <= NF && $i != "-"; i++); t = $(i + 1) } t == "fuse.gcsfuse" || index($5, d) == 1 { print $5 " (" t ")" }' /proc/self/mountinfo)
 [ -z "$mounts" ] || left+=("mounts: $mounts")
 for p in gcsfuse gcsfuse-sidecar gcsfuse-csi-node; do # comm: the first 15 characters
   pids=$(pgrep -x "${p:0:15}" | tr '\n' ' ' || true)

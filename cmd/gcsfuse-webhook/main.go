@@ -52,16 +52,16 @@ type options struct {
 	config          webhook.Config
 }
 
-// defaultAPIQPS and defaultAPIBurst: no client-side bound on the webhook's own requests to
-// the API server by default, whose priority and fairness bounds them. They are its
-// admission path's reads (a pod's claims, their volumes and classes: a few per pod, so never
-// more than the pods created make), and client-go's defaults (5 a second, bursts of 10) made
-// every admission of a pod with a claim wait 200 ms per GET once 10 had been made: 400 ms a
-// pod from 2.5 pods a second (hack/admission.sh); 50 a second still added 35 ms at the 90th
-// percentile to a burst of pods with claims.
+// defaultAPIQPS and defaultAPIBurst bound the webhook's own requests to the API server: its
+// admission path's reads (a pod's claims, their volumes and classes). client-go's defaults
+// (5 a second, bursts of 10) made every admission of a pod with a claim wait 200 ms per GET
+// once 10 had been made: 400 ms a pod from 2.5 pods a second (hack/admission.sh); 50 a second
+// still added 35 ms at the 90th percentile to a burst of ~140 pods with claims a second. A
+// bound stays: one pod may name thousands of claims, each a GET (0: none, the API server's
+// priority and fairness alone).
 const (
-	defaultAPIQPS   = 0
-	defaultAPIBurst = 100
+	defaultAPIQPS   = 200
+	defaultAPIBurst = 400
 )
 
 // resourceFlag names the request and limit flags of one resource.
@@ -73,7 +73,7 @@ type resourceFlag struct {
 }
 
 // resourceFlags hold the sidecar's default resources, derived from `go run ./bench -only rss`
-// (README, "Sidecar resources"): per volume, gcsfuse idles at ~40 MiB, peaks at ~111 MiB during
+// (docs/performance.md, "Sidecar resources"): per volume, gcsfuse idles at ~40 MiB, peaks at ~111 MiB during
 // a streaming write and ~86 MiB reading through the file cache; the sidecar itself ~13 MiB. CPU:
 // ~0 idle, ~0.1 core writing, ~0.75 core reading from the file cache (no limit: bursts use
 // what is free). The memory request covers one volume streaming (13 + 111 MiB); the limit

@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -29,8 +29,8 @@ func TestParseFlags(t *testing.T) {
 				}
 				// client-go's 5 requests a second throttled every admission of a pod with
 				// a claim to 400 ms once 10 had been made (hack/admission.sh).
-				if o.apiQPS != 0 {
-					t.Errorf("API client limit %v/s by default: admissions wait on the client's own limiter", o.apiQPS)
+				if o.apiQPS < 100 || o.apiBurst < 200 {
+					t.Errorf("API client limit %v/s, burst %d by default: admissions wait on the client's own limiter", o.apiQPS, o.apiBurst)
 				}
 				want := corev1.ResourceList{
 					corev1.ResourceCPU:              resource.MustParse("100m"),
@@ -118,20 +118,23 @@ func TestRestConfigOutsideCluster(t *testing.T) {
 	}
 }
 
-// With the default (0) the client never waits on a limiter of its own: 1,000 requests at
-// once pass; with a rate, its burst bounds them.
+// The limits reach the client client-go builds: with 0 it never waits on a limiter of its
+// own (1,000 requests at once pass), with a rate its burst bounds them.
 func TestAPILimits(t *testing.T) {
 	for _, tc := range []struct {
 		qps   float64
 		burst int
 		pass  int
-	}{{0, 100, 1000}, {50, 100, 100}} {
-		cfg := &rest.Config{}
+	}{{0, 100, 1000}, {defaultAPIQPS, defaultAPIBurst, defaultAPIBurst}} {
+		cfg := &rest.Config{Host: "https://127.0.0.1:1"}
 		apiLimits(cfg, tc.qps, tc.burst)
-		rl := cfg.RateLimiter
-		if rl == nil {
-			rl = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst) // what client-go builds
+		cfg.GroupVersion = &corev1.SchemeGroupVersion
+		cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+		c, err := rest.RESTClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
+		rl := c.GetRateLimiter()
 		passed := 0
 		for range 1000 {
 			if rl.TryAccept() {

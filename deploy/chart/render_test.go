@@ -113,6 +113,11 @@ func volume(t *testing.T, spec corev1.PodSpec, name string) corev1.Volume {
 func TestDefaults(t *testing.T) {
 	r := render(t, defaultNS)
 	dep := only[*appsv1.Deployment](t, r, webhookName)
+	t.Run("the webhook's API client not at client-go's 5 a second", func(t *testing.T) {
+		c := webhookContainer(t, r)
+		wantArg(t, c, "--kube-api-qps=200")
+		wantArg(t, c, "--kube-api-burst=400")
+	})
 	t.Run("two webhook replicas", func(t *testing.T) {
 		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
 			t.Errorf("webhook Deployment replicas %v, want 2", dep.Spec.Replicas)

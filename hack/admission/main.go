@@ -24,7 +24,8 @@
 // PersistentVolumeClaims and StorageClasses (GET and LIST: the webhook's live reads; the
 // deltas of the API server's apiserver_request_total around each case's samples, so the
 // other components' reads in that window count too, which is what the API server pays). It
-// asserts nothing: the figures are for docs/architecture.md and the issue. Everything it made
+// asserts nothing: the figures are for docs/architecture.md and the issue. The API server's
+// counts are one server's: on a cluster of several, run it against one of them. Everything it made
 // is deleted at the end (the PersistentVolumes by label, one call), unless -keep.
 //
 // Every connection goes to the API server on the cluster's veth (dialguard refuses any other
@@ -185,7 +186,8 @@ func (b *bench) main(ctx context.Context) error {
 			return b.pod(claimVolume(fmt.Sprintf("local-%04d", i%b.o.claims))), nil
 		}},
 		{"new claim (may list live)", b.o.fresh, func(ctx context.Context, i int) (*corev1.Pod, error) {
-			name := fmt.Sprintf("new-%04d", i)
+			// Named for this run: one that a -keep run left is not new.
+			name := fmt.Sprintf("new-%d-%04d", t0.Unix(), i)
 			if err := b.createClaim(ctx, name, localClass); err != nil {
 				return nil, err
 			}

@@ -473,6 +473,10 @@ func TestAuditSharedSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, err := credentials.ParseSharedADC("other-*")
+	if err != nil {
+		t.Fatal(err)
+	}
 	manifest := strings.ReplaceAll(pod(ours, `          mountMode: shared`, "", ""), "namespace: ns", "namespace: team-a")
 	for name, tc := range map[string]struct {
 		opts    Options
@@ -480,7 +484,7 @@ func TestAuditSharedSettings(t *testing.T) {
 	}{
 		"default chart":           {Options{}, true},
 		"namespace allowed ADC":   {Options{SharedADC: adc}, false},
-		"another namespace's ADC": {Options{SharedADC: credentials.SharedADC{}}, true},
+		"another namespace's ADC": {Options{SharedADC: other}, true},
 		"every shared volume WIF": {Options{SharedFederated: true}, false},
 	} {
 		inv := NewInventory()

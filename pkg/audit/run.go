@@ -42,7 +42,6 @@ var assumedVersion = version.MajorMinor(1, 29)
 func (nativeVersions) ServerVersion() (*version.Version, error)           { return assumedVersion, nil }
 func (nativeVersions) MinKubeletVersion(string) (*version.Version, error) { return assumedVersion, nil }
 
-// auditor holds one audit's state: the inventory and a webhook per driver name.
 // Options are the installed driver's settings that change a verdict: those of its webhook
 // that a default chart does not have.
 type Options struct {
@@ -54,6 +53,7 @@ type Options struct {
 	SharedFederated bool
 }
 
+// auditor holds one audit's state: the inventory and a webhook per driver name.
 type auditor struct {
 	opts     Options
 	inv      *Inventory

@@ -66,7 +66,16 @@ func (s *NodeServer) prepareSharedDir() error {
 	if err := os.Chown(s.mounterDir(), s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
 		return fmt.Errorf("give %s to the mounter (uid %d): %w", s.mounterDir(), s.cfg.SidecarUID, err)
 	}
-	return os.Chmod(s.mounterDir(), 0o750)
+	if err := os.Chmod(s.mounterDir(), 0o750); err != nil {
+		return err
+	}
+	// The mounter's running lock, which it opens read-only (podfiles.HoldMounterRunning).
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return podfiles.CreateMounterRunning(dir)
 }
 
 // credentialsConfig is the node plugin's credentials configuration for a volume: a shared

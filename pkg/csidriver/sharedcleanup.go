@@ -14,27 +14,27 @@ import (
 )
 
 const (
-	// mounterGoneWait bounds a stopping node plugin's wait for a stopping mounter to end
-	// before it removes the shared directory: uninstalling deletes both DaemonSets at
-	// once, and a mounter with no mount ends in a moment.
-	mounterGoneWait = 5 * time.Second
-	// mounterStopNotice: a mounter that runs and has not said it is stopping by then is
-	// staying (the node plugin alone is being replaced), and so does the directory.
-	mounterStopNotice = time.Second
+	// mounterGoneWait bounds a stopping node plugin's wait for a stopping mounter (its
+	// mounter-stopping record there) to end before it removes the shared directory: a
+	// mounter with no mount ends in a moment. Within the node plugin's grace (10 s), after
+	// its gRPC server's stop (5 s at most).
+	mounterGoneWait = 3 * time.Second
 	// mounterGonePoll is how often the wait looks.
 	mounterGonePoll = 100 * time.Millisecond
 )
 
 // CleanUpShared removes the shared directory when nothing on the node uses it any more: no
-// mount under it and no mounter running (podfiles.LockMounterGone). Called by a stopping
-// node plugin once its gRPC server has stopped, so no publish makes a mount meanwhile; it
-// reports whether it removed the directory. Uninstalling the driver then leaves nothing of
-// the shared mode on the host; a node plugin restarted makes the directory again, and a
-// mounter that started meanwhile finds its directory gone and exits to be started again in
-// the new one (podfiles.HoldMounterRunning).
+// mount under it and no mounter running (podfiles.LockMounterGone), waiting up to
+// mounterGoneWait for a mounter that is stopping. Called by a stopping node plugin once its
+// gRPC server has stopped (a publish that outlived the stop's bound is caught by the mount
+// checks); it reports whether it removed the directory. Uninstalling the driver the way
+// docs/upgrade.md says (the mounter's DaemonSet first) then leaves nothing of the shared
+// mode on the host; a node plugin restarted makes the directory again, and a mounter that
+// started meanwhile finds its directory gone and exits to be started again in the new one
+// (podfiles.HoldMounterRunning).
 //
-// Kept, and logged: mounts still there (pods still use them: drain the node first,
-// docs/upgrade.md), or a mounter that runs and is not stopping.
+// Kept, and logged: mounts still there (pods still use them: drain the node first), or a
+// mounter that runs and is not stopping (the node plugin alone replaced).
 func (s *NodeServer) CleanUpShared() bool {
 	if s.shared == nil {
 		return false
@@ -70,8 +70,10 @@ func cleanUpSharedDir(sharedDir string, log *slog.Logger) bool {
 			defer unlock()
 			return removeSharedDir(sharedDir, log)
 		}
+		// A mounter that runs and has not said it is stopping stays (the node plugin alone
+		// is being replaced), and so does the directory, at once.
 		waited := time.Since(start)
-		if stopping, _, _ := podfiles.ReadMounterStopping(dir); (!stopping && waited >= mounterStopNotice) || waited >= mounterGoneWait {
+		if stopping, _, _ := podfiles.ReadMounterStopping(dir); !stopping || waited >= mounterGoneWait {
 			log.Info("shared directory kept: the node's mounter runs", "stopping", stopping, "waited", waited.Round(time.Millisecond).String())
 			return false
 		}
@@ -92,12 +94,19 @@ func removeSharedDir(sharedDir string, log *slog.Logger) bool {
 		log.Warn("shared directory kept: cannot list its mount points", "dir", mnt, "err", err)
 		return false
 	}
-	var errs []error
+	// Stop at the first mount point that does not go: a publish still running may have
+	// mounted it after the check, and the mounter's files are then still needed.
 	for _, e := range entries {
-		errs = append(errs, os.Remove(filepath.Join(mnt, e.Name())))
+		if err := os.Remove(filepath.Join(mnt, e.Name())); err != nil {
+			log.Warn("shared directory kept: a mount point under it does not go", "dir", mnt, "err", err)
+			return false
+		}
 	}
-	errs = append(errs, os.RemoveAll(filepath.Join(sharedDir, sharedMounterDir)), removeDir(mnt), removeDir(sharedDir))
-	if err := errors.Join(errs...); err != nil {
+	if mounts, err := fusemount.MountsUnder(sharedDir); err != nil || len(mounts) > 0 {
+		log.Warn("shared directory kept: a mount appeared under it", "mounts", mounts, "err", err)
+		return false
+	}
+	if err := errors.Join(os.RemoveAll(filepath.Join(sharedDir, sharedMounterDir)), removeDir(mnt), removeDir(sharedDir)); err != nil {
 		log.Warn("cannot remove the shared directory whole", "dir", sharedDir, "err", err)
 		return false
 	}

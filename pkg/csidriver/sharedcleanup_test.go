@@ -1,6 +1,7 @@
 package csidriver
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -47,7 +48,7 @@ func TestCleanUpSharedWithoutMounter(t *testing.T) {
 }
 
 // A mounter that runs and says nothing of stopping stays (the node plugin alone replaced),
-// and so does its directory, decided within about mounterStopNotice.
+// and so does its directory, decided at once.
 func TestCleanUpSharedKeepsARunningMounter(t *testing.T) {
 	shared, dir := sharedLayout(t)
 	running, err := podfiles.HoldMounterRunning(dir, time.Second)
@@ -59,8 +60,8 @@ func TestCleanUpSharedKeepsARunningMounter(t *testing.T) {
 	if cleanUpSharedDir(shared, slog.Default()) {
 		t.Fatal("removed under a running mounter")
 	}
-	if took := time.Since(start); took > mounterStopNotice+time.Second {
-		t.Errorf("kept after %s, want about %s", took, mounterStopNotice)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("kept after %s, want at once: every restart of the node plugin would wait", took)
 	}
 	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
 		t.Errorf("the mounter's files: %v", err)
@@ -77,7 +78,7 @@ func TestCleanUpSharedWaitsForAStoppingMounter(t *testing.T) {
 	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	ended := time.AfterFunc(1500*time.Millisecond, func() { running.Close() })
+	ended := time.AfterFunc(mounterGoneWait/2, func() { running.Close() })
 	defer ended.Stop()
 	if !cleanUpSharedDir(shared, slog.Default()) {
 		t.Fatal("not removed once the stopping mounter ended")
@@ -87,16 +88,49 @@ func TestCleanUpSharedWaitsForAStoppingMounter(t *testing.T) {
 	}
 }
 
-// A mounter that starts while the node plugin removes the directory finds it gone and
-// fails, rather than wait for offers in a directory nobody sends them to.
+// A mounter that starts while the node plugin removes the directory (it opened its lock
+// file before the removal and waits for the node plugin's lock) finds its directory gone
+// and fails, rather than wait for offers in a directory nobody sends them to.
 func TestMounterStartingInARemovedDirectory(t *testing.T) {
 	shared, dir := sharedLayout(t)
+	gone, unlock, err := podfiles.LockMounterGone(dir)
+	if err != nil || !gone {
+		t.Fatalf("LockMounterGone = %v, %v", gone, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		f, err := podfiles.HoldMounterRunning(dir, 10*time.Second)
+		if err == nil {
+			f.Close()
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the mounter has opened the file and waits for the lock
 	if err := os.RemoveAll(shared); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := podfiles.HoldMounterRunning(dir, time.Second); err == nil {
-		f.Close()
-		t.Fatal("a mounter held its lock in a removed directory")
+	unlock()
+	if err := <-got; !errors.Is(err, podfiles.ErrDirRemoved) {
+		t.Fatalf("HoldMounterRunning in a removed directory: %v, want ErrDirRemoved", err)
+	}
+}
+
+// What the mounter's user may leave in place of the lock file (a FIFO would hang the root
+// node plugin's open, a hard link lock a file elsewhere) is refused: kept, not trusted.
+func TestCleanUpSharedRefusesAStrangeLockFile(t *testing.T) {
+	shared, dir := sharedLayout(t)
+	if err := unix.Mkfifo(filepath.Join(dir.Name(), podfiles.MounterRunningFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan bool, 1)
+	go func() { done <- cleanUpSharedDir(shared, slog.Default()) }()
+	select {
+	case removed := <-done:
+		if removed {
+			t.Fatal("removed with a FIFO for a lock file")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cleanup hangs on a FIFO")
 	}
 }
 

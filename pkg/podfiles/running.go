@@ -10,61 +10,124 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runningPoll is how often HoldMounterRunning tries for its lock while the node plugin
-// holds it exclusively (removing the directory: a moment).
-const runningPoll = 50 * time.Millisecond
-
-// HoldMounterRunning takes the running mounter's shared lock on MounterRunningFile in dir
-// (created if missing, never through a symlink), waiting at most wait for a node plugin that
-// holds it exclusively. The lock lasts as long as the returned file is open: the mounter
-// keeps it for its life. It then checks that dir is still linked: a node plugin that took
-// the lock first removed the directory, and a mounter left in it would take offers nobody
-// can send (ErrDirRemoved: exit, and the kubelet starts it again in the recreated one).
-func HoldMounterRunning(dir *os.File, wait time.Duration) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), MounterRunningFile, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), MounterRunningFile), Err: err}
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), MounterRunningFile))
-	deadline := time.Now().Add(wait)
-	for {
-		err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		time.Sleep(runningPoll)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "fstat", Path: dir.Name(), Err: err}
-	}
-	if st.Nlink == 0 {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", dir.Name(), ErrDirRemoved)
-	}
-	return f, nil
-}
+// runningPoll is how often HoldMounterRunning tries again: while the node plugin has not
+// made the directory the mounter's yet (it starts first on a fresh node), or holds the lock
+// exclusively (removing the directory: a moment).
+const runningPoll = 100 * time.Millisecond
 
 // ErrDirRemoved: the mounter's directory was removed under it (the node plugin cleaned the
 // shared directory up while no mounter ran).
 var ErrDirRemoved = errors.New("the mounter's directory was removed by the node plugin while no mounter ran; it is made again when the node plugin starts")
 
+// CreateMounterRunning makes MounterRunningFile in dir (the node plugin, root, when it
+// prepares the mounter's directory), so that a mounter needs no write permission to open it.
+func CreateMounterRunning(dir *os.File) error {
+	f, err := openRunning(dir, unix.O_CREAT)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// openRunning opens MounterRunningFile in dir read-only, never through a symlink, never
+// blocking (a FIFO put in its place by the mounter's user answers at once), and checks that
+// it is a regular file with one link (not a hard link to a file elsewhere) owned by root or
+// by dir's owner, the mounter.
+func openRunning(dir *os.File, create int) (*os.File, error) {
+	path := filepath.Join(dir.Name(), MounterRunningFile)
+	fd, err := unix.Openat(int(dir.Fd()), MounterRunningFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|create, 0o644)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st, dst unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if err := unix.Fstat(int(dir.Fd()), &dst); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: dir.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || (st.Uid != 0 && st.Uid != dst.Uid) {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file of root or the mounter with one link (mode %o, links %d, uid %d): refusing to lock it", path, st.Mode, st.Nlink, st.Uid)
+	}
+	return f, nil
+}
+
+// HoldMounterRunning takes the running mounter's shared lock on MounterRunningFile in dir,
+// trying again for at most wait while it cannot be opened yet (the node plugin, started
+// after the mounter on a fresh node, has not made the directory the mounter's) or a node
+// plugin holds it exclusively. The lock lasts as long as the returned file is open: the
+// mounter keeps it for its life. It then checks that dir is still linked: a node plugin that
+// took the lock first removed the directory, and a mounter left in it would wait for offers
+// nobody sends (ErrDirRemoved: exit, and the kubelet starts it again in the new one).
+func HoldMounterRunning(dir *os.File, wait time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(wait)
+	var f *os.File
+	for {
+		var err error
+		if f == nil {
+			f, err = openRunning(dir, unix.O_CREAT)
+			if err != nil && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.ENOENT) {
+				return nil, err
+			}
+		}
+		if f != nil {
+			// Kept open while the lock is busy: once the node plugin's ends, a directory
+			// it removed meanwhile is seen through this very file's (linked).
+			lerr := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+			if lerr == nil {
+				return f, linked(dir, f)
+			}
+			if !errors.Is(lerr, unix.EWOULDBLOCK) {
+				f.Close()
+				return nil, fmt.Errorf("lock %s: %w", f.Name(), lerr)
+			}
+			err = fmt.Errorf("lock %s: %w", f.Name(), lerr)
+		} else if gone := linked(dir, nil); gone != nil {
+			return nil, gone
+		}
+		if time.Now().After(deadline) {
+			if f != nil {
+				f.Close()
+			}
+			return nil, fmt.Errorf("after %s: %w", wait, err)
+		}
+		time.Sleep(runningPoll)
+	}
+}
+
+// linked returns nil when dir still has a name, else closes f (if any) and says why.
+func linked(dir, f *os.File) error {
+	var st unix.Stat_t
+	err := unix.Fstat(int(dir.Fd()), &st)
+	switch {
+	case err != nil:
+		err = &os.PathError{Op: "fstat", Path: dir.Name(), Err: err}
+	case st.Nlink == 0:
+		err = fmt.Errorf("%s: %w", dir.Name(), ErrDirRemoved)
+	default:
+		return nil
+	}
+	if f != nil {
+		f.Close()
+	}
+	return err
+}
+
 // LockMounterGone takes MounterRunningFile in dir exclusively, without waiting: it succeeds
 // only while no mounter runs, and a mounter starting meanwhile waits for unlock
 // (HoldMounterRunning) and then finds its directory gone if it was removed. ok is false
-// while a mounter runs; unlock must be called when ok.
+// while a mounter runs; unlock must be called when ok. A file that is not what it should be
+// (openRunning) is an error: whether a mounter runs cannot be told.
 func LockMounterGone(dir *os.File) (ok bool, unlock func(), err error) {
-	fd, err := unix.Openat(int(dir.Fd()), MounterRunningFile, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	f, err := openRunning(dir, unix.O_CREAT)
 	if err != nil {
-		return false, nil, &os.PathError{Op: "openat", Path: filepath.Join(dir.Name(), MounterRunningFile), Err: err}
+		return false, nil, err
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), MounterRunningFile))
-	switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
+	switch err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); {
 	case err == nil:
 		return true, func() { f.Close() }, nil
 	case errors.Is(err, unix.EWOULDBLOCK):

@@ -544,10 +544,11 @@ func (s *Sidecar) report(r exitResult) {
 	}
 }
 
-// mounterLockWait bounds the node's mounter's wait at start for the node plugin that holds
-// its directory's running lock (podfiles.HoldMounterRunning) while it removes the
-// directory: a moment.
-const mounterLockWait = 10 * time.Second
+// mounterLockWait bounds the node's mounter's wait at start for its running lock
+// (podfiles.HoldMounterRunning): for the node plugin to make the directory the mounter's,
+// when the mounter starts first (a fresh node, a reinstall: the kubelet made the hostPath
+// root's), or to finish removing it.
+const mounterLockWait = 2 * time.Minute
 
 // sharedReportMargin is how long before the kubelet's SIGKILL the node's mounter ends its
 // drain: its shutdown reports each mount still held as ended (its pods get Events), which a

@@ -467,10 +467,19 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 		ctx, cancel := context.WithTimeout(ctx, claimLookupTimeout)
 		defer cancel()
 		classes := &classLookups{claims: claims, driver: driver, done: map[string]classLookup{}}
+		// Each claim is looked up once however many volumes name it: a pod may name one claim
+		// a thousand times, each a GET otherwise.
+		firstOf := map[string]string{} // claim -> the first volume naming it
 		for _, v := range volumes {
 			switch {
 			case v.PersistentVolumeClaim != nil:
-				u.claim(ctx, claims, classes, driver, namespace, v.Name, v.PersistentVolumeClaim.ClaimName)
+				claim := v.PersistentVolumeClaim.ClaimName
+				if first, ok := firstOf[claim]; ok {
+					u.sameAs(v.Name, first)
+					continue
+				}
+				firstOf[claim] = v.Name
+				u.claim(ctx, claims, classes, driver, namespace, v.Name, claim)
 			case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
 				// The claim is made from the template after the pod, its storageClassName
 				// filled in with the default class's when nil. No class, or one that
@@ -492,6 +501,21 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 	slices.Sort(u.ephemeral)
 	u.splitShared()
 	return u
+}
+
+// sameAs resolves the pod's volume name as the volume first, which names the same claim.
+func (u *usage) sameAs(name, first string) {
+	if attrs, ok := u.vols[first]; ok {
+		u.vols[name] = attrs
+		u.claims = append(u.claims, name)
+	}
+	for _, c := range u.unresolved {
+		if c.volume == first {
+			c.volume = name
+			u.unresolved = append(u.unresolved, c)
+			return
+		}
+	}
 }
 
 // claim resolves the pod's volume name, the persistentVolumeClaim claim: its bound volume,

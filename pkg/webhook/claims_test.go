@@ -372,3 +372,20 @@ func TestUnresolvedClaimOfAnInitContainer(t *testing.T) {
 		t.Errorf("unexpected warnings %q", resp.Warnings)
 	}
 }
+
+// A claim named by several volumes of one pod is looked up once, and every one of those
+// volumes is resolved as the first: the driver's (sidecar) or unresolved (a warning each).
+func TestClaimNamedTwiceLookedUpOnce(t *testing.T) {
+	claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": ourClaim(nil)})
+	u := driverUsage(context.Background(), claims, contract.DriverName, "ns",
+		[]corev1.Volume{claimVolume("a", "gcs-pvc"), claimVolume("b", "gcs-pvc"), claimVolume("c", "gcs-pvc"), claimVolume("d", "missing"), claimVolume("e", "missing")})
+	if claims.calls["gcs-pvc"] != 1 || claims.calls["missing"] != 1 {
+		t.Errorf("lookups %v, want one per claim", claims.calls)
+	}
+	if !u.vols.has("a") || !u.vols.has("b") || !u.vols.has("c") || len(u.claims) != 3 {
+		t.Errorf("driver volumes %v (claims %v), want a, b and c", u.vols, u.claims)
+	}
+	if len(u.unresolved) != 2 || u.unresolved[0].volume != "d" || u.unresolved[1].volume != "e" {
+		t.Errorf("unresolved %+v, want d and e", u.unresolved)
+	}
+}
