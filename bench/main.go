@@ -5,10 +5,10 @@
 //	go run ./bench                      # everything
 //	go run ./bench -only mount,exit     # some
 //	go run ./bench -only rss            # gcsfuse and sidecar memory per volume
-//	go run ./bench -rounds 20 -throughput-runs 2 -markdown /tmp/bench.md   # README's blocks too
+//	go run ./bench -rounds 20 -throughput-runs 2 -markdown /tmp/bench.md   # docs/performance.md's blocks too
 //
-// -markdown FILE also writes the figures as the README holds them, as generated blocks
-// (internal/readmegen) that go run ./hack/readme splices into README.md.
+// -markdown FILE also writes the figures as docs/performance.md holds them, as generated blocks
+// (internal/readmegen) that go run ./hack/readme -file docs/performance.md < FILE splices there.
 package main
 
 import (
@@ -44,7 +44,7 @@ func main() {
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
 	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
 	tpRuns := flag.Int("throughput-runs", 1, "throughput comparisons back to back (each printed: the machine is noisy)")
-	markdown := flag.String("markdown", "", "also write the figures as the README's generated blocks to this file, when every benchmark that ran succeeded (go run ./hack/readme -file README.md < FILE)")
+	markdown := flag.String("markdown", "", "also write the figures as docs/performance.md's generated blocks to this file, when every benchmark that ran succeeded (go run ./hack/readme -file docs/performance.md < FILE)")
 	flag.Parse()
 	if miss := testenv.Prereqs(); miss != "" {
 		fmt.Fprintln(os.Stderr, "bench needs:", miss)

@@ -21,13 +21,13 @@ const (
 	blockRSS = "bench-rss"
 )
 
-// The incumbent driver's figures (research/README.md §2b), printed beside ours.
+// The incumbent driver's figures (the GKE driver, measured on its release of the day), printed beside ours.
 const (
 	incumbentMountOne    = "1.69-1.76 s"
 	incumbentMountSleep  = 1.5 // seconds it sleeps before each volume
 	incumbentNativeExit  = "5.02 s"
 	incumbentLegacyExit  = "5.5-9.5 s after its exit file (+ republish delay)"
-	incumbentFiguresHead = "incumbent (research/README.md §2b)"
+	incumbentFiguresHead = "incumbent (GKE driver, measured)"
 )
 
 // results are the figures of one run, for -markdown.

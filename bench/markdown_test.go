@@ -55,7 +55,7 @@ func TestMarkdownBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "<!-- BEGIN GENERATED: bench (by go run ./bench -markdown FILE) -->\n\n" +
-		"| | gcsfuse-csi | incumbent (research/README.md §2b) |\n" +
+		"| | gcsfuse-csi | incumbent (GKE driver, measured) |\n" +
 		"|---|---|---|\n" +
 		"| NodePublishVolume -> first `stat` through the mount, 1 volume (n=20) | p50 105 ms, p90 159 ms, max 200 ms | 1.69-1.76 s |\n" +
 		"| same, 8 volumes in one pod, all ready (n=20) | p50 385 ms, p90 409 ms, max 410 ms | ~12 s (1.5 s sleep each) |\n" +

@@ -22,7 +22,7 @@ const rssSampleInterval = 20 * time.Millisecond
 // rss measures the memory of one volume's gcsfuse and of the sidecar: idle after the mount,
 // during a streaming (sequential) write of sizeMiB, and during a cold read of it through the
 // file cache. The sidecar's default requests and limits are derived from these figures
-// (README, "Sidecar resources").
+// (docs/performance.md, "Sidecar resources").
 func (b *bench) rss(sizeMiB, rounds int) error {
 	fmt.Printf("## memory of one volume: gcsfuse and sidecar RSS (MiB), %d MiB file, %d rounds; max of 20 ms samples per phase\n", sizeMiB, rounds)
 	phases := []string{"idle (1 s after ready)", "streaming write", "read with file cache (cold)", "read again (cache hit)"}

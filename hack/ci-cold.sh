@@ -8,8 +8,8 @@
 #
 # DIR/src is the clone; DIR/gocache, DIR/gomod, DIR/cache (GCSFUSE_CSI_CACHE) and DIR/xdg
 # (staticcheck's cache) start empty; the run's log is DIR/run.log and, when every test
-# passed, its figures DIR/ci.md, README.md's generated block ci-timing-cold (splice it with
-# go run ./hack/readme -file README.md < DIR/ci.md). Debian packages stay installed: a fresh
+# passed, its figures DIR/ci.md, CONTRIBUTING.md's generated block ci-timing-cold (splice it with
+# go run ./hack/readme -file CONTRIBUTING.md < DIR/ci.md). Debian packages stay installed: a fresh
 # machine also spends ~25 s in apt-get. Remove DIR afterwards (rm -rf; the Go module cache
 # is read-only: chmod -R u+w first).
 set -euo pipefail

@@ -18,7 +18,7 @@
 #      deletes each test's buckets,
 #   5. the tables (test/conformance/report: a row per testsuite, then each test, skips grouped
 #      by reason; kept in $CONFORMANCE_OUT/table.md, the generated block "conformance" of
-#      README.md and docs/conformance.md) and the exit code: non-zero on any failure that
+#      docs/conformance.md) and the exit code: non-zero on any failure that
 #      test/conformance/known-failures.txt does not list with its upstream reason, and on a
 #      skip without a reason.
 #
@@ -216,7 +216,7 @@ echo "    skip:  $SKIP"
 report_rc=0
 (cd "$REPO_ROOT" && go run ./test/conformance/report -junit "$junits" -driver "$DRIVER" \
   -focus "$FOCUS" -skip "$SKIP" -known "$REPO_ROOT/test/conformance/known-failures.txt") | tee "$OUT/table.md" || report_rc=$?
-echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc, disruptive $rc3; reports $junits; table $OUT/table.md, the README's block: go run ./hack/readme -block conformance -file README.md < $OUT/table.md)"
+echo "suite ${suite_secs} s, total $(( $(date +%s) - start )) s (storage-e2e.test rc=$rc, disruptive $rc3; reports $junits; table $OUT/table.md, docs/conformance.md's block: go run ./hack/readme -block conformance -file docs/conformance.md < $OUT/table.md)"
 [ "$psa_rc" = 0 ] || echo "FAILED: the Pod Security check before the suite (above)" >&2
 # storage-e2e.test fails the run on a failed test, known ones included: the report decides.
 [ "$report_rc" = 0 ] && [ "$psa_rc" = 0 ] && [ "$alongside_rc" = 0 ]

@@ -7,8 +7,8 @@
 # and takes the cluster down again. The demo itself is TestDemo in test/e2e/demo_test.go,
 # run through the same phases as hack/e2e.sh.
 # Env: as hack/e2e.sh (K8S_VERSION, E2E_KEEP_CLUSTER=1 to keep the cluster afterwards);
-# DEMO_MARKDOWN=FILE also writes the table as README.md's generated block of that
-# Kubernetes version (demo-cluster-1.34...): go run ./hack/readme -file README.md < FILE.
+# DEMO_MARKDOWN=FILE also writes the table as docs/performance.md's generated block of that
+# Kubernetes version (demo-cluster-1.34...): go run ./hack/readme -file docs/performance.md < FILE.
 export E2E_DEMO=1 E2E_RUN='^TestDemo$'
 if [ -n "${DEMO_MARKDOWN:-}" ]; then
   # go test runs in test/e2e: the path must not be relative.

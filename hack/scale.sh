@@ -36,8 +36,8 @@
 #      SCALE_JOB_BYTES (default 4096), SCALE_TIMEOUT (per run, default 20m),
 #      SCALE_SOAK_TIMEOUT (default 90m), SCALE_SETTLE (bound of the wait before the leaks are
 #      counted, default 2m), SCALE_KEEP_CLUSTER=1 (leave the cluster running; default: down
-#      at the end), SCALE_MARKDOWN=FILE (also write the figures as README.md's generated
-#      block "scale"; then go run ./hack/readme -file README.md < FILE), and K8S_VERSION / CONTAINERD / MAX_PODS / GCSFUSE_CSI_CACHE as for
+#      at the end), SCALE_MARKDOWN=FILE (also write the figures as docs/performance.md's generated
+#      block "scale"; then go run ./hack/readme -file docs/performance.md < FILE), and K8S_VERSION / CONTAINERD / MAX_PODS / GCSFUSE_CSI_CACHE as for
 #      hack/e2e.sh and hack/cluster-up.sh.
 # Resolved before anything changes directory: a relative SCALE_MARKDOWN is the caller's.
 markdown=${SCALE_MARKDOWN:+$(realpath -m "$SCALE_MARKDOWN")}

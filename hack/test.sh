@@ -22,10 +22,10 @@
 # budget_run in lib.sh).
 #
 # CI_MARKDOWN=FILE: at the end of a run that passed, also write its figures to FILE as
-# README.md's generated block ci-timing-cold or ci-timing-warm, by whether the run began from
+# CONTRIBUTING.md's generated block ci-timing-cold or ci-timing-warm, by whether the run began from
 # empty caches (cache_state below; hack/citiming formats them: each step's start and
 # duration, each e2e run's phases and test counts, the background builds, the total, the
-# date and the commit); then go run ./hack/readme -file README.md < FILE. .ci/run sets it.
+# date and the commit); then go run ./hack/readme -file CONTRIBUTING.md < FILE. .ci/run sets it.
 # Resolved before anything changes directory: a relative CI_MARKDOWN is the caller's.
 ci_markdown=${CI_MARKDOWN:+$(realpath -m "$CI_MARKDOWN")}
 source "$(dirname "$0")/lib.sh"
@@ -67,7 +67,8 @@ stage() {
 }
 step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CACHE $GCSFUSE_CSI_CACHE)"
 # The least each part of the run still takes from a stage on, in seconds: a warm run's
-# figures (README.md's ci-timing-warm block of 7bab5b9, 2026-12-06), for budget_check
+# figures (the ci-timing-warm block of 7bab5b9, 2026-12-06, then in README.md, now in
+# CONTRIBUTING.md), for budget_check
 # (lib.sh). A run whose time so far plus these passes CI_BUDGET_SECONDS cannot end in time
 # and fails there.
 LEAST_FROM_UNITS=1000   # warm, go test -race is beside e2e run 1: the e2e runs below
@@ -252,7 +253,7 @@ if [ -n "$ci_markdown" ]; then
   [ "${SKIP_E2E:-0}" = 1 ] && ci_by="SKIP_E2E=1 $ci_by"
   # The tests passed: a block that cannot be written is a warning, never a red run.
   if go run ./hack/citiming -records "$CI_RECORDS" -by "$ci_by" -markdown "$ci_markdown"; then
-    echo "the figures of this run are in $ci_markdown: go run ./hack/readme -file README.md < $ci_markdown"
+    echo "the figures of this run are in $ci_markdown: go run ./hack/readme -file CONTRIBUTING.md < $ci_markdown"
   else
     echo "warning: the figures of this run could not be written to $ci_markdown (records: $CI_RECORDS)" >&2
   fi

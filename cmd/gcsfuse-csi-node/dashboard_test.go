@@ -15,7 +15,7 @@ import (
 )
 
 // The Grafana dashboard queries only metrics that exist (a rename breaks this test, not a
-// panel at 3 a.m.), and the README describes each of its panels.
+// panel at 3 a.m.), and docs/metrics.md describes each of its panels.
 func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
 	known := map[string]bool{
 		podwatch.MetricPodsDone: true, podwatch.MetricSidecarFailures: true, podwatch.MetricExitLatency: true,
@@ -43,13 +43,13 @@ func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
 	if err := json.Unmarshal(data, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, found := strings.Cut(string(readme), "## Metrics")
+	_, section, found := strings.Cut(string(readme), "## The Grafana dashboard")
 	if !found {
-		t.Fatal("README has no \"## Metrics\" section")
+		t.Fatal("docs/metrics.md has no \"## The Grafana dashboard\" section")
 	}
 	metric := regexp.MustCompile(`\b(gcsfuse_[a-z0-9_]+|process_[a-z_]+)`)
 	panels := 0
@@ -62,7 +62,7 @@ func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
 			t.Errorf("panel %q has no description", p.Title)
 		}
 		if !strings.Contains(section, "**"+p.Title+"**") {
-			t.Errorf("README's Metrics section does not describe panel **%s**", p.Title)
+			t.Errorf("docs/metrics.md's dashboard section does not describe panel **%s**", p.Title)
 		}
 		for _, tg := range p.Targets {
 			for _, m := range metric.FindAllString(tg.Expr, -1) {

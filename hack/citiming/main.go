@@ -1,8 +1,8 @@
-// Command citiming writes the figures of a CI run as README.md's generated block
+// Command citiming writes the figures of a CI run as CONTRIBUTING.md's generated block
 // ci-timing-cold or ci-timing-warm (internal/readmegen), so that no timing of the CI run is copied by hand:
 //
 //	CI_MARKDOWN=/tmp/ci.md .ci/run        # hack/test.sh runs this program at its end
-//	go run ./hack/readme -file README.md < /tmp/ci.md
+//	go run ./hack/readme -file CONTRIBUTING.md < /tmp/ci.md
 //
 // hack/test.sh, hack/e2e.sh and hack/fuzz.sh append the figures to the file CI_RECORDS
 // names while they run (ci_record in hack/lib.sh), one line each, tab-separated, kind first:
@@ -20,7 +20,7 @@
 //	end    UNIX_NS                                 every test passed
 //
 // A cold run (empty Go caches, no $GCSFUSE_CSI_CACHE: a fresh machine) writes the block
-// ci-timing-cold, any other ci-timing-warm: README.md keeps one of each, since a cold run
+// ci-timing-cold, any other ci-timing-warm: CONTRIBUTING.md keeps one of each, since a cold run
 // builds everything (the budget that CI's time limit is measured against) and a warm one
 // shows the tests' own time. The block holds the commit, date and total, a table of the steps (start and duration), the
 // background builds' durations (a cached cluster build takes seconds, a cold one many
@@ -42,7 +42,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 )
 
-// blockPrefix is the name of README.md's blocks of this program, before "cold" or "warm".
+// blockPrefix is the name of CONTRIBUTING.md's blocks of this program, before "cold" or "warm".
 const blockPrefix = "ci-timing-"
 
 // cachedBelow is how long a background build of the cluster's components may take when
@@ -57,7 +57,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	records := fs.String("records", "", "the run's figures, as hack/test.sh's CI_RECORDS collected them")
 	by := fs.String("by", "", "the command that ran, as the block's marker names it (CI_MARKDOWN=FILE .ci/run)")
-	markdown := fs.String("markdown", "", "write the block to this file (go run ./hack/readme -file README.md < FILE)")
+	markdown := fs.String("markdown", "", "write the block to this file (go run ./hack/readme -file CONTRIBUTING.md < FILE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -283,7 +283,7 @@ func (rep *report) add(f []string) error {
 	return err
 }
 
-// blockName is README.md's block for this run: ci-timing-cold or ci-timing-warm.
+// blockName is CONTRIBUTING.md's block for this run: ci-timing-cold or ci-timing-warm.
 func (rep *report) blockName() string {
 	if rep.cold {
 		return blockPrefix + "cold"

@@ -1,11 +1,13 @@
-// Command readme puts the figures a program printed into README.md or docs/*.md, so that
-// no figure is copied by hand (internal/readmegen has the marker format).
+// Command readme puts the figures a program printed into the Markdown file that holds them
+// (docs/performance.md, docs/conformance.md, CONTRIBUTING.md; CONTRIBUTING.md, "Generated
+// tables", lists which block is where), so that no figure is copied by hand
+// (internal/readmegen has the marker format).
 //
 //	go run ./bench -rounds 20 -markdown /tmp/bench.md
-//	go run ./hack/readme -file README.md < /tmp/bench.md          # every block in the input
-//	go run ./hack/readme -file README.md -block bench < /tmp/bench.md   # only that one
-//	go run ./hack/readme -file README.md -block conformance < table.md  # plain Markdown
-//	go run ./hack/readme -check README.md docs/*.md               # the markers, well formed
+//	go run ./hack/readme -file docs/performance.md < /tmp/bench.md          # every block in the input
+//	go run ./hack/readme -file docs/performance.md -block bench < /tmp/bench.md   # only that one
+//	go run ./hack/readme -file docs/conformance.md -block conformance < table.md  # plain Markdown
+//	go run ./hack/readme -check README.md docs/*.md CONTRIBUTING.md         # the markers, well formed
 //
 // Input that holds blocks (a program's -markdown file) replaces the blocks of the same
 // names, markers included, so the BEGIN marker names the command that wrote them. Input

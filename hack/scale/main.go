@@ -270,7 +270,7 @@ func run() int {
 	flag.StringVar(&o.scrapeConfig, "scrape-config", "deploy/monitoring/prometheus-scrape.yaml", "the documented scrape job")
 	flag.IntVar(&o.sharedPods, "shared-pods", 50, "pods of the shared mount mode's phase (one key, each reading one object through a file cache, then staying); 0 skips it")
 	flag.IntVar(&o.sharedBytes, "shared-bytes", 8<<20, "size of the object the shared phase's pods read")
-	flag.StringVar(&o.markdown, "markdown", "", "also write the figures as the README's generated block to this file (go run ./hack/readme -file README.md < FILE); hack/scale.sh passes SCALE_MARKDOWN")
+	flag.StringVar(&o.markdown, "markdown", "", "also write the figures as docs/performance.md's generated block to this file (go run ./hack/readme -file docs/performance.md < FILE); hack/scale.sh passes SCALE_MARKDOWN")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "scale: unexpected arguments %q\n", flag.Args())

@@ -195,7 +195,7 @@ func TestOneInotifyReader(t *testing.T) {
 	wantOnly(t, "an inotify instance or watch", grepGo(t, regexp.MustCompile(`\bInotify(Init1?|AddWatch)\b`)), "pkg/dirwatch")
 }
 
-// Every generated block of the repository's Markdown (README.md, docs/*.md and the others)
+// Every generated block of the repository's Markdown (docs/*.md, CONTRIBUTING.md and the others)
 // has well-formed markers: a BEGIN naming the command that writes it and an END of the same
 // name, no nesting, no name twice in a file (internal/readmegen.Parse), so that
 // hack/readme can replace each and a reader knows how to refresh it. The command must name
@@ -227,7 +227,7 @@ func TestGeneratedBlocksAreWellFormed(t *testing.T) {
 				t.Errorf("%s: block %q: its command %q names no file or directory of this repository", rel, bl.Name, bl.By)
 			}
 		}
-		if rel == "README.md" {
+		if rel == "docs/performance.md" {
 			inReadme = len(blocks)
 		}
 		return nil
@@ -236,7 +236,7 @@ func TestGeneratedBlocksAreWellFormed(t *testing.T) {
 		t.Fatal(err)
 	}
 	if inReadme == 0 {
-		t.Error("README.md has no generated block; the check is looking at the wrong thing")
+		t.Error("docs/performance.md has no generated block; the check is looking at the wrong thing")
 	}
 }
 

@@ -1,9 +1,9 @@
 // Command report reads the JUnit report of Kubernetes' storage e2e suite (e2e.test
 // -report-dir) and prints what hack/conformance.sh shows: every test of one driver that ran,
 // passed or failed, and the skipped ones grouped by the reason the suite gave, as a
-// Markdown table: docs/conformance.md and README.md hold it as their generated block
+// Markdown table: docs/conformance.md holds it as its generated block
 // "conformance" (hack/conformance.sh keeps it in table.md; go run ./hack/readme -block
-// conformance -file README.md < table.md puts it there), a row per testsuite first. It exits
+// conformance -file docs/conformance.md < table.md puts it there), a row per testsuite first. It exits
 // 1 when a test failed that the known-failures file does not list with its upstream reason,
 // so CI fails on a new failure and not on a documented one, and when a test was skipped
 // without a reason (neither the suite's nor a tag that the skip pattern matches).
