@@ -169,8 +169,11 @@ func TestDefaults(t *testing.T) {
 		wantArg(t, nodeContainer(t, r), "--wif-token-audience=gcsfuse.csi.storage")
 		wantAudiences(t, only[*storagev1.CSIDriver](t, r, "gcsfuse.csi.storage"), "gcsfuse.csi.storage")
 	})
-	t.Run("default webhook port", func(t *testing.T) {
-		wantArg(t, webhookContainer(t, r), "--listen=:9443")
+	t.Run("default webhook port: one a GKE private cluster's control plane reaches", func(t *testing.T) {
+		wantArg(t, webhookContainer(t, r), "--listen=:10250")
+	})
+	t.Run("a quota for the node plugin's priority class: GKE creates no pod without it", func(t *testing.T) {
+		only[*corev1.ResourceQuota](t, r, "gcsfuse-csi-critical-pods")
 	})
 	t.Run("no cert-manager object", func(t *testing.T) {
 		for _, o := range r {
@@ -179,7 +182,6 @@ func TestDefaults(t *testing.T) {
 			}
 		}
 	})
-	t.Run("no ResourceQuota", func(t *testing.T) { refuteKind(t, r, "ResourceQuota") })
 	t.Run("no proxy", func(t *testing.T) {
 		c := nodeContainer(t, r)
 		for _, p := range []string{"--https-proxy=", "--http-proxy=", "--no-proxy="} {
@@ -506,17 +508,17 @@ func TestCertManager(t *testing.T) {
 // 10250 only. The port the webhook listens on, the container port, the probes and the
 // Service's targetPort must move together.
 func TestWebhookPort(t *testing.T) {
-	port := []string{"--set", "webhook.port=10250"}
+	port := []string{"--set", "webhook.port=9443"}
 	deploy := show(t, "webhook/deployment.yaml", port...)
 	c := webhookContainer(t, deploy)
-	t.Run("the webhook listens on it", func(t *testing.T) { wantArg(t, c, "--listen=:10250") })
+	t.Run("the webhook listens on it", func(t *testing.T) { wantArg(t, c, "--listen=:9443") })
 	t.Run("the container port named https", func(t *testing.T) {
-		if len(c.Ports) != 1 || c.Ports[0].Name != "https" || c.Ports[0].ContainerPort != 10250 {
-			t.Errorf("webhook container ports %+v, want one, https: 10250", c.Ports)
+		if len(c.Ports) != 1 || c.Ports[0].Name != "https" || c.Ports[0].ContainerPort != 9443 {
+			t.Errorf("webhook container ports %+v, want one, https: 9443", c.Ports)
 		}
 	})
 	t.Run("the default port left nowhere", func(t *testing.T) {
-		refuteScalar(t, deploy, "webhook.port=10250", regexp.MustCompile(`9443`))
+		refuteScalar(t, deploy, "webhook.port=9443", regexp.MustCompile(`10250`))
 	})
 	t.Run("the probes use the port named https", func(t *testing.T) {
 		for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
@@ -533,7 +535,7 @@ func TestWebhookPort(t *testing.T) {
 	})
 }
 
-// TestPriorityQuota: node.priorityQuota.create makes a ResourceQuota scoped to the priority
+// TestPriorityQuota: node.priorityQuota.create (on by default) makes a ResourceQuota scoped to the priority
 // classes of the node plugin and of the mounter in the release namespace (GKE admits
 // system-node-critical pods only in a namespace with one); none by default (TestDefaults).
 func TestPriorityQuota(t *testing.T) {
@@ -552,7 +554,7 @@ func TestPriorityQuota(t *testing.T) {
 		{"without the mounter, the node plugin's alone", []string{"--set", "mounter.enabled=false,mounter.priorityClassName=custom-critical"}, []string{"system-node-critical"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := only[*corev1.ResourceQuota](t, show(t, "node/priority-quota.yaml", append([]string{"--set", "node.priorityQuota.create=true"}, tc.args...)...), "gcsfuse-csi-critical-pods")
+			q := only[*corev1.ResourceQuota](t, show(t, "node/priority-quota.yaml", tc.args...), "gcsfuse-csi-critical-pods")
 			if q.Namespace != otherNS {
 				t.Errorf("ResourceQuota in namespace %q, want the release's, %s", q.Namespace, otherNS)
 			}
@@ -567,6 +569,9 @@ func TestPriorityQuota(t *testing.T) {
 			}
 		})
 	}
+	t.Run("none with node.priorityQuota.create=false", func(t *testing.T) {
+		refuteKind(t, render(t, defaultNS, "--set", "node.priorityQuota.create=false"), "ResourceQuota")
+	})
 }
 
 // TestProxyAndCABundle: proxy.* and caBundle reach the node plugin (which hands them to
