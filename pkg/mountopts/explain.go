@@ -2,6 +2,7 @@ package mountopts
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,10 +25,13 @@ type Mapping struct {
 	Note string
 }
 
-// String is "From -> To", or "From -> nothing (Note)".
+// String is "From -> To", "From -> To (Note)", or "From -> nothing (Note)".
 func (m Mapping) String() string {
-	if len(m.To) == 0 {
+	switch {
+	case len(m.To) == 0:
 		return m.From + " -> nothing (" + m.Note + ")"
+	case m.Note != "":
+		return m.From + " -> " + strings.Join(m.To, " ") + " (" + m.Note + ")"
 	}
 	return m.From + " -> " + strings.Join(m.To, " ")
 }
@@ -57,8 +61,13 @@ func Explain(attrs map[string]string, mountFlags []string, bucketFallback string
 	if _, ok := attrs[contract.AttrBucketName]; !ok && v.Bucket != bucketFallback {
 		out = append(out, Mapping{From: "volumeHandle " + bucketFallback, To: []string{"bucket " + v.Bucket}})
 	}
-	for _, opt := range givenOptions(attrs, mountFlags) {
-		if _, _, _, _, configForm, _ := splitOption(opt); !configForm {
+	given := givenOptions(attrs, mountFlags)
+	kept, pairing, err := withCacheCapacity(attrs, given)
+	if err != nil {
+		return nil, nil, fmt.Errorf("internal error: %w", err)
+	}
+	for _, opt := range given {
+		if _, _, _, _, configForm, _ := splitOption(opt); !configForm || !slices.Contains(kept, opt) {
 			continue
 		}
 		res, err := Parse([]string{opt})
@@ -66,6 +75,9 @@ func Explain(attrs map[string]string, mountFlags []string, bucketFallback string
 			return nil, nil, fmt.Errorf("internal error: option %q accepted in the volume but not alone: %w", opt, err)
 		}
 		out = append(out, Mapping{From: "mount option " + opt, To: res.Flags})
+	}
+	if pairing != nil {
+		out = append(out, *pairing)
 	}
 	var names []string
 	for k := range attrs {

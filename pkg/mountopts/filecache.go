@@ -1,6 +1,7 @@
 package mountopts
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -34,4 +35,41 @@ func WantsFileCache(attrs map[string]string, mountFlags []string) bool {
 		wants = wants || name != ""
 	}
 	return wants
+}
+
+// cacheSizeOption is the config-form option the GKE driver makes of fileCacheCapacity.
+const cacheSizeOption = "file-cache:max-size-mb:"
+
+// cacheSizePairing resolves the GKE driver's documented pairing of the fileCacheCapacity
+// attribute (capacity MiB) with a file cache size among opts (a max-size-mb option, either
+// form), the way that driver does: it hands both to gcsfuse, the attribute as
+// "file-cache:max-size-mb:<MiB>", in its options' sorted order, and the last one read wins;
+// an option in the flag form is a command-line flag there, which wins over any config
+// entry. It returns opts with the loser left out and the size flag appended when the
+// attribute wins, and pairing, set when both were given, saying which won (pkg/audit prints
+// it). Without a size option among opts, the attribute's flag is appended.
+func cacheSizePairing(opts []string, capacity int64) (out []string, pairing *Mapping) {
+	attrFlag := "file-cache-max-size-mb=" + strconv.FormatInt(capacity, 10)
+	attrForm := cacheSizeOption + strconv.FormatInt(capacity, 10)
+	for i, opt := range opts {
+		o, _, _, _, configForm, err := splitOption(opt)
+		if err != nil || o == nil || o.param.ConfigPath != fileCacheSection+"max-size-mb" {
+			continue
+		}
+		m := &Mapping{From: "volume attribute " + contract.AttrFileCacheCapacity + " (" + attrForm + ") and mount option " + opt}
+		if !configForm || opt > attrForm {
+			res, err := Parse([]string{opt})
+			if err != nil {
+				return opts, nil // refused with the rest (FromAttributes)
+			}
+			m.To = res.Flags
+			m.Note = "the mount option wins, as with the GKE driver"
+			return opts, m
+		}
+		out = append(append(append(out, opts[:i]...), opts[i+1:]...), attrFlag)
+		m.To = []string{"--" + attrFlag}
+		m.Note = "the attribute wins, as with the GKE driver"
+		return out, m
+	}
+	return append(opts, attrFlag), nil
 }

@@ -1,6 +1,7 @@
 package mountopts
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -31,6 +32,43 @@ func TestWantsFileCache(t *testing.T) {
 	} {
 		if got := WantsFileCache(tc.attrs, tc.flags); got != tc.want {
 			t.Errorf("%s: WantsFileCache(%v, %q) = %v, want %v", tc.name, tc.attrs, tc.flags, got, tc.want)
+		}
+	}
+}
+
+// The GKE driver's documented pairing of fileCacheCapacity with a size in mountOptions is
+// accepted and resolved as that driver does (the option that sorts last among its config
+// entries, a command-line flag over any), never refused as given twice; Explain says which
+// won.
+func TestCacheSizePairing(t *testing.T) {
+	for _, tc := range []struct {
+		name, capacity, option, want, note string
+	}{
+		{"the attribute sorts last", "1Gi", "file-cache:max-size-mb:100", "--file-cache-max-size-mb=1024", "the attribute wins"},
+		{"the option sorts last", "100Mi", "file-cache:max-size-mb:50", "--file-cache-max-size-mb=50", "the mount option wins"},
+		{"the flag form is a flag there", "1Gi", "file-cache-max-size-mb=7", "--file-cache-max-size-mb=7", "the mount option wins"},
+	} {
+		attrs := map[string]string{contract.AttrBucketName: "bkt", contract.AttrFileCacheCapacity: tc.capacity,
+			contract.AttrMountOptions: "implicit-dirs," + tc.option}
+		v, mappings, err := Explain(attrs, nil, "")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var sizes []string
+		for _, f := range v.Flags {
+			if strings.HasPrefix(f, "--file-cache-max-size-mb=") {
+				sizes = append(sizes, f)
+			}
+		}
+		if len(sizes) != 1 || sizes[0] != tc.want {
+			t.Errorf("%s: size flags %q, want %s alone", tc.name, sizes, tc.want)
+		}
+		said := false
+		for _, m := range mappings {
+			said = said || (strings.Contains(m.String(), tc.option) && strings.Contains(m.String(), tc.note))
+		}
+		if !said {
+			t.Errorf("%s: no mapping says %q of %s: %v", tc.name, tc.note, tc.option, mappings)
 		}
 	}
 }

@@ -393,13 +393,9 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 	if err != nil {
 		return nil, err
 	}
-	opts := givenOptions(attrs, mountFlags)
-	if v, ok := attrs[contract.AttrFileCacheCapacity]; ok {
-		mib, err := capacityMiB(v)
-		if err != nil {
-			return nil, fmt.Errorf("volume attribute %s: %w", contract.AttrFileCacheCapacity, err)
-		}
-		opts = append(opts, "file-cache-max-size-mb="+strconv.FormatInt(mib, 10))
+	opts, _, err := withCacheCapacity(attrs, givenOptions(attrs, mountFlags))
+	if err != nil {
+		return nil, err
 	}
 	aliased, err := incumbentOptions(attrs)
 	if err != nil {
@@ -420,6 +416,21 @@ func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback
 		return nil, err
 	}
 	return &Volume{Bucket: bucket, Shared: shared, Result: *res}, nil
+}
+
+// withCacheCapacity adds the file cache's size that the fileCacheCapacity attribute asks
+// for to opts, resolving a size given there too as the GKE driver does (cacheSizePairing).
+func withCacheCapacity(attrs map[string]string, opts []string) ([]string, *Mapping, error) {
+	v, ok := attrs[contract.AttrFileCacheCapacity]
+	if !ok {
+		return opts, nil, nil
+	}
+	mib, err := capacityMiB(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("volume attribute %s: %w", contract.AttrFileCacheCapacity, err)
+	}
+	out, pairing := cacheSizePairing(opts, mib)
+	return out, pairing, nil
 }
 
 // givenOptions are the options a volume gives as options: its mount flags (a
