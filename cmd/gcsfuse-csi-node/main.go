@@ -349,8 +349,8 @@ func run() int {
 	case <-time.After(5 * time.Second):
 		srv.Stop()
 	}
-	// No publish runs any more: with no shared mount and no mounter left (uninstall), the
-	// shared directory goes too.
+	// With no shared mount and no mounter left (uninstall), the shared directory goes too;
+	// a shared publish the stop left running keeps it (CleanUpShared).
 	ns.CleanUpShared()
 	if msrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

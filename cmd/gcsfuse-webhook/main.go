@@ -57,11 +57,14 @@ type options struct {
 // (5 a second, bursts of 10) made every admission of a pod with a claim wait 200 ms per GET
 // once 10 had been made: 400 ms a pod from 2.5 pods a second (hack/admission.sh); 50 a second
 // still added 35 ms at the 90th percentile to a burst of ~140 pods with claims a second. A
-// bound stays: one pod may name thousands of claims, each a GET (0: none, the API server's
-// priority and fairness alone).
+// bound stays (0: none, the API server's priority and fairness alone), above what bursts of
+// pods need within an admission's look-up timeout (3 s: 2,500 reads, a claim and its
+// class for each of 1,000 pods per replica): past it a pod of the driver would be admitted
+// without its sidecar. One pod cannot spend it alone: it is read for at most
+// webhook.MaxClaimLookups claims.
 const (
-	defaultAPIQPS   = 200
-	defaultAPIBurst = 400
+	defaultAPIQPS   = 500
+	defaultAPIBurst = 1000
 )
 
 // resourceFlag names the request and limit flags of one resource.

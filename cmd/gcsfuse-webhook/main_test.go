@@ -29,7 +29,7 @@ func TestParseFlags(t *testing.T) {
 				}
 				// client-go's 5 requests a second throttled every admission of a pod with
 				// a claim to 400 ms once 10 had been made (hack/admission.sh).
-				if o.apiQPS < 100 || o.apiBurst < 200 {
+				if o.apiQPS < 500 || o.apiBurst < 1000 {
 					t.Errorf("API client limit %v/s, burst %d by default: admissions wait on the client's own limiter", o.apiQPS, o.apiBurst)
 				}
 				want := corev1.ResourceList{

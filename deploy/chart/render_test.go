@@ -115,8 +115,11 @@ func TestDefaults(t *testing.T) {
 	dep := only[*appsv1.Deployment](t, r, webhookName)
 	t.Run("the webhook's API client not at client-go's 5 a second", func(t *testing.T) {
 		c := webhookContainer(t, r)
-		wantArg(t, c, "--kube-api-qps=200")
-		wantArg(t, c, "--kube-api-burst=400")
+		wantArg(t, c, "--kube-api-qps=500")
+		wantArg(t, c, "--kube-api-burst=1000")
+		// Helm prints a large number as 1e+06, which the flag would refuse.
+		big := webhookContainer(t, render(t, defaultNS, "--set", "webhook.kubeAPIBurst=1000000"))
+		wantArg(t, big, "--kube-api-burst=1000000")
 	})
 	t.Run("two webhook replicas", func(t *testing.T) {
 		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {

@@ -502,18 +502,18 @@ func TestAuditSharedSettings(t *testing.T) {
 }
 
 // hostNetworkPodKSA "true" asks for the pod's own identity: with federation it is what every
-// pod gets here; without, the audit says refused, never "mapped -> nothing" (the pod would
-// read as the node).
+// pod gets here; without, a hostNetwork pod reads as the node, which the audit says (the
+// webhook's warning), never "mapped -> nothing" alone.
 func TestAuditHostNetworkPodKSA(t *testing.T) {
 	rep, lines := auditYAML(t, pod(ours, `          bucketName: bkt
-          hostNetworkPodKSA: "true"`, "", ""))
-	if !rep.Refused() || !strings.Contains(lines, "asks that the pod read as its own Kubernetes service account") {
-		t.Errorf("without federation: refused %v, findings:\n%s", rep.Refused(), lines)
+          hostNetworkPodKSA: "true"`, "", `  hostNetwork: true`))
+	if rep.Refused() || !strings.Contains(lines, "warning") || !strings.Contains(lines, "read as its own Kubernetes service account") {
+		t.Errorf("hostNetwork without federation: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 	rep, lines = auditYAML(t, pod(ours, `          bucketName: bkt
           hostNetworkPodKSA: "true"
-          identityProvider: https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1`, "", ""))
-	if rep.Refused() || !strings.Contains(lines, "reads as its own service account") {
+          identityProvider: https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1`, "", `  hostNetwork: true`))
+	if rep.Refused() || strings.Contains(lines, "warning") || !strings.Contains(lines, "reads as its own service account") {
 		t.Errorf("with federation: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 }

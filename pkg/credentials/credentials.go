@@ -32,7 +32,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -273,10 +272,6 @@ type Choice struct {
 var errKeyAndFederation = fmt.Errorf("the volume has both a nodePublishSecretRef and Workload Identity Federation attributes (%s, %s, %s, %s): choose one",
 	contract.AttrWorkloadIdentityProvider, contract.AttrGKEIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
 
-// attrHostNetworkPodKSA is the GKE driver's volume attribute asking that a hostNetwork pod
-// read as its own Kubernetes service account (pkg/mountopts accepts its values).
-const attrHostNetworkPodKSA = "hostNetworkPodKSA"
-
 // Choose checks the identity attributes of a volume (attrs, its volume context) against the
 // node plugin's cfg (WithDefaults applied and Validate passed) and says which kind of
 // credentials they choose; hasKey says that the volume brings a key (its
@@ -314,13 +309,6 @@ func Choose(cfg Config, attrs map[string]string, hasKey bool) (Choice, error) {
 		if hasSA || hasURL {
 			return Choice{}, fmt.Errorf("volume attributes %s and %s need Workload Identity Federation: set %s on the volume or --wif-provider on the node plugin",
 				contract.AttrServiceAccount, contract.AttrTokenURL, contract.AttrWorkloadIdentityProvider)
-		}
-		if v, _ := strconv.ParseBool(attrs[attrHostNetworkPodKSA]); v {
-			// Read with Application Default Credentials instead, a hostNetwork pod's
-			// gcsfuse would reach the metadata server as the node: another identity than
-			// the one the volume asks for, silently.
-			return Choice{}, fmt.Errorf("volume attribute %s \"true\" (the GKE driver's) asks that the pod read as its own Kubernetes service account, which this driver does through Workload Identity Federation alone, and none is set: set %s (or the GKE driver's %s) on the volume, or the chart's node.wifProvider (--wif-provider); without it the volume would read with Application Default Credentials, a hostNetwork pod's being the node's",
-				attrHostNetworkPodKSA, contract.AttrWorkloadIdentityProvider, contract.AttrGKEIdentityProvider)
 		}
 		return Choice{Kind: KindADC}, nil
 	}

@@ -462,11 +462,9 @@ func TestGKEDriverIdentityAttributes(t *testing.T) {
 		{name: "pool provider as it is", attrs: map[string]string{"identityProvider": testProvider}, wantProvider: testProvider},
 		{name: "empty provider is the default", attrs: map[string]string{"identityProvider": ""}},
 		{name: "with hostNetworkPodKSA", attrs: map[string]string{"identityProvider": cluster, "hostNetworkPodKSA": "true"}, wantProvider: ns},
-		// Without federation a hostNetwork pod would read as the node: refused, saying
-		// what to set, rather than the identity changed silently.
-		{name: "hostNetworkPodKSA without federation", attrs: map[string]string{"hostNetworkPodKSA": "true"},
-			wantErr: `volume attribute hostNetworkPodKSA "true" (the GKE driver's) asks that the pod read as its own Kubernetes service account`},
-		{name: "hostNetworkPodKSA false, ADC", attrs: map[string]string{"hostNetworkPodKSA": "false"}},
+		// Without federation: Application Default Credentials, the pod's own account on GKE
+		// but for a hostNetwork pod (the webhook warns of that one).
+		{name: "hostNetworkPodKSA without federation", attrs: map[string]string{"hostNetworkPodKSA": "true"}},
 		{name: "pool alone", attrs: map[string]string{"identityPool": "my-project.svc.id.goog"},
 			wantErr: `volume attribute identityPool "my-project.svc.id.goog" (the GKE driver's) needs identityProvider: this driver does not ask the metadata server`},
 		{name: "bad pool", attrs: map[string]string{"identityProvider": cluster, "identityPool": "my-pool"},

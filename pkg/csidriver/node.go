@@ -122,6 +122,12 @@ type NodeServer struct {
 	// holds each key's offer to the mounter, under mu.
 	shared       *sharedmount.Table
 	sharedOffers map[string]*handoff.Offer
+	// sharedGate is held shared by every shared publish for its duration, and exclusively
+	// by CleanUpShared, which then closes it (sharedClosed): no publish mounts under the
+	// shared directory while it is removed, one the gRPC server's stop left running
+	// included.
+	sharedGate   sync.RWMutex
+	sharedClosed bool // under sharedGate
 	// sharedPlans is each shared target's latest credentials (its pod's token: in memory
 	// only, never logged), by target, under mu: when a pod whose token the mount's files
 	// carry ends, another pod's is written (handOverToken).

@@ -70,12 +70,16 @@ func (s *NodeServer) prepareSharedDir() error {
 		return err
 	}
 	// The mounter's running lock, which it opens read-only (podfiles.HoldMounterRunning).
+	// Not fatal: the node plugin serves every other volume of the node without it.
 	dir, err := podpath.OpenDir(s.mounterDir())
-	if err != nil {
-		return err
+	if err == nil {
+		err = podfiles.CreateMounterRunning(dir)
+		dir.Close()
 	}
-	defer dir.Close()
-	return podfiles.CreateMounterRunning(dir)
+	if err != nil {
+		s.log.Warn("cannot make the mounter's running lock; a mounter that starts waits for it", "dir", s.mounterDir(), "err", err)
+	}
+	return nil
 }
 
 // credentialsConfig is the node plugin's credentials configuration for a volume: a shared
@@ -132,6 +136,11 @@ const DefaultSharedOfferWait = 30 * time.Second
 // into the mount's files, so that a stop of an older mount of the key never removes them;
 // the caller holds the target's lock.
 func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volumeID string, attrs, secrets map[string]string, log *slog.Logger) error {
+	s.sharedGate.RLock()
+	defer s.sharedGate.RUnlock()
+	if s.sharedClosed {
+		return status.Error(codes.Unavailable, "the node plugin is stopping; the kubelet retries the mount on the next one")
+	}
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "create target %s: %v", target, err)
 	}

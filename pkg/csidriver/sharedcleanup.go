@@ -19,7 +19,9 @@ const (
 	// mounter with no mount ends in a moment. Within the node plugin's grace (10 s), after
 	// its gRPC server's stop (5 s at most).
 	mounterGoneWait = 3 * time.Second
-	// mounterGonePoll is how often the wait looks.
+	// publishesGoneWait bounds CleanUpShared's wait for shared publishes still running.
+	publishesGoneWait = time.Second
+	// mounterGonePoll is how often the waits look.
 	mounterGonePoll = 100 * time.Millisecond
 )
 
@@ -39,6 +41,18 @@ func (s *NodeServer) CleanUpShared() bool {
 	if s.shared == nil {
 		return false
 	}
+	// No shared publish runs from here on: one the gRPC server's stop left running is
+	// waited for (bounded); one still running then keeps the directory.
+	deadline := time.Now().Add(publishesGoneWait)
+	for !s.sharedGate.TryLock() {
+		if time.Now().After(deadline) {
+			s.log.Info("shared directory kept: a shared publish is still running")
+			return false
+		}
+		time.Sleep(mounterGonePoll)
+	}
+	s.sharedClosed = true
+	s.sharedGate.Unlock()
 	return cleanUpSharedDir(s.cfg.SharedDir, s.log)
 }
 

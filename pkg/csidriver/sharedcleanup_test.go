@@ -34,6 +34,9 @@ func sharedLayout(t *testing.T) (string, *os.File) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dir.Close() })
+	if err := podfiles.CreateMounterRunning(dir); err != nil { // as prepareSharedDir does
+		t.Fatal(err)
+	}
 	return shared, dir
 }
 
@@ -119,6 +122,9 @@ func TestMounterStartingInARemovedDirectory(t *testing.T) {
 // node plugin's open, a hard link lock a file elsewhere) is refused: kept, not trusted.
 func TestCleanUpSharedRefusesAStrangeLockFile(t *testing.T) {
 	shared, dir := sharedLayout(t)
+	if err := os.Remove(filepath.Join(dir.Name(), podfiles.MounterRunningFile)); err != nil {
+		t.Fatal(err)
+	}
 	if err := unix.Mkfifo(filepath.Join(dir.Name(), podfiles.MounterRunningFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +160,51 @@ func TestCleanUpSharedKeepsMounts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
 		t.Errorf("the mounter's files, which its mounts still need: %v", err)
+	}
+}
+
+// A hard link or a symlink in place of the lock file is not locked (it would lock, or
+// stand for, a file elsewhere), and a missing one keeps the directory: whether a mounter runs
+// cannot be told. The node plugin's start replaces what is not a lock file.
+func TestMounterRunningFileChecked(t *testing.T) {
+	for name, plant := range map[string]func(t *testing.T, path, elsewhere string){
+		"hard link": func(t *testing.T, path, elsewhere string) {
+			if err := os.Link(elsewhere, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink": func(t *testing.T, path, elsewhere string) {
+			if err := os.Symlink(elsewhere, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"missing": func(*testing.T, string, string) {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			shared, dir := sharedLayout(t)
+			path := filepath.Join(dir.Name(), podfiles.MounterRunningFile)
+			elsewhere := filepath.Join(shared, "elsewhere")
+			if err := os.WriteFile(elsewhere, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			plant(t, path, elsewhere)
+			if gone, _, err := podfiles.LockMounterGone(dir); gone || err == nil {
+				t.Errorf("LockMounterGone = %v, %v; want an error", gone, err)
+			}
+			if cleanUpSharedDir(shared, slog.Default()) {
+				t.Error("removed the directory")
+			}
+			if err := podfiles.CreateMounterRunning(dir); err != nil {
+				t.Fatalf("the node plugin's start: %v", err)
+			}
+			if gone, unlock, err := podfiles.LockMounterGone(dir); !gone || err != nil {
+				t.Errorf("after the node plugin's start: LockMounterGone = %v, %v", gone, err)
+			} else {
+				unlock()
+			}
+		})
 	}
 }

@@ -12,29 +12,38 @@ import (
 const fileCacheSection = "file-cache."
 
 // WantsFileCache reports whether a volume asks for gcsfuse's file cache, however it says
-// so: the fileCacheCapacity attribute, or a file-cache option, in either form ("file-cache:max-size-mb:100" or "file-cache-max-size-mb=100"),
-// in the mountOptions attribute or in mountFlags (a PersistentVolume's spec.mountOptions,
-// which a StorageClass's mountOptions become), except a max-size-mb of 0, which turns it off.
-// The webhook asks it to give the sidecar a cache volume, and gcsfuse a --cache-dir; the
-// node plugin's checks of the options (FromAttributes) are not repeated: an option it
-// refuses fails the mount anyway. The GKE driver's other attributes (fileCacheForRangeRead)
-// tune a cache that fileCacheCapacity turns on, as there.
+// so: the fileCacheCapacity attribute, or a file cache size (max-size-mb) other than 0 in
+// either form ("file-cache:max-size-mb:100" or "file-cache-max-size-mb=100"), in the
+// mountOptions attribute or in mountFlags (a PersistentVolume's spec.mountOptions, which a
+// StorageClass's mountOptions become), resolved as FromAttributes resolves them: the rule of
+// FlagsWantFileCache, by which the sidecar gives gcsfuse its --cache-dir, applied to the
+// flags the volume's options become. The webhook asks it to give the sidecar a cache
+// volume. The node plugin's checks are not repeated: an option it refuses is left out here
+// (one that fails the mount anyway).
 func WantsFileCache(attrs map[string]string, mountFlags []string) bool {
-	if _, ok := attrs[contract.AttrFileCacheCapacity]; ok {
-		return true
+	opts, _, err := withCacheCapacity(attrs, givenOptions(attrs, mountFlags))
+	if err != nil {
+		return false
 	}
-	wants := false
-	for _, opt := range givenOptions(attrs, mountFlags) {
-		o, name, value, _, _, err := splitOption(opt)
-		if err != nil || o == nil || !strings.HasPrefix(o.param.ConfigPath, fileCacheSection) {
-			continue
+	var flags []string
+	for _, opt := range opts {
+		if res, err := Parse([]string{opt}); err == nil {
+			flags = append(flags, res.Flags...)
 		}
-		if o.param.ConfigPath == fileCacheSection+"max-size-mb" && strings.TrimSpace(value) == "0" {
-			return false
-		}
-		wants = wants || name != ""
 	}
-	return wants
+	return FlagsWantFileCache(flags)
+}
+
+// FlagsWantFileCache reports whether gcsfuse's flags turn its file cache on: a
+// --file-cache-max-size-mb other than 0 (-1: no limit). gcsfuse keeps a file cache only in
+// a --cache-dir, which the sidecar then gives it.
+func FlagsWantFileCache(flags []string) bool {
+	for _, f := range flags {
+		if strings.HasPrefix(f, "--file-cache-max-size-mb=") && f != "--file-cache-max-size-mb=0" {
+			return true
+		}
+	}
+	return false
 }
 
 // cacheSizeOption is the config-form option the GKE driver makes of fileCacheCapacity.

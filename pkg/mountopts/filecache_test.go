@@ -23,9 +23,12 @@ func TestWantsFileCache(t *testing.T) {
 		{"attribute, config form", map[string]string{contract.AttrMountOptions: "implicit-dirs,file-cache:max-size-mb:100"}, nil, true},
 		{"attribute, flag form", map[string]string{contract.AttrMountOptions: "file-cache-max-size-mb=100"}, nil, true},
 		{"PV spec.mountOptions, config form", nil, []string{"implicit-dirs", "file-cache:max-size-mb:-1"}, true},
-		{"PV spec.mountOptions, one entry of several", nil, []string{"implicit-dirs,file-cache:enable-parallel-downloads:true"}, true},
+		{"PV spec.mountOptions, one entry of several", nil, []string{"implicit-dirs,file-cache:max-size-mb:10"}, true},
+		// gcsfuse keeps no cache without a size: the sidecar gives no --cache-dir either.
+		{"a cache setting without a size", nil, []string{"file-cache:enable-parallel-downloads:true"}, false},
 		{"PV spec.mountOptions, flag form", nil, []string{"file-cache-max-size-mb=10"}, true},
 		{"size 0 is off", nil, []string{"file-cache:max-size-mb:0", "file-cache:enable-parallel-downloads:true"}, false},
+		{"capacity, and a size 0 flag, which wins", map[string]string{contract.AttrFileCacheCapacity: "1Gi"}, []string{"file-cache-max-size-mb=0"}, false},
 		{"other sections", map[string]string{contract.AttrMountOptions: "metadata-cache:ttl-secs:60"}, []string{"implicit-dirs"}, false},
 		{"GKE range-read attribute alone", map[string]string{"fileCacheForRangeRead": "true"}, nil, false},
 		{"an option the node refuses", nil, []string{"no-such-option", "file-cache:max-size-mb:5"}, true},

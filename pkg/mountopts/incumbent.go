@@ -112,8 +112,9 @@ var incumbentAttrs = map[string]incumbentAlias{
 	// pod's network: with Workload Identity Federation (the volume's identityProvider or
 	// workloadIdentityProvider, or the node plugin's --wif-provider) every pod, hostNetwork
 	// or not, gets its own token from the kubelet (pkg/credentials). So either value asks
-	// for no gcsfuse option; a value that is not a boolean is refused here, and "true"
-	// without federation by pkg/credentials (the pod would read as the node).
+	// for no gcsfuse option; a value that is not a boolean is refused. "true" on a
+	// hostNetwork pod without a provider is warned of at admission (pkg/webhook): with
+	// Application Default Credentials such a pod reads as the node.
 	"hostNetworkPodKSA": func(v string) ([]string, error) {
 		if _, err := strconv.ParseBool(v); err != nil {
 			return nil, fmt.Errorf("value %q is not true or false", v)

@@ -21,9 +21,17 @@ var ErrDirRemoved = errors.New("the mounter's directory was removed by the node 
 
 // CreateMounterRunning makes MounterRunningFile in dir (the node plugin, root, when it
 // prepares the mounter's directory), so that a mounter needs no write permission to open it.
+// Whatever the mounter's user left under that name that is not such a file (a FIFO, a hard
+// link, a symlink) is removed first, once.
 func CreateMounterRunning(dir *os.File) error {
 	f, err := openRunning(dir, unix.O_CREAT)
-	if err != nil {
+	if err == nil {
+		return f.Close()
+	}
+	if rerr := unix.Unlinkat(int(dir.Fd()), MounterRunningFile, 0); rerr != nil {
+		return fmt.Errorf("%w; and cannot remove it: %v", err, rerr)
+	}
+	if f, err = openRunning(dir, unix.O_CREAT); err != nil {
 		return err
 	}
 	return f.Close()
@@ -123,7 +131,9 @@ func linked(dir, f *os.File) error {
 // while a mounter runs; unlock must be called when ok. A file that is not what it should be
 // (openRunning) is an error: whether a mounter runs cannot be told.
 func LockMounterGone(dir *os.File) (ok bool, unlock func(), err error) {
-	f, err := openRunning(dir, unix.O_CREAT)
+	// Not created: with none, whether a mounter runs cannot be told (one that holds a file
+	// someone unlinked), and the node plugin keeps the directory.
+	f, err := openRunning(dir, 0)
 	if err != nil {
 		return false, nil, err
 	}

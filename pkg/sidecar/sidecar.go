@@ -197,6 +197,22 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	}
 	defer tmpDir.Close()
 	s.tmp = tmpDir
+	var running *os.File // the mounter's running lock
+	var lockCheck <-chan time.Time
+	if s.cfg.Mode == contract.ModeShared {
+		// Held for the process's life: the node plugin, stopping, removes the shared
+		// directory only while no mounter holds it (uninstall leaves nothing). Before the
+		// metrics socket, which the directory must be the mounter's to hold.
+		var code int
+		var ok bool
+		if running, code, ok = s.holdMounterRunning(ctx, tmpDir, terminate); !ok {
+			return code
+		}
+		defer func() { running.Close() }()
+		t := time.NewTicker(mounterLockCheck)
+		defer t.Stop()
+		lockCheck = t.C
+	}
 	if stopMetrics, err := s.serveMetrics(tmpDir); err != nil {
 		s.log.Warn("cannot serve gcsfuse metrics; the volumes serve without them", "err", err)
 	} else {
@@ -220,13 +236,6 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 	}
 
 	if s.cfg.Mode == contract.ModeShared {
-		// Held for the process's life: the node plugin, stopping, removes the shared
-		// directory only while no mounter holds it (uninstall leaves nothing).
-		running, err := podfiles.HoldMounterRunning(tmpDir, mounterLockWait)
-		if err != nil {
-			return s.fail(fmt.Sprintf("the node's mounter cannot start: %v", err))
-		}
-		defer running.Close()
 		// A predecessor that stopped left its record: this mounter takes mounts.
 		if err := podfiles.RemoveMounterStopping(tmpDir); err != nil {
 			s.log.Error("cannot remove the previous mounter's stopping record; the node plugin refuses shared volumes until it is gone", "err", err)
@@ -356,10 +365,41 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 			s.markStopping(tmpDir, d)
 		case <-drainC:
 			return s.shutdown("drain deadline: the kubelet's grace period is over", podfiles.Reason{}, 0)
+		case <-lockCheck:
+			if err := s.keepMounterRunning(tmpDir, &running); err != nil {
+				return s.shutdown(err.Error(), podfiles.Reason{}, s.fail(err.Error()))
+			}
 		case <-ctx.Done():
 			return s.shutdown("context ended", podfiles.Reason{}, 0)
 		}
 	}
+}
+
+// mounterLockCheck is how often the node's mounter checks that its directory and its
+// running lock file are still there (keepMounterRunning).
+const mounterLockCheck = 5 * time.Second
+
+// keepMounterRunning checks the mounter's directory and running lock: a directory removed
+// (a node plugin cleaned up while it believed no mounter ran) is an error, the mounter must
+// start again in the new one; a lock file unlinked (the next node plugin would make a new one
+// and could take it) is replaced by a lock on the new one.
+func (s *Sidecar) keepMounterRunning(tmpDir *os.File, running **os.File) error {
+	var dst, fst unix.Stat_t
+	if err := unix.Fstat(int(tmpDir.Fd()), &dst); err == nil && dst.Nlink == 0 {
+		return fmt.Errorf("the mounter's directory %s was removed: %w", s.cfg.TmpDir, podfiles.ErrDirRemoved)
+	}
+	if err := unix.Fstat(int((*running).Fd()), &fst); err != nil || fst.Nlink > 0 {
+		return nil
+	}
+	f, err := podfiles.HoldMounterRunning(tmpDir, 0)
+	if err != nil {
+		s.log.Warn("the mounter's running lock file was removed and cannot be taken again yet", "err", err)
+		return nil
+	}
+	s.log.Warn("the mounter's running lock file was removed; holding the new one")
+	(*running).Close()
+	*running = f
+	return nil
 }
 
 // rescanEvents lists TmpDir and, once it is watched, the hand-off directory, after the
@@ -544,11 +584,45 @@ func (s *Sidecar) report(r exitResult) {
 	}
 }
 
-// mounterLockWait bounds the node's mounter's wait at start for its running lock
-// (podfiles.HoldMounterRunning): for the node plugin to make the directory the mounter's,
-// when the mounter starts first (a fresh node, a reinstall: the kubelet made the hostPath
-// root's), or to finish removing it.
-const mounterLockWait = 2 * time.Minute
+// mounterLockNotice is how often the node's mounter, waiting at start for its running lock
+// (podfiles.HoldMounterRunning), says so: for the node plugin to make the directory the
+// mounter's, when the mounter starts first (a fresh node, a reinstall, a node plugin rolled
+// out after the mounter: the kubelet made the hostPath root's), or to finish removing it. It
+// waits for as long as that takes, until SIGTERM.
+const mounterLockNotice = 30 * time.Second
+
+// mounterLockTry is each attempt's wait: how soon a signal is seen while waiting.
+const mounterLockTry = time.Second
+
+// holdMounterRunning takes the mounter's running lock in tmpDir, waiting as long as the
+// node plugin has not made the directory the mounter's, and saying so every
+// mounterLockNotice; ok is false when it must end instead (a signal, ctx, an error), with
+// the exit code.
+func (s *Sidecar) holdMounterRunning(ctx context.Context, tmpDir *os.File, terminate <-chan os.Signal) (running *os.File, code int, ok bool) {
+	start, said := time.Now(), time.Now()
+	for {
+		f, err := podfiles.HoldMounterRunning(tmpDir, mounterLockTry)
+		if err == nil {
+			return f, 0, true
+		}
+		if errors.Is(err, podfiles.ErrDirRemoved) || (!errors.Is(err, unix.EACCES) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EWOULDBLOCK)) {
+			return nil, s.fail(fmt.Sprintf("the node's mounter cannot start: %v", err)), false
+		}
+		if time.Since(said) >= mounterLockNotice {
+			said = time.Now()
+			s.log.Warn("waiting for the node plugin to give the mounter its directory (is the node plugin running on this node?)",
+				"dir", s.cfg.TmpDir, "waited", time.Since(start).Round(time.Second).String(), "err", err)
+		}
+		select {
+		case sig := <-terminate:
+			s.log.Info("signal while waiting for the mounter's directory: stopping", "signal", sig.String())
+			return nil, 0, false
+		case <-ctx.Done():
+			return nil, 0, false
+		default:
+		}
+	}
+}
 
 // sharedReportMargin is how long before the kubelet's SIGKILL the node's mounter ends its
 // drain: its shutdown reports each mount still held as ended (its pods get Events), which a

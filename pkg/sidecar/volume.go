@@ -112,7 +112,7 @@ func gcsfuseArgs(v *handoff.Volume, tempDir, cacheDir, keyFile string) []string 
 	if keyFile != "" {
 		args = append(args, "--key-file="+keyFile)
 	}
-	if cacheDir != "" && wantsFileCache(v.Flags) {
+	if cacheDir != "" && mountopts.FlagsWantFileCache(v.Flags) {
 		args = append(args, "--cache-dir="+cacheDir)
 	}
 	args = append(args, v.Flags...)
@@ -123,15 +123,6 @@ func gcsfuseArgs(v *handoff.Volume, tempDir, cacheDir, keyFile string) []string 
 // the volume's route (proxy variables, SSL_CERT_FILE), which only gcsfuse gets.
 func gcsfuseEnv(tempDir string, r *route) []string {
 	return append([]string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}, r.env()...)
-}
-
-func wantsFileCache(flags []string) bool {
-	for _, f := range flags {
-		if strings.HasPrefix(f, "--file-cache-max-size-mb=") && f != "--file-cache-max-size-mb=0" {
-			return true
-		}
-	}
-	return false
 }
 
 // start runs gcsfuse for a received volume. The descriptor becomes the child's fd 3; our

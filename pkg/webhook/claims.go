@@ -51,6 +51,11 @@ import (
 // well inside the webhook's 10 s timeout.
 const claimLookupTimeout = 3 * time.Second
 
+// MaxClaimLookups bounds the distinct claims read for one admission: a pod may name
+// thousands, each a read of the API server. Those past it are unresolved, with a warning
+// each (as a claim whose look-up failed): a pod of the driver among them gets no sidecar.
+const MaxClaimLookups = 64
+
 // Annotations that make a StorageClass the cluster's default (the beta one is still
 // honoured by Kubernetes' DefaultStorageClass admission plugin).
 const (
@@ -476,6 +481,11 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 				claim := v.PersistentVolumeClaim.ClaimName
 				if first, ok := firstOf[claim]; ok {
 					u.sameAs(v.Name, first)
+					continue
+				}
+				if len(firstOf) == MaxClaimLookups {
+					u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, claim: claim,
+						err: fmt.Errorf("not looked up: the pod names more than %d claims", MaxClaimLookups)})
 					continue
 				}
 				firstOf[claim] = v.Name

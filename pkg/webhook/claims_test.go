@@ -3,8 +3,10 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -387,5 +389,29 @@ func TestClaimNamedTwiceLookedUpOnce(t *testing.T) {
 	}
 	if len(u.unresolved) != 2 || u.unresolved[0].volume != "d" || u.unresolved[1].volume != "e" {
 		t.Errorf("unresolved %+v, want d and e", u.unresolved)
+	}
+}
+
+// A pod naming more distinct claims than MaxClaimLookups costs that many reads, not more:
+// the others are unresolved, each with a warning saying why.
+func TestClaimLookupsBounded(t *testing.T) {
+	found := map[string]ClaimedVolume{}
+	var vols []corev1.Volume
+	for i := range MaxClaimLookups + 10 {
+		name := fmt.Sprintf("c%03d", i)
+		found[name] = ClaimedVolume{Bound: true, Driver: "other.csi.example.com"}
+		vols = append(vols, claimVolume("v"+name, name))
+	}
+	claims := newCountingClaims(found)
+	u := driverUsage(context.Background(), claims, contract.DriverName, "ns", vols)
+	total := 0
+	for _, n := range claims.calls {
+		total += n
+	}
+	if total != MaxClaimLookups {
+		t.Errorf("%d claim look-ups, want %d", total, MaxClaimLookups)
+	}
+	if len(u.unresolved) != 10 || !strings.Contains(u.unresolved[0].err.Error(), "more than") {
+		t.Errorf("unresolved %+v, want the 10 past the bound, saying why", u.unresolved)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			warnings = u.notInjectedWarnings(m.cfg.DriverName)
 		}
 		warnings = append(append(warnings, aliasWarnings...), nodeServedWarnings(ann, u.shared)...)
+		warnings = append(warnings, hostNetworkIdentityWarnings(pod, u.vols)...)
 		return decision{warnings: warnings, nodeServed: u.shared}, nil
 	}
 	if !set {
@@ -239,6 +241,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return decision{}, badRequest("the pod has no containers")
 	}
 	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	warnings = append(warnings, hostNetworkIdentityWarnings(pod, u.vols)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return decision{}, err
@@ -665,6 +668,31 @@ func wantsFileCache(ours driverVolumes) bool {
 		}
 	}
 	return false
+}
+
+// hostNetworkIdentityWarnings warn of each volume of a hostNetwork pod that sets the GKE
+// driver's hostNetworkPodKSA "true" and names no federation provider: it asks that the pod
+// read as its own Kubernetes service account, which this driver does through Workload
+// Identity Federation; with Application Default Credentials instead (no --wif-provider on
+// the node plugin) a hostNetwork pod's gcsfuse reaches the metadata server as the node, and
+// reads as the node's identity. The pods that are not hostNetwork read as themselves on GKE
+// either way.
+func hostNetworkIdentityWarnings(pod *corev1.Pod, ours driverVolumes) []string {
+	if !pod.Spec.HostNetwork {
+		return nil
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(ours)) {
+		attrs := ours[name]
+		if v, _ := strconv.ParseBool(attrs["hostNetworkPodKSA"]); !v {
+			continue
+		}
+		if attrs[contract.AttrWorkloadIdentityProvider] != "" || attrs[contract.AttrGKEIdentityProvider] != "" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation: unless the node plugin has --wif-provider (the chart's node.wifProvider), it reads with Application Default Credentials, which for a hostNetwork pod are the node's; set %s (or identityProvider) on the volume to be sure", name, contract.AttrWorkloadIdentityProvider))
+	}
+	return out
 }
 
 // sidecarMounts names the pod volumes the sidecar mounts as its buffer and cache ("" for no

@@ -1372,3 +1372,30 @@ func nativeSidecarIndex(t *testing.T, p *corev1.Pod) int {
 	t.Fatalf("no native sidecar in %v", names(p.Spec.InitContainers))
 	return -1
 }
+
+// A hostNetwork pod whose volume sets hostNetworkPodKSA "true" without a federation
+// provider is warned that it may read as the node; the same pod off the host network, or
+// with a provider, is not.
+func TestHostNetworkPodKSAWarning(t *testing.T) {
+	const want = "hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account"
+	for _, tc := range []struct {
+		name        string
+		hostNetwork bool
+		attrs       map[string]string
+		warned      bool
+	}{
+		{"hostNetwork, no provider", true, map[string]string{"hostNetworkPodKSA": "true"}, true},
+		{"not hostNetwork", false, map[string]string{"hostNetworkPodKSA": "true"}, false},
+		{"hostNetwork, a provider", true, map[string]string{"hostNetworkPodKSA": "true", "identityProvider": "https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1"}, false},
+		{"hostNetwork, false", true, map[string]string{"hostNetworkPodKSA": "false"}, false},
+	} {
+		pod := newPod(func(p *corev1.Pod) {
+			p.Spec.HostNetwork = tc.hostNetwork
+			p.Spec.Volumes = []corev1.Volume{gcsVolume("data", tc.attrs)}
+		})
+		resp, _ := mustAdmit(t, newMutator(t, modern), pod)
+		if got := containsSubstring(resp.Warnings, want); got != tc.warned {
+			t.Errorf("%s: warned %v, want %v (warnings %q)", tc.name, got, tc.warned, resp.Warnings)
+		}
+	}
+}
