@@ -61,7 +61,7 @@ type options struct {
 // pods need within an admission's look-up timeout (3 s: 2,500 reads, a claim and its
 // class for each of 1,000 pods per replica): past it a pod of the driver would be admitted
 // without its sidecar. One pod cannot spend it alone: it is read for at most
-// webhook.MaxClaimLookups claims.
+// webhook.MaxLookups claims and classes.
 const (
 	defaultAPIQPS   = 500
 	defaultAPIBurst = 1000
@@ -101,6 +101,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver, and claims and generic ephemeral volumes of a StorageClass it provisions, get the sidecar")
 	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
 	sharedADC := fs.String("shared-adc-namespaces", "", "comma separated namespaces (or prefixes ending in *, or * alone) whose shared volumes ("+contract.AttrMountMode+": "+contract.MountModeShared+") may read with the node's mounter's Application Default Credentials: the node plugin's --shared-adc-namespaces; elsewhere a pod with such an inline volume is denied (empty: none)")
+	fs.BoolVar(&o.config.NodeFederated, "node-federated", false, "the node plugin federates every volume without an identity of its own (it has --wif-provider): a hostNetwork pod asking for its own account (hostNetworkPodKSA) is not warned that it reads as the node")
 	fs.BoolVar(&o.config.SharedFederated, "shared-federated", false, "the node plugin federates every shared volume without an identity of its own (it has --wif-provider or --shared-wif-provider), so none reads with the mounter's Application Default Credentials")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.DurationVar(&o.versionRefresh, "version-refresh-interval", 10*time.Minute, "how long the API server version is cached")

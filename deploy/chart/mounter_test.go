@@ -246,13 +246,18 @@ func TestMounterIdentity(t *testing.T) {
 	wantArg(t, webhookContainer(t, r), "--shared-adc-namespaces=batch,team-*")
 	wantArg(t, webhookContainer(t, r), "--shared-federated")
 
+	refuteArg(t, webhookContainer(t, r), "--node-federated") // the mounter's provider alone
+
 	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider="+provider+"}")
 	wantArg(t, webhookContainer(t, r), "--shared-federated")
+	wantArg(t, webhookContainer(t, r), "--node-federated")
 	r = render(t, otherNS, "--set", "node.wifProvider="+provider)
 	wantArg(t, nodeContainer(t, r), "--wif-provider="+provider)
 	wantArg(t, webhookContainer(t, r), "--shared-federated")
+	wantArg(t, webhookContainer(t, r), "--node-federated")
 	r = render(t, otherNS, "--set", "node.extraArgs={--wif-provider=}")
 	refuteArg(t, webhookContainer(t, r), "--shared-federated")
+	refuteArg(t, webhookContainer(t, r), "--node-federated")
 }
 
 // TestMounterValues: the mounter's values reach its pod, and linger the node plugin.

@@ -117,8 +117,8 @@ func TestDefaults(t *testing.T) {
 		c := webhookContainer(t, r)
 		wantArg(t, c, "--kube-api-qps=500")
 		wantArg(t, c, "--kube-api-burst=1000")
-		// Helm prints a large number as 1e+06, which the flag would refuse.
-		big := webhookContainer(t, render(t, defaultNS, "--set", "webhook.kubeAPIBurst=1000000"))
+		// Helm prints a large number from values (JSON, a file) as 1e+06, which the flag refuses.
+		big := webhookContainer(t, render(t, defaultNS, "--set-json", "webhook.kubeAPIBurst=1000000"))
 		wantArg(t, big, "--kube-api-burst=1000000")
 	})
 	t.Run("two webhook replicas", func(t *testing.T) {

@@ -139,7 +139,7 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 	s.sharedGate.RLock()
 	defer s.sharedGate.RUnlock()
 	if s.sharedClosed {
-		return status.Error(codes.Unavailable, "the node plugin is stopping; the kubelet retries the mount on the next one")
+		return status.Errorf(codes.Unavailable, "volume %s: the node plugin is stopping; the kubelet retries the mount on the next one", r.target.VolumeName)
 	}
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "create target %s: %v", target, err)

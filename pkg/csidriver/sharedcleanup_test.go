@@ -1,6 +1,7 @@
 package csidriver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -9,10 +10,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
 // sharedLayout makes a shared directory as a node plugin and its mounter leave it: two
@@ -206,5 +210,29 @@ func TestMounterRunningFileChecked(t *testing.T) {
 				unlock()
 			}
 		})
+	}
+}
+
+// A shared publish still running (one the gRPC server's stop left behind) keeps the shared
+// directory; once it has ended the directory goes, and a publish after the cleanup is
+// refused with Unavailable (the kubelet retries it on the next node plugin) rather than
+// mounting under a directory being removed.
+func TestCleanUpSharedWaitsForPublishes(t *testing.T) {
+	shared, _ := sharedLayout(t)
+	s := &NodeServer{cfg: Config{SharedDir: shared}, shared: &sharedmount.Table{}, log: slog.New(slog.DiscardHandler)}
+	s.sharedGate.RLock()
+	if s.CleanUpShared() {
+		t.Fatal("removed while a shared publish runs")
+	}
+	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
+		t.Fatalf("the mounter's files while a publish runs: %v", err)
+	}
+	s.sharedGate.RUnlock()
+	if !s.CleanUpShared() {
+		t.Fatal("not removed once the publish ended")
+	}
+	err := s.publishShared(context.Background(), &request{}, "", "", nil, nil, slog.New(slog.DiscardHandler))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a publish after the cleanup: %v, want Unavailable", err)
 	}
 }

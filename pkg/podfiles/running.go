@@ -15,6 +15,9 @@ import (
 // exclusively (removing the directory: a moment).
 const runningPoll = 100 * time.Millisecond
 
+// errNotLockFile: what is under MounterRunningFile is not a lock file (openRunning).
+var errNotLockFile = errors.New("not a regular file of root or the mounter with one link")
+
 // ErrDirRemoved: the mounter's directory was removed under it (the node plugin cleaned the
 // shared directory up while no mounter ran).
 var ErrDirRemoved = errors.New("the mounter's directory was removed by the node plugin while no mounter ran; it is made again when the node plugin starts")
@@ -27,6 +30,9 @@ func CreateMounterRunning(dir *os.File) error {
 	f, err := openRunning(dir, unix.O_CREAT)
 	if err == nil {
 		return f.Close()
+	}
+	if !errors.Is(err, errNotLockFile) && !errors.Is(err, unix.ELOOP) { // ELOOP: a symlink
+		return err // a file that may well be a running mounter's lock: left alone
 	}
 	if rerr := unix.Unlinkat(int(dir.Fd()), MounterRunningFile, 0); rerr != nil {
 		return fmt.Errorf("%w; and cannot remove it: %v", err, rerr)
@@ -59,7 +65,7 @@ func openRunning(dir *os.File, create int) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || (st.Uid != 0 && st.Uid != dst.Uid) {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a regular file of root or the mounter with one link (mode %o, links %d, uid %d): refusing to lock it", path, st.Mode, st.Nlink, st.Uid)
+		return nil, fmt.Errorf("%s (mode %o, links %d, uid %d): %w: refusing to lock it", path, st.Mode, st.Nlink, st.Uid, errNotLockFile)
 	}
 	return f, nil
 }
@@ -147,4 +153,15 @@ func LockMounterGone(dir *os.File) (ok bool, unlock func(), err error) {
 		f.Close()
 		return false, nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
+}
+
+// SameMounterRunning reports whether held, a lock file the mounter holds, is still the one
+// named MounterRunningFile in dir (same device and inode): one renamed, replaced or unlinked
+// is not, and the mounter takes the new one (a node plugin would lock that one).
+func SameMounterRunning(dir, held *os.File) bool {
+	var named, fst unix.Stat_t
+	if unix.Fstatat(int(dir.Fd()), MounterRunningFile, &named, unix.AT_SYMLINK_NOFOLLOW) != nil || unix.Fstat(int(held.Fd()), &fst) != nil {
+		return false
+	}
+	return named.Dev == fst.Dev && named.Ino == fst.Ino
 }

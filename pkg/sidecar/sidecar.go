@@ -379,27 +379,47 @@ func (s *Sidecar) Run(ctx context.Context, terminate <-chan os.Signal) int {
 // running lock file are still there (keepMounterRunning).
 const mounterLockCheck = 5 * time.Second
 
-// keepMounterRunning checks the mounter's directory and running lock: a directory removed
-// (a node plugin cleaned up while it believed no mounter ran) is an error, the mounter must
-// start again in the new one; a lock file unlinked (the next node plugin would make a new one
-// and could take it) is replaced by a lock on the new one.
+// keepMounterRunning checks the mounter's directory and running lock. A directory removed
+// (a node plugin cleaned up while it believed no mounter ran, or someone else) with no mount
+// left served is an error: the mounter must start again in the new one; with mounts served,
+// they keep serving (no new one can be offered there) and the check comes again. A lock file
+// that is no longer the one named there (unlinked, renamed, replaced: the next node plugin
+// would lock the new one) is replaced by a lock on the named one.
 func (s *Sidecar) keepMounterRunning(tmpDir *os.File, running **os.File) error {
-	var dst, fst unix.Stat_t
+	var dst unix.Stat_t
 	if err := unix.Fstat(int(tmpDir.Fd()), &dst); err == nil && dst.Nlink == 0 {
+		if n := s.liveVolumes(); n > 0 {
+			s.log.Error("the mounter's directory was removed while it serves mounts: they keep serving, no new mount can reach it; it exits once they end",
+				"dir", s.cfg.TmpDir, "serving", n)
+			return nil
+		}
 		return fmt.Errorf("the mounter's directory %s was removed: %w", s.cfg.TmpDir, podfiles.ErrDirRemoved)
 	}
-	if err := unix.Fstat(int((*running).Fd()), &fst); err != nil || fst.Nlink > 0 {
+	if podfiles.SameMounterRunning(tmpDir, *running) {
 		return nil
 	}
 	f, err := podfiles.HoldMounterRunning(tmpDir, 0)
 	if err != nil {
-		s.log.Warn("the mounter's running lock file was removed and cannot be taken again yet", "err", err)
+		s.log.Warn("the mounter's running lock file was replaced and cannot be taken again yet", "err", err)
 		return nil
 	}
-	s.log.Warn("the mounter's running lock file was removed; holding the new one")
+	s.log.Warn("the mounter's running lock file was replaced; holding the new one")
 	(*running).Close()
 	*running = f
 	return nil
+}
+
+// liveVolumes counts the volumes whose gcsfuse has not exited.
+func (s *Sidecar) liveVolumes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.volumes {
+		if !v.hasExited() {
+			n++
+		}
+	}
+	return n
 }
 
 // rescanEvents lists TmpDir and, once it is watched, the hand-off directory, after the

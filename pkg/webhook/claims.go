@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -51,10 +52,11 @@ import (
 // well inside the webhook's 10 s timeout.
 const claimLookupTimeout = 3 * time.Second
 
-// MaxClaimLookups bounds the distinct claims read for one admission: a pod may name
-// thousands, each a read of the API server. Those past it are unresolved, with a warning
-// each (as a claim whose look-up failed): a pod of the driver among them gets no sidecar.
-const MaxClaimLookups = 64
+// MaxLookups bounds the look-ups of one admission, distinct claims and StorageClasses
+// together: a pod may name thousands of either, each a read of the API server, and one pod
+// must not spend a replica's request budget alone. The volumes past it are not looked up,
+// said by one warning: a pod of the driver among them gets no sidecar.
+const MaxLookups = 128
 
 // Annotations that make a StorageClass the cluster's default (the beta one is still
 // honoured by Kubernetes' DefaultStorageClass admission plugin).
@@ -324,6 +326,8 @@ func (c unresolvedClaim) what() string {
 
 // usage is how a pod uses the driver, as far as admission can tell.
 type usage struct {
+	// skipped are the pod's claim and ephemeral volumes not looked up, MaxLookups spent.
+	skipped []string
 	// vols are the pod's volumes of the driver, inline, claims and ephemeral.
 	vols driverVolumes
 	// inline are the names of the pod's inline CSI volumes of the driver; claims those of
@@ -355,7 +359,7 @@ func (u usage) volumes() string {
 // notInjectedWarnings are the warnings for a pod that gets no sidecar because no volume was
 // recognised: an unresolved claim may be the driver's.
 func (u usage) notInjectedWarnings(driver string) []string {
-	var out []string
+	out := u.skippedWarnings(driver)
 	for _, c := range u.unresolved {
 		if c.err != nil {
 			out = append(out, fmt.Sprintf(
@@ -374,13 +378,22 @@ func (u usage) notInjectedWarnings(driver string) []string {
 	return out
 }
 
+// skippedWarnings is one warning for all the volumes not looked up (MaxLookups).
+func (u usage) skippedWarnings(driver string) []string {
+	if len(u.skipped) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d volumes not looked up (%s, ...): the pod names more than %d claims and classes to read at admission; any of them that is a %s volume gets no gcsfuse sidecar and its mount fails: add the annotation %s: \"true\"",
+		len(u.skipped), u.skipped[0], MaxLookups, driver, contract.AnnotationInject)}
+}
+
 // injectedWarnings are the warnings for a pod that gets the sidecar: an unresolved claim
 // matters only when an init container mounts it, since whether that container needs the
 // sidecar running (and, in legacy mode, whether the pod would hang) cannot be told. A
 // claim that only regular containers mount is served either way, so the common case of a
 // WaitForFirstConsumer claim beside a bucket gets no noise.
 func (u usage) injectedWarnings(driver string, init []corev1.Container) []string {
-	var out []string
+	out := u.skippedWarnings(driver)
 	for _, c := range u.unresolved {
 		var readers []string
 		for _, ic := range init {
@@ -409,6 +422,20 @@ type classLookups struct {
 	claims VolumeClaims
 	driver string
 	done   map[string]classLookup
+	// spent counts the admission's look-ups, claims and classes (MaxLookups).
+	spent int
+}
+
+// errOverBudget: a StorageClass not looked up, the admission's MaxLookups spent.
+var errOverBudget = errors.New("not looked up: the pod names too many claims and classes")
+
+// spend counts one look-up, and reports false once MaxLookups are spent.
+func (l *classLookups) spend() bool {
+	if l.spent >= MaxLookups {
+		return false
+	}
+	l.spent++
+	return true
 }
 
 type classLookup struct {
@@ -438,6 +465,9 @@ func (l *classLookups) resolve(ctx context.Context, className *string) (classDec
 	}
 	r, ok := l.done[key]
 	if !ok {
+		if !l.spend() {
+			return classStatic, nil, errOverBudget
+		}
 		r.cv, r.err = l.claims.ClassVolume(ctx, className)
 		l.done[key] = r
 	}
@@ -483,9 +513,8 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 					u.sameAs(v.Name, first)
 					continue
 				}
-				if len(firstOf) == MaxClaimLookups {
-					u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, claim: claim,
-						err: fmt.Errorf("not looked up: the pod names more than %d claims", MaxClaimLookups)})
+				if !classes.spend() {
+					u.skipped = append(u.skipped, v.Name)
 					continue
 				}
 				firstOf[claim] = v.Name
@@ -497,6 +526,8 @@ func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace str
 				// exist yet is not a thing, so it is not ours, and unlike a claim's no
 				// warning says it may be.
 				switch d, attrs, err := classes.resolve(ctx, v.Ephemeral.VolumeClaimTemplate.Spec.StorageClassName); {
+				case errors.Is(err, errOverBudget):
+					u.skipped = append(u.skipped, v.Name)
 				case err != nil:
 					u.unresolved = append(u.unresolved, unresolvedClaim{volume: v.Name, ephemeral: true, err: err})
 				case d == classOurs:

@@ -208,8 +208,9 @@ func hasVolume(p *corev1.Pod, name string) bool {
 // countingClaims is a VolumeClaims from a table of resolved claims that counts its lookups;
 // a claim absent from the table is not bound.
 type countingClaims struct {
-	table map[string]ClaimedVolume
-	calls map[string]int
+	table      map[string]ClaimedVolume
+	calls      map[string]int
+	classCalls int
 }
 
 func newCountingClaims(table map[string]ClaimedVolume) *countingClaims {
@@ -223,6 +224,7 @@ func (c *countingClaims) ClaimVolume(_ context.Context, _, claim string) (Claime
 
 // ClassVolume implements VolumeClaims: there is no StorageClass.
 func (c *countingClaims) ClassVolume(context.Context, *string) (ClassedVolume, error) {
+	c.classCalls++
 	return ClassedVolume{}, nil
 }
 
@@ -392,26 +394,35 @@ func TestClaimNamedTwiceLookedUpOnce(t *testing.T) {
 	}
 }
 
-// A pod naming more distinct claims than MaxClaimLookups costs that many reads, not more:
-// the others are unresolved, each with a warning saying why.
-func TestClaimLookupsBounded(t *testing.T) {
+// A pod naming more distinct claims and classes than MaxLookups costs that many look-ups,
+// not more, claims and ephemeral volumes' classes together; the others are not looked up,
+// said by one warning.
+func TestLookupsBounded(t *testing.T) {
 	found := map[string]ClaimedVolume{}
 	var vols []corev1.Volume
-	for i := range MaxClaimLookups + 10 {
+	for i := range MaxLookups / 2 {
 		name := fmt.Sprintf("c%03d", i)
 		found[name] = ClaimedVolume{Bound: true, Driver: "other.csi.example.com"}
 		vols = append(vols, claimVolume("v"+name, name))
 	}
+	for i := range MaxLookups {
+		class := fmt.Sprintf("class-%03d", i)
+		vols = append(vols, corev1.Volume{Name: fmt.Sprintf("e%03d", i), VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class}}}}})
+	}
 	claims := newCountingClaims(found)
 	u := driverUsage(context.Background(), claims, contract.DriverName, "ns", vols)
-	total := 0
+	total := claims.classCalls
 	for _, n := range claims.calls {
 		total += n
 	}
-	if total != MaxClaimLookups {
-		t.Errorf("%d claim look-ups, want %d", total, MaxClaimLookups)
+	if total != MaxLookups {
+		t.Errorf("%d look-ups, want %d", total, MaxLookups)
 	}
-	if len(u.unresolved) != 10 || !strings.Contains(u.unresolved[0].err.Error(), "more than") {
-		t.Errorf("unresolved %+v, want the 10 past the bound, saying why", u.unresolved)
+	if len(u.skipped) != MaxLookups/2 {
+		t.Errorf("%d volumes skipped, want %d", len(u.skipped), MaxLookups/2)
+	}
+	if w := u.notInjectedWarnings(contract.DriverName); len(w) != 1 || !strings.Contains(w[0], "not looked up") {
+		t.Errorf("warnings %q, want one saying what was not looked up", w)
 	}
 }

@@ -67,6 +67,10 @@ type Config struct {
 	// reads with them. checkSharedIdentity.
 	SharedADC       credentials.SharedADC
 	SharedFederated bool
+	// NodeFederated says the node plugin federates every volume without an identity of its
+	// own (--wif-provider): a hostNetwork pod's sidecar then never reads as the node, and
+	// hostNetworkIdentityWarnings says nothing.
+	NodeFederated bool
 	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
 	// it does not list yet), for a SidecarImage in a private registry. A Secret is
 	// namespaced: each namespace with such pods needs one of that name (the kubelet pulls
@@ -228,7 +232,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			warnings = u.notInjectedWarnings(m.cfg.DriverName)
 		}
 		warnings = append(append(warnings, aliasWarnings...), nodeServedWarnings(ann, u.shared)...)
-		warnings = append(warnings, hostNetworkIdentityWarnings(pod, u.vols)...)
+		warnings = append(warnings, m.hostNetworkIdentityWarnings(pod, u.sidecar)...)
 		return decision{warnings: warnings, nodeServed: u.shared}, nil
 	}
 	if !set {
@@ -241,7 +245,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return decision{}, badRequest("the pod has no containers")
 	}
 	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
-	warnings = append(warnings, hostNetworkIdentityWarnings(pod, u.vols)...)
+	warnings = append(warnings, m.hostNetworkIdentityWarnings(pod, u.sidecar)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return decision{}, err
@@ -670,15 +674,16 @@ func wantsFileCache(ours driverVolumes) bool {
 	return false
 }
 
-// hostNetworkIdentityWarnings warn of each volume of a hostNetwork pod that sets the GKE
-// driver's hostNetworkPodKSA "true" and names no federation provider: it asks that the pod
-// read as its own Kubernetes service account, which this driver does through Workload
-// Identity Federation; with Application Default Credentials instead (no --wif-provider on
-// the node plugin) a hostNetwork pod's gcsfuse reaches the metadata server as the node, and
-// reads as the node's identity. The pods that are not hostNetwork read as themselves on GKE
-// either way.
-func hostNetworkIdentityWarnings(pod *corev1.Pod, ours driverVolumes) []string {
-	if !pod.Spec.HostNetwork {
+// hostNetworkIdentityWarnings warn of each sidecar volume of a hostNetwork pod that sets the
+// GKE driver's hostNetworkPodKSA "true" and names no federation provider, where the node
+// plugin federates none (NodeFederated): it asks that the pod read as its own Kubernetes
+// service account, which this driver does through Workload Identity Federation; with
+// Application Default Credentials instead a hostNetwork pod's gcsfuse reaches the metadata
+// server as the node, and reads as the node's identity. The pods that are not hostNetwork
+// read as themselves on GKE either way, and a shared volume is read by the node's mounter,
+// which is not hostNetwork.
+func (m *Mutator) hostNetworkIdentityWarnings(pod *corev1.Pod, ours driverVolumes) []string {
+	if !pod.Spec.HostNetwork || m.cfg.NodeFederated {
 		return nil
 	}
 	var out []string

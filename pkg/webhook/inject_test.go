@@ -1388,12 +1388,15 @@ func TestHostNetworkPodKSAWarning(t *testing.T) {
 		{"not hostNetwork", false, map[string]string{"hostNetworkPodKSA": "true"}, false},
 		{"hostNetwork, a provider", true, map[string]string{"hostNetworkPodKSA": "true", "identityProvider": "https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1"}, false},
 		{"hostNetwork, false", true, map[string]string{"hostNetworkPodKSA": "false"}, false},
+		{"hostNetwork, the node plugin federates", true, map[string]string{"hostNetworkPodKSA": "true"}, false},
 	} {
 		pod := newPod(func(p *corev1.Pod) {
 			p.Spec.HostNetwork = tc.hostNetwork
 			p.Spec.Volumes = []corev1.Volume{gcsVolume("data", tc.attrs)}
 		})
-		resp, _ := mustAdmit(t, newMutator(t, modern), pod)
+		m := newMutator(t, modern)
+		m.cfg.NodeFederated = strings.Contains(tc.name, "federates")
+		resp, _ := mustAdmit(t, m, pod)
 		if got := containsSubstring(resp.Warnings, want); got != tc.warned {
 			t.Errorf("%s: warned %v, want %v (warnings %q)", tc.name, got, tc.warned, resp.Warnings)
 		}

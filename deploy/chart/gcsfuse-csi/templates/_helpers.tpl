@@ -41,17 +41,25 @@ namespaceSelector:
 {{- end }}
 
 {{/*
-gcsfuse-csi.sharedFederated: "true" when the node plugin federates every shared volume
-without an identity of its own (mounter.identityProvider, node.wifProvider, or a node-wide
---wif-provider=VALUE among node.extraArgs), so that the webhook refuses none for the mounter's Application
-Default Credentials; "" otherwise.
+gcsfuse-csi.nodeFederated: "true" when the node plugin federates every volume without an
+identity of its own (node.wifProvider, or --wif-provider=VALUE among node.extraArgs), so
+that the webhook warns no hostNetwork pod that it reads as the node; "" otherwise.
 */}}
-{{- define "gcsfuse-csi.sharedFederated" -}}
-{{- $federated := or (ne (.Values.mounter.identityProvider | default "") "") (ne (.Values.node.wifProvider | default "") "") -}}
+{{- define "gcsfuse-csi.nodeFederated" -}}
+{{- $federated := ne (.Values.node.wifProvider | default "") "" -}}
 {{- range .Values.node.extraArgs -}}
 {{- if and (hasPrefix "--wif-provider=" .) (ne . "--wif-provider=") -}}
 {{- $federated = true -}}
 {{- end -}}
 {{- end -}}
-{{- if $federated -}}true{{- end -}}
+{{- if $federated }}true{{ end -}}
+{{- end -}}
+
+{{/*
+gcsfuse-csi.sharedFederated: "true" when the node plugin federates every shared volume
+without an identity of its own (mounter.identityProvider, or nodeFederated), so that the
+webhook refuses none for the mounter's Application Default Credentials; "" otherwise.
+*/}}
+{{- define "gcsfuse-csi.sharedFederated" -}}
+{{- if or (ne (.Values.mounter.identityProvider | default "") "") (include "gcsfuse-csi.nodeFederated" .) }}true{{ end -}}
 {{- end -}}
