@@ -150,7 +150,7 @@ spec:
       ephemeral: {volumeClaimTemplate: {spec: {storageClassName: bad}}}
 `, []string{
 			"Pod/ns/p pod: unchanged: sidecar injected (native)",
-			`Pod/ns/p volume scratch: refused: at provisioning: ephemeral claim: StorageClass bad (provisioner gcsfuse.csi.storage) refuses to provision it: StorageClass bad: StorageClass parameters: unknown volume attribute "bogus" (supported: bucketName, mountOptions, fileCacheCapacity, mountMode, workloadIdentityProvider, serviceAccount, tokenURL); it stays Pending`},
+			`Pod/ns/p volume scratch: refused: at provisioning: ephemeral claim: StorageClass bad (provisioner gcsfuse.csi.storage) refuses to provision it: StorageClass bad: StorageClass parameters: unknown volume attribute "bogus" (supported: bucketName, mountOptions, fileCacheCapacity, mountMode, workloadIdentityProvider, serviceAccount, tokenURL, identityProvider, identityPool; and the GKE driver's disableMetrics, enableCloudProfilerForSidecar, fileCacheForRangeRead, gcsfuseLoggingSeverity, gcsfuseMetadataPrefetchOnMount, hostNetworkPodKSA, metadataCacheTTLSeconds, metadataCacheTtlSeconds, metadataStatCacheCapacity, metadataTypeCacheCapacity, multiNICIndex, skipCSIBucketAccessCheck); it stays Pending`},
 			nil, true},
 		{"a generic ephemeral volume of another provisioner's class", class("std", "pd.csi.storage.gke.io", "") + `apiVersion: v1
 kind: Pod

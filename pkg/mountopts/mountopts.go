@@ -9,8 +9,10 @@ package mountopts
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -362,6 +364,21 @@ func MountMode(attrs map[string]string) (shared bool, err error) {
 // Keys the kubelet adds (csi.storage.k8s.io/...) are accepted; any other unknown key is an
 // error, so a misspelt attribute is not silently ignored.
 //
+// ownAttributes are the volume attributes of this driver: FromAttributes reads the first
+// four, pkg/credentials the others (the GKE driver's identityProvider and identityPool
+// among them). With incumbentAttrs and csi.storage.k8s.io/ keys, they are what a volume may
+// carry; the error naming an unknown one lists them from here.
+var ownAttributes = []string{
+	contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity, contract.AttrMountMode,
+	contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL,
+	contract.AttrGKEIdentityProvider, contract.AttrGKEIdentityPool,
+}
+
+// knownAttribute reports whether a volume may carry the attribute k.
+func knownAttribute(k string) bool {
+	return slices.Contains(ownAttributes, k) || incumbentAttrs[k] != nil || strings.HasPrefix(k, "csi.storage.k8s.io/")
+}
+
 // The flags come out in a fixed order, never in map order: first the mount flags (in the
 // order given), then the mountOptions attribute (in its order), then the flag for
 // fileCacheCapacity, then the GKE driver's attributes (incumbent.go). The node service compares a republished volume with the published one
@@ -371,23 +388,14 @@ func MountMode(attrs map[string]string) (shared bool, err error) {
 func FromAttributes(attrs map[string]string, mountFlags []string, bucketFallback string) (*Volume, error) {
 	var unknown []string
 	for k := range attrs {
-		switch {
-		case k == contract.AttrBucketName, k == contract.AttrMountOptions, k == contract.AttrFileCacheCapacity, k == contract.AttrMountMode:
-		case k == contract.AttrWorkloadIdentityProvider, k == contract.AttrServiceAccount, k == contract.AttrTokenURL,
-			k == contract.AttrGKEIdentityProvider, k == contract.AttrGKEIdentityPool:
-			// pkg/credentials validates these.
-		case incumbentAttrs[k] != nil:
-			// The GKE driver's attributes (incumbent.go).
-		case strings.HasPrefix(k, "csi.storage.k8s.io/"):
-		default:
+		if !knownAttribute(k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s, %s, %s, %s, %s, %s, %s)", unknown[0],
-			contract.AttrBucketName, contract.AttrMountOptions, contract.AttrFileCacheCapacity, contract.AttrMountMode,
-			contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount, contract.AttrTokenURL)
+		return nil, fmt.Errorf("unknown volume attribute %q (supported: %s; and the GKE driver's %s)", unknown[0],
+			strings.Join(ownAttributes, ", "), strings.Join(slices.Sorted(maps.Keys(incumbentAttrs)), ", "))
 	}
 	shared, err := MountMode(attrs)
 	if err != nil {

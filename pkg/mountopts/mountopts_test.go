@@ -2,7 +2,9 @@ package mountopts
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -254,6 +256,20 @@ func TestMountModeAttribute(t *testing.T) {
 		}
 		if err != nil || v.Shared != tc.shared {
 			t.Errorf("%v: shared %v err %v, want %v", tc.attrs, v != nil && v.Shared, err, tc.shared)
+		}
+	}
+}
+
+// The error naming an unknown attribute lists every attribute a volume may carry: each of
+// them is accepted, so the list cannot drift from what is.
+func TestUnknownAttributeListsEveryKnownOne(t *testing.T) {
+	_, err := FromAttributes(map[string]string{contract.AttrBucketName: "bkt", "bogus": "x"}, nil, "")
+	if err == nil {
+		t.Fatal("an unknown attribute accepted")
+	}
+	for _, k := range append(slices.Clone(ownAttributes), slices.Collect(maps.Keys(incumbentAttrs))...) {
+		if !knownAttribute(k) || !strings.Contains(err.Error(), k) {
+			t.Errorf("attribute %s: known %v, in the error %v", k, knownAttribute(k), strings.Contains(err.Error(), k))
 		}
 	}
 }
