@@ -32,9 +32,11 @@ import (
 	"go/token"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -357,10 +359,7 @@ func (g *gen) gkeAttributes() error {
 	if err != nil {
 		return err
 	}
-	var have []string
-	for k := range gkeAttributes {
-		have = append(have, k)
-	}
+	have := slices.Collect(maps.Keys(gkeAttributes))
 	if err := differ("the GKE driver's volume attributes (pkg/mountopts incumbentAttrs)", keys, have); err != nil {
 		return err
 	}
@@ -733,10 +732,7 @@ func (g *gen) mountOptions() error {
 	if err != nil {
 		return err
 	}
-	var have []string
-	for k := range kernelOptions {
-		have = append(have, k)
-	}
+	have := slices.Collect(maps.Keys(kernelOptions))
 	if err := differ("the options mountopts.Parse handles itself (its switch on name)", names, have); err != nil {
 		return err
 	}
