@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -37,7 +34,6 @@ func run() int {
 	drain := flag.Bool("drain", true, "on SIGTERM, keep serving until the containers that use the mounts have exited (false only to measure what the drain saves in the data-loss benchmark)")
 	memLimit := flag.String("gcsfuse-memory-limit", "", "each gcsfuse's memory limit, a quantity such as 512Mi (empty or 0: none): the node's mounter runs every sharing key's gcsfuse in one container, and one past this ends alone instead of taking the container, and every key, past its limit")
 	termLog := flag.String("termination-log", "/dev/termination-log", "file for the reason of a failed exit")
-	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics on this address (empty: off)")
 	verbose := flag.Bool("v", false, "debug logging")
 	waitExit := flag.Bool(strings.TrimPrefix(contract.PreStopWaitFlag, "-"), false, "run as the legacy sidecar's preStop hook: wait for the exit file, at most the grace period, then return")
 	flag.Parse()
@@ -72,20 +68,6 @@ func run() int {
 	if os.Geteuid() == 0 {
 		log.Warn("running as root: the sidecar is meant to run as uid 65534 with no capabilities")
 	}
-	reg := prometheus.NewRegistry()
-	metrics, err := sidecar.NewMetrics(reg)
-	if err != nil {
-		log.Error("metrics", "err", err)
-		return 1
-	}
-	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { // lives as long as the process; the process ends right after Run
-			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	if *mode == contract.ModeShared {
@@ -97,7 +79,7 @@ func run() int {
 	s, err := sidecar.New(sidecar.Config{
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: mountopts.Split(*initContainers),
-		TerminationLog: *termLog, Log: log, Metrics: metrics, GcsfuseMemoryLimit: memLimitBytes,
+		TerminationLog: *termLog, Log: log, GcsfuseMemoryLimit: memLimitBytes,
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -90,7 +90,6 @@ type Config struct {
 	// TerminationLog receives the reason for a non-zero exit ("" to skip).
 	TerminationLog string
 	Log            *slog.Logger
-	Metrics        *Metrics
 }
 
 // Sidecar is one run of the sidecar.
@@ -507,7 +506,6 @@ func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 	}
 	serving = len(s.volumes)
 	s.mu.Unlock()
-	s.cfg.Metrics.gcsfuseExit(res)
 	if s.cfg.Mode == contract.ModeShared {
 		// After the switch below: its taken record's removal opens (makes) the directory.
 		// All of it, a failed volume's taken record too: the node's mounter outlives its
@@ -731,7 +729,6 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 		attrs = append(attrs, "stuck", stuck)
 	}
 	s.log.Info("sidecar exiting", attrs...)
-	s.cfg.Metrics.exited(s.cfg.Mode, r)
 	return code
 }
 
