@@ -56,7 +56,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dialguard"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/quantile"
@@ -113,18 +112,11 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "admission:", err)
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, _, err := dialguard.ClientConfig(o.kubeconfig, apiQPS, apiBurst)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "admission:", err)
 		return 1
 	}
-	guard, err := dialguard.New(cfg.Host)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "admission:", err)
-		return 2
-	}
-	guard.Apply(cfg)
-	cfg.QPS, cfg.Burst = apiQPS, apiBurst
 	// The webhook warns of each pending claim that it may be the driver's: 600 lines here.
 	cfg.WarningHandler = rest.NoWarnings{}
 	b := &bench{cs: kubernetes.NewForConfigOrDie(cfg), o: o}

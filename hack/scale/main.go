@@ -70,7 +70,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/readmegen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/dialguard"
@@ -280,18 +279,11 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, guard, err := dialguard.ClientConfig(o.kubeconfig, apiQPS, apiBurst, o.gcsURL, "http://"+o.promListen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		return 1
 	}
-	guard, err := dialguard.New(cfg.Host, o.gcsURL, "http://"+o.promListen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scale:", err)
-		return 2
-	}
-	cfg.QPS, cfg.Burst = apiQPS, apiBurst
-	guard.Apply(cfg)
 	s := &scale{
 		cs: kubernetes.NewForConfigOrDie(cfg), opts: o, dial: guard.DialContext,
 		gcs: &http.Client{Timeout: httpTimeout, Transport: &http.Transport{Proxy: nil, DialContext: guard.DialContext}},

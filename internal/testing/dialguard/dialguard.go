@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Guard lets a program connect only to the addresses it was built with.
@@ -72,4 +73,20 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 func (g *Guard) Apply(cfg *rest.Config) {
 	cfg.Dial = g.DialContext
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+}
+
+// ClientConfig is the client configuration of kubeconfig's cluster for a benchmark: dialling
+// only its API server and the others given (URLs), through no proxy, at qps and burst.
+func ClientConfig(kubeconfig string, qps float32, burst int, others ...string) (*rest.Config, *Guard, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := New(append([]string{cfg.Host}, others...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	g.Apply(cfg)
+	cfg.QPS, cfg.Burst = qps, burst
+	return cfg, g, nil
 }
