@@ -218,8 +218,11 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
   # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
   # What the later stages build (storage-e2e.test, the previous release) is built while the tests run.
-  stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh)"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 \
+  # Then uninstalling leaves nothing on the node (hack/uninstall-check.sh) after every
+  # fault the tests made: shared mounts' gcsfuse killed, the mounter replaced, the node
+  # plugin restarted under live shared mounts.
+  stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh), then the uninstall"
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 E2E_UNINSTALL=1 \
     E2E_LOCK_TAKEN=$lock_taken budget_run "the first e2e run" bash hack/e2e.sh
   # go test -race beside it (warm) is over by now, or waited for here: a failure fails the
   # run before the next e2e run.

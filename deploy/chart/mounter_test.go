@@ -137,7 +137,8 @@ func TestMounter(t *testing.T) {
 
 // wantSharedDir fails t unless the node plugin's --shared-dir is <kubelet>/plugins/<driver>/shared
 // and the mounter's hand-off volume is the hostPath mounter under it, mounted at its
-// --tmp-dir without mount propagation.
+// --tmp-dir without mount propagation, and the node plugin's view of the directory
+// above it follows the host's unmounts.
 func wantSharedDir(t *testing.T, r rendering, kubelet, driver string) {
 	t.Helper()
 	shared := kubelet + "/plugins/" + driver + "/shared"
@@ -152,6 +153,15 @@ func wantSharedDir(t *testing.T, r rendering, kubelet, driver string) {
 		t.Errorf("mount %s propagation %s, want none", m.Name, *m.MountPropagation)
 	}
 	wantArg(t, c, "--tmp-dir="+contract.TmpMountPath)
+	// The node plugin's view of its plugin directory, where the shared mounts are: a
+	// recursive bind of the host's, made with copies of the shared mounts live when the
+	// node plugin starts. Only HostToContainer takes a copy away when the key is
+	// unmounted; without it the dead mount stays in the node plugin's namespace, and its
+	// mount point (rmdir: busy) and the shared directory with it.
+	pm := wantMount(t, nodeContainer(t, r), "plugin-dir", "/csi")
+	if pm.MountPropagation == nil || *pm.MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("node plugin mount plugin-dir propagation %v, want HostToContainer", pm.MountPropagation)
+	}
 }
 
 // wantMount fails t unless the container mounts volume name at path, and returns the mount.

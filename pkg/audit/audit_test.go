@@ -502,12 +502,12 @@ func TestAuditSharedSettings(t *testing.T) {
 }
 
 // hostNetworkPodKSA "true" asks for the pod's own identity: with federation it is what every
-// pod gets here; without, a hostNetwork pod reads as the node, which the audit says (the
-// webhook's warning), never "mapped -> nothing" alone.
+// pod gets here; without, a hostNetwork pod would read as the node, so the audit says
+// "refused" (the webhook's 403), never "mapped -> nothing" alone.
 func TestAuditHostNetworkPodKSA(t *testing.T) {
 	rep, lines := auditYAML(t, pod(ours, `          bucketName: bkt
           hostNetworkPodKSA: "true"`, "", `  hostNetwork: true`))
-	if rep.Refused() || !strings.Contains(lines, "warning") || !strings.Contains(lines, "read as its own Kubernetes service account") {
+	if !rep.Refused() || !strings.Contains(lines, "refused: at admission") || !strings.Contains(lines, "read as its own Kubernetes service account") {
 		t.Errorf("hostNetwork without federation: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 	rep, lines = auditYAML(t, pod(ours, `          bucketName: bkt

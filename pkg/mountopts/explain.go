@@ -40,7 +40,7 @@ func (m Mapping) String() string {
 // accepted (see incumbentAttrs).
 var incumbentNoops = map[string]string{
 	"skipCSIBucketAccessCheck":       "this driver makes no bucket access check at mount",
-	"hostNetworkPodKSA":              "with Workload Identity Federation every pod, hostNetwork or not, reads as its own service account here; without it a hostNetwork pod reads as the node, and the webhook warns",
+	"hostNetworkPodKSA":              "with Workload Identity Federation every pod, hostNetwork or not, reads as its own service account here; without it a hostNetwork pod would read as the node, and the webhook refuses it",
 	"enableCloudProfilerForSidecar":  "false asks for no profiler",
 	"multiNICIndex":                  "a negative index binds no NIC",
 	"gcsfuseMetadataPrefetchOnMount": "false asks for no prefetch",

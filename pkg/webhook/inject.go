@@ -69,7 +69,7 @@ type Config struct {
 	SharedFederated bool
 	// NodeFederated says the node plugin federates every volume without an identity of its
 	// own (--wif-provider): a hostNetwork pod's sidecar then never reads as the node, and
-	// hostNetworkIdentityWarnings says nothing.
+	// checkHostNetworkIdentity refuses nothing.
 	NodeFederated bool
 	// SidecarPullSecrets are Secret names added to an injected pod's imagePullSecrets (those
 	// it does not list yet), for a SidecarImage in a private registry. A Secret is
@@ -203,6 +203,9 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	if err := m.checkSharedIdentity(namespace, pod.Spec.Volumes, u); err != nil {
 		return decision{}, err
 	}
+	if err := m.checkHostNetworkIdentity(pod, u.sidecar); err != nil {
+		return decision{}, err
+	}
 	var found []string
 	switch {
 	case set && !opted:
@@ -232,7 +235,6 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 			warnings = u.notInjectedWarnings(m.cfg.DriverName)
 		}
 		warnings = append(append(warnings, aliasWarnings...), nodeServedWarnings(ann, u.shared)...)
-		warnings = append(warnings, m.hostNetworkIdentityWarnings(pod, u.sidecar)...)
 		return decision{warnings: warnings, nodeServed: u.shared}, nil
 	}
 	if !set {
@@ -245,7 +247,6 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return decision{}, badRequest("the pod has no containers")
 	}
 	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
-	warnings = append(warnings, m.hostNetworkIdentityWarnings(pod, u.sidecar)...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return decision{}, err
@@ -674,19 +675,19 @@ func wantsFileCache(ours driverVolumes) bool {
 	return false
 }
 
-// hostNetworkIdentityWarnings warn of each sidecar volume of a hostNetwork pod that sets the
-// GKE driver's hostNetworkPodKSA "true" and names no federation provider, where the node
-// plugin federates none (NodeFederated): it asks that the pod read as its own Kubernetes
+// checkHostNetworkIdentity refuses a hostNetwork pod with a sidecar volume that sets the GKE
+// driver's hostNetworkPodKSA "true" and names no federation provider, where the node plugin
+// federates none (NodeFederated). The volume asks that the pod read as its own Kubernetes
 // service account, which this driver does through Workload Identity Federation; with
 // Application Default Credentials instead a hostNetwork pod's gcsfuse reaches the metadata
-// server as the node, and reads as the node's identity. The pods that are not hostNetwork
-// read as themselves on GKE either way, and a shared volume is read by the node's mounter,
-// which is not hostNetwork.
-func (m *Mutator) hostNetworkIdentityWarnings(pod *corev1.Pod, ours driverVolumes) []string {
+// server as the node, and would read as the node's identity: a change of identity that the
+// manifest does not show, so it is refused, saying what to set. The pods that are not
+// hostNetwork read as themselves on GKE either way, and a shared volume is read by the
+// node's mounter, which is not hostNetwork (checkSharedIdentity).
+func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ours driverVolumes) error {
 	if !pod.Spec.HostNetwork || m.cfg.NodeFederated {
 		return nil
 	}
-	var out []string
 	for _, name := range slices.Sorted(maps.Keys(ours)) {
 		attrs := ours[name]
 		if v, _ := strconv.ParseBool(attrs["hostNetworkPodKSA"]); !v {
@@ -695,9 +696,9 @@ func (m *Mutator) hostNetworkIdentityWarnings(pod *corev1.Pod, ours driverVolume
 		if attrs[contract.AttrWorkloadIdentityProvider] != "" || attrs[contract.AttrGKEIdentityProvider] != "" {
 			continue
 		}
-		out = append(out, fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation: unless the node plugin has --wif-provider (the chart's node.wifProvider), it reads with Application Default Credentials, which for a hostNetwork pod are the node's; set %s (or identityProvider) on the volume to be sure", name, contract.AttrWorkloadIdentityProvider))
+		return forbidden(fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation, and neither the volume nor the node plugin names a provider: with Application Default Credentials a hostNetwork pod's gcsfuse reads as the node; set %s (or identityProvider) on the volume, or the chart's node.wifProvider for every volume, or leave hostNetworkPodKSA out to read as the node knowingly", name, contract.AttrWorkloadIdentityProvider))
 	}
-	return out
+	return nil
 }
 
 // sidecarMounts names the pod volumes the sidecar mounts as its buffer and cache ("" for no

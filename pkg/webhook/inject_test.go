@@ -1374,15 +1374,16 @@ func nativeSidecarIndex(t *testing.T, p *corev1.Pod) int {
 }
 
 // A hostNetwork pod whose volume sets hostNetworkPodKSA "true" without a federation
-// provider is warned that it may read as the node; the same pod off the host network, or
-// with a provider, is not.
-func TestHostNetworkPodKSAWarning(t *testing.T) {
+// provider would read as the node: refused (403), saying what to set; the same pod off the
+// host network, with a provider, with "false", or where the node plugin federates every
+// volume, is admitted.
+func TestHostNetworkPodKSARefused(t *testing.T) {
 	const want = "hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account"
 	for _, tc := range []struct {
 		name        string
 		hostNetwork bool
 		attrs       map[string]string
-		warned      bool
+		refused     bool
 	}{
 		{"hostNetwork, no provider", true, map[string]string{"hostNetworkPodKSA": "true"}, true},
 		{"not hostNetwork", false, map[string]string{"hostNetworkPodKSA": "true"}, false},
@@ -1396,9 +1397,15 @@ func TestHostNetworkPodKSAWarning(t *testing.T) {
 		})
 		m := newMutator(t, modern)
 		m.cfg.NodeFederated = strings.Contains(tc.name, "federates")
-		resp, _ := mustAdmit(t, m, pod)
-		if got := containsSubstring(resp.Warnings, want); got != tc.warned {
-			t.Errorf("%s: warned %v, want %v (warnings %q)", tc.name, got, tc.warned, resp.Warnings)
+		resp, _ := admit(t, m, pod)
+		if tc.refused {
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != 403 || !strings.Contains(resp.Result.Message, want) || !strings.Contains(resp.Result.Message, "set "+contract.AttrWorkloadIdentityProvider) {
+				t.Errorf("%s: allowed %v, result %+v; want 403 saying %q and what to set", tc.name, resp.Allowed, resp.Result, want)
+			}
+			continue
+		}
+		if !resp.Allowed {
+			t.Errorf("%s: denied: %+v", tc.name, resp.Result)
 		}
 	}
 }

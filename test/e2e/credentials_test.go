@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -290,8 +292,51 @@ func TestCredentials(t *testing.T) {
 		t.Run("refresh", func(t *testing.T) { testRefresh(t, false) })
 		t.Run("refresh-shared", func(t *testing.T) { testRefresh(t, true) })
 		t.Run("access-granted-later", testAccessGrantedLater)
+		t.Run("host-network-pod-ksa", testHostNetworkPodKSA)
 	})
 	checkNoSecrets(t)
+}
+
+// testHostNetworkPodKSA: a hostNetwork pod whose volume sets the GKE driver's
+// hostNetworkPodKSA "true" reads as its own service account when the volume names a
+// federation provider (its object lands, through the policy that allows only that account),
+// and is refused at admission (403, saying what to set) when nothing names one: with
+// Application Default Credentials it would read as the node.
+func testHostNetworkPodKSA(t *testing.T) {
+	t.Parallel()
+	identity := createServiceAccount(t, "hostnet-app")
+	bucket := newBucket(t)
+	setPolicy(t, bucket, identity)
+	o := podOpts{restart: corev1.RestartPolicyNever, serviceAccount: "hostnet-app",
+		attrs:   map[string]string{"hostNetworkPodKSA": "true"},
+		volumes: []volume{{"bucket", bucket, mountPath}},
+		args:    []string{"write", "-dir", mountPath, "-name", "hostnet.bin", "-bytes", "4096"}}
+
+	refused := podObject(podName(t, "refused"), o)
+	refused.Spec.HostNetwork = true
+	_, err := cs.CoreV1().Pods(ns).Create(context.Background(), refused, metav1.CreateOptions{})
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 403 {
+		t.Fatalf("hostNetwork pod with hostNetworkPodKSA and no provider: %v, want a 403 denial from the webhook", err)
+	}
+	for _, want := range []string{"volume bucket", "read as its own Kubernetes service account", "set " + contract.AttrWorkloadIdentityProvider} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the denial lacks %q: %v", want, err)
+		}
+	}
+
+	o.attrs = map[string]string{"hostNetworkPodKSA": "true", contract.AttrWorkloadIdentityProvider: localProvider}
+	name := podName(t, "own")
+	own := podObject(name, o)
+	own.Spec.HostNetwork = true
+	if _, err := cs.CoreV1().Pods(ns).Create(context.Background(), own, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("hostNetwork pod with hostNetworkPodKSA and a provider: %v", err)
+	}
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", name, p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
+	}
+	expectObject(t, bucket, "hostnet.bin", 4096)
 }
 
 // testFederation: a pod's own service account reads and writes the bucket its policy

@@ -27,6 +27,10 @@ import (
 // sharedPods is how many pods of one key the e2e runs on the node at once.
 const sharedPods = 50
 
+// sharedLinger is how long a shared gcsfuse outlives the last pod of its key: the chart's
+// mounter.linger, which the local cluster keeps.
+const sharedLinger = 60 * time.Second
+
 // sharedAttrs makes every volume of a pod shared.
 var sharedAttrs = map[string]string{contract.AttrMountMode: contract.MountModeShared}
 
@@ -326,7 +330,25 @@ func TestSharedNodePluginRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
+	// Once the linger is over, both keys' mounts are gone from every mount namespace of
+	// the node, and their gcsfuse with them: the node plugin started while a key's mount
+	// served pods, so its container's view of the plugin directory was made with a copy
+	// of that mount, which only the view's propagation from the host (HostToContainer)
+	// takes away when the key is unmounted. Without it the copy kept the dead mount, its
+	// mount point could not be removed, and neither could the shared directory on
+	// uninstall.
+	deleted := time.Now()
+	deadline = deleted.Add(sharedLinger + 60*time.Second)
+	for {
+		left, procs := testenv.MountsOfSource(bucket), bucketGcsfuse(bucket)
+		if len(left) == 0 && len(procs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the last pod of the keys was deleted: mounts of the bucket left %q, gcsfuse %v", time.Since(deleted).Round(time.Second), left, procs)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // A shared volume with no identity of its own would read with the mounter's Application
