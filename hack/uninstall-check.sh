@@ -6,8 +6,10 @@
 # gcsfuse mount (fuse.gcsfuse) and no mount under the driver's kubelet plugin directory, no
 # gcsfuse, sidecar, mounter or node plugin process, and no shared directory (the node plugin
 # removes it when it stops with no mount and no mounter left, csidriver.CleanUpShared).
-# Exit 1 naming what is left. Run by hack/e2e.sh with E2E_UNINSTALL=1 after the tests (the
-# upgrade run of hack/test.sh), on a cluster whose pods of the tests are gone.
+# Exit 1 naming what is left. Run by hack/e2e.sh with E2E_UNINSTALL=1 after the tests (CI's
+# first e2e run, after every shared-mode fault its tests make, and its upgrade run). The
+# tests' pods are waited for first (their volumes' mounts gone, bounded), as a user drains
+# the nodes before uninstalling.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 ns=gcsfuse-csi
@@ -18,6 +20,15 @@ ensure_helm
 # The shared directory is there to be removed (the mounter runs with this chart): a check
 # of a directory that never existed would pass whatever the node plugin does.
 [ -d "$plugin_dir/shared/mounter" ] || { echo "no shared directory before the uninstall: $plugin_dir/shared/mounter" >&2; exit 1; }
+# The nodes drained first (docs/upgrade.md): no pod's volume of the driver still mounted.
+step "no pod volume of the driver mounted (the tests' pods gone)"
+deadline=$(( $(date +%s) + 300 ))
+while :; do
+  busy=$(awk -v d="$KUBELET_ROOT/pods/" '{ for (i = 7; i <= NF && $i != "-"; i++); t = $(i + 1) } index($5, d) == 1 && index($5, "/volumes/kubernetes.io~csi/") && t ~ /^fuse/ { print $5 }' /proc/self/mountinfo)
+  [ -n "$busy" ] || break
+  (( $(date +%s) < deadline )) || { echo "pod volumes still mounted 300 s after the tests:" >&2; echo "$busy" >&2; kctl get pods -A -o wide >&2; exit 1; }
+  sleep 2
+done
 step "kubectl delete daemonset gcsfuse-csi-mounter, then helm uninstall gcsfuse-csi (docs/upgrade.md)"
 kctl -n "$ns" delete daemonset gcsfuse-csi-mounter --cascade=foreground --wait --timeout=360s
 "$HELM_DIR/helm" uninstall gcsfuse-csi --kubeconfig "$KUBECONFIG" --namespace "$ns" --wait --timeout 360s

@@ -237,6 +237,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
 	prebound := webhook.NewPreboundVolumes(client)
 	o.config.Claims = webhook.KubeVolumeClaims{Client: client, Prebound: prebound, Live: rate.NewLimiter(webhook.LiveListRate, webhook.LiveListBurst)}
+	o.config.ConfigMaps = webhook.KubeConfigMaps{Client: client}
 	policy := webhook.NewCachedNamespacePolicy(client)
 	o.config.Policy = policy
 	mutator, err := webhook.NewMutator(o.config, versions, log)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/audit"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
 // The cluster reads are lists only (the audit never writes), each page bounded by
@@ -40,6 +41,9 @@ func readCluster(ctx context.Context, inv *audit.Inventory, o auditOptions) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
+	// A pod's credential ConfigMap is read when the pod is judged (get: one per such pod,
+	// never a list of the cluster's ConfigMaps).
+	inv.ReadConfigMapsFrom(webhook.KubeConfigMaps{Client: cs})
 	return readObjects(ctx, cs, inv, o.namespace)
 }
 

@@ -56,8 +56,10 @@ verdict one of unchanged, mapped, refused, warning, note; then a summary line.
 SETTINGS are the installed chart's, where they differ from its defaults and change a verdict:
   --shared-adc-namespaces NS[,NS...]  its mounter.adcNamespaces (names, prefix*, or *)
   --shared-federated                  its node.wifProvider or mounter.identityProvider is set
+  --node-federated                    its node.wifProvider is set
 Without them, shared volumes (mountMode: shared) with no identity of their own are refused,
-as the default chart refuses them.
+as the default chart refuses them, and so are hostNetwork pods whose inline volumes ask
+for their own account (hostNetworkPodKSA) without a provider.
 
 Exit status: 0 nothing refused, 1 something refused, 2 usage or input error.
 `
@@ -152,6 +154,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (auditOptions, error) {
 	fs.StringVar(&o.namespace, "namespace", "", "same as -n")
 	sharedADC := fs.String("shared-adc-namespaces", "", "the installed chart's mounter.adcNamespaces, comma separated")
 	fs.BoolVar(&o.settings.SharedFederated, "shared-federated", false, "the installed chart federates shared volumes (node.wifProvider or mounter.identityProvider)")
+	fs.BoolVar(&o.settings.NodeFederated, "node-federated", false, "the installed chart federates every volume without an identity of its own (node.wifProvider)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -19,6 +19,8 @@ func TestWebhookRBAC(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{""}, Resources: []string{"resourcequotas", "limitranges"}, Verbs: []string{"list", "watch"}},
+		// get, never list or watch: the one ConfigMap a pod names as its credentials.
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 	})
 	sa := only[*corev1.ServiceAccount](t, r, webhookName)
 	b := only[*rbacv1.ClusterRoleBinding](t, r, webhookName)

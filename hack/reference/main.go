@@ -42,6 +42,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 
@@ -475,6 +477,9 @@ func annotations() []annotation {
 		res("AnnotationMemoryLimit", contract.AnnotationMemoryLimit, "Memory limit", "0"),
 		res("AnnotationEphemeralStorageRequest", contract.AnnotationEphemeralStorageRequest, "Ephemeral storage request", "1Gi"),
 		res("AnnotationEphemeralStorageLimit", contract.AnnotationEphemeralStorageLimit, "Ephemeral storage limit", "2Gi", "-1Gi"),
+		{"AnnotationCredentialConfigMap", contract.AnnotationCredentialConfigMap,
+			"A ConfigMap of the pod's namespace holding one external_account credential configuration (`gcloud iam workload-identity-pools create-cred-config`): the sidecar gets it and the pod's own service account token, projected where `credential_source.file` says, and every gcsfuse of the pod without an identity of its own reads with it ([credentials](credentials.md#way-4-the-gke-drivers-credential-configmap)). Checked at admission; a shared volume, or a node plugin that federates every volume, is refused.",
+			[]podExample{vol(contract.AnnotationCredentialConfigMap, exampleConfigMap), vol(contract.AnnotationCredentialConfigMap, "missing")}},
 		{"AnnotationInjected", contract.AnnotationInjected,
 			"Set by the webhook on the pods it injected, to the sidecar's mode; a pod that carries it and the sidecar keeps it.",
 			nil},
@@ -502,7 +507,7 @@ func newMutators() (mutators, error) {
 		m    **webhook.Mutator
 		name string
 	}{{&ms.own, contract.DriverName}, {&ms.gke, contract.IncumbentDriverName}} {
-		m, err := webhook.NewMutator(webhook.Config{SidecarImage: "registry.example.com/gcsfuse-csi/sidecar:v1", DriverName: c.name},
+		m, err := webhook.NewMutator(webhook.Config{SidecarImage: "registry.example.com/gcsfuse-csi/sidecar:v1", DriverName: c.name, ConfigMaps: exampleConfigMaps{}},
 			fixedVersions{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			return mutators{}, err
@@ -510,6 +515,23 @@ func newMutators() (mutators, error) {
 		*c.m = m
 	}
 	return ms, nil
+}
+
+// exampleConfigMap is the one credential ConfigMap of the examples' namespace, as
+// create-cred-config writes it.
+const exampleConfigMap = "wif-credentials"
+
+// exampleConfigMaps is the examples' namespace's ConfigMaps: exampleConfigMap alone.
+type exampleConfigMaps struct{}
+
+func (exampleConfigMaps) ConfigMap(_ context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	if name != exampleConfigMap {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+	}
+	return &corev1.ConfigMap{Data: map[string]string{"credential-configuration.json": `{"type": "external_account",
+  "audience": "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1",
+  "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": "https://sts.googleapis.com/v1/token",
+  "credential_source": {"file": "/var/run/service-account/token", "format": {"type": "text"}}}`}}, nil
 }
 
 // review is the webhook's admission of a pod with the example's annotations.

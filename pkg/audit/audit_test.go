@@ -338,7 +338,7 @@ func TestSummary(t *testing.T) {
 func TestDecode(t *testing.T) {
 	objs, err := Decode("a.json", []byte(`{"apiVersion":"v1","kind":"List","items":[
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1"}},
-{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"}}]}
+{"apiVersion":"v1","kind":"Service","metadata":{"name":"svc"}}]}
 [{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p2"}}]`))
 	if err != nil {
 		t.Fatal(err)
@@ -510,10 +510,48 @@ func TestAuditHostNetworkPodKSA(t *testing.T) {
 	if !rep.Refused() || !strings.Contains(lines, "refused: at admission") || !strings.Contains(lines, "read as its own Kubernetes service account") {
 		t.Errorf("hostNetwork without federation: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
+	// The chart's node.wifProvider (kubectl gcsfuse audit --node-federated): admitted.
+	inv := NewInventory()
+	if err := inv.AddManifest("test.yaml", []byte(pod(ours, `          bucketName: bkt
+          hostNetworkPodKSA: "true"`, "", `  hostNetwork: true`))); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Run(context.Background(), inv, Options{NodeFederated: true}); err != nil || rep.Refused() {
+		t.Errorf("hostNetwork, the node plugin federating: refused %v (%v), findings %+v", rep.Refused(), err, rep.Findings)
+	}
 	rep, lines = auditYAML(t, pod(ours, `          bucketName: bkt
           hostNetworkPodKSA: "true"
           identityProvider: https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1`, "", `  hostNetwork: true`))
 	if rep.Refused() || strings.Contains(lines, "warning") || !strings.Contains(lines, "reads as its own service account") {
 		t.Errorf("with federation: refused %v, findings:\n%s", rep.Refused(), lines)
+	}
+}
+
+// A pod naming its credential ConfigMap (the GKE driver's annotation) is judged with the
+// ConfigMap among the manifests, as the webhook would admit it; without it, or with one the
+// sidecar could not honour, it is refused with the webhook's words.
+func TestAuditCredentialConfigMap(t *testing.T) {
+	const cm = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: wif}
+data:
+  credential-configuration.json: |
+    {"type": "external_account", "audience": "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1",
+     "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": "https://sts.googleapis.com/v1/token",
+     "credential_source": {"file": "/var/run/service-account/token"}}
+---
+`
+	p := pod(ours, `          bucketName: bkt`, `    gke-gcsfuse/workload-identity-credential-configmap: wif`, "")
+	rep, lines := auditYAML(t, cm+p)
+	if rep.Refused() || !strings.Contains(lines, "workload-identity-credential-configmap=wif -> gcsfuse.csi.storage/workload-identity-credential-configmap") {
+		t.Errorf("with the ConfigMap: refused %v, findings:\n%s", rep.Refused(), lines)
+	}
+	rep, lines = auditYAML(t, p)
+	if !rep.Refused() || !strings.Contains(lines, "annotation gke-gcsfuse/workload-identity-credential-configmap: ConfigMap wif not found") {
+		t.Errorf("without the ConfigMap: refused %v, findings:\n%s", rep.Refused(), lines)
+	}
+	rep, lines = auditYAML(t, strings.Replace(cm, `"file": "/var/run/service-account/token"`, `"url": "http://169.254.169.254/token"`, 1)+p)
+	if !rep.Refused() || !strings.Contains(lines, "credential_source.url not supported") {
+		t.Errorf("a URL source: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 }

@@ -32,6 +32,7 @@ type Object struct {
 // readKinds are the kinds the audit reads, by "group/Kind", each with its type.
 var readKinds = map[string]func() any{
 	"/Pod":                        func() any { return &corev1.Pod{} },
+	"/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
 	"/PersistentVolume":           func() any { return &corev1.PersistentVolume{} },
 	"/PersistentVolumeClaim":      func() any { return &corev1.PersistentVolumeClaim{} },
 	"apps/Deployment":             func() any { return &appsv1.Deployment{} },

@@ -11,6 +11,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
@@ -23,6 +25,10 @@ type Inventory struct {
 	pvs     map[string]*corev1.PersistentVolume
 	pvcs    map[string]*corev1.PersistentVolumeClaim // by namespace/name
 	classes map[string]*storagev1.StorageClass
+	// configMaps are the ConfigMaps read, for the pods that name one as their credentials;
+	// liveConfigMaps reads those not among them from a cluster (nil: none).
+	configMaps     map[string]*corev1.ConfigMap // by namespace/name
+	liveConfigMaps webhook.ConfigMaps
 }
 
 // entry is one object with where it was read.
@@ -37,13 +43,14 @@ type entry struct {
 // NewInventory returns an empty Inventory.
 func NewInventory() *Inventory {
 	return &Inventory{pvs: map[string]*corev1.PersistentVolume{}, pvcs: map[string]*corev1.PersistentVolumeClaim{},
-		classes: map[string]*storagev1.StorageClass{}}
+		classes: map[string]*storagev1.StorageClass{}, configMaps: map[string]*corev1.ConfigMap{}}
 }
 
 // Add adds one object read at source. obj is one of *corev1.Pod, *appsv1.Deployment,
 // *appsv1.StatefulSet, *appsv1.DaemonSet, *appsv1.ReplicaSet, *batchv1.Job,
-// *batchv1.CronJob, *corev1.PersistentVolume, *corev1.PersistentVolumeClaim or
-// *storagev1.StorageClass; anything else is an error (a caller's mistake: Decode notes
+// *batchv1.CronJob, *corev1.PersistentVolume, *corev1.PersistentVolumeClaim,
+// *storagev1.StorageClass or *corev1.ConfigMap (read as a pod's credentials, not judged);
+// anything else is an error (a caller's mistake: Decode notes
 // kinds it does not read with AddSkipped).
 func (inv *Inventory) Add(source string, obj any) error {
 	var ref Ref
@@ -71,6 +78,9 @@ func (inv *Inventory) Add(source string, obj any) error {
 	case *storagev1.StorageClass:
 		ref = Ref{"StorageClass", "", o.Name}
 		inv.classes[o.Name] = o
+	case *corev1.ConfigMap:
+		ref = Ref{"ConfigMap", o.Namespace, o.Name}
+		inv.configMaps[o.Namespace+"/"+o.Name] = o
 	default:
 		return fmt.Errorf("audit: cannot add a %T", obj)
 	}
@@ -79,9 +89,31 @@ func (inv *Inventory) Add(source string, obj any) error {
 }
 
 // AddSkipped records an object of a kind the audit does not read (a Service, a
-// ConfigMap...), so that the report says it was seen and skipped.
+// Secret...), so that the report says it was seen and skipped.
 func (inv *Inventory) AddSkipped(source string, ref Ref) {
 	inv.entries = append(inv.entries, entry{ref: ref, source: source})
+}
+
+// ReadConfigMapsFrom makes the ConfigMaps a pod names as its credentials that are not
+// among the objects added be read from cs (an audit of a live cluster).
+func (inv *Inventory) ReadConfigMapsFrom(cs webhook.ConfigMaps) { inv.liveConfigMaps = cs }
+
+// ConfigMap implements webhook.ConfigMaps: one added (a namespace left empty matching any),
+// else one read from the cluster, else none (NotFound: the webhook refuses the pod, as the
+// cluster's would without it).
+func (inv *Inventory) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	if c := inv.configMaps[namespace+"/"+name]; c != nil {
+		return c, nil
+	}
+	for _, c := range inv.configMaps {
+		if c.Name == name && sameNamespace(c.Namespace, namespace) {
+			return c, nil
+		}
+	}
+	if inv.liveConfigMaps != nil {
+		return inv.liveConfigMaps.ConfigMap(ctx, namespace, name)
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
 }
 
 // sameNamespace: a namespace left empty (a manifest applied to kubectl's current

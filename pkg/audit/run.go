@@ -51,6 +51,10 @@ type Options struct {
 	// own is refused, as the default chart refuses it.
 	SharedADC       credentials.SharedADC
 	SharedFederated bool
+	// NodeFederated is the webhook's --node-federated (the chart's node.wifProvider set):
+	// every volume without an identity of its own is federated, so a hostNetwork pod's
+	// hostNetworkPodKSA is honoured, and a credential ConfigMap would not be.
+	NodeFederated bool
 }
 
 // auditor holds one audit's state: the inventory and a webhook per driver name.
@@ -95,6 +99,8 @@ func Run(ctx context.Context, inv *Inventory, opts Options) (Report, error) {
 			a.claim(o)
 		case *storagev1.StorageClass:
 			a.storageClass(o)
+		case *corev1.ConfigMap:
+			// Read by the pods that name it as their credentials; nothing of its own to judge.
 		}
 		if err != nil {
 			return Report{}, fmt.Errorf("%s (%s): %w", e.ref, e.source, err)
@@ -116,8 +122,8 @@ func (a *auditor) mutator(driver string) (*webhook.Mutator, error) {
 	if m := a.mutators[driver]; m != nil {
 		return m, nil
 	}
-	m, err := webhook.NewMutator(webhook.Config{SidecarImage: auditSidecarImage, DriverName: driver, Claims: a.inv,
-		SharedADC: a.opts.SharedADC, SharedFederated: a.opts.SharedFederated}, nativeVersions{}, a.log)
+	m, err := webhook.NewMutator(webhook.Config{SidecarImage: auditSidecarImage, DriverName: driver, Claims: a.inv, ConfigMaps: a.inv,
+		SharedADC: a.opts.SharedADC, SharedFederated: a.opts.SharedFederated, NodeFederated: a.opts.NodeFederated}, nativeVersions{}, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,11 @@ type Config struct {
 	// (on cgroup v2 with the kubelet's default, memory.oom.group), where past this one
 	// gcsfuse fails its own allocation and ends, its key alone (memoryVerdict).
 	GcsfuseMemoryLimit int64
+	// CredentialConfig is the pod's credential configuration (contract.EnvCredentialConfig,
+	// from the ConfigMap the pod names, checked by the webhook), and CredentialConfigMap
+	// that ConfigMap's name: every gcsfuse of the pod whose volume has no identity of its
+	// own (no key file from the node plugin) reads with it ("" none). Not in ModeShared.
+	CredentialConfig, CredentialConfigMap string
 	// TerminationLog receives the reason for a non-zero exit ("" to skip).
 	TerminationLog string
 	Log            *slog.Logger
@@ -144,6 +149,8 @@ func (cfg Config) Validate() error {
 		return errors.New("no gcsfuse binary")
 	case cfg.Grace < 0:
 		return fmt.Errorf("grace period %s is negative", cfg.Grace)
+	case cfg.CredentialConfig != "" && (!filepath.IsAbs(cfg.CredentialConfig) || cfg.Mode == contract.ModeShared):
+		return fmt.Errorf("credential configuration %q: want an absolute path, and not in the node's shared mounter", cfg.CredentialConfig)
 	case cfg.GcsfuseMemoryLimit != 0 && cfg.GcsfuseMemoryLimit < minGcsfuseMemoryLimit:
 		return fmt.Errorf("gcsfuse memory limit %d bytes: want 0 (none) or at least %d MiB (gcsfuse's own start-up)", cfg.GcsfuseMemoryLimit, minGcsfuseMemoryLimit>>20)
 	}

@@ -188,6 +188,10 @@ func TestNewValidates(t *testing.T) {
 		{func(c *Config) { c.GcsfusePath = "" }, "gcsfuse"},
 		{func(c *Config) { c.Grace = -time.Second }, "negative"},
 		{func(c *Config) { c.CacheDir = "cache" }, "cache"},
+		{func(c *Config) { c.CredentialConfig = "wif/credential-configuration.json" }, "credential configuration"},
+		{func(c *Config) {
+			c.CredentialConfig, c.Mode = "/etc/gcsfuse-csi/wif/credential-configuration.json", contract.ModeShared
+		}, "not in the node's shared mounter"},
 	} {
 		cfg := good
 		tt.mutate(&cfg)

@@ -129,16 +129,20 @@ func gcsfuseEnv(tempDir string, r *route) []string {
 // copy is kept as the volume's spare until gcsfuse is ready. On error the caller still owns
 // fuse and conn; on success the volume owns conn.
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
-	keyFile := ""
-	if v.KeyFile {
+	keyFile, identity := "", v.Identity
+	switch {
+	case v.KeyFile:
 		keyFile = podfiles.At(s.cfg.TmpDir).CredentialsConfigFile(v.VolumeName)
+	case s.cfg.CredentialConfig != "":
+		// No identity of its own: the pod's credential ConfigMap's, which the pod asked for.
+		keyFile, identity = s.cfg.CredentialConfig, "the pod's service account through credential ConfigMap "+s.cfg.CredentialConfigMap
 	}
 	rt, err := routeFor(v, s.cfg.TmpDir, s.cfg.SystemRoots)
 	if err != nil {
 		return nil, err
 	}
 	if v.Endpoint != "" {
-		err := checkBucket(ctx, rt, v.Endpoint, v.Bucket, keyFile, v.Identity)
+		err := checkBucket(ctx, rt, v.Endpoint, v.Bucket, keyFile, identity)
 		rt.close()
 		if err != nil {
 			return nil, err
@@ -187,7 +191,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		exited: make(chan struct{}), spare: fuse, keepSpare: s.cfg.Mode == contract.ModeShared,
 		metricsPort: metricsPort, scrub: rt.proxy.Scrub, memoryLimit: s.cfg.GcsfuseMemoryLimit}
 	vol.oomBase, vol.oomBaseOK = oomKills()
-	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", v.Identity,
+	log.Info("gcsfuse started", "pid", cmd.Process.Pid, "readOnly", v.ReadOnly, "flags", v.Flags, "identity", identity,
 		"proxy", rt.proxy, "caBundle", rt.bundle)
 
 	logsDone := make(chan struct{})

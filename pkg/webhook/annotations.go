@@ -25,6 +25,7 @@ var knownAnnotations = map[string]bool{
 	contract.AnnotationEphemeralStorageRequest: true,
 	contract.AnnotationEphemeralStorageLimit:   true,
 	contract.AnnotationInjected:                true,
+	contract.AnnotationCredentialConfigMap:     true,
 }
 
 // podOptions is what the user asked for through our annotations, validated.

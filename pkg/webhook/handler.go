@@ -24,12 +24,16 @@ const MaxBodyBytes = 3 << 20
 // list admissionReviewVersions: ["v1"].
 var admissionGV = admissionv1.SchemeGroupVersion
 
-// denied is a refusal whose Result carries an HTTP-level code: 400 for the user's mistakes,
-// 500 for ours.
+// denied is a refusal whose Result carries an HTTP-level code and the reason that goes with
+// it (apierrors.IsForbidden and the like read the reason): 400 for the user's mistakes, 403
+// for what the pod's namespace may not have, 500 for ours.
 func denied(uid types.UID, code int32, msg string) *admissionv1.AdmissionResponse {
 	reason := metav1.StatusReasonBadRequest
-	if code >= 500 {
+	switch {
+	case code >= 500:
 		reason = metav1.StatusReasonInternalError
+	case code == 403:
+		reason = metav1.StatusReasonForbidden
 	}
 	return &admissionv1.AdmissionResponse{
 		UID:     uid,

@@ -73,6 +73,7 @@ func onlyAddOnOptIn(driver string, raw map[string]string) bool {
 var incumbentAnnotations = map[string]bool{
 	"volumes": true, "cpu-limit": true, "cpu-request": true, "memory-limit": true, "memory-request": true,
 	"ephemeral-storage-limit": true, "ephemeral-storage-request": true,
+	"workload-identity-credential-configmap": true,
 }
 
 // withIncumbentAliases returns annotations with the GKE driver's known annotations added

@@ -56,6 +56,9 @@ type Config struct {
 	// that a pod using the driver through a claim gets the sidecar without the annotation;
 	// nil: only inline volumes are seen.
 	Claims VolumeClaims
+	// ConfigMaps reads the credential ConfigMap a pod names
+	// (contract.AnnotationCredentialConfigMap); nil: such a pod is refused.
+	ConfigMaps ConfigMaps
 	// DriverName is the CSI driver name the driver is installed under (one of
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
 	// Empty: contract.DriverName.
@@ -203,9 +206,6 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	if err := m.checkSharedIdentity(namespace, pod.Spec.Volumes, u); err != nil {
 		return decision{}, err
 	}
-	if err := m.checkHostNetworkIdentity(pod, u.sidecar); err != nil {
-		return decision{}, err
-	}
 	var found []string
 	switch {
 	case set && !opted:
@@ -224,6 +224,15 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return decision{warnings: append(append(u.notInjectedWarnings(m.cfg.DriverName), aliasWarnings...), ignoredAnnotationWarnings(ann)...)}, nil
 	}
 	if err := checkInlineVolumes(m.cfg.DriverName, pod.Spec.Volumes); err != nil {
+		return decision{}, err
+	}
+	// The pods that get a sidecar, or the shared mounter's mounts: what identity each
+	// volume reads as is theirs to check (an opted-out pod's volumes are not served).
+	if err := m.checkCredentialConfigMapUse(pod.Annotations, ann, u); err != nil {
+		return decision{}, err
+	}
+	hostNetworkWarnings, err := m.checkHostNetworkIdentity(pod, u.sidecar)
+	if err != nil {
 		return decision{}, err
 	}
 	// Every volume of the driver served by the node's shared mounter: no sidecar, unless
@@ -247,6 +256,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		return decision{}, badRequest("the pod has no containers")
 	}
 	warnings := append(append(u.injectedWarnings(m.cfg.DriverName, pod.Spec.InitContainers), aliasWarnings...), unknownAnnotationWarnings(ann)...)
+	warnings = append(warnings, hostNetworkWarnings...)
 	opts, err := parseOptions(ann, m.cfg.Resources)
 	if err != nil {
 		return decision{}, err
@@ -285,6 +295,15 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	}
 	newVolumes, vols := sidecarVolumes(pod, u.sidecar)
 	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
+	cred, err := m.credentialConfigMap(ctx, namespace, pod.Annotations, ann)
+	if err != nil {
+		return decision{}, err
+	}
+	if cred != nil {
+		if newVolumes, err = cred.apply(pod, newVolumes, &sidecar); err != nil {
+			return decision{}, err
+		}
+	}
 
 	ops := []patchOp{annotationOp(pod.Annotations, contract.AnnotationInjected, mode)}
 	// Removals first, at the original indices; the insertion index below is computed on
@@ -675,30 +694,49 @@ func wantsFileCache(ours driverVolumes) bool {
 	return false
 }
 
-// checkHostNetworkIdentity refuses a hostNetwork pod with a sidecar volume that sets the GKE
-// driver's hostNetworkPodKSA "true" and names no federation provider, where the node plugin
-// federates none (NodeFederated). The volume asks that the pod read as its own Kubernetes
-// service account, which this driver does through Workload Identity Federation; with
-// Application Default Credentials instead a hostNetwork pod's gcsfuse reaches the metadata
-// server as the node, and would read as the node's identity: a change of identity that the
-// manifest does not show, so it is refused, saying what to set. The pods that are not
-// hostNetwork read as themselves on GKE either way, and a shared volume is read by the
-// node's mounter, which is not hostNetwork (checkSharedIdentity).
-func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ours driverVolumes) error {
+// checkHostNetworkIdentity refuses a hostNetwork pod with an inline sidecar volume that sets
+// the GKE driver's hostNetworkPodKSA "true" and would read with Application Default
+// Credentials: no provider on the volume, no key Secret, and a node plugin that federates
+// none (NodeFederated, the webhook's --node-federated, which the chart sets with
+// node.wifProvider). The volume asks that the pod read as its own Kubernetes service
+// account, which this driver does through Workload Identity Federation; with Application
+// Default Credentials instead a hostNetwork pod's gcsfuse reaches the metadata server as the
+// node, and would read as the node's identity: a change of identity that the manifest does
+// not show, so it is refused, saying what to set. Such a volume through a claim is warned
+// of: its PersistentVolume's Secret is not known here, and the node plugin cannot tell a
+// hostNetwork pod. The pods that are not hostNetwork read as themselves on GKE either way,
+// and a shared volume is read by the node's mounter, which is not hostNetwork
+// (checkSharedIdentity).
+func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ours driverVolumes) ([]string, error) {
 	if !pod.Spec.HostNetwork || m.cfg.NodeFederated {
-		return nil
+		return nil, nil
 	}
+	inline := map[string]*corev1.CSIVolumeSource{}
+	for _, v := range pod.Spec.Volumes {
+		if v.CSI != nil {
+			inline[v.Name] = v.CSI
+		}
+	}
+	var warnings []string
 	for _, name := range slices.Sorted(maps.Keys(ours)) {
 		attrs := ours[name]
 		if v, _ := strconv.ParseBool(attrs["hostNetworkPodKSA"]); !v {
 			continue
 		}
-		if attrs[contract.AttrWorkloadIdentityProvider] != "" || attrs[contract.AttrGKEIdentityProvider] != "" {
+		src, isInline := inline[name]
+		hasKey := isInline && src.NodePublishSecretRef != nil
+		// A bad identity attribute is the node plugin's to refuse, with its message.
+		if c, err := credentials.Choose(credentials.Config{}, attrs, hasKey); err != nil || c.Kind != credentials.KindADC {
 			continue
 		}
-		return forbidden(fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation, and neither the volume nor the node plugin names a provider: with Application Default Credentials a hostNetwork pod's gcsfuse reads as the node; set %s (or identityProvider) on the volume, or the chart's node.wifProvider for every volume, or leave hostNetworkPodKSA out to read as the node knowingly", name, contract.AttrWorkloadIdentityProvider))
+		msg := fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation, and neither the volume nor the node plugin names a provider: with Application Default Credentials a hostNetwork pod's gcsfuse reads as the node; set %s (or identityProvider) on the volume, or the chart's node.wifProvider for every volume (which sets this webhook's --node-federated), or leave hostNetworkPodKSA out to read as the node knowingly", name, contract.AttrWorkloadIdentityProvider)
+		if !isInline {
+			warnings = append(warnings, msg+" (through a claim: admitted, as its PersistentVolume may bring a Secret)")
+			continue
+		}
+		return nil, forbidden(msg)
 	}
-	return nil
+	return warnings, nil
 }
 
 // sidecarMounts names the pod volumes the sidecar mounts as its buffer and cache ("" for no

@@ -1375,8 +1375,8 @@ func nativeSidecarIndex(t *testing.T, p *corev1.Pod) int {
 
 // A hostNetwork pod whose volume sets hostNetworkPodKSA "true" without a federation
 // provider would read as the node: refused (403), saying what to set; the same pod off the
-// host network, with a provider, with "false", or where the node plugin federates every
-// volume, is admitted.
+// host network, with a provider, with a key Secret, with "false", opted out of the sidecar,
+// or where the node plugin federates every volume, is admitted.
 func TestHostNetworkPodKSARefused(t *testing.T) {
 	const want = "hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account"
 	for _, tc := range []struct {
@@ -1390,10 +1390,18 @@ func TestHostNetworkPodKSARefused(t *testing.T) {
 		{"hostNetwork, a provider", true, map[string]string{"hostNetworkPodKSA": "true", "identityProvider": "https://container.googleapis.com/v1/projects/my-project/locations/us-central1/clusters/prod-1"}, false},
 		{"hostNetwork, false", true, map[string]string{"hostNetworkPodKSA": "false"}, false},
 		{"hostNetwork, the node plugin federates", true, map[string]string{"hostNetworkPodKSA": "true"}, false},
+		{"hostNetwork, a key Secret", true, map[string]string{"hostNetworkPodKSA": "true"}, false},
+		{"hostNetwork, opted out", true, map[string]string{"hostNetworkPodKSA": "true"}, false},
 	} {
 		pod := newPod(func(p *corev1.Pod) {
 			p.Spec.HostNetwork = tc.hostNetwork
 			p.Spec.Volumes = []corev1.Volume{gcsVolume("data", tc.attrs)}
+			if strings.Contains(tc.name, "Secret") {
+				p.Spec.Volumes[0].CSI.NodePublishSecretRef = &corev1.LocalObjectReference{Name: "key"}
+			}
+			if strings.Contains(tc.name, "opted out") {
+				p.Annotations[contract.AnnotationInject] = "false"
+			}
 		})
 		m := newMutator(t, modern)
 		m.cfg.NodeFederated = strings.Contains(tc.name, "federates")

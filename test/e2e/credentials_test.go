@@ -293,6 +293,7 @@ func TestCredentials(t *testing.T) {
 		t.Run("refresh-shared", func(t *testing.T) { testRefresh(t, true) })
 		t.Run("access-granted-later", testAccessGrantedLater)
 		t.Run("host-network-pod-ksa", testHostNetworkPodKSA)
+		t.Run("credential-configmap", testCredentialConfigMap)
 	})
 	checkNoSecrets(t)
 }
@@ -337,6 +338,63 @@ func testHostNetworkPodKSA(t *testing.T) {
 		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", name, p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
 	}
 	expectObject(t, bucket, "hostnet.bin", 4096)
+}
+
+// testCredentialConfigMap: a pod naming a credential ConfigMap with the GKE driver's
+// annotation (an external_account configuration, as create-cred-config writes it for the
+// emulator's pool) writes, through an inline volume and a claim alike, as its own service
+// account: the emulator's STS takes its projected token, and the buckets' policies allow
+// that account alone. Its gcsfuse reads the configuration the webhook checked. A pod naming
+// a ConfigMap that does not exist is refused (400), saying which and how to make it.
+func testCredentialConfigMap(t *testing.T) {
+	t.Parallel()
+	identity := createServiceAccount(t, "cm-app")
+	inline, claimed := newBucket(t), newBucket(t)
+	setPolicy(t, inline, identity)
+	setPolicy(t, claimed, identity)
+	conf, _ := json.Marshal(map[string]any{"type": "external_account", "audience": localProvider,
+		"subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": gcsURL + "/sts/v1/token",
+		"credential_source": map[string]any{"file": "/var/run/service-account/token", "format": map[string]string{"type": "text"}}})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-app-wif", Namespace: ns},
+		Data: map[string]string{"credential-configuration.json": string(conf)}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const annotation = "gke-gcsfuse/workload-identity-credential-configmap"
+	claim := staticClaim(t, claimed, true)
+	build := func(name, configMap string) *corev1.Pod {
+		p := podObject(name, podOpts{mode: credMode(), restart: corev1.RestartPolicyNever, serviceAccount: "cm-app",
+			volumes: []volume{{"inline", inline, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "inline.bin", "-bytes", "4096"},
+			extra: []corev1.Container{workloadContainer("claim-writer", []volume{{"claimed", claimed, "/claimed"}},
+				"write", "-dir", "/claimed", "-name", "claimed.bin", "-bytes", "4096")}})
+		p.Annotations[annotation] = configMap
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "claimed", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+		return p
+	}
+
+	_, err := cs.CoreV1().Pods(ns).Create(context.Background(), build(podName(t, "missing"), "no-such-config"), metav1.CreateOptions{})
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 400 || !strings.Contains(err.Error(), annotation+": ConfigMap no-such-config not found in namespace "+ns) {
+		t.Errorf("a pod naming a missing credential ConfigMap: %v, want a 400 denial naming it", err)
+	}
+
+	name := podName(t, "configmap")
+	if _, err := cs.CoreV1().Pods(ns).Create(context.Background(), build(name, cm.Name), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	pid := gcsfusePID(t, inline)
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if args := strings.Split(string(cmdline), "\x00"); !containsString(args, "--key-file=/etc/gcsfuse-csi/wif/credential-configuration.json") || containsString(args, "--anonymous-access") {
+		t.Errorf("gcsfuse args %q: want the credential ConfigMap's configuration as --key-file", args)
+	}
+	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	if p.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", name, p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
+	}
+	expectObject(t, inline, "inline.bin", 4096)
+	expectObject(t, claimed, "claimed.bin", 4096)
 }
 
 // testFederation: a pod's own service account reads and writes the bucket its policy

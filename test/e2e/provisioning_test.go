@@ -3,7 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
@@ -330,5 +335,90 @@ func TestProvisionerKilled(t *testing.T) {
 	t.Logf("3 claims made while the controller was killed bound %s after", time.Since(start).Round(time.Millisecond))
 	if got := objects(t, bucket); len(got) != 3 {
 		t.Fatalf("objects %v, want one directory per claim", names(got))
+	}
+}
+
+// TestProfileClasses: the chart's StorageClasses for gcsfuse's profiles (profileClasses),
+// rendered by the installed chart for a bucket of the test's and applied, each provision a
+// claim that a pod writes through; each pod's gcsfuse runs with its class's profile and a
+// file cache directory (the classes' fileCacheCapacity).
+func TestProfileClasses(t *testing.T) {
+	parallel(t)
+	if helmBin == "" {
+		t.Fatal("the driver was not installed with Helm (E2E_HELM): the chart renders the classes")
+	}
+	bucket := newBucket(t)
+	prefix := strings.TrimPrefix(ns, "gcsfuse-e2e-") + "-"
+	out, err := exec.Command(helmBin, "template", "gcsfuse-csi", helmChart, "--show-only", "templates/storage/profile-classes.yaml",
+		"--set", "profileClasses.bucket="+bucket, "--set", "profileClasses.namePrefix="+prefix,
+		"--set-string", "profileClasses.fileCacheCapacity=64Mi").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	profiles := map[string]string{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var sc storagev1.StorageClass
+		if err := yaml.Unmarshal([]byte(doc), &sc); err != nil {
+			t.Fatalf("a class the chart rendered: %v\n%s", err, doc)
+		}
+		if sc.Name == "" {
+			continue
+		}
+		if _, err := cs.StorageV1().StorageClasses().Create(context.Background(), &sc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create StorageClass %s: %v", sc.Name, err)
+		}
+		t.Cleanup(func() {
+			_ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+		})
+		profiles[sc.Name] = strings.TrimPrefix(sc.MountOptions[0], "profile:")
+	}
+	if len(profiles) != 3 {
+		t.Fatalf("the chart rendered the classes %v, want 3", profiles)
+	}
+	pods := map[string]string{} // pod -> class
+	for class := range profiles {
+		claim := podName(t, strings.TrimPrefix(class, prefix))
+		createClassClaim(t, claim, class)
+		p := podObject(claim, podOpts{restart: corev1.RestartPolicyNever,
+			args: []string{"write", "-dir", mountPath, "-name", "model.bin", "-bytes", "4096", "-then", "10s"}})
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: mountPath})
+		if _, err := cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create pod %s: %v", claim, err)
+		}
+		pods[claim] = class
+	}
+	// While they run: one gcsfuse per pod, each with its profile and a cache directory.
+	want := map[string]bool{}
+	for _, p := range profiles {
+		want[p] = true
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got := map[string]bool{}
+		for _, pid := range bucketGcsfuse(bucket) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			args := strings.Split(string(cmdline), "\x00")
+			for _, a := range args {
+				if p, ok := strings.CutPrefix(a, "--profile="); ok && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--cache-dir=") }) {
+					got[p] = true
+				}
+			}
+		}
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gcsfuse of the bucket with a profile and a cache directory: %v, want %v", got, want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for pod, class := range pods {
+		p := waitPod(t, pod, 120*time.Second, "terminal", terminal)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod %s of class %s: %s\n%s\n%s", pod, class, p.Status.Phase, describe(p), podEvents(pod))
+		}
+		expectObject(t, bucket, claimVolume(t, pod, time.Second)+"/model.bin", 4096)
 	}
 }

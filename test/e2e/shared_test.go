@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
@@ -27,9 +29,24 @@ import (
 // sharedPods is how many pods of one key the e2e runs on the node at once.
 const sharedPods = 50
 
-// sharedLinger is how long a shared gcsfuse outlives the last pod of its key: the chart's
-// mounter.linger, which the local cluster keeps.
-const sharedLinger = 60 * time.Second
+// sharedLinger is how long a shared gcsfuse outlives the last pod of its key: the node
+// plugin's --shared-linger (the chart's mounter.linger), read from its pod.
+func sharedLinger(t *testing.T) time.Duration {
+	t.Helper()
+	for _, c := range nodePluginPod(t).Spec.Containers {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--shared-linger="); ok {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					t.Fatalf("the node plugin's %s: %v", a, err)
+				}
+				return d
+			}
+		}
+	}
+	t.Fatal("the node plugin has no --shared-linger")
+	return 0
+}
 
 // sharedAttrs makes every volume of a pod shared.
 var sharedAttrs = map[string]string{contract.AttrMountMode: contract.MountModeShared}
@@ -261,6 +278,7 @@ func TestSharedMountMode(t *testing.T) {
 // gets its own. Serial: it restarts the node plugin, and counts the node plugin's shared-mount
 // series.
 func TestSharedNodePluginRestart(t *testing.T) {
+	needRoot(t) // reads every process's mount namespace
 	bucket := newBucket(t)
 	vols := []volume{{name: "data", bucket: bucket, path: mountPath}}
 	var names []string
@@ -325,6 +343,20 @@ func TestSharedNodePluginRestart(t *testing.T) {
 	if pids := bucketGcsfuse(bucket); len(pids) != 2 {
 		t.Fatalf("%d gcsfuse processes after a pod of another service account (%v), want 2", len(pids), pids)
 	}
+	// The keys' mount points on the host, which the node plugin removes with the mounts.
+	var points []string
+	if hostMounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Source != bucket, false }); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, m := range hostMounts {
+			if strings.Contains(m.Mountpoint, "/shared/mnt/") {
+				points = append(points, m.Mountpoint)
+			}
+		}
+	}
+	if len(points) != 2 {
+		t.Fatalf("the host's shared mount points of the bucket: %q, want the two keys'", points)
+	}
 	for _, n := range append(names, other) {
 		if err := cs.CoreV1().Pods(ns).Delete(context.Background(), n, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 			t.Fatal(err)
@@ -337,15 +369,26 @@ func TestSharedNodePluginRestart(t *testing.T) {
 	// takes away when the key is unmounted. Without it the copy kept the dead mount, its
 	// mount point could not be removed, and neither could the shared directory on
 	// uninstall.
+	linger := sharedLinger(t)
 	deleted := time.Now()
-	deadline = deleted.Add(sharedLinger + 60*time.Second)
+	deadline = deleted.Add(linger + 60*time.Second)
 	for {
-		left, procs := testenv.MountsOfSource(bucket), bucketGcsfuse(bucket)
-		if len(left) == 0 && len(procs) == 0 {
+		left, err := testenv.MountsOfSource(bucket)
+		if err != nil {
+			t.Fatalf("mounts of the bucket in every mount namespace: %v", err)
+		}
+		procs := bucketGcsfuse(bucket)
+		gone := 0
+		for _, p := range points {
+			if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+				gone++
+			}
+		}
+		if len(left) == 0 && len(procs) == 0 && gone == len(points) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s after the last pod of the keys was deleted: mounts of the bucket left %q, gcsfuse %v", time.Since(deleted).Round(time.Second), left, procs)
+			t.Fatalf("%s after the last pod of the keys was deleted: mounts of the bucket left %q, gcsfuse %v, %d of the mount points %q removed", time.Since(deleted).Round(time.Second), left, procs, gone, points)
 		}
 		time.Sleep(time.Second)
 	}

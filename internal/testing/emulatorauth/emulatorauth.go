@@ -403,6 +403,14 @@ func (l *Layer) serveSTS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	user, err := l.cfg.Reviewer.Review(ctx, subject, l.cfg.TokenAudience)
 	if err != nil {
+		// As a pool provider with no allowed audiences of its own does, Google's STS also
+		// takes a token for the provider's default audience, "https:" and its name (what
+		// a credential ConfigMap's projected token carries).
+		if u, derr := l.cfg.Reviewer.Review(ctx, subject, "https:"+l.cfg.Provider); derr == nil {
+			user, err = u, nil
+		}
+	}
+	if err != nil {
 		l.cfg.Log.Warn("subject token refused", "err", err)
 		oauthError(w, http.StatusBadRequest, "invalid_grant", "the Kubernetes API server did not accept the subject token for audience "+
 			l.cfg.TokenAudience+": "+err.Error())

@@ -5,9 +5,13 @@
 package procs
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/moby/sys/mountinfo"
 )
@@ -35,27 +39,50 @@ func PIDs(match func(args []string) bool) []int {
 // MountsOfSource lists, in every mount namespace of this host (one process of each read),
 // the mounts whose source is source, as "<mount point> (pid <pid> <comm>)". A mount left in
 // one container's namespace after the host's is gone (a copy a recursive bind made, which
-// no unmount reaches) is invisible in /proc/self/mountinfo: this is how tests see it.
-func MountsOfSource(source string) []string {
+// no unmount reaches) is invisible in /proc/self/mountinfo: this is how tests see it. A
+// namespace that cannot be read (not root) is an error, never a namespace without mounts;
+// a process that ended meanwhile is skipped, and so is an init that refuses root.
+func MountsOfSource(source string) ([]string, error) {
 	var out []string
+	var unreadable []string
 	seen := map[string]bool{}
-	entries, _ := os.ReadDir("/proc")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt")
-		if err != nil || seen[ns] {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		if e.Name() == "1" && errors.Is(err, fs.ErrPermission) {
+			// Some machines' init refuses even root (a sandbox's); the driver's mounts are
+			// never made in its namespace, which, if the host's, is read through any other
+			// process of it.
+			continue
+		}
+		if err != nil {
+			unreadable = append(unreadable, e.Name()+": "+err.Error())
+			continue
+		}
+		if seen[ns] {
 			continue
 		}
 		f, err := os.Open("/proc/" + e.Name() + "/mountinfo")
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue
+		}
 		if err != nil {
+			unreadable = append(unreadable, e.Name()+": "+err.Error())
 			continue
 		}
 		mounts, err := mountinfo.GetMountsFromReader(f, func(m *mountinfo.Info) (bool, bool) { return m.Source != source, false })
 		f.Close()
 		if err != nil {
-			continue
+			continue // the process ended while it was read
 		}
 		seen[ns] = true
 		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
@@ -63,5 +90,8 @@ func MountsOfSource(source string) []string {
 			out = append(out, m.Mountpoint+" (pid "+e.Name()+" "+strings.TrimSpace(string(comm))+")")
 		}
 	}
-	return out
+	if len(unreadable) > 0 {
+		return out, fmt.Errorf("%d processes' mount namespaces not readable (run as root), e.g. %s", len(unreadable), unreadable[0])
+	}
+	return out, nil
 }

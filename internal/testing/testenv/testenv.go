@@ -558,7 +558,7 @@ func GcsfusePIDs(match func(args []string) bool) []int {
 func ProcessPIDs(match func(args []string) bool) []int { return procs.PIDs(match) }
 
 // MountsOfSource lists the mounts of source in every mount namespace of this host.
-func MountsOfSource(source string) []string { return procs.MountsOfSource(source) }
+func MountsOfSource(source string) ([]string, error) { return procs.MountsOfSource(source) }
 
 // WaitReady waits until a stat through the target succeeds, at most d.
 func WaitReady(target string, d time.Duration) (time.Duration, error) {

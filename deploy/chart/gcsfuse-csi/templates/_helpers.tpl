@@ -42,8 +42,10 @@ namespaceSelector:
 
 {{/*
 gcsfuse-csi.nodeFederated: "true" when the node plugin federates every volume without an
-identity of its own (node.wifProvider, or --wif-provider=VALUE among node.extraArgs), so
-that the webhook warns no hostNetwork pod that it reads as the node; "" otherwise.
+identity of its own (node.wifProvider, or --wif-provider=VALUE among node.extraArgs, whose
+schema takes only flags, so never the value apart), so that the webhook (--node-federated) refuses no hostNetwork pod
+as one that would read as the node, and refuses a credential ConfigMap that gcsfuse would
+not use; "" otherwise.
 */}}
 {{- define "gcsfuse-csi.nodeFederated" -}}
 {{- $federated := ne (.Values.node.wifProvider | default "") "" -}}
