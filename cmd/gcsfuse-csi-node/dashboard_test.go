@@ -7,25 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/runtimewatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
 // The Grafana dashboard queries only metrics that exist (a rename breaks this test, not a
 // panel at 3 a.m.), and docs/metrics.md describes each of its panels.
 func TestDashboardUsesExistingMetricsAndIsDocumented(t *testing.T) {
-	known := map[string]bool{
-		podwatch.MetricPodsDone: true, podwatch.MetricSidecarFailures: true, podwatch.MetricExitLatency: true,
-		podwatch.MetricRuntimeFollows: true, podwatch.MetricRuntimeFollow: true, podwatch.MetricWatchSynced: true,
-		podwatch.MetricWatchErrors: true, podwatch.MetricPodsTracked: true,
-		runtimewatch.MetricSource: true, runtimewatch.MetricEvents: true, runtimewatch.MetricRelists: true, runtimewatch.MetricErrors: true,
-		csidriver.MetricVolumeReady: true, csidriver.MetricVolumeFailures: true, csidriver.MetricCallSeconds: true,
-		csidriver.MetricVolumesPublished: true,
-		podmetrics.MetricErrors:          true, podmetrics.MetricScrapeSeconds: true,
-		"process_resident_memory_bytes": true, "process_cpu_seconds_total": true,
+	// The catalog of the node plugin's own families, gcsfuse's it re-exports, and the
+	// process collector's.
+	known := map[string]bool{"process_resident_memory_bytes": true, "process_cpu_seconds_total": true}
+	for _, f := range metricscatalog.All {
+		known[f.Name] = true
 	}
 	for name := range gcsfusemetrics.Families {
 		known[name] = true

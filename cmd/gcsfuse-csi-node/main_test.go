@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
 // childEnv makes the test binary run the node plugin's run() instead of the tests, so a test
@@ -150,10 +150,10 @@ current-context: down
 	// The reflector retries with a backoff of about a second: a second failed list shows
 	// that the watch goes on past the sync timeout.
 	c.waitFor(t, "a second failed pod list", func() bool {
-		return metricValue(metrics(metricsAddr), podwatch.MetricWatchErrors+`{op="list"}`) >= 2
+		return metricValue(metrics(metricsAddr), metricscatalog.WatchErrors.Name+`{op="list"}`) >= 2
 	})
 	c.requireAlive(t, "while the API server was unreachable")
-	if m := metrics(metricsAddr); metricValue(m, podwatch.MetricWatchSynced) != 0 {
+	if m := metrics(metricsAddr); metricValue(m, metricscatalog.WatchSynced.Name) != 0 {
 		t.Errorf("metrics do not show the pod watch out of sync:\n%s", m)
 	}
 

@@ -50,7 +50,10 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
 
@@ -91,7 +94,7 @@ func generate(root string) ([]byte, error) {
 	g.p("# Reference")
 	g.p("")
 	g.p("Every volume attribute, StorageClass parameter, pod annotation, mount option and chart value")
-	g.p("the driver reads. Generated from the code by `" + command + "`; do not edit.")
+	g.p("the driver reads, and every metric family it serves. Generated from the code by `" + command + "`; do not edit.")
 	g.p("`go test ./hack/reference` fails when this file differs from what the code says. Each")
 	g.p("example's result is the code's own answer to it.")
 	g.p("")
@@ -100,7 +103,8 @@ func generate(root string) ([]byte, error) {
 	g.p("- [Pod annotations](#pod-annotations)")
 	g.p("- [Mount options](#mount-options)")
 	g.p("- [Chart values](#chart-values)")
-	for _, section := range []func() error{g.attributes, g.classParams, g.annotations, g.mountOptions, g.chartValues} {
+	g.p("- [Metrics](#metrics)")
+	for _, section := range []func() error{g.attributes, g.classParams, g.annotations, g.mountOptions, g.chartValues, g.metrics} {
 		if err := section(); err != nil {
 			return nil, err
 		}
@@ -1458,4 +1462,49 @@ func md(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// metrics lists the node plugin's own families (pkg/metricscatalog, the one declaration the
+// collectors are built from) and gcsfuse's it re-exports per volume (gcsfusemetrics.Families).
+func (g *gen) metrics() error {
+	g.p("")
+	g.p("## Metrics")
+	g.p("")
+	g.p("What the node plugin serves on `--metrics-addr` (the chart's `node.metricsPort`), besides")
+	g.p("`process_*` and `go_*` ([metrics](metrics.md) says how to scrape it and what the dashboard")
+	g.p("shows). Its own families, from `pkg/metricscatalog`:")
+	g.p("")
+	g.header("family", "type", "labels", "served by", "what")
+	if len(metricscatalog.All) == 0 {
+		return errors.New("metricscatalog.All is empty")
+	}
+	for _, f := range metricscatalog.All {
+		what := f.Help
+		if f.Kind == metricscatalog.Histogram {
+			what += fmt.Sprintf(" Buckets: %v.", f.Buckets)
+		}
+		g.row(code(f.Name), string(f.Kind), codes(f.Labels), f.Exporter, md(what))
+	}
+	g.p("")
+	g.p("Every volume's gcsfuse, collected from its sidecar (or the node's mounter) at each scrape,")
+	g.p("with the labels `" + podmetrics.LabelNamespace + "`, `" + podmetrics.LabelPod + "`, `" + gcsfusemetrics.LabelVolume + "` and `" + gcsfusemetrics.LabelBucket + "` added (`pkg/gcsfusemetrics`):")
+	g.p("")
+	g.header("family", "type", "gcsfuse's labels kept", "what")
+	for _, name := range slices.Sorted(maps.Keys(gcsfusemetrics.Families)) {
+		f := gcsfusemetrics.Families[name]
+		g.row(code(name), strings.ToLower(f.Type.String()), codes(f.Labels), md(f.Help))
+	}
+	g.p("")
+	g.p("The controller serves the provisioning library's `controller_persistentvolumeclaim_provision_*`")
+	g.p("and `controller_persistentvolume_delete_*` families on its `--metrics-addr`.")
+	return nil
+}
+
+// codes is a list of names as code, "" for none.
+func codes(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = code(n)
+	}
+	return strings.Join(out, ", ")
 }

@@ -76,8 +76,8 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/promrun"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/quantile"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -1478,9 +1478,9 @@ func (s *scale) measure(ctx context.Context, np nodePlugin, fn func() error) (me
 		return m, err
 	}
 	m.promRSS, m.promCPU, m.promErr = s.promFigures(ctx, m.start)
-	m.readyP99 = histogramP99(before, after, csidriver.MetricVolumeReady, nil)
+	m.readyP99 = histogramP99(before, after, metricscatalog.VolumeReady.Name, nil)
 	m.apiAdmissionP99 = apiServerAdmissionP99(ctx, s.cs, apiBefore)
-	m.volumeFailures = sumMetric(after, csidriver.MetricVolumeFailures) - sumMetric(before, csidriver.MetricVolumeFailures)
+	m.volumeFailures = sumMetric(after, metricscatalog.VolumeFailures.Name) - sumMetric(before, metricscatalog.VolumeFailures.Name)
 	return m, nil
 }
 
@@ -1927,7 +1927,7 @@ func printFigures(w io.Writer, runs []pairedRun, soak *soakResult) {
 		fmt.Fprintf(w, "| %s: pods Succeeded, volumes / twin | %d/%d / %d/%d |\n", name, len(r.vol.pods), r.vol.n, len(r.twin.pods), r.twin.n)
 		fmt.Fprintf(w, "| %s: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", name, r.vol.objects.ok, r.vol.objects.want)
 		fmt.Fprintf(w, "| %s: admission p99, the API server's histogram of the webhook call (bucket bound) | %s |\n", name, r.vol.m.apiAdmissionP99)
-		fmt.Fprintf(w, "| %s: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", name, csidriver.MetricVolumeReady, r.vol.m.readyP99)
+		fmt.Fprintf(w, "| %s: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", name, metricscatalog.VolumeReady.Name, r.vol.m.readyP99)
 		fmt.Fprintf(w, "| %s: volume failures (node plugin counter) | %.0f |\n", name, r.vol.m.volumeFailures)
 		fmt.Fprintf(w, "| %s: node plugin peak RSS (%s samples), volumes / twin; VmHWM since its start | %.1f / %.1f MiB; %.1f MiB |\n", name, sampleEvery, r.vol.m.peaks.nodeRSS, r.twin.m.peaks.nodeRSS, r.vol.m.hwm)
 		fmt.Fprintf(w, "| %s: node plugin CPU, volumes | %s |\n", name, perPod(r.vol.m, r.vol.n))
@@ -1942,7 +1942,7 @@ func printFigures(w io.Writer, runs []pairedRun, soak *soakResult) {
 		fmt.Fprintf(w, "| soak: objects in the emulator with their bytes (size, MD5) | %d/%d |\n", soak.objects.ok, soak.objects.want)
 		fmt.Fprintf(w, "| soak: Jobs per minute | %.1f (%d in %s) |\n", soak.perMinute(), len(soak.took), soak.elapsed.Round(time.Second))
 		fmt.Fprintf(w, "| soak: admission p99, the API server's histogram (bucket bound) | %s |\n", soak.m.apiAdmissionP99)
-		fmt.Fprintf(w, "| soak: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", csidriver.MetricVolumeReady, soak.m.readyP99)
+		fmt.Fprintf(w, "| soak: NodePublishVolume -> serving p99, %s (bucket bound) | %s |\n", metricscatalog.VolumeReady.Name, soak.m.readyP99)
 		fmt.Fprintf(w, "| soak: volume failures (node plugin counter) | %.0f |\n", soak.m.volumeFailures)
 		fmt.Fprintf(w, "| soak: node plugin peak RSS (%s samples); VmHWM since its start | %.1f MiB; %.1f MiB |\n", sampleEvery, soak.m.peaks.nodeRSS, soak.m.hwm)
 		fmt.Fprintf(w, "| soak: node plugin CPU | %.2f s, %.1f ms per Job |\n", soak.m.cpu, 1000*soak.m.cpu/float64(max(1, len(soak.took))))
@@ -2128,9 +2128,10 @@ const (
 	leakPodDirs    = "pod directories (<kubelet>/pods)"
 	leakGoroutines = "node plugin goroutines (go_goroutines)"
 	leakFDs        = "node plugin open fds (/proc/<pid>/fd)"
-	leakPublished  = "node plugin published volumes (" + csidriver.MetricVolumesPublished + ")"
 	leakInotify    = "inotify instances, uid " // + the uid: inotifyKind
 )
+
+var leakPublished = "node plugin published volumes (" + metricscatalog.VolumesPublished.Name + ")"
 
 // inotifyKind is the leak kind of uid's inotify instances (uid 65534: the sidecars' and
 // their gcsfuse's, contract.SidecarUID).
@@ -2167,7 +2168,7 @@ func (s *scale) snapshot(ctx context.Context, np nodePlugin) (snapshot, error) {
 		return sn, err
 	}
 	sn.counts[leakGoroutines] = int(sumMetric(mfs, "go_goroutines"))
-	sn.counts[leakPublished] = int(sumMetric(mfs, csidriver.MetricVolumesPublished))
+	sn.counts[leakPublished] = int(sumMetric(mfs, metricscatalog.VolumesPublished.Name))
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return sn, err

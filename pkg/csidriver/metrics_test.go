@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
 // Node calls are timed by method and code, sidecar reports become ready samples and failure
@@ -58,8 +59,8 @@ func TestMetricsRecordCallsAndStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == MetricVolumesPublished && mf.Metric[0].GetGauge().GetValue() != 1 {
-			t.Errorf("%s = %v, want 1", MetricVolumesPublished, mf.Metric[0].GetGauge().GetValue())
+		if mf.GetName() == metricscatalog.VolumesPublished.Name && mf.Metric[0].GetGauge().GetValue() != 1 {
+			t.Errorf("%s = %v, want 1", metricscatalog.VolumesPublished.Name, mf.Metric[0].GetGauge().GetValue())
 		}
 	}
 }

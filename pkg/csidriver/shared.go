@@ -19,6 +19,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
@@ -688,18 +689,13 @@ func sharedRefusal(volume string) error {
 		volume, contract.AttrMountMode, contract.MountModeShared, contract.AttrMountMode)
 }
 
-// MetricSharedMountPods is 1 for every pod volume bound to a shared mount, labelled with
-// the sharing key: the mounter's gcsfuse series carry the key as their volume label, so a
-// join on it gives each pod's share.
-const MetricSharedMountPods = "gcsfuse_csi_shared_mount_pods"
-
-var sharedMountPodsDesc = prometheus.NewDesc(MetricSharedMountPods,
-	"1 for each pod volume bound to a shared mount (mountMode: shared), by sharing key; the mounter's gcsfuse series carry the key as volume.",
-	[]string{"key", "namespace", "pod", "volume"}, nil)
+// sharedMountPodsDesc is metricscatalog.SharedMountPods: 1 for every pod volume bound to a
+// shared mount, labelled with the sharing key.
+var sharedMountPodsDesc = metricscatalog.SharedMountPods.NewDesc()
 
 // SharedMetrics is the shared mounts' view for metrics: the mounter's metrics source (its
 // directory and the keys it serves, for pkg/podmetrics; ok false without the shared mode)
-// and a collector of MetricSharedMountPods.
+// and a collector of metricscatalog.SharedMountPods.
 func (s *NodeServer) SharedMetrics() (dir string, keys func() []string, users prometheus.Collector, ok bool) {
 	if s.shared == nil {
 		return "", nil, nil, false

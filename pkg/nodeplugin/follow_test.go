@@ -25,6 +25,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
@@ -166,7 +167,7 @@ func (e *env) follows() (total float64, byResult map[string]float64) {
 		e.t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != podwatch.MetricRuntimeFollows {
+		if mf.GetName() != metricscatalog.RuntimeFollows.Name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

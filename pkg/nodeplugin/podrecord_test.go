@@ -16,6 +16,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
@@ -100,14 +101,14 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 	if n := events.count(contract.EventSidecarFailed); n != 2 {
 		t.Errorf("%s recorded %d times for two failed runs, want 2", contract.EventSidecarFailed, n)
 	}
-	if v := gather(t, reg, podwatch.MetricPodsDone, map[string]string{"rule": string(decision.Rule)}); v != 1 {
-		t.Errorf("%s = %v, want 1", podwatch.MetricPodsDone, v)
+	if v := gather(t, reg, metricscatalog.PodsDone.Name, map[string]string{"rule": string(decision.Rule)}); v != 1 {
+		t.Errorf("%s = %v, want 1", metricscatalog.PodsDone.Name, v)
 	}
-	if v := gather(t, reg, podwatch.MetricSidecarFailures, nil); v != 2 {
-		t.Errorf("%s = %v, want 2", podwatch.MetricSidecarFailures, v)
+	if v := gather(t, reg, metricscatalog.SidecarFailures.Name, nil); v != 2 {
+		t.Errorf("%s = %v, want 2", metricscatalog.SidecarFailures.Name, v)
 	}
-	if v := gather(t, reg, podwatch.MetricExitLatency, nil); v != 1 {
-		t.Errorf("%s observed %v times, want 1", podwatch.MetricExitLatency, v)
+	if v := gather(t, reg, metricscatalog.ExitLatency.Name, nil); v != 1 {
+		t.Errorf("%s observed %v times, want 1", metricscatalog.ExitLatency.Name, v)
 	}
 
 	deleted := func(grace int64) *corev1.Pod {

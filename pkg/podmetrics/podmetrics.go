@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
@@ -40,7 +41,7 @@ const (
 	// DefaultScrapeBudget bounds a whole collection, whatever the pods do: the pods' series
 	// share the node plugin's /metrics with its own, and any container that mounts the
 	// pod's gcsfuse-tmp volume can make its metrics socket accept and never answer. Past it
-	// the pods not read yet are left out of that scrape (MetricSlowPods), so /metrics
+	// the pods not read yet are left out of that scrape (metricscatalog.PodMetricsSlow), so /metrics
 	// answers within about a second and the node plugin's own series never vanish behind a
 	// scrape timeout.
 	DefaultScrapeBudget = 900 * time.Millisecond
@@ -49,13 +50,6 @@ const (
 	// Labels added to every series.
 	LabelNamespace = "namespace"
 	LabelPod       = "pod"
-	// MetricErrors counts pods whose metrics could not be read, by reason.
-	MetricErrors = "gcsfuse_csi_pod_metrics_errors_total"
-	// MetricScrapeSeconds is how long the last collection of every pod's metrics took.
-	MetricScrapeSeconds = "gcsfuse_csi_pod_metrics_collect_seconds"
-	// MetricSlowPods is how many pods the last collection left out for want of time: their
-	// socket did not answer within the scrape budget, or it was spent before their turn.
-	MetricSlowPods = "gcsfuse_csi_pod_metrics_slow_pods"
 )
 
 // Pod is a pod whose sidecar may serve metrics, and the volume names it may report.
@@ -137,18 +131,9 @@ func New(cfg Config, reg prometheus.Registerer) (*Collector, error) {
 		cfg.Log = slog.Default()
 	}
 	c := &Collector{cfg: cfg,
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricErrors,
-			Help: "Pods whose sidecar metrics socket could not be read at a scrape, by reason (dial, read, parse).",
-		}, []string{"reason"}),
-		seconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricScrapeSeconds,
-			Help: "Time the last collection of every pod's gcsfuse metrics took.",
-		}),
-		slow: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricSlowPods,
-			Help: "Pods the last collection left out because their sidecar's metrics socket did not answer within the scrape budget, or the budget was spent before their turn.",
-		}),
+		errors:  metricscatalog.PodMetricsErrors.NewCounterVec(),
+		seconds: metricscatalog.PodMetricsSeconds.NewGauge(),
+		slow:    metricscatalog.PodMetricsSlow.NewGauge(),
 	}
 	for _, col := range []prometheus.Collector{c.errors, c.seconds, c.slow} {
 		if err := reg.Register(col); err != nil {
@@ -216,7 +201,7 @@ func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 type readOutcome int
 
 const (
-	read       readOutcome = iota // read, or failed for a reason of its own (counted in MetricErrors)
+	read       readOutcome = iota // read, or failed for a reason of its own (counted in metricscatalog.PodMetricsErrors.Name)
 	hung                          // its socket did not answer within PodTimeout or the budget
 	notReached                    // the budget ran out before its turn
 )

@@ -7,47 +7,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
-// Metric names, exported so dashboards, alerts and tests spell them once.
-const (
-	MetricPodsDone        = "gcsfuse_csi_pods_done_total"
-	MetricSidecarFailures = "gcsfuse_csi_sidecar_failures_total"
-	MetricExitLatency     = "gcsfuse_csi_workload_done_to_sidecar_exit_seconds"
-	MetricRuntimeFollows  = "gcsfuse_csi_runtime_follows_total"
-	MetricRuntimeFollow   = "gcsfuse_csi_runtime_follow_seconds"
-	// MetricWatchSynced is 1 while the pod watch is in step with the API server: its cache
-	// has synced and its latest list or watch request succeeded. 0 means pods that finish
-	// now are only acted on once the API answers again (CSI calls are not affected).
-	MetricWatchSynced = "gcsfuse_csi_pod_watch_synced"
-	// MetricWatchErrors counts failed list and watch requests of the pod watch, by op.
-	MetricWatchErrors = "gcsfuse_csi_pod_watch_errors_total"
-	// MetricPodsTracked is the number of this node's pods that use the driver, in the pod
-	// watch's cache.
-	MetricPodsTracked = "gcsfuse_csi_pods_tracked"
-)
-
-// The values of MetricWatchErrors' op label.
+// The values of metricscatalog.WatchErrors' op label.
 const (
 	opList  = "list"
 	opWatch = "watch"
 )
 
-// RegisterPodsTracked exports MetricPodsTracked on reg, read from count at each scrape.
+// RegisterPodsTracked exports metricscatalog.PodsTracked on reg, read from count at each
+// scrape.
 func RegisterPodsTracked(reg prometheus.Registerer, count func() int) error {
-	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: MetricPodsTracked,
-		Help: "Pods of this node that use the driver, in the pod watch's cache.",
-	}, func() float64 { return float64(count()) }))
+	return reg.Register(metricscatalog.PodsTracked.NewGaugeFunc(func() float64 { return float64(count()) }))
 }
-
-// FollowBuckets spans 100 ms to 10 min: a follow ends one or two runtime polls after the
-// containers exit, or at the pod's grace period plus a margin when they never do.
-var FollowBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
-
-// ExitLatencyBuckets spans 10 ms to 60 s: an exit driven by the node plugin should take well
-// under a second, while one that waits for the kubelet's grace period shows up in the tail.
-var ExitLatencyBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // Metrics are the node plugin's lifecycle metrics. A nil *Metrics is valid and records
 // nothing, so callers need no nil checks.
@@ -66,36 +39,13 @@ type Metrics struct {
 // registered there.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		podsDone: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricPodsDone,
-			Help: "Pods whose workload was found done, so their sidecar was told to exit, by deciding rule.",
-		}, []string{"rule"}),
-		sidecarFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricSidecarFailures,
-			Help: "Pods whose gcsfuse sidecar exited with a non-zero code.",
-		}),
-		exitLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricExitLatency,
-			Help:    "Time from the last workload container's exit to the sidecar's exit, by sidecar mode.",
-			Buckets: ExitLatencyBuckets,
-		}, []string{"mode"}),
-		watchSynced: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricWatchSynced,
-			Help: "1 while the pod watch is in step with the API server (cache synced, latest list or watch request succeeded), else 0.",
-		}),
-		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricWatchErrors,
-			Help: "Failed list and watch requests of the pod watch, by op (list, watch); the watch retries them with backoff.",
-		}, []string{"op"}),
-		follows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricRuntimeFollows,
-			Help: "Pods followed in the container runtime until the containers that use their mounts exited, by trigger and result (released, deadline, stopped).",
-		}, []string{"why", "result"}),
-		followSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricRuntimeFollow,
-			Help:    "Time a pod was followed in the container runtime, by result.",
-			Buckets: FollowBuckets,
-		}, []string{"result"}),
+		podsDone:        metricscatalog.PodsDone.NewCounterVec(),
+		sidecarFailures: metricscatalog.SidecarFailures.NewCounter(),
+		exitLatency:     metricscatalog.ExitLatency.NewHistogramVec(),
+		watchSynced:     metricscatalog.WatchSynced.NewGauge(),
+		watchErrors:     metricscatalog.WatchErrors.NewCounterVec(),
+		follows:         metricscatalog.RuntimeFollows.NewCounterVec(),
+		followSeconds:   metricscatalog.RuntimeFollow.NewHistogramVec(),
 	}
 	for _, c := range []prometheus.Collector{m.podsDone, m.sidecarFailures, m.exitLatency, m.follows, m.followSeconds, m.watchSynced, m.watchErrors} {
 		if err := reg.Register(c); err != nil {

@@ -187,7 +187,7 @@ func New(client kubernetes.Interface, nodeName string, handler Handler, opts ...
 // Run watches pods until ctx is done. It does not give up when the API server cannot be
 // reached: the informer retries with backoff, Run logs a warning once the sync timeout has
 // passed without a first list and logs again when the cache syncs, and the watch's health is
-// exported (MetricWatchSynced, MetricWatchErrors). When the API server comes back the
+// exported (metricscatalog.WatchSynced, metricscatalog.WatchErrors). When the API server comes back the
 // informer lists again, so pods that became done meanwhile are evaluated then.
 //
 // Run returns nil after a clean stop, and an error if the handler or the informer have not
@@ -361,7 +361,7 @@ func (w *Watcher) listWatch(selector string, health *watchHealth) *cache.ListWat
 }
 
 // watchHealth tracks whether the pod watch is in step with the API server, for the
-// MetricWatchSynced gauge and for one log line per change (not one per failed request: the
+// metricscatalog.WatchSynced gauge and for one log line per change (not one per failed request: the
 // reflector retries every second or so during an outage).
 type watchHealth struct {
 	metrics *Metrics

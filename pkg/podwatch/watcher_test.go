@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"io"
 	"log/slog"
 	"reflect"
@@ -356,7 +357,7 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func errorCount(reg *prometheus.Registry, op string) float64 {
 	families, _ := reg.Gather()
 	for _, f := range families {
-		if f.GetName() != MetricWatchErrors {
+		if f.GetName() != metricscatalog.WatchErrors.Name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -429,8 +430,8 @@ func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
 	// that the watch goes on retrying past the sync timeout.
 	waitUntil(t, "a second failed list", func() bool { return errorCount(reg, "list") >= 2 })
 	requireRunning(t, errCh, "while the API server was down")
-	if g := gaugeValue(t, reg, MetricWatchSynced); g != 0 {
-		t.Errorf("%s = %v while the API server is down, want 0", MetricWatchSynced, g)
+	if g := gaugeValue(t, reg, metricscatalog.WatchSynced.Name); g != 0 {
+		t.Errorf("%s = %v while the API server is down, want 0", metricscatalog.WatchSynced.Name, g)
 	}
 	if calls := h.all(); len(calls) != 0 {
 		t.Fatalf("handler called before the pods could be listed: %s", describe(calls))
@@ -439,8 +440,8 @@ func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
 	apiUp.Store(true)
 	h.waitFor(t, "done", "job", "uid-1")
 	waitUntil(t, "the synced log line", func() bool { return strings.Contains(logs.String(), "pod cache synced") })
-	if g := gaugeValue(t, reg, MetricWatchSynced); g != 1 {
-		t.Errorf("%s = %v once synced, want 1", MetricWatchSynced, g)
+	if g := gaugeValue(t, reg, metricscatalog.WatchSynced.Name); g != 1 {
+		t.Errorf("%s = %v once synced, want 1", metricscatalog.WatchSynced.Name, g)
 	}
 	requireCleanStop(t, errCh, cancel)
 }
@@ -488,14 +489,14 @@ func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
 	errCh, cancel := runInBackground(w)
 	defer cancel()
 	waitUntil(t, "the watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
-	waitUntil(t, "the synced gauge", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 1 })
+	waitUntil(t, "the synced gauge", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
 
 	// The API server goes away: its watch connection ends, and it answers nothing.
 	apiUp.Store(false)
 	mu.Lock()
 	current.Stop()
 	mu.Unlock()
-	waitUntil(t, "the outage to show", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 0 })
+	waitUntil(t, "the outage to show", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 0 })
 	done := setState(jobPod("job", "uid-1", node), "main", exited(0, ""))
 	if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), done, ns); err != nil {
 		t.Fatal(err)
@@ -510,9 +511,9 @@ func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
 
 	apiUp.Store(true)
 	h.waitFor(t, "done", "job", "uid-1")
-	waitUntil(t, "the synced gauge after the outage", func() bool { return gaugeValue(t, reg, MetricWatchSynced) == 1 })
+	waitUntil(t, "the synced gauge after the outage", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
 	if errorCount(reg, "list")+errorCount(reg, "watch") == 0 {
-		t.Errorf("no failed request counted in %s", MetricWatchErrors)
+		t.Errorf("no failed request counted in %s", metricscatalog.WatchErrors.Name)
 	}
 	if !strings.Contains(logs.String(), "in step with the API server again") {
 		t.Errorf("the recovery was not logged:\n%s", logs.String())
@@ -755,7 +756,7 @@ func TestMetrics(t *testing.T) {
 	m.ObserveExitLatency(contract.ModeLegacy, 300*time.Millisecond)
 	m.ObserveExitLatency(contract.ModeLegacy, -time.Second)
 
-	h := findMetric(t, reg, MetricExitLatency, map[string]string{"mode": contract.ModeLegacy}).GetHistogram()
+	h := findMetric(t, reg, metricscatalog.ExitLatency.Name, map[string]string{"mode": contract.ModeLegacy}).GetHistogram()
 	if h.GetSampleCount() != 2 || h.GetSampleSum() != 0.3 {
 		t.Errorf("histogram count=%d sum=%v, want 2 and 0.3", h.GetSampleCount(), h.GetSampleSum())
 	}
@@ -942,7 +943,7 @@ func TestErrorSeriesExistFromTheStart(t *testing.T) {
 	if _, err := NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	if n := metricstest.SeriesOf(reg, MetricWatchErrors); n != 2 {
-		t.Fatalf("%s has %d series before any error, want 2 (list, watch)", MetricWatchErrors, n)
+	if n := metricstest.SeriesOf(reg, metricscatalog.WatchErrors.Name); n != 2 {
+		t.Fatalf("%s has %d series before any error, want 2 (list, watch)", metricscatalog.WatchErrors.Name, n)
 	}
 }

@@ -4,18 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Metric names, exported so dashboards, alerts and tests spell them once.
-const (
-	// MetricSource is 1 for the source in use (events or poll), 0 for the other.
-	MetricSource = "gcsfuse_csi_runtime_watch_source"
-	// MetricEvents counts container events received, by kind.
-	MetricEvents = "gcsfuse_csi_runtime_watch_events_total"
-	// MetricRelists counts node-wide container listings.
-	MetricRelists = "gcsfuse_csi_runtime_watch_relists_total"
-	// MetricErrors counts failed listings and ended event streams, by op.
-	MetricErrors = "gcsfuse_csi_runtime_watch_errors_total"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
 // Metrics are the runtime watch's metrics. A nil *Metrics records nothing.
@@ -29,22 +19,10 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		source: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricSource,
-			Help: "Where the node plugin learns container exits: 1 for the source in use (events: the CRI event stream; poll: a node-wide ListContainers every 100 ms), 0 for the other. Both 0: no runtime endpoint, the API server alone.",
-		}, []string{"source"}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricEvents,
-			Help: "Container events received from the runtime's event stream, by kind.",
-		}, []string{"kind"}),
-		relists: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricRelists,
-			Help: "Node-wide container listings (every poll, or the resync behind the event stream).",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricErrors,
-			Help: "Failed container listings (op=list) and ended event streams (op=events); both are retried.",
-		}, []string{"op"}),
+		source:  metricscatalog.RuntimeSource.NewGaugeVec(),
+		events:  metricscatalog.RuntimeEvents.NewCounterVec(),
+		relists: metricscatalog.RuntimeRelists.NewCounter(),
+		errors:  metricscatalog.RuntimeErrors.NewCounterVec(),
 	}
 	for _, c := range []prometheus.Collector{m.source, m.events, m.relists, m.errors} {
 		if err := reg.Register(c); err != nil {
@@ -84,7 +62,7 @@ func (m *Metrics) relisted() {
 	}
 }
 
-// The values of MetricErrors' op label.
+// The values of metricscatalog.RuntimeErrors' op label.
 const (
 	opList   = "list"
 	opEvents = "events"

@@ -3,6 +3,7 @@ package runtimewatch_test
 import (
 	"context"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"io"
 	"log/slog"
 	"strings"
@@ -120,7 +121,7 @@ func start(t *testing.T, name, version string, events bool, cfg runtimewatch.Con
 
 func (f *fixture) source(t *testing.T, src string) float64 {
 	t.Helper()
-	return metricValue(t, f.reg, runtimewatch.MetricSource, src)
+	return metricValue(t, f.reg, metricscatalog.RuntimeSource.Name, src)
 }
 
 func ctr(pod, name string, attempt uint32, state runtimeapi.ContainerState) containerexittest.Container {
@@ -317,7 +318,7 @@ var errDown = io.ErrUnexpectedEOF
 // errorCount reads the errors counter for op (0 when not yet counted).
 func errorCount(t *testing.T, reg *prometheus.Registry, op string) float64 {
 	t.Helper()
-	return metricValue(t, reg, runtimewatch.MetricErrors, op)
+	return metricValue(t, reg, metricscatalog.RuntimeErrors.Name, op)
 }
 
 // metricValue reads the gauge or counter name whose one label has value (0 when absent).
@@ -376,8 +377,8 @@ func TestErrorSeriesExistFromTheStart(t *testing.T) {
 	if _, err := runtimewatch.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	if n := metricstest.SeriesOf(reg, runtimewatch.MetricErrors); n != 2 {
-		t.Fatalf("%s has %d series before any error, want 2 (list, events)", runtimewatch.MetricErrors, n)
+	if n := metricstest.SeriesOf(reg, metricscatalog.RuntimeErrors.Name); n != 2 {
+		t.Fatalf("%s has %d series before any error, want 2 (list, events)", metricscatalog.RuntimeErrors.Name, n)
 	}
 }
 

@@ -16,9 +16,8 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 )
 
 const (
@@ -65,8 +64,8 @@ func TestMetrics(t *testing.T) {
 		bucket := newBucket(t)
 		name := podName(t, "")
 		before := scrapeNodePlugin(t)
-		exitsBefore, _ := sample(before, podwatch.MetricExitLatency, map[string]string{"mode": mode})
-		readyBefore, _ := sample(before, csidriver.MetricVolumeReady, nil)
+		exitsBefore, _ := sample(before, metricscatalog.ExitLatency.Name, map[string]string{"mode": mode})
+		readyBefore, _ := sample(before, metricscatalog.VolumeReady.Name, nil)
 		tr := track(t, metav1.ListOptions{LabelSelector: "job-name=" + name})
 		createJob(t, name, podOpts{
 			mode: mode, restart: corev1.RestartPolicyNever,
@@ -108,21 +107,21 @@ func TestMetrics(t *testing.T) {
 		var exits float64
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(scrapeEvery) {
 			after = scrapeNodePlugin(t)
-			if exits, _ = sample(after, podwatch.MetricExitLatency, map[string]string{"mode": mode}); exits > exitsBefore {
+			if exits, _ = sample(after, metricscatalog.ExitLatency.Name, map[string]string{"mode": mode}); exits > exitsBefore {
 				break
 			}
 		}
 		if exits <= exitsBefore {
-			t.Errorf("%s{mode=%q}: %v samples before the Job, %v after", podwatch.MetricExitLatency, mode, exitsBefore, exits)
+			t.Errorf("%s{mode=%q}: %v samples before the Job, %v after", metricscatalog.ExitLatency.Name, mode, exitsBefore, exits)
 		}
-		if ready, _ := sample(after, csidriver.MetricVolumeReady, nil); ready <= readyBefore {
-			t.Errorf("%s: %v samples before the Job, %v after", csidriver.MetricVolumeReady, readyBefore, ready)
+		if ready, _ := sample(after, metricscatalog.VolumeReady.Name, nil); ready <= readyBefore {
+			t.Errorf("%s: %v samples before the Job, %v after", metricscatalog.VolumeReady.Name, readyBefore, ready)
 		}
 		if _, n := sample(after, gcsfusemetrics.Prefix+"fs_ops_count", map[string]string{"pod": pod}); n != 0 {
 			t.Errorf("%d gcsfuse series of pod %s after its sidecar ended", n, pod)
 		}
-		if tracked, n := sample(after, podwatch.MetricPodsTracked, nil); n != 1 || tracked < 1 {
-			t.Errorf("%s = %v (%d series)", podwatch.MetricPodsTracked, tracked, n)
+		if tracked, n := sample(after, metricscatalog.PodsTracked.Name, nil); n != 1 || tracked < 1 {
+			t.Errorf("%s = %v (%d series)", metricscatalog.PodsTracked.Name, tracked, n)
 		}
 		waitEvent(t, pod, 10*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseStarted+"$"), "volume bucket", "serving after")
 		waitEvent(t, pod, 10*time.Second, regexp.MustCompile("^"+contract.EventSidecarExitRequested+"$"))

@@ -20,6 +20,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 )
@@ -87,11 +88,11 @@ func TestGcsfuseMetricsReachTheNodePlugin(t *testing.T) {
 	if v, _ := value(mfs, gcsfusemetrics.Prefix+"process_resident_memory_bytes", vol); v < 1<<20 {
 		t.Errorf("gcsfuse RSS %v bytes", v)
 	}
-	if n := testutil.CollectAndCount(reg, csidriver.MetricVolumeReady); n != 1 {
-		t.Errorf("%s: %d series", csidriver.MetricVolumeReady, n)
+	if n := testutil.CollectAndCount(reg, metricscatalog.VolumeReady.Name); n != 1 {
+		t.Errorf("%s: %d series", metricscatalog.VolumeReady.Name, n)
 	}
 	if h := readyCount(t, reg); h != 1 {
-		t.Errorf("%s observed %d volumes ready, want 1", csidriver.MetricVolumeReady, h)
+		t.Errorf("%s observed %d volumes ready, want 1", metricscatalog.VolumeReady.Name, h)
 	}
 
 	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "test"}); err != nil {
@@ -126,7 +127,7 @@ func readyCount(t *testing.T, reg *prometheus.Registry) uint64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == csidriver.MetricVolumeReady {
+		if mf.GetName() == metricscatalog.VolumeReady.Name {
 			return mf.Metric[0].GetHistogram().GetSampleCount()
 		}
 	}

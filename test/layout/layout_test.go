@@ -195,6 +195,14 @@ func TestOneInotifyReader(t *testing.T) {
 	wantOnly(t, "an inotify instance or watch", grepGo(t, regexp.MustCompile(`\bInotify(Init1?|AddWatch)\b`)), "pkg/dirwatch")
 }
 
+// Every metric family of the driver's own code is declared in pkg/metricscatalog, which the
+// reference, the dashboard test and the collectors read: a collector or description built
+// from options anywhere else would be a family nobody lists. (The controller registers the
+// provisioning library's collectors; hack/ and test/ scrape, they declare none.)
+func TestMetricsDeclaredOnce(t *testing.T) {
+	wantOnly(t, "a Prometheus metric declaration", grepGo(t, regexp.MustCompile(`prometheus\.(New(Counter|Gauge|Histogram|Summary)(Vec|Func)?|NewDesc|(Counter|Gauge|Histogram|Summary)Opts)\b`)), "pkg/metricscatalog")
+}
+
 // Every generated block of the repository's Markdown (docs/*.md, CONTRIBUTING.md and the others)
 // has well-formed markers: a BEGIN naming the command that writes it and an END of the same
 // name, no nesting, no name twice in a file (internal/readmegen.Parse), so that
