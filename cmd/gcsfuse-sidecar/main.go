@@ -80,7 +80,7 @@ func run() int {
 		TmpDir: *tmpDir, CacheDir: *cacheDir, BufferDir: *bufferDir, GcsfusePath: *gcsfuse, Mode: *mode,
 		Grace: time.Duration(*grace) * time.Second, Drain: *drain, InitContainers: mountopts.Split(*initContainers),
 		TerminationLog: *termLog, Log: log, GcsfuseMemoryLimit: memLimitBytes,
-		CredentialConfig: os.Getenv(contract.EnvCredentialConfig), CredentialConfigMap: os.Getenv(contract.EnvCredentialConfigMap),
+		CredentialConfig: []byte(os.Getenv(contract.EnvCredentialConfig)), CredentialConfigMap: os.Getenv(contract.EnvCredentialConfigMap),
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -49,7 +50,10 @@ type options struct {
 	logLevel        slog.Level
 	apiQPS          float64
 	apiBurst        int
-	config          webhook.Config
+	// credentialConfigMaps: read the credential ConfigMaps pods name (RBAC: get on
+	// configmaps); off, such pods are refused.
+	credentialConfigMaps bool
+	config               webhook.Config
 }
 
 // defaultAPIQPS and defaultAPIBurst bound the webhook's own requests to the API server: its
@@ -101,6 +105,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.config.DriverName, "driver-name", contract.DriverName, "the CSI driver name the driver is installed under ("+strings.Join(contract.DriverNames, " or ")+"): inline volumes and PersistentVolumes of this driver, and claims and generic ephemeral volumes of a StorageClass it provisions, get the sidecar")
 	pullSecrets := fs.String("sidecar-image-pull-secrets", "", "comma-separated Secret names added to injected pods' imagePullSecrets (a private registry for --sidecar-image)")
 	sharedADC := fs.String("shared-adc-namespaces", "", "comma separated namespaces (or prefixes ending in *, or * alone) whose shared volumes ("+contract.AttrMountMode+": "+contract.MountModeShared+") may read with the node's mounter's Application Default Credentials: the node plugin's --shared-adc-namespaces; elsewhere a pod with such an inline volume is denied (empty: none)")
+	fs.BoolVar(&o.credentialConfigMaps, "credential-configmaps", true, "read the credential ConfigMap a pod names ("+contract.AnnotationCredentialConfigMap+", or the GKE driver's gke-gcsfuse/ name), checked and given to its sidecar; false: such pods are refused (the webhook then needs no RBAC on configmaps)")
+	credTokenURLs := fs.String("credential-token-urls", "", "comma-separated STS token endpoints a credential ConfigMap may name besides Google's https://sts.googleapis.com/v1/token (an STS of the cluster's own)")
 	fs.BoolVar(&o.config.NodeFederated, "node-federated", false, "the node plugin federates every volume without an identity of its own (it has --wif-provider): a hostNetwork pod asking for its own account (hostNetworkPodKSA) is not refused as one that would read as the node")
 	fs.BoolVar(&o.config.SharedFederated, "shared-federated", false, "the node plugin federates every shared volume without an identity of its own (it has --wif-provider or --shared-wif-provider), so none reads with the mounter's Application Default Credentials")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
@@ -138,6 +144,12 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("--driver-name: %w", err)
 	}
 	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
+	o.config.CredentialTokenURLs = mountopts.Split(*credTokenURLs)
+	for _, u := range o.config.CredentialTokenURLs {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
+			return options{}, fmt.Errorf("--credential-token-urls: %q is not an http(s) URL", u)
+		}
+	}
 	adc, err := credentials.ParseSharedADC(*sharedADC)
 	if err != nil {
 		return options{}, fmt.Errorf("--shared-adc-namespaces: %w", err)
@@ -237,7 +249,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	versions := webhook.NewKubeClusterVersions(client, disco, o.versionRefresh, log)
 	prebound := webhook.NewPreboundVolumes(client)
 	o.config.Claims = webhook.KubeVolumeClaims{Client: client, Prebound: prebound, Live: rate.NewLimiter(webhook.LiveListRate, webhook.LiveListBurst)}
-	o.config.ConfigMaps = webhook.KubeConfigMaps{Client: client}
+	if o.credentialConfigMaps {
+		o.config.ConfigMaps = webhook.NewKubeConfigMaps(client)
+	}
 	policy := webhook.NewCachedNamespacePolicy(client)
 	o.config.Policy = policy
 	mutator, err := webhook.NewMutator(o.config, versions, log)

@@ -43,7 +43,7 @@ func readCluster(ctx context.Context, inv *audit.Inventory, o auditOptions) erro
 	defer cancel()
 	// A pod's credential ConfigMap is read when the pod is judged (get: one per such pod,
 	// never a list of the cluster's ConfigMaps).
-	inv.ReadConfigMapsFrom(webhook.KubeConfigMaps{Client: cs})
+	inv.ReadConfigMapsFrom(webhook.NewKubeConfigMaps(cs))
 	return readObjects(ctx, cs, inv, o.namespace)
 }
 

@@ -39,7 +39,7 @@ func TestProfileClasses(t *testing.T) {
 		}
 	}
 
-	r = render(t, otherNS, "--set", "profileClasses.bucket=team-bucket", "--set-string", "profileClasses.fileCacheCapacity=0", "--set", "profileClasses.namePrefix=ai-")
+	r = render(t, otherNS, "--set", "profileClasses.bucket=team-bucket", "--set", "profileClasses.fileCacheCapacity=0", "--set", "profileClasses.namePrefix=ai-")
 	if sc := only[*storagev1.StorageClass](t, r, "ai-serving"); sc.Parameters["fileCacheCapacity"] != "" {
 		t.Errorf("fileCacheCapacity 0: parameters %v, want no file cache", sc.Parameters)
 	}

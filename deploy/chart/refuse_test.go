@@ -41,6 +41,7 @@ func TestBadValuesRefused(t *testing.T) {
 		{"profileClasses.bucket needs controller.enabled", []string{"--set", "profileClasses.bucket=team-bucket", "--set", "controller.enabled=false"}},
 		{"bucket", []string{"--set", "profileClasses.bucket=Team Bucket"}},
 		{"fileCacheCapacity", []string{"--set", "profileClasses.fileCacheCapacity=lots"}},
+		{"fileCacheCapacity", []string{"--set-string", "profileClasses.fileCacheCapacity=-1"}},
 		{"httpsProxy", []string{"--set", "proxy.httpsProxy=proxy.corp:3128"}},
 		{"caBundle", []string{"--set", "caBundle=not-pem"}},
 		{"set one", []string{"--set-file", "caBundle=" + pemFile, "--set", "caBundleConfigMap.name=corp-roots"}},

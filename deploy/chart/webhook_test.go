@@ -31,3 +31,26 @@ func TestWebhookRBAC(t *testing.T) {
 		t.Errorf("subjects %+v, want the ServiceAccount %s/%s", b.Subjects, otherNS, sa.Name)
 	}
 }
+
+// TestWebhookCredentialConfigMaps: webhook.credentialConfigMaps=false takes the webhook's
+// ConfigMap rule away and tells it to refuse such pods; credentialTokenURLs and extraEnv
+// reach its container.
+func TestWebhookCredentialConfigMaps(t *testing.T) {
+	refuteArg(t, webhookContainer(t, render(t, otherNS)), "--credential-")
+	r := render(t, otherNS, "--set", "webhook.credentialConfigMaps=false")
+	for _, rule := range only[*rbacv1.ClusterRole](t, r, webhookName).Rules {
+		for _, res := range rule.Resources {
+			if res == "configmaps" {
+				t.Errorf("rule %+v with credentialConfigMaps false", rule)
+			}
+		}
+	}
+	wantArg(t, webhookContainer(t, r), "--credential-configmaps=false")
+	r = render(t, otherNS, "--set", "webhook.credentialTokenURLs={http://$(NODE_IP):14443/sts/v1/token}",
+		"--set", "webhook.extraEnv[0].name=NODE_IP", "--set", "webhook.extraEnv[0].valueFrom.fieldRef.fieldPath=status.hostIP")
+	c := webhookContainer(t, r)
+	wantArg(t, c, "--credential-token-urls=http://$(NODE_IP):14443/sts/v1/token")
+	if len(c.Env) != 1 || c.Env[0].Name != "NODE_IP" || c.Env[0].ValueFrom == nil {
+		t.Errorf("env %+v, want NODE_IP from extraEnv", c.Env)
+	}
+}

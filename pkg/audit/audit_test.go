@@ -528,8 +528,9 @@ func TestAuditHostNetworkPodKSA(t *testing.T) {
 }
 
 // A pod naming its credential ConfigMap (the GKE driver's annotation) is judged with the
-// ConfigMap among the manifests, as the webhook would admit it; without it, or with one the
-// sidecar could not honour, it is refused with the webhook's words.
+// ConfigMap among the manifests, as the webhook would admit it; without it, with a warning
+// that it was not checked; with one the sidecar could not honour, refused with the
+// webhook's words.
 func TestAuditCredentialConfigMap(t *testing.T) {
 	const cm = `apiVersion: v1
 kind: ConfigMap
@@ -546,12 +547,13 @@ data:
 	if rep.Refused() || !strings.Contains(lines, "workload-identity-credential-configmap=wif -> gcsfuse.csi.storage/workload-identity-credential-configmap") {
 		t.Errorf("with the ConfigMap: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
+	// Not among the manifests (kubectl create configmap made it): judged, and said unchecked.
 	rep, lines = auditYAML(t, p)
-	if !rep.Refused() || !strings.Contains(lines, "annotation gke-gcsfuse/workload-identity-credential-configmap: ConfigMap wif not found") {
+	if rep.Refused() || !strings.Contains(lines, "ConfigMap ns/wif is not among the objects audited: its content was not checked") {
 		t.Errorf("without the ConfigMap: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 	rep, lines = auditYAML(t, strings.Replace(cm, `"file": "/var/run/service-account/token"`, `"url": "http://169.254.169.254/token"`, 1)+p)
-	if !rep.Refused() || !strings.Contains(lines, "credential_source.url not supported") {
+	if !rep.Refused() || !strings.Contains(lines, "credential_source must be an object with file") {
 		t.Errorf("a URL source: refused %v, findings:\n%s", rep.Refused(), lines)
 	}
 }

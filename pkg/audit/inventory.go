@@ -11,8 +11,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/webhook"
 )
@@ -99,8 +97,9 @@ func (inv *Inventory) AddSkipped(source string, ref Ref) {
 func (inv *Inventory) ReadConfigMapsFrom(cs webhook.ConfigMaps) { inv.liveConfigMaps = cs }
 
 // ConfigMap implements webhook.ConfigMaps: one added (a namespace left empty matching any),
-// else one read from the cluster, else none (NotFound: the webhook refuses the pod, as the
-// cluster's would without it).
+// else one read from the cluster, else webhook.ErrNotAudited (the pod is judged with a
+// warning that its ConfigMap was not checked: manifests seldom carry it, a kubectl create
+// configmap does).
 func (inv *Inventory) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
 	if c := inv.configMaps[namespace+"/"+name]; c != nil {
 		return c, nil
@@ -113,7 +112,7 @@ func (inv *Inventory) ConfigMap(ctx context.Context, namespace, name string) (*c
 	if inv.liveConfigMaps != nil {
 		return inv.liveConfigMaps.ConfigMap(ctx, namespace, name)
 	}
-	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+	return nil, webhook.ErrNotAudited
 }
 
 // sameNamespace: a namespace left empty (a manifest applied to kubectl's current

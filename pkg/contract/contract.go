@@ -109,23 +109,22 @@ const (
 	// AnnotationCredentialConfigMap names a ConfigMap of the pod's namespace holding an
 	// external_account credential configuration (the GKE driver's
 	// gke-gcsfuse/workload-identity-credential-configmap): the webhook checks it
-	// (credentials.ParseCredentialConfigMap) and gives the sidecar it and the pod's own
-	// service account token, and every gcsfuse of the pod without an identity of its own
-	// reads with it.
+	// (credentials.ParseCredentialConfigMap) and gives the sidecar what it checked and the
+	// pod's own service account token, and every gcsfuse of the pod without an identity of
+	// its own reads with them.
 	AnnotationCredentialConfigMap = AnnotationPrefix + "workload-identity-credential-configmap"
 )
 
-// The credential ConfigMap's volumes in an injected pod (AnnotationCredentialConfigMap):
-// the pod's projected service account token, mounted in the sidecar at the directory the
-// configuration reads it from, and the configuration, at CredentialConfigMountPath; the
-// sidecar finds the configuration's path in EnvCredentialConfig and the ConfigMap's name,
-// for its messages, in EnvCredentialConfigMap.
+// The credential ConfigMap in an injected pod (AnnotationCredentialConfigMap): the pod's
+// projected service account token, in CredentialTokenVolumeName, mounted in the sidecar at
+// the directory the configuration reads it from; the configuration itself, as the webhook
+// checked it, in the sidecar's EnvCredentialConfig (the pod's spec freezes it: a later edit
+// of the ConfigMap changes nothing), and the ConfigMap's name, for messages, in
+// EnvCredentialConfigMap.
 const (
-	CredentialTokenVolumeName  = "gcsfuse-wif-token"
-	CredentialConfigVolumeName = "gcsfuse-wif-config"
-	CredentialConfigMountPath  = "/etc/gcsfuse-csi/wif"
-	EnvCredentialConfig        = "GCSFUSE_CREDENTIAL_CONFIG"
-	EnvCredentialConfigMap     = "GCSFUSE_CREDENTIAL_CONFIGMAP"
+	CredentialTokenVolumeName = "gcsfuse-wif-token"
+	EnvCredentialConfig       = "GCSFUSE_CREDENTIAL_CONFIG"
+	EnvCredentialConfigMap    = "GCSFUSE_CREDENTIAL_CONFIGMAP"
 )
 
 // Sidecar modes, the values of AnnotationSidecarMode and EnvSidecarMode.

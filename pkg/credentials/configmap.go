@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -17,8 +18,11 @@ import (
 // with the pod's own service account token projected where the configuration reads it. It is
 // how clusters off GKE give Workload Identity Federation to the GKE driver today; this
 // driver's own way (a provider on the volume or the node plugin, the kubelet's token) needs
-// no ConfigMap. The webhook reads and checks it at admission (ParseCredentialConfigMap):
-// what the sidecar is given is what was checked.
+// no ConfigMap. The webhook reads and checks it at admission (ParseCredentialConfigMap) and
+// writes what it checked, re-encoded from the members understood (CredentialConfig.JSON),
+// into the sidecar's environment, which the pod's spec freezes: an edit or a deletion of
+// the ConfigMap after admission changes nothing of a pod made before. The sidecar checks
+// it again (ParseCredentialConfig) before gcsfuse reads it.
 
 // maxCredentialConfig bounds the configuration's size: create-cred-config writes well under
 // 1 KiB.
@@ -62,6 +66,9 @@ type CredentialConfig struct {
 	// TokenPath is credential_source.file, where the token is projected (its directory is
 	// the sidecar's mount of the token's volume).
 	TokenPath string
+	// JSON is the configuration as checked, re-encoded from the members understood: what
+	// the sidecar is given and gcsfuse reads.
+	JSON []byte
 	// ServiceAccount is the Google service account impersonated ("" none), for messages.
 	ServiceAccount string
 }
@@ -81,30 +88,67 @@ func (c CredentialConfig) Identity(configMap string) string {
 	return who + " (credential ConfigMap " + configMap + ")"
 }
 
+// CredentialRules are what a credential configuration may name beyond its own checks.
+type CredentialRules struct {
+	// Reserved are the directories the token may not be projected under or over (the
+	// sidecar's own mounts).
+	Reserved []string
+	// TokenURLs are the STS endpoints taken besides Google's (https://sts.googleapis.com/v1/token):
+	// the webhook's --credential-token-urls, for an STS of its own (an emulator's).
+	TokenURLs []string
+	// AnyTokenURL takes any http(s) STS endpoint: the sidecar's check of what the webhook
+	// checked (a pod's creator could name any endpoint for the pod's own token anyway).
+	AnyTokenURL bool
+}
+
+// googleTokenURL is Google's STS token endpoint, and googleTokenInfoURL its introspection.
+const (
+	googleTokenURL     = "https://sts." + universeDomain + "/v1/token"
+	googleTokenInfoURL = "https://sts." + universeDomain + "/v1/introspect"
+)
+
+// tokenDirs are where a credential configuration's token may be projected: the run
+// directories, which images leave empty, outside the service account's own mount.
+var (
+	tokenDirs        = []string{"/var/run/", "/run/"}
+	tokenDirsRefused = []string{"/var/run/secrets/kubernetes.io", "/run/secrets/kubernetes.io"}
+)
+
 // ParseCredentialConfigMap checks the data of credential ConfigMap name as the GKE driver
 // takes it (exactly one entry, an external_account configuration in JSON) and against what
-// this driver can honour; reserved are the paths the token may not be projected under (the
-// sidecar's own mounts). Its errors name the ConfigMap and say what to change.
-func ParseCredentialConfigMap(name string, data map[string]string, binary map[string][]byte, reserved []string) (CredentialConfig, error) {
-	bad := func(format string, args ...any) (CredentialConfig, error) {
-		return CredentialConfig{}, fmt.Errorf("credential ConfigMap %s: "+format, append([]any{name}, args...)...)
-	}
+// this driver can honour (ParseCredentialConfig). Its errors name the ConfigMap and say what
+// to change.
+func ParseCredentialConfigMap(name string, data map[string]string, binary map[string][]byte, rules CredentialRules) (CredentialConfig, error) {
 	if len(binary) > 0 || len(data) != 1 {
-		return bad("must hold exactly one data entry, the external_account credential configuration (gcloud iam workload-identity-pools create-cred-config); it has %d data and %d binaryData entries", len(data), len(binary))
+		return CredentialConfig{}, fmt.Errorf("credential ConfigMap %s: must hold exactly one data entry, the external_account credential configuration (gcloud iam workload-identity-pools create-cred-config); it has %d data and %d binaryData entries", name, len(data), len(binary))
 	}
 	var key, raw string
 	for k, v := range data {
 		key, raw = k, v
 	}
-	if !configFileName.MatchString(key) {
-		return bad("key %q is not a file name", key)
+	if !configFileName.MatchString(key) || strings.HasPrefix(key, "..") {
+		return CredentialConfig{}, fmt.Errorf("credential ConfigMap %s: key %q is not a file name", name, key)
+	}
+	c, err := ParseCredentialConfig(name+" key "+key, []byte(raw), rules)
+	c.Key = key
+	return c, err
+}
+
+// ParseCredentialConfig checks one external_account configuration, from the credential
+// ConfigMap what names: every member understood (configKeys), a Workload Identity audience,
+// a JWT subject token from a file projected under a run directory (tokenDirs), Google's STS
+// (or one of rules'), Google's impersonation endpoint. It returns the configuration
+// re-encoded from what it checked (JSON), so that nothing unchecked reaches gcsfuse.
+func ParseCredentialConfig(what string, raw []byte, rules CredentialRules) (CredentialConfig, error) {
+	bad := func(format string, args ...any) (CredentialConfig, error) {
+		return CredentialConfig{}, fmt.Errorf("credential ConfigMap %s: "+format, append([]any{what}, args...)...)
 	}
 	if len(raw) > maxCredentialConfig {
-		return bad("key %s: %d bytes, more than %d", key, len(raw), maxCredentialConfig)
+		return bad("%d bytes, more than %d", len(raw), maxCredentialConfig)
 	}
 	var members map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &members); err != nil {
-		return bad("key %s is not a JSON object: %v", key, err)
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return bad("not a JSON object: %v", err)
 	}
 	var unknown []string
 	for k := range members {
@@ -114,89 +158,118 @@ func ParseCredentialConfigMap(name string, data map[string]string, binary map[st
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return bad("key %s: %s not supported (understood: %s)", key, strings.Join(unknown, ", "), strings.Join(configKeys, ", "))
+		return bad("%s not supported (understood: %s)", strings.Join(unknown, ", "), strings.Join(configKeys, ", "))
 	}
-	var conf struct {
-		Type             string          `json:"type"`
-		Audience         string          `json:"audience"`
-		SubjectTokenType string          `json:"subject_token_type"`
-		TokenURL         string          `json:"token_url"`
-		ImpersonationURL string          `json:"service_account_impersonation_url"`
-		UniverseDomain   string          `json:"universe_domain"`
-		CredentialSource json.RawMessage `json:"credential_source"`
-	}
-	if err := json.Unmarshal([]byte(raw), &conf); err != nil {
-		return bad("key %s: %v", key, err)
+	var conf configMapAccount
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&conf); err != nil {
+		return bad("%v", err)
 	}
 	switch {
 	case conf.Type != "external_account":
-		return bad("key %s: type %q, want external_account", key, conf.Type)
+		return bad("type %q, want external_account", conf.Type)
 	case !configMapAudiencePattern.MatchString(conf.Audience):
-		return bad("key %s: audience %q is not a Workload Identity pool provider (//iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER) or an identity namespace", key, conf.Audience)
+		return bad("audience %q is not a Workload Identity pool provider (//iam.googleapis.com/projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/PROVIDER) or an identity namespace", conf.Audience)
 	case !slices.Contains(subjectTokenTypes, conf.SubjectTokenType):
-		return bad("key %s: subject_token_type %q, want one of %s", key, conf.SubjectTokenType, strings.Join(subjectTokenTypes, ", "))
+		return bad("subject_token_type %q, want one of %s", conf.SubjectTokenType, strings.Join(subjectTokenTypes, ", "))
 	case conf.UniverseDomain != "" && conf.UniverseDomain != universeDomain:
-		return bad("key %s: universe_domain %q, only %s is supported", key, conf.UniverseDomain, universeDomain)
+		return bad("universe_domain %q, only %s is supported", conf.UniverseDomain, universeDomain)
+	case conf.TokenInfoURL != "" && conf.TokenInfoURL != googleTokenInfoURL:
+		return bad("token_info_url %q: only %s", conf.TokenInfoURL, googleTokenInfoURL)
+	case conf.Impersonation != nil && (conf.Impersonation.TokenLifetimeSeconds < 600 || conf.Impersonation.TokenLifetimeSeconds > 43200):
+		return bad("service_account_impersonation.token_lifetime_seconds %d: want 600 to 43200", conf.Impersonation.TokenLifetimeSeconds)
 	}
-	if err := checkHTTPURL(conf.TokenURL, true); err != nil {
-		return bad("key %s: token_url: %v", key, err)
+	switch {
+	case conf.TokenURL == googleTokenURL || slices.Contains(rules.TokenURLs, conf.TokenURL):
+	case rules.AnyTokenURL && checkHTTPURL(conf.TokenURL) == nil:
+	default:
+		return bad("token_url %q: only %s (or an STS the webhook's --credential-token-urls names)", conf.TokenURL, googleTokenURL)
 	}
-	if err := checkHTTPURL(conf.ImpersonationURL, false); err != nil {
-		return bad("key %s: service_account_impersonation_url: %v", key, err)
-	}
-	c := CredentialConfig{Key: key, Audience: conf.Audience, TokenAudience: "https:" + conf.Audience}
+	c := CredentialConfig{Audience: conf.Audience, TokenAudience: "https:" + conf.Audience}
 	if m := identityNamespacePool.FindStringSubmatch(conf.Audience); m != nil {
 		c.TokenAudience = m[1]
 	}
 	if conf.ImpersonationURL != "" {
-		if m := impersonationEmail.FindStringSubmatch(conf.ImpersonationURL); m != nil {
-			c.ServiceAccount = m[1]
+		m := impersonationURL.FindStringSubmatch(conf.ImpersonationURL)
+		if m == nil {
+			return bad("service_account_impersonation_url %q: want https://iamcredentials.%s/v1/projects/-/serviceAccounts/EMAIL:generateAccessToken", conf.ImpersonationURL, universeDomain)
 		}
+		c.ServiceAccount = m[1]
 	}
-	var source map[string]json.RawMessage
-	if err := json.Unmarshal(conf.CredentialSource, &source); err != nil || source == nil {
-		return bad("key %s: credential_source must be an object with file, the path of the pod's token", key)
+	src := conf.CredentialSource
+	switch {
+	case src == nil || src.File == "":
+		return bad("credential_source must be an object with file, the path of the pod's token (no url, executable or environment_id)")
+	case src.URL != nil || src.Executable != nil || src.EnvironmentID != nil || src.Headers != nil:
+		return bad("credential_source: only file is supported: the token comes from a file the pod's service account token is projected to")
+	case src.Format != nil && src.Format.Type != "" && src.Format.Type != "text":
+		return bad("credential_source.format: only {\"type\": \"text\"} is supported (the token file holds the token alone)")
 	}
-	for k := range source {
-		if k != "file" && k != "format" {
-			return bad("key %s: credential_source.%s not supported: the token comes from a file the pod's service account token is projected to (credential_source.file)", key, k)
-		}
-	}
-	if f, ok := source["format"]; ok {
-		var format struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(f, &format); err != nil || (format.Type != "" && format.Type != "text") {
-			return bad("key %s: credential_source.format: only {\"type\": \"text\"} is supported (the token file holds the token alone)", key)
-		}
-	}
-	if err := json.Unmarshal(source["file"], &c.TokenPath); err != nil || c.TokenPath == "" {
-		return bad("key %s: credential_source.file must be the path of the pod's token", key)
-	}
+	c.TokenPath = src.File
 	p := c.TokenPath
-	if !path.IsAbs(p) || path.Clean(p) != p || path.Dir(p) == "/" || !configFileName.MatchString(path.Base(p)) {
-		return bad("key %s: credential_source.file %q must be a clean absolute path in a directory other than / (the token's volume is mounted at its directory)", key, p)
+	base := path.Base(p)
+	if !path.IsAbs(p) || path.Clean(p) != p || !configFileName.MatchString(base) || strings.HasPrefix(base, ".") ||
+		!slices.ContainsFunc(tokenDirs, func(d string) bool { return strings.HasPrefix(p, d) && path.Dir(p)+"/" != d }) {
+		return bad("credential_source.file %q must be a clean absolute path in a directory under %s (the token's volume is mounted at that directory)", p, strings.Join(tokenDirs, " or "))
 	}
-	for _, r := range reserved {
+	for _, r := range append(slices.Clone(tokenDirsRefused), rules.Reserved...) {
 		d := c.TokenDir()
 		if d == r || strings.HasPrefix(d, r+"/") || strings.HasPrefix(r, d+"/") {
-			return bad("key %s: credential_source.file %q: its directory cannot be mounted beside the sidecar's %s", key, p, r)
+			return bad("credential_source.file %q: its directory cannot be mounted beside %s", p, r)
 		}
 	}
+	// What gcsfuse reads: the members checked, and nothing else.
+	out := configMapAccount{Type: conf.Type, Audience: conf.Audience, SubjectTokenType: conf.SubjectTokenType, TokenURL: conf.TokenURL,
+		TokenInfoURL: conf.TokenInfoURL, ImpersonationURL: conf.ImpersonationURL, Impersonation: conf.Impersonation,
+		UniverseDomain: conf.UniverseDomain, QuotaProjectID: conf.QuotaProjectID,
+		CredentialSource: &credentialSource{File: src.File, Format: src.Format}}
+	js, err := json.Marshal(out)
+	if err != nil {
+		return bad("%v", err)
+	}
+	c.JSON = js
 	return c, nil
 }
 
-// impersonationEmail finds the service account in an impersonation URL.
-var impersonationEmail = regexp.MustCompile(`/serviceAccounts/([^/:]+):generateAccessToken$`)
+// configMapAccount is the members of a credential ConfigMap's external_account
+// configuration that this driver takes.
+type configMapAccount struct {
+	Type             string                 `json:"type"`
+	Audience         string                 `json:"audience"`
+	SubjectTokenType string                 `json:"subject_token_type"`
+	TokenURL         string                 `json:"token_url"`
+	TokenInfoURL     string                 `json:"token_info_url,omitempty"`
+	ImpersonationURL string                 `json:"service_account_impersonation_url,omitempty"`
+	Impersonation    *impersonationSettings `json:"service_account_impersonation,omitempty"`
+	UniverseDomain   string                 `json:"universe_domain,omitempty"`
+	QuotaProjectID   string                 `json:"quota_project_id,omitempty"`
+	CredentialSource *credentialSource      `json:"credential_source"`
+}
 
-// checkHTTPURL accepts an absolute http or https URL with a host ("" when not required).
-func checkHTTPURL(raw string, required bool) error {
-	if raw == "" {
-		if required {
-			return fmt.Errorf("missing")
-		}
-		return nil
-	}
+type impersonationSettings struct {
+	TokenLifetimeSeconds int `json:"token_lifetime_seconds"`
+}
+
+type credentialSource struct {
+	File   string        `json:"file,omitempty"`
+	Format *sourceFormat `json:"format,omitempty"`
+	// Refused when present.
+	URL           json.RawMessage `json:"url,omitempty"`
+	Executable    json.RawMessage `json:"executable,omitempty"`
+	EnvironmentID json.RawMessage `json:"environment_id,omitempty"`
+	Headers       json.RawMessage `json:"headers,omitempty"`
+}
+
+type sourceFormat struct {
+	Type string `json:"type,omitempty"`
+}
+
+// impersonationURL is Google's impersonation endpoint; its group is the service account.
+var impersonationURL = regexp.MustCompile(`^https://iamcredentials\.googleapis\.com/v1/projects/-/serviceAccounts/([a-z0-9][a-z0-9-]{0,62}@[a-z0-9.-]{1,253}):generateAccessToken$`)
+
+// checkHTTPURL accepts an absolute http or https URL with a host.
+func checkHTTPURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || strings.ContainsAny(raw, " \t\r\n") {
 		return fmt.Errorf("%q is not an http(s) URL", raw)

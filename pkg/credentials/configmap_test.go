@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,13 +18,13 @@ const credConfig = `{
   "token_info_url": "https://sts.googleapis.com/v1/introspect"
 }`
 
-var reserved = []string{"/gcsfuse-tmp", "/etc/gcsfuse-csi/wif"}
+var rules = CredentialRules{Reserved: []string{"/gcsfuse-tmp", "/run/gcsfuse-csi"}}
 
 // A credential ConfigMap as the GKE driver's users write it is taken: its provider, the
 // token's audience (the provider's default, or an identity namespace's pool), where the
 // token goes, and the service account it impersonates.
 func TestParseCredentialConfigMap(t *testing.T) {
-	c, err := ParseCredentialConfigMap("wif", map[string]string{"credential-configuration.json": credConfig}, nil, reserved)
+	c, err := ParseCredentialConfigMap("wif", map[string]string{"credential-configuration.json": credConfig}, nil, rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +32,21 @@ func TestParseCredentialConfigMap(t *testing.T) {
 		Audience:      "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1",
 		TokenAudience: "https://iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1",
 		TokenPath:     "/var/run/service-account/token"}
-	if c != want || c.TokenDir() != "/var/run/service-account" || c.TokenFile() != "token" {
+	js := c.JSON
+	c.JSON = nil
+	if !reflect.DeepEqual(c, want) || c.TokenDir() != "/var/run/service-account" || c.TokenFile() != "token" {
 		t.Errorf("got %+v, want %+v", c, want)
+	}
+	// What gcsfuse gets is what was checked, and passes the same checks again (the sidecar's).
+	again, err := ParseCredentialConfig("wif", js, CredentialRules{AnyTokenURL: true, Reserved: rules.Reserved})
+	if err != nil || again.Audience != want.Audience || again.TokenPath != want.TokenPath || string(again.JSON) != string(js) {
+		t.Errorf("the re-encoded configuration %s: %+v, %v", js, again, err)
 	}
 
 	fleet := strings.Replace(credConfig, `"//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1"`,
 		`"identitynamespace:fleet-proj.svc.id.goog:https://gkehub.googleapis.com/projects/fleet-proj/locations/global/memberships/onprem-1"`, 1)
 	fleet = strings.Replace(fleet, `"token_info_url"`, `"service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/reader@proj-1.iam.gserviceaccount.com:generateAccessToken", "token_info_url"`, 1)
-	c, err = ParseCredentialConfigMap("fleet", map[string]string{"config": fleet}, nil, reserved)
+	c, err = ParseCredentialConfigMap("fleet", map[string]string{"config": fleet}, nil, rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +83,26 @@ func TestParseCredentialConfigMapRefused(t *testing.T) {
 		{"bad audience", edit(`providers/k8s-1"`, `providers/k8s-1/x"`), nil, "is not a Workload Identity pool provider"},
 		{"subject token type", edit(`token-type:jwt`, `token-type:saml2`), nil, "subject_token_type"},
 		{"universe", edit(`"universe_domain": "googleapis.com"`, `"universe_domain": "example.com"`), nil, "universe_domain"},
-		{"no token URL", edit(`"token_url": "https://sts.googleapis.com/v1/token",`, ``), nil, "token_url: missing"},
+		{"no token URL", edit(`"token_url": "https://sts.googleapis.com/v1/token",`, ``), nil, `token_url ""`},
 		{"token URL scheme", edit(`https://sts.googleapis.com/v1/token`, `file:///etc/passwd`), nil, "token_url"},
-		{"URL source", edit(`"file": "/var/run/service-account/token"`, `"url": "http://169.254.169.254/token"`), nil, "credential_source.url not supported"},
-		{"executable source", edit(`"file": "/var/run/service-account/token"`, `"file": "/t/token", "executable": {"command": "sh"}`), nil, "credential_source.executable not supported"},
-		{"JSON format", edit(`{"type": "text"}`, `{"type": "json", "subject_token_field_name": "t"}`), nil, "credential_source.format"},
+		{"another STS", edit(`https://sts.googleapis.com/v1/token`, `http://evil.example/token`), nil, "only https://sts.googleapis.com/v1/token"},
+		{"token info URL", edit(`https://sts.googleapis.com/v1/introspect`, `file:///etc/passwd`), nil, "token_info_url"},
+		{"impersonation elsewhere", edit(`"token_info_url"`, `"service_account_impersonation_url": "https://evil.example/v1/projects/-/serviceAccounts/a@b.iam.gserviceaccount.com:generateAccessToken", "token_info_url"`), nil, "service_account_impersonation_url"},
+		{"impersonation lifetime", edit(`"token_info_url"`, `"service_account_impersonation": {"token_lifetime_seconds": 1}, "token_info_url"`), nil, "token_lifetime_seconds"},
+		{"URL source", edit(`"file": "/var/run/service-account/token"`, `"url": "http://169.254.169.254/token"`), nil, "credential_source must be an object with file"},
+		{"executable source", edit(`"file": "/var/run/service-account/token"`, `"file": "/var/run/t/token", "executable": {"command": "sh"}`), nil, "only file is supported"},
+		{"unknown source member", edit(`"file": "/var/run/service-account/token"`, `"file": "/var/run/t/token", "regional_cred_verification_url": "x"`), nil, "unknown field"},
+		{"JSON format", edit(`{"type": "text"}`, `{"type": "json", "subject_token_field_name": "t"}`), nil, "unknown field"},
 		{"relative file", edit(`/var/run/service-account/token`, `token`), nil, "clean absolute path"},
-		{"file at the root", edit(`/var/run/service-account/token`, `/token`), nil, "other than /"},
+		{"file in /var/run itself", edit(`/var/run/service-account/token`, `/var/run/token`), nil, "directory under /var/run/"},
 		{"unclean file", edit(`/var/run/service-account/token`, `/var/run/../token`), nil, "clean absolute path"},
-		{"the sidecar's directory", edit(`/var/run/service-account/token`, `/gcsfuse-tmp/token`), nil, "beside the sidecar's /gcsfuse-tmp"},
-		{"above the sidecar's directory", edit(`/var/run/service-account/token`, `/etc/gcsfuse-csi/token`), nil, "beside the sidecar's /etc/gcsfuse-csi/wif"},
+		{"proc", edit(`/var/run/service-account/token`, `/proc/self/token`), nil, "directory under /var/run/"},
+		{"the CA bundle's directory", edit(`/var/run/service-account/token`, `/etc/ssl/certs/token`), nil, "directory under /var/run/"},
+		{"the service account's mount", edit(`/var/run/service-account/token`, `/var/run/secrets/kubernetes.io/serviceaccount/token`), nil, "beside /var/run/secrets/kubernetes.io"},
+		{"a dot file", edit(`/var/run/service-account/token`, `/var/run/service-account/..data`), nil, "clean absolute path"},
+		{"a reserved directory", edit(`/var/run/service-account/token`, `/run/gcsfuse-csi/token`), nil, "beside /run/gcsfuse-csi"},
 	} {
-		_, err := ParseCredentialConfigMap("wif", tc.data, tc.binary, reserved)
+		_, err := ParseCredentialConfigMap("wif", tc.data, tc.binary, rules)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "credential ConfigMap wif") {
 			t.Errorf("%s: %v, want an error naming the ConfigMap and %q", tc.name, err, tc.want)
 		}

@@ -16,6 +16,7 @@ import "path/filepath"
 //	volumes/<volume>/taken           the sidecar took the volume (sidecar writes)
 //	volumes/<volume>/ca-certificates.crt  gcsfuse's SSL_CERT_FILE (sidecar writes)
 //	volumes/<volume>/tmp             gcsfuse's temp dir without a buffer volume (sidecar)
+//	volumes/<volume>/credential-configmap.json  gcsfuse's --key-file from the pod's credential ConfigMap (sidecar writes)
 const (
 	// HandoffDir holds one listening socket per volume, HandoffSocketName(volume), created
 	// by the node plugin and connected to by the sidecar.
@@ -61,6 +62,10 @@ const (
 	// combinedCAFile, "volumes/<volume>/<combinedCAFile>", is the system's roots
 	// followed by the driver's extra CA bundle: what gcsfuse's SSL_CERT_FILE names.
 	combinedCAFile = "ca-certificates.crt"
+	// credentialConfigMapFile, "volumes/<volume>/<credentialConfigMapFile>", is the pod's
+	// credential configuration (contract.EnvCredentialConfig) that gcsfuse reads with
+	// --key-file for a volume without an identity of its own.
+	credentialConfigMapFile = "credential-configmap.json"
 	// metricsSocket is the sidecar's unix socket serving, over HTTP GET /metrics, the
 	// metrics of its gcsfuse processes (pkg/gcsfusemetrics), one series set per volume. The
 	// node plugin reads it; no network port of the pod is involved.
@@ -137,6 +142,12 @@ func (p Paths) VolumeDir(volume string) string {
 // TakenFile is the sidecar's taken record of volume.
 func (p Paths) TakenFile(volume string) string {
 	return filepath.Join(p.VolumeDir(volume), takenFile)
+}
+
+// CredentialConfigMapFile is the pod's credential configuration the sidecar gives volume's
+// gcsfuse (--key-file).
+func (p Paths) CredentialConfigMapFile(volume string) string {
+	return filepath.Join(p.VolumeDir(volume), credentialConfigMapFile)
 }
 
 // CombinedCAFile is the CA bundle the sidecar gives volume's gcsfuse (SSL_CERT_FILE).

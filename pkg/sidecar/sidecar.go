@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
@@ -87,11 +88,13 @@ type Config struct {
 	// (on cgroup v2 with the kubelet's default, memory.oom.group), where past this one
 	// gcsfuse fails its own allocation and ends, its key alone (memoryVerdict).
 	GcsfuseMemoryLimit int64
-	// CredentialConfig is the pod's credential configuration (contract.EnvCredentialConfig,
-	// from the ConfigMap the pod names, checked by the webhook), and CredentialConfigMap
-	// that ConfigMap's name: every gcsfuse of the pod whose volume has no identity of its
-	// own (no key file from the node plugin) reads with it ("" none). Not in ModeShared.
-	CredentialConfig, CredentialConfigMap string
+	// CredentialConfig is the pod's credential configuration (contract.EnvCredentialConfig:
+	// the JSON the webhook checked, from the ConfigMap the pod names; empty: none), and
+	// CredentialConfigMap that ConfigMap's name, for messages: every gcsfuse of the pod
+	// whose volume has no identity of its own (no key file from the node plugin) reads
+	// with it. Checked again by Validate; not in ModeShared.
+	CredentialConfig    []byte
+	CredentialConfigMap string
 	// TerminationLog receives the reason for a non-zero exit ("" to skip).
 	TerminationLog string
 	Log            *slog.Logger
@@ -149,10 +152,18 @@ func (cfg Config) Validate() error {
 		return errors.New("no gcsfuse binary")
 	case cfg.Grace < 0:
 		return fmt.Errorf("grace period %s is negative", cfg.Grace)
-	case cfg.CredentialConfig != "" && (!filepath.IsAbs(cfg.CredentialConfig) || cfg.Mode == contract.ModeShared):
-		return fmt.Errorf("credential configuration %q: want an absolute path, and not in the node's shared mounter", cfg.CredentialConfig)
+	case len(cfg.CredentialConfig) > 0 && cfg.Mode == contract.ModeShared:
+		return errors.New("a credential configuration is the pod's sidecar's, not the node's shared mounter's")
 	case cfg.GcsfuseMemoryLimit != 0 && cfg.GcsfuseMemoryLimit < minGcsfuseMemoryLimit:
 		return fmt.Errorf("gcsfuse memory limit %d bytes: want 0 (none) or at least %d MiB (gcsfuse's own start-up)", cfg.GcsfuseMemoryLimit, minGcsfuseMemoryLimit>>20)
+	}
+	if len(cfg.CredentialConfig) > 0 {
+		// What the webhook checked, checked again: a pod copied from an injected one keeps
+		// the sidecar's environment without passing the webhook's checks.
+		if _, err := credentials.ParseCredentialConfig(cfg.CredentialConfigMap, cfg.CredentialConfig,
+			credentials.CredentialRules{AnyTokenURL: true, Reserved: []string{cfg.TmpDir}}); err != nil {
+			return fmt.Errorf("$%s: %w", contract.EnvCredentialConfig, err)
+		}
 	}
 	for _, d := range []string{cfg.CacheDir, cfg.BufferDir} {
 		if d != "" && !filepath.IsAbs(d) {

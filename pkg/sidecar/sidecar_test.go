@@ -188,10 +188,10 @@ func TestNewValidates(t *testing.T) {
 		{func(c *Config) { c.GcsfusePath = "" }, "gcsfuse"},
 		{func(c *Config) { c.Grace = -time.Second }, "negative"},
 		{func(c *Config) { c.CacheDir = "cache" }, "cache"},
-		{func(c *Config) { c.CredentialConfig = "wif/credential-configuration.json" }, "credential configuration"},
+		{func(c *Config) { c.CredentialConfig = []byte(`{"type": "external_account"}`) }, "GCSFUSE_CREDENTIAL_CONFIG"},
 		{func(c *Config) {
-			c.CredentialConfig, c.Mode = "/etc/gcsfuse-csi/wif/credential-configuration.json", contract.ModeShared
-		}, "not in the node's shared mounter"},
+			c.CredentialConfig, c.Mode = []byte(`{"type": "external_account"}`), contract.ModeShared
+		}, "not the node's shared mounter's"},
 	} {
 		cfg := good
 		tt.mutate(&cfg)

@@ -133,9 +133,17 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 	switch {
 	case v.KeyFile:
 		keyFile = podfiles.At(s.cfg.TmpDir).CredentialsConfigFile(v.VolumeName)
-	case s.cfg.CredentialConfig != "":
-		// No identity of its own: the pod's credential ConfigMap's, which the pod asked for.
-		keyFile, identity = s.cfg.CredentialConfig, "the pod's service account through credential ConfigMap "+s.cfg.CredentialConfigMap
+	case len(s.cfg.CredentialConfig) > 0:
+		// No identity of its own: the pod's credential ConfigMap's, which the pod asked for,
+		// written where only this user reads it.
+		paths := podfiles.At(s.cfg.TmpDir)
+		if err := os.MkdirAll(paths.VolumeDir(v.VolumeName), 0o700); err != nil {
+			return nil, fmt.Errorf("create the directory of volume %s: %w", v.VolumeName, err)
+		}
+		keyFile, identity = paths.CredentialConfigMapFile(v.VolumeName), "the pod's service account through credential ConfigMap "+s.cfg.CredentialConfigMap
+		if err := writeAtomic(keyFile, s.cfg.CredentialConfig); err != nil {
+			return nil, fmt.Errorf("write the credential configuration of volume %s: %w", v.VolumeName, err)
+		}
 	}
 	rt, err := routeFor(v, s.cfg.TmpDir, s.cfg.SystemRoots)
 	if err != nil {

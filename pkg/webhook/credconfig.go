@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,32 +20,101 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
-// configMapLookupTimeout bounds the read of a pod's credential ConfigMap, well inside the
-// webhook's 10 s timeout.
-const configMapLookupTimeout = 3 * time.Second
+const (
+	// configMapLookupTimeout bounds the read of a pod's credential ConfigMap, well inside
+	// the webhook's 10 s timeout.
+	configMapLookupTimeout = 3 * time.Second
+	// configMapCacheTTL is how long a ConfigMap read is reused: a burst of a Job's pods
+	// naming one ConfigMap costs one GET per namespace and name in that time, not one per
+	// pod. An edit reaches the pods admitted after it at most this late.
+	configMapCacheTTL = 10 * time.Second
+	// configMapCacheMax bounds the cache; past it, entries past their TTL are dropped, and
+	// the cache is emptied if none is.
+	configMapCacheMax = 4096
+)
 
 // ConfigMaps reads the credential ConfigMap a pod names
 // (contract.AnnotationCredentialConfigMap).
 type ConfigMaps interface {
 	// ConfigMap returns the ConfigMap, or an error that apierrors.IsNotFound recognises
-	// when there is none.
+	// when there is none (ErrNotAudited: it cannot be known).
 	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 }
 
-// KubeConfigMaps is the ConfigMaps of a live cluster (RBAC: get on configmaps). One GET per
-// admission of a pod with the annotation, none for the others: a cache of every ConfigMap
-// of the cluster would cost the webhook far more memory than these reads cost the API
-// server.
-type KubeConfigMaps struct{ Client kubernetes.Interface }
+// ErrNotAudited is a ConfigMaps' answer for a ConfigMap it cannot know (an audit of
+// manifests that do not include it): the pod is judged without it, with a warning.
+var ErrNotAudited = errors.New("not among the objects audited")
+
+// KubeConfigMaps is the ConfigMaps of a live cluster (RBAC: get on configmaps): one GET per
+// namespace and name per configMapCacheTTL, shared by the admissions that ask meanwhile. A
+// cache of every ConfigMap of the cluster (an informer) would cost the webhook far more
+// memory than these reads cost the API server.
+type KubeConfigMaps struct {
+	client kubernetes.Interface
+	group  singleflight.Group
+	mu     sync.Mutex
+	cache  map[string]cachedConfigMap
+	now    func() time.Time
+}
+
+type cachedConfigMap struct {
+	cm  *corev1.ConfigMap
+	err error // a NotFound, cached as well
+	at  time.Time
+}
+
+// NewKubeConfigMaps is the ConfigMaps of the cluster client talks to.
+func NewKubeConfigMaps(client kubernetes.Interface) *KubeConfigMaps {
+	return &KubeConfigMaps{client: client, cache: map[string]cachedConfigMap{}, now: time.Now}
+}
 
 // ConfigMap implements ConfigMaps.
-func (k KubeConfigMaps) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
-	return k.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+func (k *KubeConfigMaps) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	key := namespace + "/" + name
+	k.mu.Lock()
+	if c, ok := k.cache[key]; ok && k.now().Sub(c.at) < configMapCacheTTL {
+		k.mu.Unlock()
+		return c.cm, c.err
+	}
+	k.mu.Unlock()
+	ch := k.group.DoChan(key, func() (any, error) {
+		// Not the first caller's context: its cancellation must not fail the others.
+		rctx, cancel := context.WithTimeout(context.Background(), configMapLookupTimeout)
+		defer cancel()
+		cm, err := k.client.CoreV1().ConfigMaps(namespace).Get(rctx, name, metav1.GetOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			k.store(key, cachedConfigMap{cm: cm, err: err, at: k.now()})
+		}
+		return cm, err
+	})
+	select {
+	case r := <-ch:
+		cm, _ := r.Val.(*corev1.ConfigMap)
+		return cm, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (k *KubeConfigMaps) store(key string, c cachedConfigMap) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.cache) >= configMapCacheMax {
+		for key, old := range k.cache {
+			if c.at.Sub(old.at) >= configMapCacheTTL {
+				delete(k.cache, key)
+			}
+		}
+		if len(k.cache) >= configMapCacheMax {
+			clear(k.cache)
+		}
+	}
+	k.cache[key] = c
 }
 
 // reservedSidecarPaths are the sidecar's own mounts, under which a credential ConfigMap's
 // token may not be projected.
-var reservedSidecarPaths = []string{contract.TmpMountPath, contract.BufferMountPath, contract.CacheMountPath, contract.CredentialConfigMountPath}
+var reservedSidecarPaths = []string{contract.TmpMountPath, contract.BufferMountPath, contract.CacheMountPath}
 
 // credentialConfigMap is a pod's checked credential ConfigMap.
 type credentialConfigMap struct {
@@ -81,50 +153,76 @@ func (m *Mutator) checkCredentialConfigMapUse(raw, ann map[string]string, u usag
 	return nil
 }
 
+// readsWithADC reports whether a volume of the sidecar may read with Application Default
+// Credentials, which the credential ConfigMap replaces: an inline volume with no Secret
+// and no provider, or a claim's (its PersistentVolume's Secret is not known here). A bad
+// identity attribute counts as one: the node plugin refuses it, with its own message.
+func readsWithADC(pod *corev1.Pod, ours driverVolumes) bool {
+	inline := map[string]*corev1.CSIVolumeSource{}
+	for _, v := range pod.Spec.Volumes {
+		if v.CSI != nil {
+			inline[v.Name] = v.CSI
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(ours)) {
+		src, isInline := inline[name]
+		if !isInline {
+			return true
+		}
+		c, err := credentials.Choose(credentials.Config{}, ours[name], src.NodePublishSecretRef != nil)
+		if err != nil || c.Kind == credentials.KindADC {
+			return true
+		}
+	}
+	return false
+}
+
 // credentialConfigMap reads and checks the ConfigMap the pod names (nil without the
-// annotation). A ConfigMap that is missing or wrong is the pod's mistake (400); one that
-// cannot be read refuses the pod too (500): admitted without it, its sidecar would read as
-// someone else than the pod asked.
-func (m *Mutator) credentialConfigMap(ctx context.Context, namespace string, raw, ann map[string]string) (*credentialConfigMap, error) {
+// annotation, and with a warning when no volume of the sidecar would read with it). A
+// ConfigMap that is missing or wrong is the pod's mistake (400); one that cannot be read
+// refuses the pod too (500): admitted without it, its sidecar would read as someone else
+// than the pod asked.
+func (m *Mutator) credentialConfigMap(ctx context.Context, pod *corev1.Pod, namespace string, ann map[string]string, ours driverVolumes) (*credentialConfigMap, []string, error) {
 	name, ok := ann[contract.AnnotationCredentialConfigMap]
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
-	key := credentialAnnotation(raw)
-	if !validConfigMapName(name) {
-		return nil, badAnnotation(key, name, "not a ConfigMap name")
+	key := credentialAnnotation(pod.Annotations)
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return nil, nil, badAnnotation(key, name, "not a ConfigMap name")
+	}
+	if !readsWithADC(pod, ours) {
+		return nil, []string{fmt.Sprintf("annotation %s: every volume of the driver in the pod has an identity of its own (a nodePublishSecretRef or a federation provider), so the credential ConfigMap %s is not used", key, name)}, nil
 	}
 	if m.cfg.ConfigMaps == nil {
-		return nil, errors.New("this webhook reads no ConfigMap (no ConfigMaps configured)")
+		return nil, nil, badRequest("annotation %s: this webhook does not read credential ConfigMaps (the chart's webhook.credentialConfigMaps is false): give the volumes %s instead, or ask a cluster admin to turn it on", key, contract.AttrWorkloadIdentityProvider)
 	}
-	ctx, cancel := context.WithTimeout(ctx, configMapLookupTimeout)
+	lctx, cancel := context.WithTimeout(ctx, configMapLookupTimeout)
 	defer cancel()
-	cm, err := m.cfg.ConfigMaps.ConfigMap(ctx, namespace, name)
+	cm, err := m.cfg.ConfigMaps.ConfigMap(lctx, namespace, name)
 	switch {
+	case errors.Is(err, ErrNotAudited):
+		return nil, []string{fmt.Sprintf("annotation %s: ConfigMap %s/%s is %v: its content was not checked", key, namespace, name, err)}, nil
 	case apierrors.IsNotFound(err):
-		return nil, badRequest("annotation %s: ConfigMap %s not found in namespace %s: create it first (kubectl create configmap %s --from-file=credential-configuration.json -n %s)",
+		return nil, nil, badRequest("annotation %s: ConfigMap %s not found in namespace %s: create it first (kubectl create configmap %s --from-file=credential-configuration.json -n %s)",
 			key, name, namespace, name, namespace)
 	case err != nil:
-		return nil, fmt.Errorf("read the credential ConfigMap %s/%s: %w", namespace, name, err)
+		return nil, nil, fmt.Errorf("read the credential ConfigMap %s/%s: %w", namespace, name, err)
 	}
-	conf, err := credentials.ParseCredentialConfigMap(name, cm.Data, cm.BinaryData, reservedSidecarPaths)
+	conf, err := credentials.ParseCredentialConfigMap(name, cm.Data, cm.BinaryData,
+		credentials.CredentialRules{Reserved: reservedSidecarPaths, TokenURLs: m.cfg.CredentialTokenURLs})
 	if err != nil {
-		return nil, badRequest("annotation %s: %v", key, err)
+		return nil, nil, badRequest("annotation %s: %v", key, err)
 	}
-	return &credentialConfigMap{name: name, annotation: key, conf: conf}, nil
+	return &credentialConfigMap{name: name, annotation: key, conf: conf}, nil, nil
 }
 
-// validConfigMapName reports whether name can name a ConfigMap (a DNS subdomain).
-func validConfigMapName(name string) bool {
-	return len(validation.IsDNS1123Subdomain(name)) == 0
-}
-
-// apply adds the ConfigMap's volumes to newVolumes and gives the sidecar their mounts and
-// the configuration's path. A pod that already has volumes of those names is refused: they
+// apply adds the token's volume to newVolumes and gives the sidecar its mount and the
+// configuration as checked. A pod that already has a volume of that name is refused: it
 // would be mistaken for the webhook's.
 func (c *credentialConfigMap) apply(pod *corev1.Pod, newVolumes []corev1.Volume, sidecar *corev1.Container) ([]corev1.Volume, error) {
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == contract.CredentialTokenVolumeName || v.Name == contract.CredentialConfigVolumeName {
+		if v.Name == contract.CredentialTokenVolumeName {
 			return nil, badRequest("annotation %s: the pod already has a volume named %s, which the webhook adds for the credential ConfigMap: rename it", c.annotation, v.Name)
 		}
 	}
@@ -136,17 +234,11 @@ func (c *credentialConfigMap) apply(pod *corev1.Pod, newVolumes []corev1.Volume,
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 				Audience: c.conf.TokenAudience, ExpirationSeconds: &seconds, Path: c.conf.TokenFile()}}},
 		}}},
-		corev1.Volume{Name: contract.CredentialConfigVolumeName, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: c.name}, DefaultMode: &mode,
-			Items: []corev1.KeyToPath{{Key: c.conf.Key, Path: c.conf.Key}},
-		}}},
 	)
 	sidecar.VolumeMounts = append(sidecar.VolumeMounts,
-		corev1.VolumeMount{Name: contract.CredentialTokenVolumeName, MountPath: c.conf.TokenDir(), ReadOnly: true},
-		corev1.VolumeMount{Name: contract.CredentialConfigVolumeName, MountPath: contract.CredentialConfigMountPath, ReadOnly: true},
-	)
+		corev1.VolumeMount{Name: contract.CredentialTokenVolumeName, MountPath: c.conf.TokenDir(), ReadOnly: true})
 	sidecar.Env = append(sidecar.Env,
-		corev1.EnvVar{Name: contract.EnvCredentialConfig, Value: path.Join(contract.CredentialConfigMountPath, c.conf.Key)},
+		corev1.EnvVar{Name: contract.EnvCredentialConfig, Value: string(c.conf.JSON)},
 		corev1.EnvVar{Name: contract.EnvCredentialConfigMap, Value: c.name},
 	)
 	return newVolumes, nil

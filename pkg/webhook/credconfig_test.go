@@ -6,12 +6,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
 // configMaps is a ConfigMaps from a table (namespace/name); "broken" fails the read.
@@ -31,12 +37,13 @@ func (c configMaps) ConfigMap(_ context.Context, namespace, name string) (*corev
 const wifConfig = `{"type": "external_account",
   "audience": "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1",
   "subject_token_type": "urn:ietf:params:oauth:token-type:jwt", "token_url": "https://sts.googleapis.com/v1/token",
-  "credential_source": {"file": "/var/run/service-account/token"}}`
+  "credential_source": {"file": "/var/run/service-account/token", "format": {"type": "text"}}}`
 
 func credMutator(t *testing.T, federated bool) *Mutator {
 	t.Helper()
 	cfg := testConfig()
-	cfg.ConfigMaps = configMaps{"ns/wif": {"credential-configuration.json": wifConfig}, "ns/two": {"a": wifConfig, "b": wifConfig}}
+	cfg.ConfigMaps = configMaps{"ns/wif": {"credential-configuration.json": wifConfig}, "ns/two": {"a": wifConfig, "b": wifConfig},
+		"ns/evil": {"c.json": strings.Replace(wifConfig, "https://sts.googleapis.com/v1/token", "http://evil.example/token", 1)}}
 	cfg.NodeFederated = federated
 	m, err := NewMutator(cfg, modern, discardLogger())
 	if err != nil {
@@ -47,8 +54,9 @@ func credMutator(t *testing.T, federated bool) *Mutator {
 
 // A pod naming its credential ConfigMap (ours or the GKE driver's annotation) gets its
 // token projected for the provider's default audience where the configuration reads it,
-// the configuration itself, both read-only in the sidecar alone, and the sidecar told
-// where the configuration is.
+// mounted read-only in the sidecar alone, and the configuration as checked in the
+// sidecar's environment (no volume of the ConfigMap: the pod's spec freezes what was
+// checked), re-encoded from what was understood.
 func TestCredentialConfigMapInjected(t *testing.T) {
 	for _, ann := range []string{contract.AnnotationCredentialConfigMap, incumbentPrefix + "workload-identity-credential-configmap"} {
 		pod := newPod(annotate(ann, "wif"), func(p *corev1.Pod) { p.Spec.Volumes = []corev1.Volume{gcsVolume("data", nil)} })
@@ -61,8 +69,10 @@ func TestCredentialConfigMapInjected(t *testing.T) {
 		for _, e := range sc.Env {
 			env[e.Name] = e.Value
 		}
-		if env[contract.EnvCredentialConfig] != "/etc/gcsfuse-csi/wif/credential-configuration.json" || env[contract.EnvCredentialConfigMap] != "wif" {
-			t.Errorf("%s: sidecar env %v", ann, env)
+		conf, err := credentials.ParseCredentialConfig("env", []byte(env[contract.EnvCredentialConfig]), credentials.CredentialRules{})
+		if err != nil || conf.Audience != "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1" ||
+			strings.Contains(env[contract.EnvCredentialConfig], "comment") || env[contract.EnvCredentialConfigMap] != "wif" {
+			t.Errorf("%s: sidecar env %v (%v)", ann, env, err)
 		}
 		mounts := map[string]corev1.VolumeMount{}
 		for _, vm := range sc.VolumeMounts {
@@ -71,21 +81,18 @@ func TestCredentialConfigMapInjected(t *testing.T) {
 		if m := mounts[contract.CredentialTokenVolumeName]; m.MountPath != "/var/run/service-account" || !m.ReadOnly {
 			t.Errorf("%s: token mount %+v", ann, m)
 		}
-		if m := mounts[contract.CredentialConfigVolumeName]; m.MountPath != contract.CredentialConfigMountPath || !m.ReadOnly {
-			t.Errorf("%s: config mount %+v", ann, m)
-		}
 		vols := map[string]corev1.Volume{}
 		for _, v := range out.Spec.Volumes {
 			vols[v.Name] = v
+			if v.ConfigMap != nil {
+				t.Errorf("%s: a ConfigMap volume %s: the sidecar must not read the ConfigMap live", ann, v.Name)
+			}
 		}
 		tok := vols[contract.CredentialTokenVolumeName].Projected
 		if tok == nil || len(tok.Sources) != 1 || tok.Sources[0].ServiceAccountToken == nil ||
 			tok.Sources[0].ServiceAccountToken.Audience != "https://iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-1/providers/k8s-1" ||
 			tok.Sources[0].ServiceAccountToken.Path != "token" || *tok.Sources[0].ServiceAccountToken.ExpirationSeconds != 3600 {
 			t.Errorf("%s: token volume %+v", ann, vols[contract.CredentialTokenVolumeName])
-		}
-		if cm := vols[contract.CredentialConfigVolumeName].ConfigMap; cm == nil || cm.Name != "wif" || len(cm.Items) != 1 || cm.Items[0].Key != "credential-configuration.json" {
-			t.Errorf("%s: config volume %+v", ann, vols[contract.CredentialConfigVolumeName])
 		}
 		for _, c := range append(slices.Clone(out.Spec.Containers), out.Spec.InitContainers...) {
 			if c.Name == contract.SidecarContainerName {
@@ -97,6 +104,57 @@ func TestCredentialConfigMapInjected(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A pod whose volumes all have an identity of their own does not use the ConfigMap: a
+// warning says so and nothing is added (nor read); a hostNetwork pod asking for its own
+// account reads as it through the ConfigMap, so it is not refused.
+func TestCredentialConfigMapUnusedAndHostNetwork(t *testing.T) {
+	own := gcsVolume("data", map[string]string{contract.AttrWorkloadIdentityProvider: "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p-1/providers/r-1"})
+	pod := newPod(annotate(contract.AnnotationCredentialConfigMap, "broken"), func(p *corev1.Pod) { p.Spec.Volumes = []corev1.Volume{own} })
+	resp, out := mustAdmit(t, credMutator(t, false), pod)
+	if !containsSubstring(resp.Warnings, "is not used") {
+		t.Errorf("warnings %q, want one saying the ConfigMap is not used", resp.Warnings)
+	}
+	for _, v := range out.Spec.Volumes {
+		if v.Name == contract.CredentialTokenVolumeName {
+			t.Error("the token volume was added for a ConfigMap nobody uses")
+		}
+	}
+	hostNet := newPod(annotate(contract.AnnotationCredentialConfigMap, "wif"), func(p *corev1.Pod) {
+		p.Spec.HostNetwork = true
+		p.Spec.Volumes = []corev1.Volume{gcsVolume("data", map[string]string{"hostNetworkPodKSA": "true"})}
+	})
+	mustAdmit(t, credMutator(t, false), hostNet)
+}
+
+// One read per namespace and name for a burst of admissions, shared by concurrent ones;
+// a read again once the cache's entry is old.
+func TestKubeConfigMapsCache(t *testing.T) {
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "wif", Namespace: "ns"}, Data: map[string]string{"a": "b"}})
+	gets := 0
+	cs.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	k := NewKubeConfigMaps(cs)
+	now := time.Unix(1000, 0)
+	k.now = func() time.Time { return now }
+	for range 50 {
+		if cm, err := k.ConfigMap(context.Background(), "ns", "wif"); err != nil || cm.Data["a"] != "b" {
+			t.Fatalf("%v %v", cm, err)
+		}
+	}
+	if _, err := k.ConfigMap(context.Background(), "ns", "nosuch"); !apierrors.IsNotFound(err) {
+		t.Fatalf("missing: %v", err)
+	}
+	if gets != 2 {
+		t.Errorf("%d GETs for 50 admissions of one ConfigMap and one of a missing one, want 2", gets)
+	}
+	now = now.Add(configMapCacheTTL)
+	if _, err := k.ConfigMap(context.Background(), "ns", "wif"); err != nil || gets != 3 {
+		t.Errorf("after the TTL: %v, %d GETs, want 3", err, gets)
 	}
 }
 
@@ -119,6 +177,7 @@ func TestCredentialConfigMapRefused(t *testing.T) {
 		{"the node federates", "wif", true, nil, 400, "the node plugin federates every volume"},
 		{"a shared volume", "wif", false, []corev1.Volume{gcsVolume("own", nil), shared}, 400, "does not read the pod's credential ConfigMap"},
 		{"a volume of the webhook's name", "wif", false, []corev1.Volume{gcsVolume("data", nil), {Name: contract.CredentialTokenVolumeName}}, 400, "already has a volume named gcsfuse-wif-token"},
+		{"another STS", "evil", false, nil, 400, "only https://sts.googleapis.com/v1/token"},
 	} {
 		vols := tc.vols
 		if vols == nil {

@@ -59,6 +59,9 @@ type Config struct {
 	// ConfigMaps reads the credential ConfigMap a pod names
 	// (contract.AnnotationCredentialConfigMap); nil: such a pod is refused.
 	ConfigMaps ConfigMaps
+	// CredentialTokenURLs are the STS endpoints a credential ConfigMap may name besides
+	// Google's (--credential-token-urls): an STS of the cluster's own.
+	CredentialTokenURLs []string
 	// DriverName is the CSI driver name the driver is installed under (one of
 	// contract.DriverNames): inline volumes and PersistentVolumes of this driver are ours.
 	// Empty: contract.DriverName.
@@ -231,7 +234,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	if err := m.checkCredentialConfigMapUse(pod.Annotations, ann, u); err != nil {
 		return decision{}, err
 	}
-	hostNetworkWarnings, err := m.checkHostNetworkIdentity(pod, u.sidecar)
+	hostNetworkWarnings, err := m.checkHostNetworkIdentity(pod, ann, u.sidecar)
 	if err != nil {
 		return decision{}, err
 	}
@@ -295,10 +298,11 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	}
 	newVolumes, vols := sidecarVolumes(pod, u.sidecar)
 	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
-	cred, err := m.credentialConfigMap(ctx, namespace, pod.Annotations, ann)
+	cred, credWarnings, err := m.credentialConfigMap(ctx, pod, namespace, ann, u.sidecar)
 	if err != nil {
 		return decision{}, err
 	}
+	warnings = append(warnings, credWarnings...)
 	if cred != nil {
 		if newVolumes, err = cred.apply(pod, newVolumes, &sidecar); err != nil {
 			return decision{}, err
@@ -707,8 +711,10 @@ func wantsFileCache(ours driverVolumes) bool {
 // hostNetwork pod. The pods that are not hostNetwork read as themselves on GKE either way,
 // and a shared volume is read by the node's mounter, which is not hostNetwork
 // (checkSharedIdentity).
-func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ours driverVolumes) ([]string, error) {
-	if !pod.Spec.HostNetwork || m.cfg.NodeFederated {
+func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ann map[string]string, ours driverVolumes) ([]string, error) {
+	if _, named := ann[contract.AnnotationCredentialConfigMap]; !pod.Spec.HostNetwork || m.cfg.NodeFederated || named {
+		// With a credential ConfigMap the volumes without an identity read with it, as the
+		// pod's own account, whatever the network.
 		return nil, nil
 	}
 	inline := map[string]*corev1.CSIVolumeSource{}

@@ -344,8 +344,9 @@ func testHostNetworkPodKSA(t *testing.T) {
 // annotation (an external_account configuration, as create-cred-config writes it for the
 // emulator's pool) writes, through an inline volume and a claim alike, as its own service
 // account: the emulator's STS takes its projected token, and the buckets' policies allow
-// that account alone. Its gcsfuse reads the configuration the webhook checked. A pod naming
-// a ConfigMap that does not exist is refused (400), saying which and how to make it.
+// that account alone. Its gcsfuse reads the configuration the webhook checked, which the
+// ConfigMap's deletion right after admission does not change. A pod naming a ConfigMap
+// that does not exist is refused (400), saying which and how to make it.
 func testCredentialConfigMap(t *testing.T) {
 	t.Parallel()
 	identity := createServiceAccount(t, "cm-app")
@@ -384,9 +385,13 @@ func testCredentialConfigMap(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(context.Background(), build(name, cm.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
+	// What was checked at admission is the pod's: the ConfigMap deleted now changes nothing.
+	if err := cs.CoreV1().ConfigMaps(ns).Delete(context.Background(), cm.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pid := gcsfusePID(t, inline)
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if args := strings.Split(string(cmdline), "\x00"); !containsString(args, "--key-file=/etc/gcsfuse-csi/wif/credential-configuration.json") || containsString(args, "--anonymous-access") {
+	if args := strings.Split(string(cmdline), "\x00"); !containsString(args, "--key-file="+podfiles.At(contract.TmpMountPath).CredentialConfigMapFile("inline")) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want the credential ConfigMap's configuration as --key-file", args)
 	}
 	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
