@@ -11,7 +11,6 @@ import (
 	"golang.org/x/time/rate"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -146,8 +145,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	o.config.SidecarPullSecrets = mountopts.Split(*pullSecrets)
 	o.config.CredentialTokenURLs = mountopts.Split(*credTokenURLs)
 	for _, u := range o.config.CredentialTokenURLs {
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
-			return options{}, fmt.Errorf("--credential-token-urls: %q is not an http(s) URL", u)
+		if err := credentials.CheckTokenURL(u); err != nil {
+			return options{}, fmt.Errorf("--credential-token-urls: %w", err)
 		}
 	}
 	adc, err := credentials.ParseSharedADC(*sharedADC)

@@ -177,8 +177,10 @@ func ParseCredentialConfig(what string, raw []byte, rules CredentialRules) (Cred
 		return bad("universe_domain %q, only %s is supported", conf.UniverseDomain, universeDomain)
 	case conf.TokenInfoURL != "" && conf.TokenInfoURL != googleTokenInfoURL:
 		return bad("token_info_url %q: only %s", conf.TokenInfoURL, googleTokenInfoURL)
-	case conf.Impersonation != nil && (conf.Impersonation.TokenLifetimeSeconds < 600 || conf.Impersonation.TokenLifetimeSeconds > 43200):
-		return bad("service_account_impersonation.token_lifetime_seconds %d: want 600 to 43200", conf.Impersonation.TokenLifetimeSeconds)
+	case conf.Impersonation != nil && conf.Impersonation.TokenLifetimeSeconds != 0 && (conf.Impersonation.TokenLifetimeSeconds < 600 || conf.Impersonation.TokenLifetimeSeconds > 43200):
+		return bad("service_account_impersonation.token_lifetime_seconds %d: want 600 to 43200 (absent: 3600)", conf.Impersonation.TokenLifetimeSeconds)
+	case conf.QuotaProjectID != "" && !quotaProject.MatchString(conf.QuotaProjectID):
+		return bad("quota_project_id %q is not a project ID or number", conf.QuotaProjectID)
 	}
 	switch {
 	case conf.TokenURL == googleTokenURL || slices.Contains(rules.TokenURLs, conf.TokenURL):
@@ -209,7 +211,8 @@ func ParseCredentialConfig(what string, raw []byte, rules CredentialRules) (Cred
 	c.TokenPath = src.File
 	p := c.TokenPath
 	base := path.Base(p)
-	if !path.IsAbs(p) || path.Clean(p) != p || !configFileName.MatchString(base) || strings.HasPrefix(base, ".") ||
+	if !path.IsAbs(p) || path.Clean(p) != p || strings.HasPrefix(base, ".") ||
+		slices.ContainsFunc(strings.Split(p[1:], "/"), func(e string) bool { return !configFileName.MatchString(e) }) ||
 		!slices.ContainsFunc(tokenDirs, func(d string) bool { return strings.HasPrefix(p, d) && path.Dir(p)+"/" != d }) {
 		return bad("credential_source.file %q must be a clean absolute path in a directory under %s (the token's volume is mounted at that directory)", p, strings.Join(tokenDirs, " or "))
 	}
@@ -227,6 +230,12 @@ func ParseCredentialConfig(what string, raw []byte, rules CredentialRules) (Cred
 	js, err := json.Marshal(out)
 	if err != nil {
 		return bad("%v", err)
+	}
+	// The kubelet expands $(VAR) in an environment value, where the sidecar gets this: a
+	// "$" is written as JSON's \u0024, which it leaves alone.
+	js = bytes.ReplaceAll(js, []byte("$"), []byte(`\u0024`))
+	if len(js) > maxCredentialConfig {
+		return bad("%d bytes once re-encoded, more than %d", len(js), maxCredentialConfig)
 	}
 	c.JSON = js
 	return c, nil
@@ -265,10 +274,17 @@ type sourceFormat struct {
 	Type string `json:"type,omitempty"`
 }
 
+// quotaProject is a project ID or number.
+var quotaProject = regexp.MustCompile(`^([a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})$`)
+
 // impersonationURL is Google's impersonation endpoint; its group is the service account.
 var impersonationURL = regexp.MustCompile(`^https://iamcredentials\.googleapis\.com/v1/projects/-/serviceAccounts/([a-z0-9][a-z0-9-]{0,62}@[a-z0-9.-]{1,253}):generateAccessToken$`)
 
-// checkHTTPURL accepts an absolute http or https URL with a host.
+// CheckTokenURL reports whether raw can be a credential configuration's STS endpoint, as
+// the sidecar checks it: an absolute http or https URL with a host and no user.
+func CheckTokenURL(raw string) error { return checkHTTPURL(raw) }
+
+// checkHTTPURL accepts an absolute http or https URL with a host and no user.
 func checkHTTPURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || strings.ContainsAny(raw, " \t\r\n") {

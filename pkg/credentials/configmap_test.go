@@ -100,11 +100,34 @@ func TestParseCredentialConfigMapRefused(t *testing.T) {
 		{"the CA bundle's directory", edit(`/var/run/service-account/token`, `/etc/ssl/certs/token`), nil, "directory under /var/run/"},
 		{"the service account's mount", edit(`/var/run/service-account/token`, `/var/run/secrets/kubernetes.io/serviceaccount/token`), nil, "beside /var/run/secrets/kubernetes.io"},
 		{"a dot file", edit(`/var/run/service-account/token`, `/var/run/service-account/..data`), nil, "clean absolute path"},
+		{"quota project", edit(`"token_info_url"`, `"quota_project_id": "<script>", "token_info_url"`), nil, "quota_project_id"},
+		{"a variable in the path", edit(`/var/run/service-account/token`, `/var/run/$(GCSFUSE_POD_NAME)/token`), nil, "clean absolute path"},
 		{"a reserved directory", edit(`/var/run/service-account/token`, `/run/gcsfuse-csi/token`), nil, "beside /run/gcsfuse-csi"},
 	} {
 		_, err := ParseCredentialConfigMap("wif", tc.data, tc.binary, rules)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "credential ConfigMap wif") {
 			t.Errorf("%s: %v, want an error naming the ConfigMap and %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A "$" never reaches the sidecar's environment as one (the kubelet would expand $(VAR));
+// an impersonation without a lifetime takes the default; a project ID is taken.
+func TestParseCredentialConfigEncoding(t *testing.T) {
+	conf := strings.Replace(credConfig, `"token_info_url"`, `"quota_project_id": "proj-1", "service_account_impersonation": {}, "token_info_url"`, 1)
+	if _, err := ParseCredentialConfig("wif", []byte(conf), CredentialRules{}); err != nil {
+		t.Fatal(err)
+	}
+	dollar := strings.Replace(conf, "https://sts.googleapis.com/v1/token", "https://sts.example.com/$(X)/token", 1)
+	c, err := ParseCredentialConfig("wif", []byte(dollar), CredentialRules{TokenURLs: []string{"https://sts.example.com/$(X)/token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(c.JSON), "$") || !strings.Contains(string(c.JSON), `\u0024(X)`) || !strings.Contains(string(c.JSON), `"quota_project_id":"proj-1"`) {
+		t.Errorf("re-encoded %s", c.JSON)
+	}
+	again, err := ParseCredentialConfig("wif", c.JSON, CredentialRules{AnyTokenURL: true})
+	if err != nil || !strings.Contains(string(again.JSON), `\u0024(X)`) {
+		t.Errorf("the sidecar's check of %s: %v", c.JSON, err)
 	}
 }

@@ -28,9 +28,14 @@ const (
 	// naming one ConfigMap costs one GET per namespace and name in that time, not one per
 	// pod. An edit reaches the pods admitted after it at most this late.
 	configMapCacheTTL = 10 * time.Second
-	// configMapCacheMax bounds the cache; past it, entries past their TTL are dropped, and
-	// the cache is emptied if none is.
-	configMapCacheMax = 4096
+	// configMapCacheMax bounds the cache, of configMapCacheBytes at most each (16 MiB in
+	// all): entries past their TTL are dropped at every store, and past the bound the
+	// cache is emptied.
+	configMapCacheMax = 1024
+	// configMapCacheBytes is the largest ConfigMap kept: one a credential configuration can
+	// be (credentials' 16 KiB and its key). A larger one is refused anyway, and read again
+	// at each admission that names it, so that no tenant can fill the webhook's memory.
+	configMapCacheBytes = 16<<10 + 256
 )
 
 // ConfigMaps reads the credential ConfigMap a pod names
@@ -58,9 +63,8 @@ type KubeConfigMaps struct {
 }
 
 type cachedConfigMap struct {
-	cm  *corev1.ConfigMap
-	err error // a NotFound, cached as well
-	at  time.Time
+	cm *corev1.ConfigMap // its data alone
+	at time.Time
 }
 
 // NewKubeConfigMaps is the ConfigMaps of the cluster client talks to.
@@ -74,7 +78,7 @@ func (k *KubeConfigMaps) ConfigMap(ctx context.Context, namespace, name string) 
 	k.mu.Lock()
 	if c, ok := k.cache[key]; ok && k.now().Sub(c.at) < configMapCacheTTL {
 		k.mu.Unlock()
-		return c.cm, c.err
+		return c.cm, nil
 	}
 	k.mu.Unlock()
 	ch := k.group.DoChan(key, func() (any, error) {
@@ -82,10 +86,16 @@ func (k *KubeConfigMaps) ConfigMap(ctx context.Context, namespace, name string) 
 		rctx, cancel := context.WithTimeout(context.Background(), configMapLookupTimeout)
 		defer cancel()
 		cm, err := k.client.CoreV1().ConfigMaps(namespace).Get(rctx, name, metav1.GetOptions{})
-		if err == nil || apierrors.IsNotFound(err) {
-			k.store(key, cachedConfigMap{cm: cm, err: err, at: k.now()})
+		if err != nil {
+			// A NotFound is not kept: a ConfigMap made right after ("create it first") is
+			// read at the next admission.
+			return nil, err
 		}
-		return cm, err
+		data := &corev1.ConfigMap{Data: cm.Data, BinaryData: cm.BinaryData}
+		if size := configMapSize(data); size <= configMapCacheBytes {
+			k.store(key, cachedConfigMap{cm: data, at: k.now()})
+		}
+		return data, nil
 	})
 	select {
 	case r := <-ch:
@@ -99,17 +109,27 @@ func (k *KubeConfigMaps) ConfigMap(ctx context.Context, namespace, name string) 
 func (k *KubeConfigMaps) store(key string, c cachedConfigMap) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.cache) >= configMapCacheMax {
-		for key, old := range k.cache {
-			if c.at.Sub(old.at) >= configMapCacheTTL {
-				delete(k.cache, key)
-			}
-		}
-		if len(k.cache) >= configMapCacheMax {
-			clear(k.cache)
+	for key, old := range k.cache {
+		if c.at.Sub(old.at) >= configMapCacheTTL {
+			delete(k.cache, key)
 		}
 	}
+	if len(k.cache) >= configMapCacheMax {
+		clear(k.cache)
+	}
 	k.cache[key] = c
+}
+
+// configMapSize is the bytes of a ConfigMap's keys and values.
+func configMapSize(cm *corev1.ConfigMap) int {
+	n := 0
+	for k, v := range cm.Data {
+		n += len(k) + len(v)
+	}
+	for k, v := range cm.BinaryData {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // reservedSidecarPaths are the sidecar's own mounts, under which a credential ConfigMap's
@@ -133,9 +153,9 @@ func credentialAnnotation(raw map[string]string) string {
 
 // checkCredentialConfigMapUse refuses the annotation where the sidecar cannot honour it:
 // the pod's volumes of the driver that the node's shared mounter serves read as the
-// mounter's identity, not the ConfigMap's, and a node plugin that federates every volume
-// (NodeFederated) gives each its own token exchange, which gcsfuse uses instead. Either
-// would change the identity the pod asked for without a word.
+// mounter's identity, not the ConfigMap's (credentialConfigMap refuses the other cases: a
+// node plugin that federates every volume, a lent image). Either would change the identity
+// the pod asked for without a word.
 func (m *Mutator) checkCredentialConfigMapUse(raw, ann map[string]string, u usage) error {
 	name, ok := ann[contract.AnnotationCredentialConfigMap]
 	if !ok {
@@ -146,9 +166,6 @@ func (m *Mutator) checkCredentialConfigMapUse(raw, ann map[string]string, u usag
 	case len(u.shared) > 0:
 		return badRequest("annotation %s: volume %s has %s: %s, and the node's shared mounter that serves it does not read the pod's credential ConfigMap %q: give the volume an identity of its own (%s on the volume, or a nodePublishSecretRef), or leave %s out",
 			key, u.shared[0], contract.AttrMountMode, contract.MountModeShared, name, contract.AttrWorkloadIdentityProvider, contract.AttrMountMode)
-	case m.cfg.NodeFederated:
-		return badRequest("annotation %s: the node plugin federates every volume without an identity of its own (--wif-provider, the chart's node.wifProvider), which gcsfuse then uses instead of the credential ConfigMap %q: name the ConfigMap's audience as the volumes' %s instead (and its service account as %s), or leave the annotation out",
-			key, name, contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount)
 	}
 	return nil
 }
@@ -178,11 +195,15 @@ func readsWithADC(pod *corev1.Pod, ours driverVolumes) bool {
 }
 
 // credentialConfigMap reads and checks the ConfigMap the pod names (nil without the
-// annotation, and with a warning when no volume of the sidecar would read with it). A
+// annotation, and with a warning when no volume of the sidecar would read with it). Where
+// the sidecar could not honour it, the pod is refused: a node plugin that federates every
+// volume (NodeFederated) gives each its own exchange, which gcsfuse uses instead, and a
+// sidecar image the pod lends may not know the configuration (an older one reads with
+// Application Default Credentials). A
 // ConfigMap that is missing or wrong is the pod's mistake (400); one that cannot be read
 // refuses the pod too (500): admitted without it, its sidecar would read as someone else
 // than the pod asked.
-func (m *Mutator) credentialConfigMap(ctx context.Context, pod *corev1.Pod, namespace string, ann map[string]string, ours driverVolumes) (*credentialConfigMap, []string, error) {
+func (m *Mutator) credentialConfigMap(ctx context.Context, pod *corev1.Pod, namespace string, ann map[string]string, ours driverVolumes, lent bool, lentName string) (*credentialConfigMap, []string, error) {
 	name, ok := ann[contract.AnnotationCredentialConfigMap]
 	if !ok {
 		return nil, nil, nil
@@ -193,6 +214,13 @@ func (m *Mutator) credentialConfigMap(ctx context.Context, pod *corev1.Pod, name
 	}
 	if !readsWithADC(pod, ours) {
 		return nil, []string{fmt.Sprintf("annotation %s: every volume of the driver in the pod has an identity of its own (a nodePublishSecretRef or a federation provider), so the credential ConfigMap %s is not used", key, name)}, nil
+	}
+	if m.cfg.NodeFederated {
+		return nil, nil, badRequest("annotation %s: the node plugin federates every volume without an identity of its own (--wif-provider, the chart's node.wifProvider), which gcsfuse then uses instead of the credential ConfigMap %q: name the ConfigMap's audience as the volumes' %s instead (and its service account as %s), or leave the annotation out",
+			key, name, contract.AttrWorkloadIdentityProvider, contract.AttrServiceAccount)
+	}
+	if lent {
+		return nil, nil, badRequest("annotation %s: the pod lends the sidecar's image through its container %s, and an image other than the webhook's may not read the credential configuration (an older sidecar would read with Application Default Credentials instead, as someone else than the pod asked): remove that container, or the annotation", key, lentName)
 	}
 	if m.cfg.ConfigMaps == nil {
 		return nil, nil, badRequest("annotation %s: this webhook does not read credential ConfigMaps (the chart's webhook.credentialConfigMaps is false): give the volumes %s instead, or ask a cluster admin to turn it on", key, contract.AttrWorkloadIdentityProvider)

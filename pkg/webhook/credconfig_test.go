@@ -3,8 +3,11 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,6 +155,11 @@ func TestKubeConfigMapsCache(t *testing.T) {
 	if gets != 2 {
 		t.Errorf("%d GETs for 50 admissions of one ConfigMap and one of a missing one, want 2", gets)
 	}
+	// A missing one is not remembered: made now, it is read at the next admission.
+	if _, err := k.ConfigMap(context.Background(), "ns", "nosuch"); !apierrors.IsNotFound(err) || gets != 3 {
+		t.Fatalf("missing again: %v, %d GETs, want 3", err, gets)
+	}
+	gets = 2
 	now = now.Add(configMapCacheTTL)
 	if _, err := k.ConfigMap(context.Background(), "ns", "wif"); err != nil || gets != 3 {
 		t.Errorf("after the TTL: %v, %d GETs, want 3", err, gets)
@@ -204,5 +212,62 @@ func TestCredentialConfigMapAddOnPod(t *testing.T) {
 	resp, _ := mustAdmit(t, credMutator(t, false), pod)
 	if len(resp.Patch) > 0 {
 		t.Errorf("the add-on's pod changed: patch %s", resp.Patch)
+	}
+}
+
+// Admissions asking at once share one read; one whose context ends first gets its error and
+// leaves the others theirs.
+func TestKubeConfigMapsConcurrent(t *testing.T) {
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "wif", Namespace: "ns"}, Data: map[string]string{"a": "b"}})
+	var gets atomic.Int32
+	release := make(chan struct{})
+	cs.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		<-release
+		return false, nil, nil
+	})
+	k := NewKubeConfigMaps(cs)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if i%10 == 0 {
+				c, cancel := context.WithCancel(ctx)
+				cancel()
+				ctx = c
+			}
+			cm, err := k.ConfigMap(ctx, "ns", "wif")
+			switch {
+			case i%10 == 0 && !errors.Is(err, context.Canceled):
+				errs <- fmt.Errorf("a cancelled admission got %v", err)
+			case i%10 != 0 && (err != nil || cm.Data["a"] != "b"):
+				errs <- fmt.Errorf("an admission got %v, %v", cm, err)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := gets.Load(); n != 1 {
+		t.Errorf("%d GETs for 100 admissions at once, want 1", n)
+	}
+}
+
+// A pod lending the sidecar's image (which may not know the configuration) is refused with
+// the annotation.
+func TestCredentialConfigMapLentImage(t *testing.T) {
+	pod := newPod(annotate(contract.AnnotationCredentialConfigMap, "wif"), func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: contract.SidecarContainerName, Image: "registry.example.com/old/sidecar:0.1.0"})
+	})
+	resp, _ := admit(t, credMutator(t, false), pod)
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "lends the sidecar's image") {
+		t.Errorf("allowed %v, result %+v; want a refusal naming the lent image", resp.Allowed, resp.Result)
 	}
 }

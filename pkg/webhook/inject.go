@@ -298,7 +298,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	}
 	newVolumes, vols := sidecarVolumes(pod, u.sidecar)
 	sidecar := buildSidecar(image, mode, specGraceSeconds(pod), resources, vols)
-	cred, credWarnings, err := m.credentialConfigMap(ctx, pod, namespace, ann, u.sidecar)
+	cred, credWarnings, err := m.credentialConfigMap(ctx, pod, namespace, ann, u.sidecar, lent.found, lent.name)
 	if err != nil {
 		return decision{}, err
 	}
