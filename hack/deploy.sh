@@ -14,6 +14,10 @@
 # the chart gets them as values (node, webhook, controller and the sidecar the webhook
 # injects); the kustomize overlays name the default ones, rewritten on the way to the API
 # server.
+# DEPLOY_RELEASE_DIR=DIR installs from the release artifacts hack/release.sh wrote there
+# (RELEASE_VERSION and RELEASE_REPO as it was given them) instead of the source tree: each
+# image's OCI archive imported into containerd, named by tag and by digest, and the packaged
+# chart, whose images are pinned by digest, with the local values.
 # Idempotent: re-running re-applies and restarts nothing that did not change.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
@@ -81,7 +85,27 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
   ensure_helm
   chart=$REPO_ROOT/deploy/chart/gcsfuse-csi
   values=$REPO_ROOT/deploy/overlays/local/values.yaml
-  if [ "${DEPLOY_RELEASE:-}" = previous ]; then
+  if [ -n "${DEPLOY_RELEASE_DIR:-}" ]; then
+    : "${RELEASE_VERSION:?RELEASE_VERSION: the version hack/release.sh built}" "${RELEASE_REPO:?RELEASE_REPO: its IMAGE_REPO}"
+    chart=$DEPLOY_RELEASE_DIR/gcsfuse-csi-${RELEASE_VERSION#v}.tgz
+    step "the release's images (${DEPLOY_RELEASE_DIR}/images), imported with their digest names"
+    (cd "$DEPLOY_RELEASE_DIR" && sha256sum -c --quiet SHA256SUMS)
+    for a in "$DEPLOY_RELEASE_DIR"/images/*.oci.tar; do ctr -n k8s.io images import "$a" >/dev/null; done
+    # Named after each archive's io.containerd.image.name (repo:tag); the kubelet asks for
+    # repo:tag@digest, which the runtime looks up as repo@digest: that name too.
+    for img in node webhook sidecar controller; do
+      ref=$RELEASE_REPO/$img:$RELEASE_VERSION
+      digest=$(ctr -n k8s.io images ls | awk -v r="$ref" '$1 == r { print $3 }')
+      [ -n "$digest" ] || { echo "$ref was not imported from $DEPLOY_RELEASE_DIR/images" >&2; exit 1; }
+      ctr -n k8s.io images tag --force "$ref" "$RELEASE_REPO/$img@$digest" >/dev/null
+    done
+    # The packaged chart pins each image by digest; its repository and tag are the
+    # release's, which the local values' (the source tree's images) must not replace.
+    image_values=()
+    for img in node webhook sidecar controller; do
+      image_values+=(--set "images.$img.repository=$RELEASE_REPO/$img" --set-string "images.$img.tag=$RELEASE_VERSION")
+    done
+  elif [ "${DEPLOY_RELEASE:-}" = previous ]; then
     # The previous release's own chart and local values (hack/previous-release.sh), with
     # its images, for the upgrade e2e test; running this script again without
     # DEPLOY_RELEASE is the upgrade.

@@ -642,3 +642,25 @@ func wantCAMount(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, name st
 		t.Errorf("node plugin: volume ca-bundle not mounted at /etc/gcsfuse-csi/ca: %+v", c.VolumeMounts)
 	}
 }
+
+// TestImageDigests: a digest pins each image as repository:tag@digest, the sidecar the
+// webhook injects and the mounter's included; a malformed digest is refused.
+func TestImageDigests(t *testing.T) {
+	const d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	var args []string
+	for _, img := range []string{"node", "webhook", "controller", "sidecar"} {
+		args = append(args, "--set", "images."+img+".digest="+d, "--set", "images."+img+".repository=registry.example.com/gcsfuse-csi/"+img, "--set", "images."+img+".tag=v0.2.0")
+	}
+	r := render(t, otherNS, args...)
+	want := func(img string) string { return "registry.example.com/gcsfuse-csi/" + img + ":v0.2.0@" + d }
+	for got, img := range map[string]string{nodeContainer(t, r).Image: "node", webhookContainer(t, r).Image: "webhook",
+		controllerContainer(t, r).Image: "controller", mounterContainer(t, r).Image: "sidecar"} {
+		if got != want(img) {
+			t.Errorf("%s image %q, want %q", img, got, want(img))
+		}
+	}
+	wantArg(t, webhookContainer(t, r), "--sidecar-image="+want("sidecar"))
+	if _, err := templateText(t, otherNS, "--set", "images.node.digest=sha256:abc"); err == nil {
+		t.Error("a malformed digest rendered")
+	}
+}

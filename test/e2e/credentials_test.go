@@ -333,10 +333,7 @@ func testHostNetworkPodKSA(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(context.Background(), own, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("hostNetwork pod with hostNetworkPodKSA and a provider: %v", err)
 	}
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
-	if p.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", name, p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
-	}
+	waitSucceeded(t, name)
 	expectObject(t, bucket, "hostnet.bin", 4096)
 }
 
@@ -394,10 +391,7 @@ func testCredentialConfigMap(t *testing.T) {
 	if args := strings.Split(string(cmdline), "\x00"); !containsString(args, "--key-file="+podfiles.At(contract.TmpMountPath).CredentialConfigMapFile("inline")) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want the credential ConfigMap's configuration as --key-file", args)
 	}
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
-	if p.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", name, p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
-	}
+	waitSucceeded(t, name)
 	expectObject(t, inline, "inline.bin", 4096)
 	expectObject(t, claimed, "claimed.bin", 4096)
 }

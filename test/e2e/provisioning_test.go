@@ -415,10 +415,8 @@ func TestProfileClasses(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	for pod, class := range pods {
-		p := waitPod(t, pod, 120*time.Second, "terminal", terminal)
-		if p.Status.Phase != corev1.PodSucceeded {
-			t.Fatalf("pod %s of class %s: %s\n%s\n%s", pod, class, p.Status.Phase, describe(p), podEvents(pod))
-		}
+		t.Logf("pod %s of class %s", pod, class)
+		waitSucceeded(t, pod)
 		expectObject(t, bucket, claimVolume(t, pod, time.Second)+"/model.bin", 4096)
 	}
 }

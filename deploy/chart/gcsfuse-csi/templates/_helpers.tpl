@@ -3,9 +3,10 @@
 app.kubernetes.io/part-of: gcsfuse-csi
 {{- end }}
 
-{{/* image REF: repository:tag of one of .Values.images. */}}
+{{/* image REF: repository:tag of one of .Values.images, pinned @digest when it has one
+(the packaged release chart's, hack/release.sh). */}}
 {{- define "gcsfuse-csi.image" -}}
-{{ .repository }}:{{ .tag }}
+{{ .repository }}:{{ .tag }}{{ with .digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* What both webhook entries share. */}}
