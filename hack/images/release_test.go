@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -25,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/imagefs"
 )
 
 // releaseTimeout bounds the release command in the test: cross-compiling the binaries for
@@ -204,34 +205,17 @@ func checkPlatformImage(t *testing.T, idx v1.ImageIndex, d v1.Descriptor, arch, 
 // imageFiles reads every regular file of an image's layers.
 func imageFiles(t *testing.T, im v1.Image) map[string][]byte {
 	t.Helper()
-	layers, err := im.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := map[string][]byte{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
+	err := imagefs.Walk(im, func(h *tar.Header, content io.Reader) error {
+		if h.Typeflag != tar.TypeReg {
+			return nil
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("layer: %v", err)
-			}
-			if h.Typeflag == tar.TypeReg {
-				b, err := io.ReadAll(tr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				files[strings.TrimPrefix(h.Name, "./")] = b
-			}
-		}
-		rc.Close()
+		b, err := io.ReadAll(content)
+		files[strings.TrimPrefix(h.Name, "./")] = b
+		return err
+	})
+	if err != nil {
+		t.Fatalf("image file system: %v", err)
 	}
 	return files
 }

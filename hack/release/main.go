@@ -50,6 +50,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/imagefs"
 )
 
 // The release's images, as hack/release-images.sh builds them.
@@ -289,56 +291,31 @@ type goBinary struct {
 	sum  string // sha256 of the file
 }
 
-// goBinaries finds the Go executables of img's layers (the last layer's file wins, as in
-// the image's file system).
+// goBinaries finds the Go executables of img's file system (its layers flattened, as the
+// container sees them).
 func goBinaries(img v1.Image) ([]goBinary, error) {
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, err
-	}
-	found := map[string]goBinary{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	var out []goBinary
+	err := imagefs.Walk(img, func(h *tar.Header, content io.Reader) error {
+		if h.Typeflag != tar.TypeReg || h.Mode&0o111 == 0 {
+			return nil
+		}
+		if h.Size > maxBinary {
+			return fmt.Errorf("%s: %d bytes, more than the %d an SBOM reads", h.Name, h.Size, maxBinary)
+		}
+		data, err := io.ReadAll(content)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				rc.Close()
-				return nil, err
-			}
-			if h.Typeflag != tar.TypeReg || h.Mode&0o111 == 0 {
-				continue
-			}
-			if h.Size > maxBinary {
-				rc.Close()
-				return nil, fmt.Errorf("%s: %d bytes, more than the %d an SBOM reads", h.Name, h.Size, maxBinary)
-			}
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				rc.Close()
-				return nil, err
-			}
-			info, err := buildinfo.Read(bytes.NewReader(data))
-			if err != nil {
-				continue // not a Go binary
-			}
-			sum := sha256.Sum256(data)
-			p := path.Clean("/" + h.Name)
-			found[p] = goBinary{path: p, info: info, sum: hex.EncodeToString(sum[:])}
+		info, err := buildinfo.Read(bytes.NewReader(data))
+		if err != nil {
+			return nil // not a Go binary
 		}
-		rc.Close()
-	}
-	out := make([]goBinary, 0, len(found))
-	for _, p := range slices.Sorted(maps.Keys(found)) {
-		out = append(out, found[p])
-	}
-	return out, nil
+		sum := sha256.Sum256(data)
+		out = append(out, goBinary{path: path.Clean("/" + h.Name), info: info, sum: hex.EncodeToString(sum[:])})
+		return nil
+	})
+	slices.SortFunc(out, func(a, b goBinary) int { return strings.Compare(a.path, b.path) })
+	return out, err
 }
 
 // binaryComponent is a binary as a CycloneDX application, its modules as its components.
