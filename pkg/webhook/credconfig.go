@@ -171,27 +171,27 @@ func (m *Mutator) checkCredentialConfigMapUse(raw, ann map[string]string, u usag
 }
 
 // readsWithADC reports whether a volume of the sidecar may read with Application Default
-// Credentials, which the credential ConfigMap replaces: an inline volume with no Secret
-// and no provider, or a claim's (its PersistentVolume's Secret is not known here). A bad
+// Credentials, which the credential ConfigMap replaces: an inline volume with no Secret and
+// no provider, or a claim's (its PersistentVolume's Secret is not known here). A bad
 // identity attribute counts as one: the node plugin refuses it, with its own message.
 func readsWithADC(pod *corev1.Pod, ours driverVolumes) bool {
-	inline := map[string]*corev1.CSIVolumeSource{}
-	for _, v := range pod.Spec.Volumes {
-		if v.CSI != nil {
-			inline[v.Name] = v.CSI
-		}
-	}
 	for _, name := range slices.Sorted(maps.Keys(ours)) {
-		src, isInline := inline[name]
-		if !isInline {
-			return true
-		}
-		c, err := credentials.Choose(credentials.Config{}, ours[name], src.NodePublishSecretRef != nil)
-		if err != nil || c.Kind == credentials.KindADC {
+		c, inline, err := volumeIdentity(pod, name, ours[name])
+		if !inline || err != nil || c.Kind == credentials.KindADC {
 			return true
 		}
 	}
 	return false
+}
+
+// volumeIdentity is the identity the node plugin chooses for the pod's volume name of the
+// driver (attrs, resolved): with the volume's Secret when it is inline, and whether it is;
+// a claim's PersistentVolume's Secret is not known here, so its choice is without one.
+func volumeIdentity(pod *corev1.Pod, name string, attrs map[string]string) (credentials.Choice, bool, error) {
+	i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name && v.CSI != nil })
+	hasKey := i >= 0 && pod.Spec.Volumes[i].CSI.NodePublishSecretRef != nil
+	c, err := credentials.Choose(credentials.Config{}, attrs, hasKey)
+	return c, i >= 0, err
 }
 
 // credentialConfigMap reads and checks the ConfigMap the pod names (nil without the

@@ -717,22 +717,15 @@ func (m *Mutator) checkHostNetworkIdentity(pod *corev1.Pod, ann map[string]strin
 		// pod's own account, whatever the network.
 		return nil, nil
 	}
-	inline := map[string]*corev1.CSIVolumeSource{}
-	for _, v := range pod.Spec.Volumes {
-		if v.CSI != nil {
-			inline[v.Name] = v.CSI
-		}
-	}
 	var warnings []string
 	for _, name := range slices.Sorted(maps.Keys(ours)) {
 		attrs := ours[name]
 		if v, _ := strconv.ParseBool(attrs["hostNetworkPodKSA"]); !v {
 			continue
 		}
-		src, isInline := inline[name]
-		hasKey := isInline && src.NodePublishSecretRef != nil
 		// A bad identity attribute is the node plugin's to refuse, with its message.
-		if c, err := credentials.Choose(credentials.Config{}, attrs, hasKey); err != nil || c.Kind != credentials.KindADC {
+		c, isInline, err := volumeIdentity(pod, name, attrs)
+		if err != nil || c.Kind != credentials.KindADC {
 			continue
 		}
 		msg := fmt.Sprintf("volume %s: hostNetworkPodKSA \"true\" asks that this hostNetwork pod read as its own Kubernetes service account, which this driver does only with Workload Identity Federation, and neither the volume nor the node plugin names a provider: with Application Default Credentials a hostNetwork pod's gcsfuse reads as the node; set %s (or identityProvider) on the volume, or the chart's node.wifProvider for every volume (which sets this webhook's --node-federated), or leave hostNetworkPodKSA out to read as the node knowingly", name, contract.AttrWorkloadIdentityProvider)

@@ -387,8 +387,7 @@ func testCredentialConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := gcsfusePID(t, inline)
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if args := strings.Split(string(cmdline), "\x00"); !containsString(args, "--key-file="+podfiles.At(contract.TmpMountPath).CredentialConfigMapFile("inline")) || containsString(args, "--anonymous-access") {
+	if args := testenv.ProcessArgs(pid); !containsString(args, "--key-file="+podfiles.At(contract.TmpMountPath).CredentialConfigMapFile("inline")) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want the credential ConfigMap's configuration as --key-file", args)
 	}
 	waitSucceeded(t, name)
@@ -418,8 +417,7 @@ func testFederation(t *testing.T) {
 	})
 	okToken := waitToken(t, okPod, "bucket", identity)
 	pid := gcsfusePID(t, allowed)
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	args := strings.Split(string(cmdline), "\x00")
+	args := testenv.ProcessArgs(pid)
 	if want := "--key-file=" + podfiles.At(contract.TmpMountPath).CredentialsConfigFile("bucket"); !containsString(args, want) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want %s and no --anonymous-access", args, want)
 	}

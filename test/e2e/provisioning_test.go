@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -398,8 +398,7 @@ func TestProfileClasses(t *testing.T) {
 	for {
 		got := map[string]bool{}
 		for _, pid := range bucketGcsfuse(bucket) {
-			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			args := strings.Split(string(cmdline), "\x00")
+			args := testenv.ProcessArgs(pid)
 			for _, a := range args {
 				if p, ok := strings.CutPrefix(a, "--profile="); ok && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--cache-dir=") }) {
 					got[p] = true

@@ -25,15 +25,21 @@ func PIDs(match func(args []string) bool) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		if match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+		if args := Args(pid); args != nil && match(args) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// Args is the argument list of process pid (/proc/<pid>/cmdline), nil when it has ended or
+// has none (a kernel thread).
+func Args(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
 // MountsOfSource lists, in every mount namespace of this host (one process of each read),

@@ -557,6 +557,9 @@ func GcsfusePIDs(match func(args []string) bool) []int {
 // ProcessPIDs lists the processes on this host whose command line (argv) satisfies match.
 func ProcessPIDs(match func(args []string) bool) []int { return procs.PIDs(match) }
 
+// ProcessArgs is the argument list of process pid (nil once it has ended).
+func ProcessArgs(pid int) []string { return procs.Args(pid) }
+
 // MountsOfSource lists the mounts of source in every mount namespace of this host.
 func MountsOfSource(source string) ([]string, error) { return procs.MountsOfSource(source) }
 
