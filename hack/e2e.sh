@@ -21,7 +21,10 @@
 #      hack/conformance.sh, its binaries built in the background while the tests run; =only
 #      runs it instead of the tests), E2E_PREBUILD_PREVIOUS=1 (build the previous release's
 #      images in the background too, for a later UPGRADE_FROM=previous run),
-#      E2E_LOCK_TAKEN=FILE (written once this run's background builds hold the heavy-build
+#      E2E_FROM_RELEASE=1 (install the driver from release artifacts built by hack/release.sh
+#      for this machine's platform, its packaged chart and imported OCI archives, instead of
+#      the source tree: IMAGE_TAG must then be the chart's version, vX.Y.Z[-suffix];
+#      TestImages checks the images run pinned by the chart's digests), E2E_LOCK_TAKEN=FILE (written once this run's background builds hold the heavy-build
 #      lock, or at once when it has none: hack/test.sh's checks wait for it),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi), CI_RECORDS=FILE (append this run's
 #      cluster, phases and test counts to FILE, as hack/test.sh's CI_MARKDOWN has it do:
@@ -111,6 +114,37 @@ prebuild_start() {
   fi
 }
 
+# The release artifacts of E2E_FROM_RELEASE=1 (release_build).
+release_dir=$CLUSTER_DIR/release
+if [ "${E2E_FROM_RELEASE:-}" = 1 ] && ! [[ $IMAGE_TAG =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "E2E_FROM_RELEASE=1: IMAGE_TAG=$IMAGE_TAG is not a release version, vX.Y.Z[-suffix] with the chart's X.Y.Z (deploy/chart/gcsfuse-csi/Chart.yaml)" >&2
+  exit 2
+fi
+if [ "${E2E_FROM_RELEASE:-}" = 1 ] && { [ "${DEPLOY_WITH:-helm}" != helm ] || [ -n "${UPGRADE_FROM:-}" ]; }; then
+  echo "E2E_FROM_RELEASE=1 installs the packaged chart: not with DEPLOY_WITH=${DEPLOY_WITH:-helm} or UPGRADE_FROM=${UPGRADE_FROM:-}" >&2
+  exit 2
+fi
+# release_build: the release artifacts of this tree for this machine's platform (images and
+# plugin; the other platforms' images are hack/checks.sh's TestReleasePush), as a team
+# would build them to mirror: hack/release.sh, into $release_dir.
+release_build() {
+  local platform
+  platform=linux/$(go env GOARCH)
+  rm -rf "$release_dir" "$release_dir.oci"
+  VERSION=$IMAGE_TAG IMAGE_REPO=$IMAGE_REPO DOWNLOAD_URL=https://downloads.example.test/gcsfuse-csi/$IMAGE_TAG \
+    RELEASE_OUT=$release_dir RELEASE_PLATFORMS=$platform RELEASE_PLUGIN_PLATFORMS=$platform bash "$hack/release.sh"
+}
+# release_digests: name=digest,... of the release's images as deploy.sh imported them (the
+# index each archive holds, which the packaged chart pins), for TestImages.
+release_digests() {
+  local img d list=()
+  for img in node webhook sidecar controller; do
+    d=$(ctr -n k8s.io images ls | awk -v r="$IMAGE_REPO/$img:$IMAGE_TAG" '$1 == r { print $3 }')
+    list+=("$img=$d")
+  done
+  (IFS=,; echo "${list[*]}")
+}
+
 run_tests() {
   local args=(-count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
   [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
@@ -119,6 +153,9 @@ run_tests() {
     helm_env=()
     if [ "${DEPLOY_WITH:-helm}" = helm ]; then
       helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$REPO_ROOT/deploy/chart/gcsfuse-csi")
+    fi
+    if [ "${E2E_FROM_RELEASE:-}" = 1 ]; then
+      helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$release_dir/gcsfuse-csi-${IMAGE_TAG#v}.tgz" E2E_IMAGE_DIGESTS="$(release_digests)")
     fi
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
@@ -212,12 +249,15 @@ elif [ -n "${E2E_LOCK_TAKEN:-}" ]; then
   touch "$E2E_LOCK_TAKEN"
 fi
 phase images "$hack/images.sh"
+if [ "${E2E_FROM_RELEASE:-}" = 1 ]; then phase release release_build; fi
 phase cluster-up "$hack/cluster-up.sh"
 if [ "${UPGRADE_FROM:-}" = previous ]; then
   # The upgrade run: the previous release is installed, the test upgrades it to this tree
   # with hack/deploy.sh (TestUpgradeFromPreviousRelease).
   phase previous-release "$hack/previous-release.sh"
   phase deploy env DEPLOY_RELEASE=previous "$hack/deploy.sh"
+elif [ "${E2E_FROM_RELEASE:-}" = 1 ]; then
+  phase deploy env DEPLOY_RELEASE_DIR="$release_dir" RELEASE_VERSION="$IMAGE_TAG" RELEASE_REPO="$IMAGE_REPO" "$hack/deploy.sh"
 else
   phase deploy "$hack/deploy.sh"
 fi

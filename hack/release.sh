@@ -19,7 +19,9 @@
 # The OCI image layouts stay in $RELEASE_OUT.oci (`crane push DIR/<name> REF` takes one). The
 # same tree and images give the same bytes: every file's time is the commit's. Offline once
 # the Go module and gcsfuse caches are warm; cold, the pinned gcsfuse is cross-built for arm64
-# (~4-6 min), the binaries for both, the plugin four times.
+# (~4-6 min), the binaries for both, the plugin four times. RELEASE_PLATFORMS (the images')
+# and RELEASE_PLUGIN_PLATFORMS (the plugin's, OS/ARCH,...) narrow a release to fewer
+# platforms: hack/e2e.sh's E2E_FROM_RELEASE=1 builds this machine's only.
 source "$(dirname "$0")/lib.sh"
 set -euo pipefail
 : "${VERSION:?VERSION=vX.Y.Z}" "${IMAGE_REPO:?IMAGE_REPO=registry/path}" "${DOWNLOAD_URL:?DOWNLOAD_URL=https://...}"
@@ -31,6 +33,7 @@ step "release artifacts -> ${out#"$REPO_ROOT"/}"
 cd "$REPO_ROOT"
 go run ./hack/release -version "$VERSION" -repo "$IMAGE_REPO" -oci "$out.oci" -out "$out" \
   -download-url "$DOWNLOAD_URL" -helm "$HELM_DIR/helm" -platforms "${RELEASE_PLATFORMS:-linux/amd64,linux/arm64}" \
+  ${RELEASE_PLUGIN_PLATFORMS:+-plugin-platforms "$RELEASE_PLUGIN_PLATFORMS"} \
   -source-date-epoch "$(git log -1 --format=%ct)"
 (cd "$out" && sha256sum -c --quiet SHA256SUMS)
 step "release $VERSION ready: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

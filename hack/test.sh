@@ -8,8 +8,8 @@
 # staticcheck, deadcode, each fuzz target for 10 s, and the release images for amd64 and
 # arm64 pushed to a loopback registry and pulled back; beside the first e2e run's tests when
 # those run) and, when present and not disabled, the end-to-end tests on a local cluster
-# (hack/e2e.sh; SKIP_E2E=1 skips them): all of them on containerd 2.x with images under a
-# repository other than the default, with Kubernetes' own storage testsuites through the
+# (hack/e2e.sh; SKIP_E2E=1 skips them): all of them on containerd 2.x, installed from the
+# release artifacts of this tree (hack/release.sh) under a repository other than the default, with Kubernetes' own storage testsuites through the
 # driver's Go test driver beside the tests that disrupt nothing, their disruptive ones after
 # (hack/conformance.sh; its storage-e2e.test is built once, in the background) and gcsfuse's
 # own integration tests through pods' volumes beside the storage suites,
@@ -76,7 +76,9 @@ LEAST_FROM_E2E=1000     # e2e run 1 ~835 (tests, the storage suites beside them)
 LEAST_FROM_UPGRADE=170  # run 2 ~83, run 3 ~86
 LEAST_FROM_POLLING=85   # run 3
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
-CI_IMAGE_TAG=v0.0.0-ci
+# The first e2e run installs from release artifacts of this tree (E2E_FROM_RELEASE=1), whose
+# version is the chart's: v<Chart.yaml's version>-ci.
+CI_IMAGE_TAG=v$(sed -n 's/^version: *"\{0,1\}\([0-9.]*\)"\{0,1\}$/\1/p' deploy/chart/gcsfuse-csi/Chart.yaml)-ci
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
 
 # gcsfuse for this machine's architecture only: the arm64 one is for TestReleasePush
@@ -214,15 +216,17 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 "CHECKS_AFTER='$lock_taken'" bash hack/checks.sh >"$checks_log" 2>&1 &
   checks_pid=$!
   trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"; background_stop "$units_pid"' EXIT
-  # Under a repository and tag other than the default, as a team installing from its own
-  # registry would (imported, not pulled): TestImages checks the driver and the sidecar the
-  # webhook injects run from them. Then Kubernetes' storage e2e suite on the same cluster.
+  # From the release artifacts of this tree (hack/release.sh for this machine's platform:
+  # the packaged chart, images pinned by digest, and the images' OCI archives imported), under
+  # a repository and tag other than the default, as a team installing from its own registry
+  # would (imported, not pulled): TestImages checks the driver and the sidecar the webhook
+  # injects run from them, pinned by the chart's digests. Then Kubernetes' storage e2e suite on the same cluster.
   # What the later stages build (storage-e2e.test, the previous release) is built while the tests run.
   # Then uninstalling leaves nothing on the node (hack/uninstall-check.sh) after every
   # fault the tests made: shared mounts' gcsfuse killed, the mounter replaced, the node
   # plugin restarted under live shared mounts.
-  stage "e2e: every test, images under another repository, then the storage suite" "end-to-end tests on a local cluster, images $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh), then the uninstall"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 E2E_UNINSTALL=1 \
+  stage "e2e: every test, installed from the release artifacts, then the storage suite" "end-to-end tests on a local cluster, installed from release artifacts $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh), then the uninstall"
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_FROM_RELEASE=1 E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 E2E_UNINSTALL=1 \
     E2E_LOCK_TAKEN=$lock_taken budget_run "the first e2e run" bash hack/e2e.sh
   # go test -race beside it (warm) is over by now, or waited for here: a failure fails the
   # run before the next e2e run.

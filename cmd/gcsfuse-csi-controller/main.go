@@ -188,11 +188,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 
-	m := metrics.New("controller")
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.PersistentVolumeClaimProvisionTotal, m.PersistentVolumeClaimProvisionFailedTotal,
-		m.PersistentVolumeClaimProvisionDurationSeconds, m.PersistentVolumeDeleteTotal,
-		m.PersistentVolumeDeleteFailedTotal, m.PersistentVolumeDeleteDurationSeconds)
+	m, reg := newMetrics()
 	stopMetrics, err := serveMetrics(o.metricsAddr, reg, log)
 	if err != nil {
 		return err
@@ -260,6 +256,18 @@ func lead(ctx context.Context, client kubernetes.Interface, namespace, id string
 
 // serveMetrics serves reg on /metrics and a liveness answer on /healthz at addr ("" does
 // nothing); the returned function stops the server.
+// newMetrics are the provisioning library's collectors, which its provision controller
+// records, on the registry /metrics serves: the families metricscatalog.ControllerFamilies
+// declares for the reference (TestMetricsAreTheCatalogs fails when they differ).
+func newMetrics() (metrics.Metrics, *prometheus.Registry) {
+	m := metrics.New("controller")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.PersistentVolumeClaimProvisionTotal, m.PersistentVolumeClaimProvisionFailedTotal,
+		m.PersistentVolumeClaimProvisionDurationSeconds, m.PersistentVolumeDeleteTotal,
+		m.PersistentVolumeDeleteFailedTotal, m.PersistentVolumeDeleteDurationSeconds)
+	return m, reg
+}
+
 func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil

@@ -1495,8 +1495,18 @@ func (g *gen) metrics() error {
 		g.row(code(name), strings.ToLower(f.Type.String()), codes(f.Labels), md(f.Help))
 	}
 	g.p("")
-	g.p("The controller serves the provisioning library's `controller_persistentvolumeclaim_provision_*`")
-	g.p("and `controller_persistentvolume_delete_*` families on its `--metrics-addr`.")
+	g.p("The controller serves, on its `--metrics-addr` (the chart's `controller.metricsPort`), the")
+	g.p("provisioning library's families (sig-storage-lib-external-provisioner), as `pkg/metricscatalog`")
+	g.p("declares them:")
+	g.p("")
+	g.header("family", "type", "labels", "what")
+	for _, f := range metricscatalog.ControllerFamilies {
+		what := f.Help
+		if f.Kind == metricscatalog.Histogram {
+			what += fmt.Sprintf(" Buckets: %v.", f.Buckets)
+		}
+		g.row(code(f.Name), string(f.Kind), codes(f.Labels), md(what))
+	}
 	return nil
 }
 

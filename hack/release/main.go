@@ -57,10 +57,9 @@ import (
 // The release's images, as hack/release-images.sh builds them.
 var imageNames = []string{"node", "sidecar", "webhook", "controller"}
 
-// pluginPlatforms are the kubectl-gcsfuse builds.
-var pluginPlatforms = []struct{ goos, goarch string }{
-	{"linux", "amd64"}, {"linux", "arm64"}, {"darwin", "amd64"}, {"darwin", "arm64"},
-}
+// pluginPlatforms are the kubectl-gcsfuse builds a release carries (-plugin-platforms,
+// default all of them; CI's install from the artifacts builds its own platform's only).
+var pluginPlatforms = []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}
 
 // buildTimeout bounds the plugin's cross-builds.
 const buildTimeout = 20 * time.Minute
@@ -72,7 +71,7 @@ var versionPattern = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]
 
 type options struct {
 	version, repo, oci, out, downloadURL, repoRoot, helm string
-	platforms                                            []string
+	platforms, pluginPlatforms                           []string
 	sourceDate                                           time.Time
 }
 
@@ -85,9 +84,11 @@ func main() {
 	flag.StringVar(&o.downloadURL, "download-url", "", "where the plugin's archives will be downloaded from, for the krew manifest (URL/<archive>)")
 	flag.StringVar(&o.helm, "helm", os.Getenv("HELM"), "the helm binary (packages the chart)")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "the platforms every image must hold")
+	plugins := flag.String("plugin-platforms", strings.Join(pluginPlatforms, ","), "the kubectl-gcsfuse builds, OS/ARCH each, of "+strings.Join(pluginPlatforms, ", "))
 	epoch := flag.Int64("source-date-epoch", 0, "the time of every file written, in seconds (the commit's: git log -1 --format=%ct)")
 	flag.Parse()
 	o.platforms = strings.Split(*platforms, ",")
+	o.pluginPlatforms = strings.Split(*plugins, ",")
 	o.sourceDate = time.Unix(*epoch, 0).UTC()
 	root, err := os.Getwd()
 	if err == nil {
@@ -115,6 +116,11 @@ func (o options) validate() error {
 		return errors.New("-oci, -out and -helm (or $HELM) are required")
 	case !strings.HasPrefix(o.downloadURL, "https://"):
 		return fmt.Errorf("-download-url %q: want an https URL", o.downloadURL)
+	}
+	for _, p := range o.pluginPlatforms {
+		if !slices.Contains(pluginPlatforms, p) {
+			return fmt.Errorf("-plugin-platforms: %q is not one of %s", p, strings.Join(pluginPlatforms, ", "))
+		}
 	}
 	if _, err := os.Stat(o.out); err == nil {
 		return fmt.Errorf("-out %s exists: give a new directory", o.out)
@@ -408,25 +414,34 @@ func tarDir(dir, out string, at time.Time) error {
 	return errors.Join(err, tw.Close(), f.Close())
 }
 
+// imagesSection matches values.yaml's top-level images: block, to the next top-level key.
+var imagesSection = regexp.MustCompile(`(?m)^images:\n(?:(?:[ #].*|)\n)*`)
+
 // imageBlock matches one image of values.yaml's images: its name line through its digest.
 var imageBlock = regexp.MustCompile(`(?m)^  (node|webhook|controller|sidecar):\n((?:    .*\n|\s*#.*\n)*?)    repository: .*\n    tag: .*\n    digest: .*\n`)
 
 // pinValues rewrites values.yaml's images to repo/<name>:version@digest, keeping every
 // comment; an image it cannot find is an error (the chart changed shape).
+// Only the top-level images: block is rewritten (a node: elsewhere, say a future
+// mounter.node, is left alone), and each image must be in it once.
 func pinValues(values []byte, repo, version string, digests map[string]string) ([]byte, error) {
-	seen := map[string]bool{}
-	out := imageBlock.ReplaceAllFunc(values, func(m []byte) []byte {
+	loc := imagesSection.FindIndex(values)
+	if loc == nil {
+		return nil, errors.New("values.yaml: no top-level images: block")
+	}
+	seen := map[string]int{}
+	block := imageBlock.ReplaceAllFunc(values[loc[0]:loc[1]], func(m []byte) []byte {
 		sub := imageBlock.FindSubmatch(m)
 		name := string(sub[1])
-		seen[name] = true
+		seen[name]++
 		return fmt.Appendf(nil, "  %s:\n%s    repository: %s/%s\n    tag: %s\n    digest: %q\n", name, sub[2], repo, name, version, digests[name])
 	})
 	for _, name := range imageNames {
-		if !seen[name] || digests[name] == "" {
-			return nil, fmt.Errorf("values.yaml: image %s not pinned (found %v, digest %q)", name, seen[name], digests[name])
+		if seen[name] != 1 || digests[name] == "" {
+			return nil, fmt.Errorf("values.yaml: image %s not pinned (found %d times in images:, digest %q)", name, seen[name], digests[name])
 		}
 	}
-	return out, nil
+	return slices.Concat(values[:loc[0]], block, values[loc[1]:]), nil
 }
 
 // packageChart copies the chart, pins its images and version, and packages it with helm.
@@ -474,7 +489,9 @@ func buildPlugin(ctx context.Context, o options) error {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	var plats []krewPlatform
-	for _, p := range pluginPlatforms {
+	for _, platform := range o.pluginPlatforms {
+		goos, goarch, _ := strings.Cut(platform, "/")
+		p := struct{ goos, goarch string }{goos, goarch}
 		tmp, err := os.MkdirTemp("", "kubectl-gcsfuse-")
 		if err != nil {
 			return err

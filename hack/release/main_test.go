@@ -54,6 +54,17 @@ func TestPinValues(t *testing.T) {
 	if _, err := pinValues([]byte("images:\n  node:\n    repository: x\n    tag: y\n"), "r", "v0.2.0", digests); err == nil {
 		t.Error("a values.yaml without digests was pinned")
 	}
+	// Only the images: block: a node: under another key keeps its values, and an image
+	// named there but not under images: is not pinned.
+	other := "mounter:\n  node:\n    repository: keep\n    tag: keep\n    digest: \"\"\n"
+	out, err = pinValues([]byte(other+string(values)), "registry.example.com/gcsfuse-csi", "v0.2.0", digests)
+	if err != nil || !strings.HasPrefix(string(out), other) {
+		t.Errorf("another key's node: rewritten (%v):\n%.200s", err, out)
+	}
+	withoutNode := strings.Replace(string(values), "  node:\n", "  nodeX:\n", 1)
+	if _, err := pinValues([]byte(other+withoutNode), "r", "v0.2.0", digests); err == nil {
+		t.Error("an images: block without node was pinned from another key's node:")
+	}
 }
 
 // An image's SBOM lists each Go binary of each platform (found by its build information, a
@@ -186,7 +197,7 @@ func TestKrewAndChecksums(t *testing.T) {
 // Bad flags are refused before anything is written.
 func TestValidate(t *testing.T) {
 	good := options{version: "v0.2.0", repo: "localhost:5000/gcsfuse-csi", oci: "/x", out: filepath.Join(t.TempDir(), "new"), helm: "helm",
-		downloadURL: "https://example.com/r", sourceDate: time.Unix(1796000000, 0)}
+		downloadURL: "https://example.com/r", sourceDate: time.Unix(1796000000, 0), pluginPlatforms: []string{"linux/amd64", "darwin/arm64"}}
 	if err := good.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +209,8 @@ func TestValidate(t *testing.T) {
 		func(o *options) { o.out = t.TempDir() },
 		func(o *options) { o.downloadURL = "http://example.com" },
 		func(o *options) { o.helm = "" },
+		func(o *options) { o.pluginPlatforms = []string{"windows/amd64"} },
+		func(o *options) { o.pluginPlatforms = []string{""} },
 	} {
 		o := good
 		bad(&o)

@@ -3,8 +3,10 @@
 // record them build their collectors from these declarations (Family.NewCounterVec and the
 // like), the reference (docs/reference.md, hack/reference) and the dashboard test read All,
 // and test/layout refuses a metric declared anywhere else. gcsfuse's own families, which
-// the node plugin re-exports per volume, are pkg/gcsfusemetrics.Families; the controller's
-// are the provisioning library's (pkg/provision.NewMetricsRegistry).
+// the node plugin re-exports per volume, are pkg/gcsfusemetrics.Families. The controller's
+// are built and recorded by the provisioning library (sig-storage-lib-external-provisioner's
+// controller/metrics); ControllerFamilies declares them for the reference, and the
+// controller's test fails when the library's differ.
 package metricscatalog
 
 import (
@@ -24,9 +26,12 @@ const (
 	Histogram Kind = "histogram"
 )
 
-// NodePlugin is the exporter of every family here: the node plugin's /metrics
-// (cmd/gcsfuse-csi-node --metrics-addr).
-const NodePlugin = "node plugin"
+// The exporters: the node plugin's /metrics (cmd/gcsfuse-csi-node --metrics-addr) serves
+// All, the controller's (cmd/gcsfuse-csi-controller --metrics-addr) ControllerFamilies.
+const (
+	NodePlugin = "node plugin"
+	Controller = "controller"
+)
 
 // Family is one metric family.
 type Family struct {
@@ -125,6 +130,24 @@ var All = exportedBy(NodePlugin,
 	RuntimeSource, RuntimeEvents, RuntimeRelists, RuntimeErrors,
 	VolumeReady, VolumeFailures, CallSeconds, VolumesPublished, SharedMountPods,
 	PodMetricsErrors, PodMetricsSeconds, PodMetricsSlow,
+)
+
+// ControllerFamilies are the provisioning library's families as the controller serves them
+// (its subsystem "controller"), with the library's help: recorded by the library's
+// provision controller, not by code here.
+var ControllerFamilies = exportedBy(Controller,
+	Family{Name: "controller_persistentvolumeclaim_provision_total", Kind: Counter, Labels: []string{"class", "source"},
+		Help: "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim."},
+	Family{Name: "controller_persistentvolumeclaim_provision_failed_total", Kind: Counter, Labels: []string{"class", "source"},
+		Help: "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim."},
+	Family{Name: "controller_persistentvolumeclaim_provision_duration_seconds", Kind: Histogram, Labels: []string{"class", "source"}, Buckets: prometheus.DefBuckets,
+		Help: "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim."},
+	Family{Name: "controller_persistentvolume_delete_total", Kind: Counter, Labels: []string{"class"},
+		Help: "Total number of persistent volumes deleted succesfully. Broken down by storage class name."},
+	Family{Name: "controller_persistentvolume_delete_failed_total", Kind: Counter, Labels: []string{"class"},
+		Help: "Total number of persistent volume delete failed attempts. Broken down by storage class name."},
+	Family{Name: "controller_persistentvolume_delete_duration_seconds", Kind: Histogram, Labels: []string{"class"}, Buckets: prometheus.DefBuckets,
+		Help: "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name."},
 )
 
 func exportedBy(exporter string, fs ...Family) []Family {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 func TestGcsfuseArgs(t *testing.T) {
@@ -219,5 +220,41 @@ func TestCredentialsFromTakesOnlyTheNodePluginsTypes(t *testing.T) {
 		if _, err := credentialsFrom(f, nil); (err == nil) != ok {
 			t.Errorf("credentialsFrom(%s) = %v, want ok=%v", body, err, ok)
 		}
+	}
+}
+
+// Which credentials each volume's gcsfuse reads: the node plugin's per-volume file when the
+// volume has an identity of its own (the pod's ConfigMap does not override it); otherwise
+// the pod's credential ConfigMap's configuration, written for it alone (0600, in the
+// volume's directory) and rewritten on a restart; otherwise none (the default credentials).
+func TestKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	conf := []byte(`{"type": "external_account", "audience": "a"}`)
+	s := &Sidecar{cfg: Config{TmpDir: dir, CredentialConfig: conf, CredentialConfigMap: "wif"}}
+	own := &handoff.Volume{VolumeName: "own", KeyFile: true, Identity: "sa ns/app"}
+	if kf, id, err := s.keyFile(own); err != nil || kf != podfiles.At(dir).CredentialsConfigFile("own") || id != "sa ns/app" {
+		t.Errorf("a volume with its own identity: %q, %q, %v", kf, id, err)
+	}
+	pod := &handoff.Volume{VolumeName: "data"}
+	kf, id, err := s.keyFile(pod)
+	if err != nil || kf != podfiles.At(dir).CredentialConfigMapFile("data") || !strings.Contains(id, "credential ConfigMap wif") {
+		t.Fatalf("a volume without one: %q, %q, %v", kf, id, err)
+	}
+	st, err := os.Stat(kf)
+	if got, _ := os.ReadFile(kf); err != nil || st.Mode().Perm() != 0o600 || string(got) != string(conf) {
+		t.Errorf("written %q with mode %v (%v); want the configuration, 0600", got, st.Mode(), err)
+	}
+	if err := os.WriteFile(kf, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.keyFile(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(kf); string(got) != string(conf) {
+		t.Errorf("a restart left %q", got)
+	}
+	s.cfg.CredentialConfig = nil
+	if kf, id, err := s.keyFile(&handoff.Volume{VolumeName: "adc"}); err != nil || kf != "" || id != "" {
+		t.Errorf("no ConfigMap, no identity: %q, %q, %v; want the default credentials", kf, id, err)
 	}
 }

@@ -125,25 +125,35 @@ func gcsfuseEnv(tempDir string, r *route) []string {
 	return append([]string{"PATH=/usr/bin:/bin", "TMPDIR=" + tempDir, "HOME=" + tempDir}, r.env()...)
 }
 
+// keyFile is the --key-file volume v's gcsfuse reads (none: the default credentials) and
+// the identity it reads as, for messages: the node plugin's per-volume credentials when the
+// volume has its own identity, else the pod's credential ConfigMap's configuration, which the
+// pod asked for, written where only this user reads it.
+func (s *Sidecar) keyFile(v *handoff.Volume) (keyFile, identity string, err error) {
+	switch {
+	case v.KeyFile:
+		return podfiles.At(s.cfg.TmpDir).CredentialsConfigFile(v.VolumeName), v.Identity, nil
+	case len(s.cfg.CredentialConfig) > 0:
+		paths := podfiles.At(s.cfg.TmpDir)
+		if err := os.MkdirAll(paths.VolumeDir(v.VolumeName), 0o700); err != nil {
+			return "", "", fmt.Errorf("create the directory of volume %s: %w", v.VolumeName, err)
+		}
+		keyFile = paths.CredentialConfigMapFile(v.VolumeName)
+		if err := writeAtomic(keyFile, s.cfg.CredentialConfig); err != nil {
+			return "", "", fmt.Errorf("write the credential configuration of volume %s: %w", v.VolumeName, err)
+		}
+		return keyFile, "the pod's service account through credential ConfigMap " + s.cfg.CredentialConfigMap, nil
+	}
+	return "", v.Identity, nil
+}
+
 // start runs gcsfuse for a received volume. The descriptor becomes the child's fd 3; our
 // copy is kept as the volume's spare until gcsfuse is ready. On error the caller still owns
 // fuse and conn; on success the volume owns conn.
 func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, conn *net.UnixConn, received time.Time) (*volume, error) {
-	keyFile, identity := "", v.Identity
-	switch {
-	case v.KeyFile:
-		keyFile = podfiles.At(s.cfg.TmpDir).CredentialsConfigFile(v.VolumeName)
-	case len(s.cfg.CredentialConfig) > 0:
-		// No identity of its own: the pod's credential ConfigMap's, which the pod asked for,
-		// written where only this user reads it.
-		paths := podfiles.At(s.cfg.TmpDir)
-		if err := os.MkdirAll(paths.VolumeDir(v.VolumeName), 0o700); err != nil {
-			return nil, fmt.Errorf("create the directory of volume %s: %w", v.VolumeName, err)
-		}
-		keyFile, identity = paths.CredentialConfigMapFile(v.VolumeName), "the pod's service account through credential ConfigMap "+s.cfg.CredentialConfigMap
-		if err := writeAtomic(keyFile, s.cfg.CredentialConfig); err != nil {
-			return nil, fmt.Errorf("write the credential configuration of volume %s: %w", v.VolumeName, err)
-		}
+	keyFile, identity, err := s.keyFile(v)
+	if err != nil {
+		return nil, err
 	}
 	rt, err := routeFor(v, s.cfg.TmpDir, s.cfg.SystemRoots)
 	if err != nil {

@@ -63,10 +63,38 @@ var (
 	// installed, $IMAGE_REPO/<name>:$IMAGE_TAG (E2E_IMAGE_REPO, E2E_IMAGE_TAG; hack/e2e.sh
 	// sets them); the defaults are hack/cluster-lib.sh's.
 	imageRepo, imageTag = "gcsfuse-csi.local", "e2e"
+	// releaseDigests are the digests the release's packaged chart pins its images by
+	// (E2E_IMAGE_DIGESTS, name=sha256:...,...), set when hack/e2e.sh installed the driver from
+	// the release artifacts (E2E_FROM_RELEASE=1): those images then run as
+	// $IMAGE_REPO/<name>:$IMAGE_TAG@<digest>.
+	releaseDigests map[string]string
 )
 
 // image is the reference of one of the project's images on the cluster.
 func image(name string) string { return imageRepo + "/" + name + ":" + imageTag }
+
+// installed is the reference the chart gave one of the driver's images: image(name), pinned
+// by its digest when the driver came from the release artifacts.
+func installed(name string) string {
+	if d := releaseDigests[name]; d != "" {
+		return image(name) + "@" + d
+	}
+	return image(name)
+}
+
+// parseDigests reads E2E_IMAGE_DIGESTS: name=sha256:<64 hex>, comma-separated.
+func parseDigests(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		name, d, ok := strings.Cut(kv, "=")
+		hex, isSHA := strings.CutPrefix(d, "sha256:")
+		if !ok || name == "" || !isSHA || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+			return nil, fmt.Errorf("E2E_IMAGE_DIGESTS: %q: want name=sha256:<64 hex digits>", kv)
+		}
+		m[name] = d
+	}
+	return m, nil
+}
 
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
 var nativeSidecarMinVersion = version.MajorMinor(1, 29)
@@ -140,6 +168,12 @@ func setup(kubeconfig string, m *testing.M) int {
 	}
 	if t := os.Getenv("E2E_IMAGE_TAG"); t != "" {
 		imageTag = t
+	}
+	if d := os.Getenv("E2E_IMAGE_DIGESTS"); d != "" {
+		if releaseDigests, err = parseDigests(d); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
 	}
 	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

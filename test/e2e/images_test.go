@@ -15,14 +15,22 @@ import (
 // and tag other than the default, as a team installing from its own registry does): the node
 // plugin, the webhook, the controller and the emulator are ready on them, and the sidecar
 // the webhook injects into a pod comes from the same repository and tag and runs it to
-// completion.
+// completion. Installed from the release artifacts (E2E_FROM_RELEASE=1), each of the
+// driver's images is the release's, pinned by the digest its packaged chart holds.
 func TestImages(t *testing.T) {
 	ctx := context.Background()
-	t.Logf("images %s", image("<name>"))
+	t.Logf("images %s, release digests %v", image("<name>"), releaseDigests)
+	if len(releaseDigests) > 0 {
+		for _, n := range []string{"node", "webhook", "controller", "sidecar"} {
+			if releaseDigests[n] == "" {
+				t.Fatalf("E2E_IMAGE_DIGESTS names no digest for %s: %v", n, releaseDigests)
+			}
+		}
+	}
 	for _, c := range []struct{ selector, image string }{
-		{"app=gcsfuse-csi-node", image("node")},
-		{"app=gcsfuse-webhook", image("webhook")},
-		{"app=gcsfuse-csi-controller", image("controller")},
+		{"app=gcsfuse-csi-node", installed("node")},
+		{"app=gcsfuse-webhook", installed("webhook")},
+		{"app=gcsfuse-csi-controller", installed("controller")},
 		{"app=gcs-emulator", image("emulator")},
 	} {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: c.selector})
@@ -58,8 +66,8 @@ func TestImages(t *testing.T) {
 	if sidecar == nil {
 		t.Fatalf("no %s container injected", contract.SidecarContainerName)
 	}
-	if sidecar.Image != image("sidecar") {
-		t.Fatalf("injected sidecar image %s; want %s (the chart's images.sidecar, passed to the webhook)", sidecar.Image, image("sidecar"))
+	if sidecar.Image != installed("sidecar") {
+		t.Fatalf("injected sidecar image %s; want %s (the chart's images.sidecar, passed to the webhook)", sidecar.Image, installed("sidecar"))
 	}
 	p = waitSucceeded(t, name)
 	if st := containerStatus(p, contract.SidecarContainerName); st == nil || st.ImageID == "" {
