@@ -24,7 +24,8 @@
 #      E2E_FROM_RELEASE=1 (install the driver from release artifacts built by hack/release.sh
 #      for this machine's platform, its packaged chart and imported OCI archives, instead of
 #      the source tree: IMAGE_TAG must then be the chart's version, vX.Y.Z[-suffix];
-#      TestImages checks the images run pinned by the chart's digests), E2E_LOCK_TAKEN=FILE (written once this run's background builds hold the heavy-build
+#      TestImages checks the images run pinned by the chart's digests),
+#      E2E_LOCK_TAKEN=FILE (written once this run's background builds hold the heavy-build
 #      lock, or at once when it has none: hack/test.sh's checks wait for it),
 #      GCSFUSE_CSI_CACHE (default /var/cache/gcsfuse-csi), CI_RECORDS=FILE (append this run's
 #      cluster, phases and test counts to FILE, as hack/test.sh's CI_MARKDOWN has it do:
@@ -33,6 +34,16 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cluster-lib.sh"
 hack=$REPO_ROOT/hack
 
+# The release artifacts of E2E_FROM_RELEASE=1 (release_build).
+release_dir=$CLUSTER_DIR/release
+if [ "${E2E_FROM_RELEASE:-}" = 1 ] && ! [[ $IMAGE_TAG =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "E2E_FROM_RELEASE=1: IMAGE_TAG=$IMAGE_TAG is not a release version, vX.Y.Z[-suffix] with the chart's X.Y.Z (deploy/chart/gcsfuse-csi/Chart.yaml)" >&2
+  exit 2
+fi
+if [ "${E2E_FROM_RELEASE:-}" = 1 ] && { [ "${DEPLOY_WITH:-helm}" != helm ] || [ -n "${UPGRADE_FROM:-}" ]; }; then
+  echo "E2E_FROM_RELEASE=1 installs the packaged chart: not with DEPLOY_WITH=${DEPLOY_WITH:-helm} or UPGRADE_FROM=${UPGRADE_FROM:-}" >&2
+  exit 2
+fi
 containerd_name=$([ "$CONTAINERD" = 1.6 ] && echo "1.6 (Debian)" || echo "v$CONTAINERD_VERSION")
 ci_record e2e "v$K8S_VERSION" "$containerd_name"
 phases=()
@@ -114,16 +125,6 @@ prebuild_start() {
   fi
 }
 
-# The release artifacts of E2E_FROM_RELEASE=1 (release_build).
-release_dir=$CLUSTER_DIR/release
-if [ "${E2E_FROM_RELEASE:-}" = 1 ] && ! [[ $IMAGE_TAG =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
-  echo "E2E_FROM_RELEASE=1: IMAGE_TAG=$IMAGE_TAG is not a release version, vX.Y.Z[-suffix] with the chart's X.Y.Z (deploy/chart/gcsfuse-csi/Chart.yaml)" >&2
-  exit 2
-fi
-if [ "${E2E_FROM_RELEASE:-}" = 1 ] && { [ "${DEPLOY_WITH:-helm}" != helm ] || [ -n "${UPGRADE_FROM:-}" ]; }; then
-  echo "E2E_FROM_RELEASE=1 installs the packaged chart: not with DEPLOY_WITH=${DEPLOY_WITH:-helm} or UPGRADE_FROM=${UPGRADE_FROM:-}" >&2
-  exit 2
-fi
 # release_build: the release artifacts of this tree for this machine's platform (images and
 # plugin; the other platforms' images are hack/checks.sh's TestReleasePush), as a team
 # would build them to mirror: hack/release.sh, into $release_dir.
@@ -134,14 +135,24 @@ release_build() {
   VERSION=$IMAGE_TAG IMAGE_REPO=$IMAGE_REPO DOWNLOAD_URL=https://downloads.example.test/gcsfuse-csi/$IMAGE_TAG \
     RELEASE_OUT=$release_dir RELEASE_PLATFORMS=$platform RELEASE_PLUGIN_PLATFORMS=$platform bash "$hack/release.sh"
 }
-# release_digests: name=digest,... of the release's images as deploy.sh imported them (the
-# index each archive holds, which the packaged chart pins), for TestImages.
+# release_digests: name=digest,... of the release's images as its packaged chart pins them
+# (values.yaml's images.<name>.digest), for TestImages; each must be the digest of the
+# image deploy.sh imported under that name, which it checks first.
 release_digests() {
-  local img d list=()
-  for img in node webhook sidecar controller; do
-    d=$(ctr -n k8s.io images ls | awk -v r="$IMAGE_REPO/$img:$IMAGE_TAG" '$1 == r { print $3 }')
-    list+=("$img=$d")
-  done
+  local tgz=$release_dir/gcsfuse-csi-${IMAGE_TAG#v}.tgz pins name digest imported list=()
+  pins=$(tar -xzOf "$tgz" gcsfuse-csi/values.yaml | awk '
+    /^images:/ { inside = 1; next }
+    inside && /^[^ #]/ { inside = 0 }
+    inside && /^  [a-z]+:[ \t]*$/ { name = $1; sub(/:$/, "", name) }
+    inside && /^    digest:/ { d = $2; gsub(/"/, "", d); print name, d }')
+  while read -r name digest; do
+    imported=$(ctr -n k8s.io images ls | awk -v r="$IMAGE_REPO/$name:$IMAGE_TAG" '$1 == r { print $3 }')
+    if [ "$imported" != "$digest" ]; then
+      echo "the packaged chart pins $name at $digest; containerd holds $IMAGE_REPO/$name:$IMAGE_TAG at ${imported:-nothing}" >&2
+      return 1
+    fi
+    list+=("$name=$digest")
+  done <<<"$pins"
   (IFS=,; echo "${list[*]}")
 }
 
@@ -155,7 +166,8 @@ run_tests() {
       helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$REPO_ROOT/deploy/chart/gcsfuse-csi")
     fi
     if [ "${E2E_FROM_RELEASE:-}" = 1 ]; then
-      helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$release_dir/gcsfuse-csi-${IMAGE_TAG#v}.tgz" E2E_IMAGE_DIGESTS="$(release_digests)")
+      digests=$(release_digests) || exit 1
+      helm_env=(E2E_HELM="$HELM_DIR/helm" E2E_HELM_CHART="$release_dir/gcsfuse-csi-${IMAGE_TAG#v}.tgz" E2E_IMAGE_DIGESTS="$digests")
     fi
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")

@@ -78,7 +78,9 @@ LEAST_FROM_POLLING=85   # run 3
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
 # The first e2e run installs from release artifacts of this tree (E2E_FROM_RELEASE=1), whose
 # version is the chart's: v<Chart.yaml's version>-ci.
-CI_IMAGE_TAG=v$(sed -n 's/^version: *"\{0,1\}\([0-9.]*\)"\{0,1\}$/\1/p' deploy/chart/gcsfuse-csi/Chart.yaml)-ci
+chart_version=$(sed -n 's/^version: *"\{0,1\}\([0-9]*\.[0-9]*\.[0-9]*\)\(-[0-9A-Za-z.-]*\)\{0,1\}"\{0,1\}$/\1/p' deploy/chart/gcsfuse-csi/Chart.yaml)
+[ -n "$chart_version" ] || { echo "deploy/chart/gcsfuse-csi/Chart.yaml: no version X.Y.Z[-suffix] line" >&2; exit 1; }
+CI_IMAGE_TAG=v$chart_version-ci
 E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
 
 # gcsfuse for this machine's architecture only: the arm64 one is for TestReleasePush

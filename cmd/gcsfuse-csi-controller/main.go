@@ -254,8 +254,6 @@ func lead(ctx context.Context, client kubernetes.Interface, namespace, id string
 	}
 }
 
-// serveMetrics serves reg on /metrics and a liveness answer on /healthz at addr ("" does
-// nothing); the returned function stops the server.
 // newMetrics are the provisioning library's collectors, which its provision controller
 // records, on the registry /metrics serves: the families metricscatalog.ControllerFamilies
 // declares for the reference (TestMetricsAreTheCatalogs fails when they differ).
@@ -268,6 +266,8 @@ func newMetrics() (metrics.Metrics, *prometheus.Registry) {
 	return m, reg
 }
 
+// serveMetrics serves reg on /metrics and a liveness answer on /healthz at addr ("" does
+// nothing); the returned function stops the server.
 func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil

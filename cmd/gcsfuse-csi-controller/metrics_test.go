@@ -1,10 +1,12 @@
 package main
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
@@ -60,5 +62,13 @@ func TestMetricsAreTheCatalogs(t *testing.T) {
 	}
 	for name := range want {
 		t.Errorf("%s is in metricscatalog.ControllerFamilies and not served", name)
+	}
+	// Every collector the library makes is served: one it adds in an upgrade fails here.
+	v := reflect.ValueOf(m)
+	for i := range v.NumField() {
+		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		if !ok || !reg.Unregister(c) {
+			t.Errorf("the library's metrics.Metrics.%s is not registered", v.Type().Field(i).Name)
+		}
 	}
 }

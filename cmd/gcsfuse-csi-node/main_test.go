@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -183,69 +179,5 @@ current-context: down
 		}
 	case <-time.After(waitBound):
 		t.Fatalf("node plugin did not stop within %s of SIGTERM; output:\n%s", waitBound, c.out.String())
-	}
-}
-
-// A pod watch that ends early, for whatever reason, is started again and never ends the
-// supervision (and with it the node plugin) before ctx does.
-func TestSuperviseWatchRestartsAnEndedWatch(t *testing.T) {
-	var runs atomic.Int32
-	started := make(chan struct{})
-	run := func(ctx context.Context) error {
-		if runs.Add(1) < 3 {
-			return errors.New("podwatch: something went wrong")
-		}
-		close(started)
-		<-ctx.Done()
-		return nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		superviseWatch(ctx, run, restartBackoff{first: time.Millisecond, max: 5 * time.Millisecond},
-			slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	select {
-	case <-started:
-	case <-done:
-		t.Fatal("supervision ended after the watch failed")
-	case <-time.After(waitBound):
-		t.Fatal("the watch was not started again")
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(waitBound):
-		t.Fatal("supervision did not end with its context")
-	}
-	if n := runs.Load(); n != 3 {
-		t.Fatalf("watch ran %d times, want 3", n)
-	}
-}
-
-// While it waits to restart a watch, the supervision ends as soon as ctx does.
-func TestSuperviseWatchStopsDuringBackoff(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	failed := make(chan struct{})
-	var once sync.Once
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		superviseWatch(ctx, func(context.Context) error {
-			once.Do(func() { close(failed) })
-			return errors.New("boom")
-		}, restartBackoff{first: time.Hour, max: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	select {
-	case <-failed:
-	case <-time.After(waitBound):
-		t.Fatal("the watch was not run")
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(waitBound):
-		t.Fatal("supervision waited out its backoff after ctx ended")
 	}
 }

@@ -117,9 +117,9 @@ func (o options) validate() error {
 	case !strings.HasPrefix(o.downloadURL, "https://"):
 		return fmt.Errorf("-download-url %q: want an https URL", o.downloadURL)
 	}
-	for _, p := range o.pluginPlatforms {
-		if !slices.Contains(pluginPlatforms, p) {
-			return fmt.Errorf("-plugin-platforms: %q is not one of %s", p, strings.Join(pluginPlatforms, ", "))
+	for i, p := range o.pluginPlatforms {
+		if !slices.Contains(pluginPlatforms, p) || slices.Contains(o.pluginPlatforms[:i], p) {
+			return fmt.Errorf("-plugin-platforms: %q is not one of %s, or given twice", p, strings.Join(pluginPlatforms, ", "))
 		}
 	}
 	if _, err := os.Stat(o.out); err == nil {
@@ -154,9 +154,12 @@ func checkChartVersion(o options) error {
 	if err != nil {
 		return err
 	}
-	m := regexp.MustCompile(`(?m)^version: *"?([0-9.]+)"?$`).FindSubmatch(raw)
+	m := regexp.MustCompile(`(?m)^version: *"?([0-9]+\.[0-9]+\.[0-9]+)(-[0-9A-Za-z.-]+)?"?[ \t]*$`).FindSubmatch(raw)
+	if m == nil {
+		return fmt.Errorf("the chart's Chart.yaml has no version: X.Y.Z[-suffix] line")
+	}
 	base, _, _ := strings.Cut(strings.TrimPrefix(o.version, "v"), "-")
-	if m == nil || string(m[1]) != base {
+	if string(m[1]) != base {
 		return fmt.Errorf("-version %s: the chart (Chart.yaml) is version %s; bump it first", o.version, m[1])
 	}
 	return nil
@@ -415,7 +418,7 @@ func tarDir(dir, out string, at time.Time) error {
 }
 
 // imagesSection matches values.yaml's top-level images: block, to the next top-level key.
-var imagesSection = regexp.MustCompile(`(?m)^images:\n(?:(?:[ #].*|)\n)*`)
+var imagesSection = regexp.MustCompile(`(?m)^images:[ \t]*(?:#.*)?\n(?:(?:[ \t#].*|)\n)*`)
 
 // imageBlock matches one image of values.yaml's images: its name line through its digest.
 var imageBlock = regexp.MustCompile(`(?m)^  (node|webhook|controller|sidecar):\n((?:    .*\n|\s*#.*\n)*?)    repository: .*\n    tag: .*\n    digest: .*\n`)
@@ -425,6 +428,10 @@ var imageBlock = regexp.MustCompile(`(?m)^  (node|webhook|controller|sidecar):\n
 // Only the top-level images: block is rewritten (a node: elsewhere, say a future
 // mounter.node, is left alone), and each image must be in it once.
 func pinValues(values []byte, repo, version string, digests map[string]string) ([]byte, error) {
+	values = bytes.ReplaceAll(values, []byte("\r\n"), []byte("\n"))
+	if !bytes.HasSuffix(values, []byte("\n")) {
+		values = append(values, '\n')
+	}
 	loc := imagesSection.FindIndex(values)
 	if loc == nil {
 		return nil, errors.New("values.yaml: no top-level images: block")
@@ -437,8 +444,11 @@ func pinValues(values []byte, repo, version string, digests map[string]string) (
 		return fmt.Appendf(nil, "  %s:\n%s    repository: %s/%s\n    tag: %s\n    digest: %q\n", name, sub[2], repo, name, version, digests[name])
 	})
 	for _, name := range imageNames {
-		if seen[name] != 1 || digests[name] == "" {
-			return nil, fmt.Errorf("values.yaml: image %s not pinned (found %d times in images:, digest %q)", name, seen[name], digests[name])
+		switch {
+		case digests[name] == "":
+			return nil, fmt.Errorf("image %s: no digest to pin", name)
+		case seen[name] != 1:
+			return nil, fmt.Errorf("values.yaml: images.%s found %d times in the images: block, want once with repository, tag and digest lines", name, seen[name])
 		}
 	}
 	return slices.Concat(values[:loc[0]], block, values[loc[1]:]), nil

@@ -61,6 +61,11 @@ func TestPinValues(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), other) {
 		t.Errorf("another key's node: rewritten (%v):\n%.200s", err, out)
 	}
+	// CRLF line endings, a comment after images:, no final newline: pinned all the same.
+	crlf := strings.ReplaceAll(strings.Replace(string(values), "images:\n", "images: # the driver's\n", 1), "\n", "\r\n")
+	if out, err := pinValues([]byte(strings.TrimRight(crlf, "\r\n")), "r.example.com/g", "v0.2.0", digests); err != nil || !strings.Contains(string(out), "digest: \""+digest+"\"") {
+		t.Errorf("CRLF values: %v", err)
+	}
 	withoutNode := strings.Replace(string(values), "  node:\n", "  nodeX:\n", 1)
 	if _, err := pinValues([]byte(other+withoutNode), "r", "v0.2.0", digests); err == nil {
 		t.Error("an images: block without node was pinned from another key's node:")
@@ -211,6 +216,7 @@ func TestValidate(t *testing.T) {
 		func(o *options) { o.helm = "" },
 		func(o *options) { o.pluginPlatforms = []string{"windows/amd64"} },
 		func(o *options) { o.pluginPlatforms = []string{""} },
+		func(o *options) { o.pluginPlatforms = []string{"linux/amd64", "linux/amd64"} },
 	} {
 		o := good
 		bad(&o)

@@ -146,14 +146,6 @@ func TestParseMountinfo(t *testing.T) {
 	}
 }
 
-func TestUnescapeOctal(t *testing.T) {
-	for in, want := range map[string]string{`a\040b`: "a b", `tab\011`: "tab\t", `back\134slash`: `back\slash`, `end\04`: `end\04`, `no`: "no", `\999`: `\999`} {
-		if got := unescapeOctal(in); got != want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestFDsAndInotify(t *testing.T) {
 	for in, want := range map[string]string{
 		"socket:[123456]": "socket", "pipe:[99]": "pipe", "anon_inode:inotify": inotifyTarget,

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +26,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
@@ -555,70 +553,6 @@ func (s *NodeServer) applyReadAhead(rec *offerRecord, log *slog.Logger) {
 	log.Info("read-ahead set", "readAheadKB", *rec.ReadAheadKB)
 }
 
-// writeCredentials writes the volume's credential files into the pod's gcsfuse-tmp
-// emptyDir (nothing for Application Default Credentials).
-func (s *NodeServer) writeCredentials(r *request) (credentials.Written, error) {
-	if !r.creds.KeyFile() {
-		return credentials.Written{}, nil
-	}
-	emptyDir, name, err := s.filesDir(r)
-	if err != nil {
-		return credentials.Written{}, err
-	}
-	defer emptyDir.Close()
-	w, err := credentials.Write(emptyDir, name, r.creds, s.cfg.SidecarUID, s.cfg.SidecarGID)
-	if err != nil {
-		return w, status.Errorf(codes.Internal, "volume %s (bucket %s, identity %s): write credentials for the sidecar: %v",
-			r.target.VolumeName, r.volume.Bucket, r.creds.Identity, err)
-	}
-	return w, nil
-}
-
-// writeCABundle writes the driver's extra CA bundle into the pod's gcsfuse-tmp emptyDir,
-// beside the volume's credentials (nothing without one).
-func (s *NodeServer) writeCABundle(r *request) error {
-	if !r.volume.CABundle {
-		return nil
-	}
-	emptyDir, name, err := s.filesDir(r)
-	if err != nil {
-		return err
-	}
-	defer emptyDir.Close()
-	if _, err := podfiles.WriteCABundle(emptyDir, name, s.cfg.CABundle, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
-		return status.Errorf(codes.Internal, "volume %s (bucket %s): write the CA bundle for the sidecar: %v", r.target.VolumeName, r.volume.Bucket, err)
-	}
-	return nil
-}
-
-// filesDir opens the directory a volume's credential files and CA bundle go to, and the
-// name they go under: the pod's gcsfuse-tmp emptyDir and the volume's name, or for a shared
-// volume the mounter's directory and the sharing key's name.
-func (s *NodeServer) filesDir(r *request) (*os.File, string, error) {
-	if r.shared != "" {
-		d, err := podpath.OpenDir(s.mounterDir())
-		if err != nil {
-			return nil, "", status.Errorf(codes.Internal, "open the mounter's directory: %v", err)
-		}
-		return d, r.shared, nil
-	}
-	d, err := s.openEmptyDir(r.target.PodUID)
-	return d, r.target.VolumeName, err
-}
-
-func (s *NodeServer) openEmptyDir(podUID string) (*os.File, error) {
-	emptyDir, err := podfiles.OpenTmpDir(s.cfg.KubeletRoot, podUID)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, status.Errorf(codes.FailedPrecondition,
-				"pod %s has no %q emptyDir volume: is the sidecar injected? annotate the pod with %s: \"true\"",
-				podUID, contract.TmpVolumeName, contract.AnnotationInject)
-		}
-		return nil, status.Errorf(codes.Internal, "open %s emptyDir: %v", contract.TmpVolumeName, err)
-	}
-	return emptyDir, nil
-}
-
 // sameVolume compares a republished volume with the published one. The identity's wording
 // is left out: a rotated key (a new key ID in the same Secret) is the same volume, and
 // its new file is written. So is the volume's name, which the target path already fixes: a
@@ -693,66 +627,6 @@ func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m 
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-// onStatus turns the sidecar's reports into logs, Events and, for StateTerminating, the
-// OnTerminating hook. A state this build does not know is logged and ignored: a newer
-// sidecar may report more than this node plugin understands.
-func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
-	log = log.With("state", st.State, "ms", st.ElapsedMillis)
-	volume := vol.VolumeName
-	switch st.State {
-	case handoff.StateStarted:
-		log.Info("gcsfuse serving")
-		s.event(pod, false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
-	case handoff.StateFailed:
-		log.Error("gcsfuse failed to start", "message", st.Message)
-		who := ""
-		if vol.Identity != "" {
-			who = ", identity " + vol.Identity
-		}
-		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s (bucket %s%s): gcsfuse failed to start: %s", volume, vol.Bucket, who, st.Message))
-	case handoff.StateExited:
-		log.Warn("gcsfuse exited", "message", st.Message)
-		msg := st.Message
-		if !strings.HasPrefix(msg, "volume "+volume+" ") {
-			// An older sidecar's message does not name the volume.
-			msg = fmt.Sprintf("volume %s: %s", volume, msg)
-		}
-		s.event(pod, true, contract.EventGcsfuseExited, msg)
-	case handoff.StateRefused:
-		log.Error("sidecar refused the volume", "message", st.Message)
-		s.event(pod, true, contract.EventHandoffRefused,
-			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s%s", volume, vol.Bucket, contract.SidecarContainerName, st.Message, refusedHint(vol, st.Message)))
-	case handoff.StateTerminating:
-		log.Info("sidecar draining: the pod is stopping while containers may use the volume", "message", st.Message)
-		first := true
-		if s.cfg.OnTerminating != nil && pod.UID != "" {
-			first = s.cfg.OnTerminating(pod)
-		}
-		if first {
-			s.event(pod, false, contract.EventSidecarDraining,
-				fmt.Sprintf("%s keeps serving the volumes until the containers that use them have exited", contract.SidecarContainerName))
-		}
-	default:
-		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
-	}
-}
-
-// refusedHint explains a refusal of a version-2 volume by a sidecar that reads only
-// version 1 (a pod started before the driver's upgrade): its message names a field it does
-// not know, not the cause.
-func refusedHint(vol handoff.Volume, msg string) string {
-	if vol.Version <= handoff.Version || !strings.Contains(msg, "unknown field") && !strings.Contains(msg, "unsupported hand-off version") {
-		return ""
-	}
-	return fmt.Sprintf(" (the driver gives gcsfuse a proxy or CA bundle, which needs hand-off version %d; this pod's sidecar predates it: recreate the pod to get the current sidecar)", vol.Version)
-}
-
-func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {
-	if s.events != nil && pod.Name != "" {
-		s.events.PodEvent(pod, warning, reason, msg)
-	}
-}
-
 // NodeUnpublishVolume stops the offer, unmounts (lazily if still busy after a bounded
 // wait) and removes the target. A target that is absent or not mounted is a success.
 func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (_ *csi.NodeUnpublishVolumeResponse, err error) {
@@ -823,23 +697,5 @@ func (s *NodeServer) Close() {
 	}
 	if s.shared != nil {
 		s.shared.Close()
-	}
-}
-
-// removeCredentials deletes the credential files of an unpublished target's volume: the
-// token and key must not outlive the mount in the pod's emptyDir. Best effort: the
-// kubelet deletes the emptyDir with the pod anyway.
-func (s *NodeServer) removeCredentials(target string) {
-	t, err := podfiles.ParseTarget(s.cfg.KubeletRoot, target)
-	if err != nil {
-		return
-	}
-	emptyDir, err := podfiles.OpenTmpDir(s.cfg.KubeletRoot, t.PodUID)
-	if err != nil {
-		return // the pod's emptyDir is gone already
-	}
-	defer emptyDir.Close()
-	if err := podfiles.RemoveCredentials(emptyDir, t.VolumeName); err != nil {
-		s.log.Warn("cannot remove the volume's credential files", "target", target, "err", err)
 	}
 }

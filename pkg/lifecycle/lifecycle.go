@@ -207,11 +207,8 @@ func Decide(pod *corev1.Pod) Decision {
 // sidecars outlive every regular container, ours included, so nothing can wait for them).
 func SidecarUsers(pod *corev1.Pod) []string {
 	if c := nativeSidecar(pod); c != nil {
-		for _, e := range c.Env {
-			if e.Name == contract.EnvSidecarUsers {
-				return splitNames(e.Value)
-			}
-		}
+		u, _ := readUsers(c)
+		return u.Sidecars
 	}
 	return nil
 }

@@ -107,16 +107,20 @@ func nativePod(containers []string, opts ...podOpt) *corev1.Pod {
 	return p
 }
 
-func TestDecide(t *testing.T) {
+// decideCase is one row of Decide's rule table.
+type decideCase struct {
+	name     string
+	pod      *corev1.Pod
+	wantDone bool
+	wantRule Rule
+	wantMode string
+	wantAt   time.Time
+}
+
+// decideCases is Decide's rule table; TestTrimKeepsWhatTheRulesRead reads its pods too.
+func decideCases() []decideCase {
 	sc := running(contract.SidecarContainerName)
-	tests := []struct {
-		name     string
-		pod      *corev1.Pod
-		wantDone bool
-		wantRule Rule
-		wantMode string
-		wantAt   time.Time
-	}{
+	return []decideCase{
 		{
 			name:     "Never: single container succeeded",
 			pod:      legacyPod([]string{"main"}, statuses(sc, terminated("main", 0, t1))),
@@ -314,7 +318,10 @@ func TestDecide(t *testing.T) {
 			wantDone: true, wantRule: RulePodPhaseTerminal, wantMode: contract.ModeLegacy,
 		},
 	}
-	for _, tc := range tests {
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range decideCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()
 			got := Decide(tc.pod)
@@ -349,20 +356,25 @@ func TestWorkloadContainers(t *testing.T) {
 	}
 }
 
-func TestSidecarFailure(t *testing.T) {
+// sidecarFailureCase is one row of SidecarFailure's table.
+type sidecarFailureCase struct {
+	name     string
+	pod      *corev1.Pod
+	wantFail bool
+	wantCode int32
+	wantMsg  string
+}
+
+// sidecarFailureCases is SidecarFailure's table; TestTrimKeepsWhatTheRulesRead reads its
+// pods too.
+func sidecarFailureCases() []sidecarFailureCase {
 	failedWith := func(code int32, msg, reason string) corev1.ContainerStatus {
 		s := terminated(contract.SidecarContainerName, code, t1)
 		s.State.Terminated.Message = msg
 		s.State.Terminated.Reason = reason
 		return s
 	}
-	tests := []struct {
-		name     string
-		pod      *corev1.Pod
-		wantFail bool
-		wantCode int32
-		wantMsg  string
-	}{
+	return []sidecarFailureCase{
 		{
 			name:     "legacy sidecar exited non-zero with a message",
 			pod:      legacyPod([]string{"main"}, statuses(running("main"), failedWith(1, "bucket \"b\" not found\n", "Error"))),
@@ -412,7 +424,10 @@ func TestSidecarFailure(t *testing.T) {
 			}(),
 		},
 	}
-	for _, tc := range tests {
+}
+
+func TestSidecarFailure(t *testing.T) {
+	for _, tc := range sidecarFailureCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			failed, code, msg := SidecarFailure(tc.pod)
 			if failed != tc.wantFail || code != tc.wantCode || msg != tc.wantMsg {

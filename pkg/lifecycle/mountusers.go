@@ -97,10 +97,8 @@ func InitUsers(pod *corev1.Pod) []string {
 	if sidecar == nil {
 		return nil
 	}
-	for _, e := range sidecar.Env {
-		if e.Name == contract.EnvInitContainers {
-			return splitNames(e.Value)
-		}
+	if u, ok := readUsers(sidecar); ok {
+		return u.Init
 	}
 	return RegularInitContainers(pod)
 }

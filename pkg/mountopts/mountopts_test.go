@@ -2,6 +2,7 @@ package mountopts
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -221,6 +222,10 @@ func TestReadAheadOption(t *testing.T) {
 	}
 	if res, _ := Parse([]string{"read_ahead_kb=0"}); res == nil || res.ReadAheadKB == nil || *res.ReadAheadKB != 0 {
 		t.Fatal("read_ahead_kb=0 (no read-ahead) refused or lost")
+	}
+	// The documented maximum is accepted; one more is not (below).
+	if res, err := Parse([]string{fmt.Sprintf("read_ahead_kb=%d", MaxReadAheadKB)}); err != nil || *res.ReadAheadKB != MaxReadAheadKB {
+		t.Fatalf("read_ahead_kb=%d (the maximum) refused: %v", MaxReadAheadKB, err)
 	}
 	if res, _ := Parse([]string{"implicit-dirs"}); res.ReadAheadKB != nil {
 		t.Fatal("a read-ahead without the option")

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/driverpod"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/gcsfusemetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -62,19 +63,15 @@ type Pod struct {
 }
 
 // FromPod returns the Pod of a cached pod that uses the driver, installed as driverName: its
-// CSI volumes of driverName and its persistent volume claims (which may be buckets). ok is false for a pod
-// without such a volume, and for a pod that has finished (Succeeded, Failed: its sidecar is
-// gone, and such pods may stay for long, as a Job's do).
+// volumes that are the driver's as the node tells them (driverpod.OnNode: inline ones, and
+// the claims of a pod with the driver's sidecar). ok is false for a pod without such a
+// volume, and for a pod that has finished (Succeeded, Failed: its sidecar is gone, and such
+// pods may stay for long, as a Job's do).
 func FromPod(p *corev1.Pod, driverName string) (Pod, bool) {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return Pod{}, false
 	}
-	out := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name}
-	for _, v := range p.Spec.Volumes {
-		if (v.CSI != nil && v.CSI.Driver == driverName) || v.PersistentVolumeClaim != nil {
-			out.Volumes = append(out.Volumes, v.Name)
-		}
-	}
+	out := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Volumes: driverpod.OnNode(p, driverName)}
 	return out, len(out.Volumes) > 0 && out.UID != ""
 }
 

@@ -157,6 +157,11 @@ func TestFromPod(t *testing.T) {
 		}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
+	// Not injected (a shared volume needs no sidecar): its claim may be another driver's.
+	if p, ok := FromPod(pod, contract.DriverName); !ok || strings.Join(p.Volumes, ",") != "gcs" {
+		t.Fatalf("a pod without the sidecar: FromPod = %+v, %v; want only its inline volume", p, ok)
+	}
+	pod.Spec.Containers = []corev1.Container{{Name: "app"}, {Name: contract.SidecarContainerName}}
 	p, ok := FromPod(pod, contract.DriverName)
 	if !ok || p.UID != "u" || strings.Join(p.Volumes, ",") != "gcs,claim" {
 		t.Fatalf("FromPod = %+v, %v", p, ok)

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/driverpod"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 )
 
@@ -36,7 +36,7 @@ import (
 // Watcher.Run, one call at a time, never from the informer, so a slow call delays later
 // callbacks but never the watch itself. A method is called at every evaluation of the pod
 // (each update the informer delivers) for which its condition holds: the watcher remembers
-// nothing, so the handler tells a repeat from news (nodeplugin.ExitCoordinator keeps one
+// nothing, so the handler tells a repeat from news (exitcoord.ExitCoordinator keeps one
 // record per pod for that), and must be idempotent, as writing an exit file is: a restarted
 // node plugin reports again the pods that are already done.
 //
@@ -416,7 +416,7 @@ func (h *watchHealth) synced() {
 // tests do not, and a node plugin acting on another node's pod would end the wrong sidecar.
 func (w *Watcher) enqueue(queue workqueue.TypedInterface[string], obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod, w.driverName) {
+	if !ok || pod.Spec.NodeName != w.nodeName || !driverpod.Uses(pod, w.driverName) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
@@ -445,7 +445,7 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 		return
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName != w.nodeName || !UsesDriver(pod, w.driverName) {
+	if !ok || pod.Spec.NodeName != w.nodeName || !driverpod.Uses(pod, w.driverName) {
 		return
 	}
 	log := w.log.With("pod", key, "uid", pod.UID)
@@ -478,163 +478,17 @@ func (w *Watcher) process(key string, indexer cache.Indexer) {
 	}
 }
 
-// UsesDriver reports whether pod uses this CSI driver, installed as driverName: through an
-// inline CSI volume of driverName, or through an injected sidecar (which also covers buckets
-// mounted from persistent volumes, invisible in the pod spec).
-func UsesDriver(pod *corev1.Pod, driverName string) bool {
-	for i := range pod.Spec.Volumes {
-		if csi := pod.Spec.Volumes[i].CSI; csi != nil && csi.Driver == driverName {
-			return true
-		}
-	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == contract.SidecarContainerName {
-			return true
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == contract.SidecarContainerName {
-			return true
-		}
-	}
-	return false
-}
-
-// trimPod is the informer's transform: it keeps, of each pod, only what lifecycle.Decide, the
-// handler and an Event reference need, so that a node with many large pods costs little
-// memory. It builds a new object rather than editing its input, and is idempotent, as
-// client-go requires. Pods that do not use the driver keep only their identity and node, so
-// the cache still knows them (and their deletion) at almost no cost.
-// The driver's pods are those of driverName (UsesDriver).
+// trimPod is the informer's transform: lifecycle.Trim, the one view of a pod the node
+// plugin keeps, so that a node with many large pods costs little memory. A tombstone
+// (cache.DeletedFinalStateUnknown) passes unchanged.
 func trimPod(driverName string) cache.TransformFunc {
-	return func(obj any) (any, error) { return trimDriverPod(obj, driverName) }
-}
-
-func trimDriverPod(obj any, driverName string) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil // e.g. a cache.DeletedFinalStateUnknown tombstone
-	}
-	out := &corev1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:                       pod.Name,
-			Namespace:                  pod.Namespace,
-			UID:                        pod.UID,
-			ResourceVersion:            pod.ResourceVersion,
-			CreationTimestamp:          pod.CreationTimestamp,
-			DeletionTimestamp:          pod.DeletionTimestamp,
-			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
-		},
-		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
-	}
-	if !UsesDriver(pod, driverName) {
-		return out, nil
-	}
-
-	for k, v := range pod.Annotations {
-		if strings.HasPrefix(k, contract.AnnotationPrefix) {
-			if out.Annotations == nil {
-				out.Annotations = make(map[string]string)
-			}
-			out.Annotations[k] = v
+	return func(obj any) (any, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
 		}
+		return lifecycle.Trim(pod, driverName), nil
 	}
-
-	out.Spec.RestartPolicy = pod.Spec.RestartPolicy
-	out.Spec.TerminationGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
-	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
-		out.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: sc.RunAsUser}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		out.Spec.InitContainers = append(out.Spec.InitContainers, trimContainer(c))
-	}
-	for _, c := range pod.Spec.Containers {
-		out.Spec.Containers = append(out.Spec.Containers, trimContainer(c))
-	}
-	for _, v := range pod.Spec.Volumes {
-		tv := corev1.Volume{Name: v.Name}
-		switch {
-		case v.CSI != nil:
-			tv.CSI = &corev1.CSIVolumeSource{Driver: v.CSI.Driver}
-		case v.EmptyDir != nil:
-			tv.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: v.EmptyDir.Medium}
-		case v.PersistentVolumeClaim != nil:
-			tv.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.PersistentVolumeClaim.ClaimName}
-		}
-		out.Spec.Volumes = append(out.Spec.Volumes, tv)
-	}
-
-	out.Status.Phase = pod.Status.Phase
-	out.Status.InitContainerStatuses = trimStatuses(pod.Status.InitContainerStatuses)
-	out.Status.ContainerStatuses = trimStatuses(pod.Status.ContainerStatuses)
-	return out, nil
-}
-
-// trimContainer keeps what the lifecycle rules and the mount's ownership read: the name,
-// the restart policy (native sidecars), the names of the volumes it mounts, its runAsUser
-// (pkg/ownership) and, of the sidecar, the variables in which the webhook listed the
-// containers that use the mounts (lifecycle.SidecarUsers).
-func trimContainer(c corev1.Container) corev1.Container {
-	out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
-	for _, m := range c.VolumeMounts {
-		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.Name})
-	}
-	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
-		out.SecurityContext = &corev1.SecurityContext{RunAsUser: sc.RunAsUser}
-	}
-	if c.Name == contract.SidecarContainerName {
-		for _, e := range c.Env {
-			if e.Name == contract.EnvSidecarUsers || e.Name == contract.EnvInitContainers {
-				out.Env = append(out.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
-			}
-		}
-	}
-	return out
-}
-
-// trimStatuses keeps the states Decide and SidecarFailure read. Termination messages (up to
-// 4 KiB each) are kept only for the sidecar, the one whose message is reported.
-func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, 0, len(in))
-	for _, s := range in {
-		keepMessage := s.Name == contract.SidecarContainerName
-		out = append(out, corev1.ContainerStatus{
-			Name:                 s.Name,
-			ContainerID:          s.ContainerID,
-			Ready:                s.Ready,
-			RestartCount:         s.RestartCount,
-			State:                trimState(s.State, keepMessage),
-			LastTerminationState: trimState(s.LastTerminationState, keepMessage),
-		})
-	}
-	return out
-}
-
-func trimState(in corev1.ContainerState, keepMessage bool) corev1.ContainerState {
-	var out corev1.ContainerState
-	if in.Waiting != nil {
-		out.Waiting = &corev1.ContainerStateWaiting{Reason: in.Waiting.Reason}
-	}
-	if in.Running != nil {
-		out.Running = &corev1.ContainerStateRunning{StartedAt: in.Running.StartedAt}
-	}
-	if t := in.Terminated; t != nil {
-		out.Terminated = &corev1.ContainerStateTerminated{
-			ExitCode:   t.ExitCode,
-			Signal:     t.Signal,
-			Reason:     t.Reason,
-			StartedAt:  t.StartedAt,
-			FinishedAt: t.FinishedAt,
-		}
-		if keepMessage {
-			out.Terminated.Message = t.Message
-		}
-	}
-	return out
 }
 
 // sidecarExitLatency measures, from the pod's status, the time from the last workload
@@ -677,7 +531,7 @@ func sidecarExitLatency(pod *corev1.Pod) (mode string, d time.Duration, ok bool)
 }
 
 // DriverPods returns copies of the cached (trimmed, see Watcher) pods of this node that use
-// the driver (UsesDriver), or nil while the watch has not synced. Safe from any goroutine.
+// the driver (driverpod.Uses), or nil while the watch has not synced. Safe from any goroutine.
 func (w *Watcher) DriverPods() []*corev1.Pod {
 	ip := w.indexer.Load()
 	if ip == nil {
@@ -685,7 +539,7 @@ func (w *Watcher) DriverPods() []*corev1.Pod {
 	}
 	var out []*corev1.Pod
 	for _, obj := range (*ip).List() {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == w.nodeName && UsesDriver(pod, w.driverName) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == w.nodeName && driverpod.Uses(pod, w.driverName) {
 			out = append(out, pod.DeepCopy())
 		}
 	}

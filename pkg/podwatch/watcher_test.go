@@ -3,8 +3,6 @@ package podwatch
 import (
 	"context"
 	"errors"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"io"
 	"log/slog"
 	"reflect"
@@ -14,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/metricstest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 )
 
 const (
@@ -578,255 +576,6 @@ func TestRunTwiceFails(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("Run() = %v after cancel, want nil", err)
 	}
-}
-
-func TestTrimPod(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	grace := int64(77)
-	now := metav1.NewTime(t1)
-	full := jobPod("p", "uid", node)
-	full.DeletionTimestamp = &now
-	full.OwnerReferences = []metav1.OwnerReference{{Name: "job"}}
-	full.Annotations[contract.AnnotationIgnoreContainers] = "istio-proxy"
-	full.Spec.TerminationGracePeriodSeconds = &grace
-	full.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "envoy", RestartPolicy: &always}}
-	full.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
-	full.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.1"}}
-	setState(full, "main", exited(0, strings.Repeat("m", 4096)))
-	setState(full, contract.SidecarContainerName, exited(1, "auth failed"))
-	before := full.DeepCopy()
-
-	obj, err := trimPod(contract.DriverName)(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := obj.(*corev1.Pod)
-	if !reflect.DeepEqual(full, before) {
-		t.Error("trimPod modified its input")
-	}
-
-	want := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: ns, UID: "uid", DeletionTimestamp: &now,
-			Annotations: map[string]string{
-				contract.AnnotationInject:           "true",
-				contract.AnnotationIgnoreContainers: "istio-proxy",
-			},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
-			InitContainers:                []corev1.Container{{Name: "proxy", RestartPolicy: &always}},
-			Containers:                    []corev1.Container{{Name: "main"}, {Name: contract.SidecarContainerName}},
-			Volumes: []corev1.Volume{
-				{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}},
-				{Name: contract.TmpVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			},
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning,
-			ContainerStatuses: []corev1.ContainerStatus{
-				{Name: "main", State: exited(0, "")},
-				{Name: contract.SidecarContainerName, State: exited(1, "auth failed")},
-			},
-		},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("trimPod(contract.DriverName)() =\n%v\nwant\n%v", got, want)
-	}
-
-	again, _ := trimPod(contract.DriverName)(got)
-	if !reflect.DeepEqual(again, got) {
-		t.Error("trimPod is not idempotent")
-	}
-
-	// The trimmed pod must lead to the same decisions as the full one.
-	if a, b := lifecycle.Decide(full), lifecycle.Decide(got); !reflect.DeepEqual(a, b) {
-		t.Errorf("Decide(full) = %+v, Decide(trimmed) = %+v", a, b)
-	}
-	f1, c1, m1 := lifecycle.SidecarFailure(full)
-	f2, c2, m2 := lifecycle.SidecarFailure(got)
-	if f1 != f2 || c1 != c2 || m1 != m2 || !f2 {
-		t.Errorf("SidecarFailure full = (%v,%d,%q), trimmed = (%v,%d,%q)", f1, c1, m1, f2, c2, m2)
-	}
-}
-
-// The node plugin decides a mount's owner (pkg/ownership) and which native sidecars to
-// wait for (lifecycle.SidecarUsers) from the cached pod: the trimmed pod must give the same
-// answers as the full one.
-func TestTrimPodKeepsOwnershipAndSidecarUsers(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	uid, other := int64(50000), int64(7)
-	full := jobPod("p", "uid", node)
-	full.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, FSGroup: &uid}
-	full.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "x"}}
-	full.Spec.InitContainers = []corev1.Container{
-		{Name: contract.SidecarContainerName, RestartPolicy: &always, Image: "sidecar", Env: []corev1.EnvVar{
-			{Name: contract.EnvSidecarUsers, Value: "shipper"}, {Name: "OTHER", Value: "dropped"}}},
-		{Name: "shipper", RestartPolicy: &always, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/logs"}}},
-		{Name: "proxy", RestartPolicy: &always, SecurityContext: &corev1.SecurityContext{RunAsUser: &other}},
-	}
-	full.Spec.Containers = full.Spec.Containers[:1] // native: the sidecar is an init container
-	obj, err := trimPod(contract.DriverName)(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := obj.(*corev1.Pod)
-	if a, b := lifecycle.SidecarUsers(full), lifecycle.SidecarUsers(got); !reflect.DeepEqual(a, b) || len(b) != 1 {
-		t.Errorf("SidecarUsers full = %q, trimmed = %q", a, b)
-	}
-	u1, w1, ok1 := ownership.SoleUser(full, "data", contract.SidecarContainerName)
-	u2, w2, ok2 := ownership.SoleUser(got, "data", contract.SidecarContainerName)
-	if u1 != u2 || !reflect.DeepEqual(w1, w2) || ok1 != ok2 || !ok2 || u2 != uid {
-		t.Errorf("SoleUser full = %d %q %v, trimmed = %d %q %v", u1, w1, ok1, u2, w2, ok2)
-	}
-	if env := got.Spec.InitContainers[0].Env; len(env) != 1 {
-		t.Errorf("sidecar env kept %v, want only %s", env, contract.EnvSidecarUsers)
-	}
-}
-
-func TestTrimPodKeepsOnlyIdentityOfPodsNotUsingTheDriver(t *testing.T) {
-	p := jobPod("p", "uid", node)
-	p.Spec.Containers = p.Spec.Containers[:1]
-	p.Spec.Volumes = p.Spec.Volumes[1:]
-	obj, _ := trimPod(contract.DriverName)(p)
-	got := obj.(*corev1.Pod)
-	want := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, UID: "uid"},
-		Spec:       corev1.PodSpec{NodeName: node},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("trimPod(contract.DriverName)() = %v, want %v", got, want)
-	}
-
-	// An inline CSI volume alone makes the pod ours, sidecar or not.
-	p = jobPod("p", "uid", node)
-	p.Spec.Containers = p.Spec.Containers[:1]
-	obj, _ = trimPod(contract.DriverName)(p)
-	if got := obj.(*corev1.Pod); len(got.Spec.Containers) != 1 || len(got.Status.ContainerStatuses) != 2 {
-		t.Errorf("pod with a %s volume was trimmed to %v", contract.DriverName, got)
-	}
-
-	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: p}
-	if obj, err := trimPod(contract.DriverName)(tomb); err != nil || !reflect.DeepEqual(obj, tomb) {
-		t.Errorf("trimPod(contract.DriverName)(tombstone) = %v, %v; want it unchanged", obj, err)
-	}
-}
-
-func TestUsesDriver(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	tests := []struct {
-		name string
-		spec corev1.PodSpec
-		want bool
-	}{
-		{"inline CSI volume", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
-			CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}}}, true},
-		{"other CSI driver", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
-			CSI: &corev1.CSIVolumeSource{Driver: "other.csi"}}}}}, false},
-		{"legacy sidecar", corev1.PodSpec{Containers: []corev1.Container{{Name: contract.SidecarContainerName}}}, true},
-		{"native sidecar", corev1.PodSpec{InitContainers: []corev1.Container{{Name: contract.SidecarContainerName, RestartPolicy: &always}}}, true},
-		{"neither", corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}, false},
-	}
-	for _, tc := range tests {
-		if got := UsesDriver(&corev1.Pod{Spec: tc.spec}, contract.DriverName); got != tc.want {
-			t.Errorf("%s: UsesDriver() = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	// Installed under the GKE driver's name, its inline volumes are ours and ours are not.
-	for driver, want := range map[string]bool{contract.IncumbentDriverName: true, contract.DriverName: false} {
-		spec := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
-			CSI: &corev1.CSIVolumeSource{Driver: driver}}}}}
-		if got := UsesDriver(&corev1.Pod{Spec: spec}, contract.IncumbentDriverName); got != want {
-			t.Errorf("installed as %s, inline volume of %s: UsesDriver() = %v, want %v", contract.IncumbentDriverName, driver, got, want)
-		}
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewMetrics(reg); err == nil {
-		t.Error("registering the metrics twice on one registry succeeded, want an error")
-	}
-	m.ObserveExitLatency(contract.ModeLegacy, 300*time.Millisecond)
-	m.ObserveExitLatency(contract.ModeLegacy, -time.Second)
-
-	h := findMetric(t, reg, metricscatalog.ExitLatency.Name, map[string]string{"mode": contract.ModeLegacy}).GetHistogram()
-	if h.GetSampleCount() != 2 || h.GetSampleSum() != 0.3 {
-		t.Errorf("histogram count=%d sum=%v, want 2 and 0.3", h.GetSampleCount(), h.GetSampleSum())
-	}
-	b := h.GetBucket()
-	if len(b) == 0 || b[0].GetUpperBound() != 0.01 || b[len(b)-1].GetUpperBound() != 60 {
-		t.Errorf("buckets %v, want 0.01 .. 60", b)
-	}
-	for _, bk := range b {
-		if bk.GetUpperBound() == 0.25 && bk.GetCumulativeCount() != 1 {
-			t.Errorf("le=0.25 bucket = %d, want 1 (the clamped negative observation)", bk.GetCumulativeCount())
-		}
-	}
-
-	var nilMetrics *Metrics
-	nilMetrics.ObserveExitLatency(contract.ModeNative, time.Second) // must not panic
-	nilMetrics.PodDone(lifecycle.RuleNeverAllTerminated)
-	nilMetrics.SidecarFailure()
-}
-
-func TestNewEventRecorder(t *testing.T) {
-	client := fake.NewClientset()
-	events, err := client.CoreV1().Events(ns).Watch(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer events.Stop()
-	rec, stop := NewEventRecorder(client, node)
-	defer stop()
-
-	pod := jobPod("p", "uid-ev", node)
-	rec.Event(pod, corev1.EventTypeWarning, contract.EventSidecarFailed, "gcsfuse exited with code 1: auth failed")
-
-	select {
-	case e := <-events.ResultChan():
-		ev, ok := e.Object.(*corev1.Event)
-		if !ok {
-			t.Fatalf("watch delivered %T", e.Object)
-		}
-		if ev.Source.Component != EventComponent || ev.Source.Host != node || ev.Reason != contract.EventSidecarFailed ||
-			ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != "uid-ev" || ev.InvolvedObject.Kind != "Pod" ||
-			ev.InvolvedObject.Name != "p" || ev.Namespace != ns {
-			t.Errorf("event = %+v", ev)
-		}
-	case <-time.After(deadline):
-		t.Fatalf("no Event written within %s", deadline)
-	}
-}
-
-func findMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue metrics
-				}
-			}
-			return m
-		}
-	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return nil
 }
 
 // While the API server hangs, recording Events (a sidecar failure, an exit request) must

@@ -253,6 +253,11 @@ func TestKeyFile(t *testing.T) {
 	if got, _ := os.ReadFile(kf); string(got) != string(conf) {
 		t.Errorf("a restart left %q", got)
 	}
+	if st, err := os.Stat(kf); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("rewritten with mode %v, want 0600", st.Mode())
+	}
 	s.cfg.CredentialConfig = nil
 	if kf, id, err := s.keyFile(&handoff.Volume{VolumeName: "adc"}); err != nil || kf != "" || id != "" {
 		t.Errorf("no ConfigMap, no identity: %q, %q, %v; want the default credentials", kf, id, err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/classparams"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/driverpod"
 )
 
 // A pod that mounts a volume of this driver without the sidecar can never work: the node
@@ -483,17 +484,15 @@ func (l *classLookups) resolve(ctx context.Context, className *string) (classDec
 }
 
 // needsLookup reports whether a pod volume is resolved through VolumeClaims.
-func needsLookup(v corev1.Volume) bool {
-	return v.PersistentVolumeClaim != nil || (v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil)
-}
+func needsLookup(v corev1.Volume) bool { return driverpod.Classify(&v, "") == driverpod.Claim }
 
 // driverUsage finds the pod's volumes of the driver, installed as driver, with their
 // attributes. claims may be nil (no lookups: only inline volumes are seen). It is called
 // once per admission and bounded by claimLookupTimeout altogether.
 func driverUsage(ctx context.Context, claims VolumeClaims, driver, namespace string, volumes []corev1.Volume) usage {
 	u := usage{vols: driverVolumes{}}
-	for _, v := range volumes {
-		if v.CSI != nil && v.CSI.Driver == driver {
+	for i := range volumes {
+		if v := &volumes[i]; driverpod.Classify(v, driver) == driverpod.Inline {
 			u.vols[v.Name] = v.CSI.VolumeAttributes
 			u.inline = append(u.inline, v.Name)
 		}

@@ -3,13 +3,14 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"golang.org/x/time/rate"
-	k8stesting "k8s.io/client-go/testing"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
+	k8stesting "k8s.io/client-go/testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

@@ -28,7 +28,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
 
@@ -120,7 +120,7 @@ func runPod(e *testenv.Env, mode string) (row, error) {
 		k8sPod = pod.PodObject(corev1.RestartPolicyNever)
 		client = fake.NewClientset(k8sPod)
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		w := podwatch.New(client, "test-node", &nodeplugin.ExitCoordinator{KubeletRoot: e.Root, Log: quiet}, podwatch.WithLogger(quiet))
+		w := podwatch.New(client, "test-node", &exitcoord.ExitCoordinator{KubeletRoot: e.Root, Log: quiet}, podwatch.WithLogger(quiet))
 		wctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go func() { _ = w.Run(wctx) }() // ends with wctx

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 )
 
 // nodeScopedMinVersion is the first release whose structured authorization configuration
@@ -73,7 +73,7 @@ func TestNodeScopedReads(t *testing.T) {
 	}
 	_, err = as.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	allowed("list the pods of its node", err)
-	_, err = pods.List(ctx, metav1.ListOptions{FieldSelector: nodeplugin.PodOnNodeSelector("some-pod", node)})
+	_, err = pods.List(ctx, metav1.ListOptions{FieldSelector: exitcoord.PodOnNodeSelector("some-pod", node)})
 	allowed("list one pod by name on its node (the exit request's question)", err)
 	w, err := as.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	allowed("watch the pods of its node", err)

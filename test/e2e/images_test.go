@@ -31,6 +31,7 @@ func TestImages(t *testing.T) {
 		{"app=gcsfuse-csi-node", installed("node")},
 		{"app=gcsfuse-webhook", installed("webhook")},
 		{"app=gcsfuse-csi-controller", installed("controller")},
+		{"app=gcsfuse-csi-mounter", installed("sidecar")}, // the shared mounter runs the sidecar's image
 		{"app=gcs-emulator", image("emulator")},
 	} {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: c.selector})

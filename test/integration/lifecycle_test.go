@@ -16,7 +16,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodeplugin"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
 )
@@ -162,7 +162,7 @@ func TestPodWatcherEndsLegacySidecar(t *testing.T) {
 
 	k8sPod := pod.PodObject(corev1.RestartPolicyNever)
 	client := fake.NewClientset(k8sPod)
-	w := podwatch.New(client, "test-node", &nodeplugin.ExitCoordinator{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
+	w := podwatch.New(client, "test-node", &exitcoord.ExitCoordinator{KubeletRoot: e.Root, Log: testLogger(t)}, podwatch.WithLogger(testLogger(t)))
 	wctx, cancel := context.WithCancel(context.Background())
 	werr := make(chan error, 1)
 	go func() { werr <- w.Run(wctx) }()

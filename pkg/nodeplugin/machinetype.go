@@ -1,4 +1,4 @@
-package main
+package nodeplugin
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 
 // Values of --machine-type besides an explicit instance type.
 const (
-	// machineTypeAuto: the Node's instance-type label (csidriver.MachineTypeUnknown when
+	// MachineTypeAuto: the Node's instance-type label (csidriver.MachineTypeUnknown when
 	// it has none), learnt in the background; until then gcsfuse looks it up itself.
-	machineTypeAuto = "auto"
-	// machineTypeLookup: pass nothing, gcsfuse asks the GCE metadata server (a GCE node
+	MachineTypeAuto = "auto"
+	// MachineTypeLookup: pass nothing, gcsfuse asks the GCE metadata server (a GCE node
 	// without a cloud provider's labels that wants gcsfuse's machine-specific tuning).
-	machineTypeLookup = "lookup"
+	MachineTypeLookup = "lookup"
 )
 
 // Reading this node's Node object: each attempt's bound, and the pacing of the retries
@@ -41,9 +41,9 @@ var instanceTypeLabels = []string{corev1.LabelInstanceTypeStable, corev1.LabelIn
 // leaves the lookup to gcsfuse.
 func initialMachineType(flagValue string, haveAPI bool, log *slog.Logger) (mt string, fromNode bool) {
 	switch flagValue {
-	case machineTypeLookup:
+	case MachineTypeLookup:
 		return "", false
-	case machineTypeAuto:
+	case MachineTypeAuto:
 		if !haveAPI {
 			log.Warn("--machine-type=auto without API access: gcsfuse looks the machine type up itself at each start (up to ~200 ms where the GCE metadata server does not answer)")
 		}

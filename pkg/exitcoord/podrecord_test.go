@@ -1,4 +1,4 @@
-package nodeplugin
+package exitcoord
 
 import (
 	"os"
@@ -152,7 +152,7 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 
 // A record lives until its pod's directory is gone: the sweep drops the records of gone
 // pods with no work under way, and keeps the others (a pod still here, a young record, a
-// pod whose exit request is still being retried).
+// pod whose exit request is still being retried, a pod whose pod file's write is).
 func TestRecordsLastUntilThePodDirectoryIsGone(t *testing.T) {
 	root := t.TempDir()
 	l := newCoordinator(root, &eventLog{}, time.Second)
@@ -163,14 +163,15 @@ func TestRecordsLastUntilThePodDirectoryIsGone(t *testing.T) {
 		}
 		return types.UID(uid)
 	}
-	here, gone, busy, young := mkPod("here"), mkPod("gone"), mkPod("busy"), mkPod("young")
+	here, gone, busy, young, writing := mkPod("here"), mkPod("gone"), mkPod("busy"), mkPod("young"), mkPod("writing")
 	old := time.Now().Add(-2 * recordMinAge)
-	for _, uid := range []types.UID{here, gone, busy} {
+	for _, uid := range []types.UID{here, gone, busy, writing} {
 		l.record(uid, func(r *podRecord) { r.created = old; r.doneReported = true })
 	}
 	l.record(busy, func(r *podRecord) { r.exit = exitActive })
+	l.record(writing, func(r *podRecord) { r.files = map[string]*podFile{"exit": {gen: 1, want: "x", busy: true}} })
 	l.record(young, func(r *podRecord) { r.doneReported = true })
-	for _, uid := range []types.UID{gone, busy, young} {
+	for _, uid := range []types.UID{gone, busy, young, writing} {
 		if err := os.RemoveAll(podfiles.PodDir(root, string(uid))); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestRecordsLastUntilThePodDirectoryIsGone(t *testing.T) {
 	}
 	l.pods.mu.Lock()
 	defer l.pods.mu.Unlock()
-	for uid, want := range map[types.UID]bool{here: true, gone: false, busy: true, young: true, "new": true} {
+	for uid, want := range map[types.UID]bool{here: true, gone: false, busy: true, young: true, writing: true, "new": true} {
 		if _, have := l.pods.pods[uid]; have != want {
 			t.Errorf("record of %s kept = %v, want %v", uid, have, want)
 		}

@@ -1,4 +1,4 @@
-package main
+package nodeplugin
 
 import (
 	"context"
@@ -27,9 +27,9 @@ func TestInitialMachineType(t *testing.T) {
 		want     string
 		fromNode bool
 	}{
-		{machineTypeAuto, true, "", true},
-		{machineTypeAuto, false, "", false},
-		{machineTypeLookup, true, "", false},
+		{MachineTypeAuto, true, "", true},
+		{MachineTypeAuto, false, "", false},
+		{MachineTypeLookup, true, "", false},
 		{"a3-highgpu-8g", true, "a3-highgpu-8g", false},
 	} {
 		if mt, fromNode := initialMachineType(tt.flag, tt.api, quietLog); mt != tt.want || fromNode != tt.fromNode {

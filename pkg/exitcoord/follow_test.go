@@ -1,4 +1,4 @@
-package nodeplugin
+package exitcoord
 
 import (
 	"context"

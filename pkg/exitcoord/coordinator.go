@@ -1,6 +1,9 @@
-// Package nodeplugin wires the node plugin's parts together: the CSI services, the pod
-// watcher that decides when a workload is done, and the Events that tell users why.
-package nodeplugin
+// Package exitcoord is the node plugin's exit coordinator: the effects of pkg/lifecycle's
+// rules. It tells each sidecar when its pod's workload is done (the exit file, the pod files),
+// follows stopping pods in the container runtime, keeps one record per pod of what it did,
+// and records the Events that tell users why. pkg/nodeplugin wires it to the pod watch and
+// the runtime watch.
+package exitcoord
 
 import (
 	"context"

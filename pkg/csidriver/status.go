@@ -1,0 +1,70 @@
+package csidriver
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+)
+
+// onStatus turns the sidecar's reports into logs, Events and, for StateTerminating, the
+// OnTerminating hook. A state this build does not know is logged and ignored: a newer
+// sidecar may report more than this node plugin understands.
+func (s *NodeServer) onStatus(pod PodRef, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
+	log = log.With("state", st.State, "ms", st.ElapsedMillis)
+	volume := vol.VolumeName
+	switch st.State {
+	case handoff.StateStarted:
+		log.Info("gcsfuse serving")
+		s.event(pod, false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s: gcsfuse serving after %d ms", volume, st.ElapsedMillis))
+	case handoff.StateFailed:
+		log.Error("gcsfuse failed to start", "message", st.Message)
+		who := ""
+		if vol.Identity != "" {
+			who = ", identity " + vol.Identity
+		}
+		s.event(pod, true, contract.EventGcsfuseFailed, fmt.Sprintf("volume %s (bucket %s%s): gcsfuse failed to start: %s", volume, vol.Bucket, who, st.Message))
+	case handoff.StateExited:
+		log.Warn("gcsfuse exited", "message", st.Message)
+		msg := st.Message
+		if !strings.HasPrefix(msg, "volume "+volume+" ") {
+			// An older sidecar's message does not name the volume.
+			msg = fmt.Sprintf("volume %s: %s", volume, msg)
+		}
+		s.event(pod, true, contract.EventGcsfuseExited, msg)
+	case handoff.StateRefused:
+		log.Error("sidecar refused the volume", "message", st.Message)
+		s.event(pod, true, contract.EventHandoffRefused,
+			fmt.Sprintf("volume %s (bucket %s): %s refused the volume: %s%s", volume, vol.Bucket, contract.SidecarContainerName, st.Message, refusedHint(vol, st.Message)))
+	case handoff.StateTerminating:
+		log.Info("sidecar draining: the pod is stopping while containers may use the volume", "message", st.Message)
+		first := true
+		if s.cfg.OnTerminating != nil && pod.UID != "" {
+			first = s.cfg.OnTerminating(pod)
+		}
+		if first {
+			s.event(pod, false, contract.EventSidecarDraining,
+				fmt.Sprintf("%s keeps serving the volumes until the containers that use them have exited", contract.SidecarContainerName))
+		}
+	default:
+		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
+	}
+}
+
+// refusedHint explains a refusal of a version-2 volume by a sidecar that reads only
+// version 1 (a pod started before the driver's upgrade): its message names a field it does
+// not know, not the cause.
+func refusedHint(vol handoff.Volume, msg string) string {
+	if vol.Version <= handoff.Version || !strings.Contains(msg, "unknown field") && !strings.Contains(msg, "unsupported hand-off version") {
+		return ""
+	}
+	return fmt.Sprintf(" (the driver gives gcsfuse a proxy or CA bundle, which needs hand-off version %d; this pod's sidecar predates it: recreate the pod to get the current sidecar)", vol.Version)
+}
+
+func (s *NodeServer) event(pod PodRef, warning bool, reason, msg string) {
+	if s.events != nil && pod.Name != "" {
+		s.events.PodEvent(pod, warning, reason, msg)
+	}
+}

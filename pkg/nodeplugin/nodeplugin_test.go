@@ -1,0 +1,91 @@
+package nodeplugin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+)
+
+// minimal is a Config that runs without root, a runtime or an API server.
+func minimal(t *testing.T) Config {
+	dir := t.TempDir()
+	return Config{
+		Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "node-a", KubeletRoot: dir, DriverName: contract.DriverName,
+		StateDir: "-", RuntimeEvents: "auto", MachineType: MachineTypeLookup, Version: "test",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// A configuration the plugin cannot run with is refused by New as ErrInvalidConfig (the
+// command exits 2), before anything serves.
+func TestNewRefusesAnInvalidConfig(t *testing.T) {
+	for name, bad := range map[string]func(*Config){
+		"no node":               func(c *Config) { c.NodeID = "" },
+		"no logger":             func(c *Config) { c.Log = nil },
+		"driver name":           func(c *Config) { c.DriverName = "x.example.com" },
+		"runtime events":        func(c *Config) { c.RuntimeEvents = "sometimes" },
+		"shared ADC namespaces": func(c *Config) { c.SharedADCNamespaces = "Not_A_Namespace" },
+		"CA bundle missing":     func(c *Config) { c.CABundleFile = "/nonexistent/ca.pem" },
+	} {
+		c := minimal(t)
+		bad(&c)
+		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// The composed plugin serves the CSI services on its endpoint until its context ends, then
+// returns nil.
+func TestRunServesUntilTheContextEnds(t *testing.T) {
+	c := minimal(t)
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	conn, err := grpc.NewClient(c.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(waitBound)
+	var info *csi.GetPluginInfoResponse
+	for {
+		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+		info, err = csi.NewIdentityClient(conn).GetPluginInfo(callCtx, &csi.GetPluginInfoRequest{})
+		callCancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || info.GetName() != contract.DriverName || info.GetVendorVersion() != "test" {
+		t.Fatalf("GetPluginInfo: %v, %v", info, err)
+	}
+	id, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil || id.GetNodeId() != "node-a" {
+		t.Fatalf("NodeGetInfo: %v, %v", id, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after its context ended: %v", err)
+		}
+	case <-time.After(waitBound):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
