@@ -73,8 +73,4 @@ func (m *Metrics) call(method string, start time.Time, err error) {
 }
 
 // PublishedVolumes is the number of targets this process published and did not unpublish.
-func (s *NodeServer) PublishedVolumes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.published)
-}
+func (s *NodeServer) PublishedVolumes() int { return s.targets.count() }

@@ -26,7 +26,7 @@ func TestMetricsRecordCallsAndStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, Metrics: m}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	s.published["/t1"] = &publication{}
+	s.targets.put("/t1", publication{})
 
 	if _, err := s.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{}); err == nil {
 		t.Fatal("an empty request was accepted")

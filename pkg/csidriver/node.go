@@ -111,9 +111,17 @@ type NodeServer struct {
 	events EventSink
 	log    *slog.Logger
 
-	mu        sync.Mutex
-	inflight  map[string]bool
-	published map[string]*publication
+	// sidecarMounter and sharedMounter (nil without Config.SharedDir) serve the two modes
+	// (mounter.go); offers is the sidecar mode's own, which recovery.go uses too; lookup
+	// says what is mounted at a target.
+	sidecarMounter, sharedMounter mounter
+	offers                        *sidecarMounter
+	lookup                        mountLookup
+
+	// targets are the calls in flight and the publications (targets.go).
+	targets targetState
+
+	mu sync.Mutex
 	// machineType is Config.MachineType, or what SetMachineType set since.
 	machineType atomic.Pointer[string]
 	// shared is the node's shared mounts (nil without Config.SharedDir); sharedOffers
@@ -145,13 +153,6 @@ type NodeServer struct {
 type sharedPlan struct {
 	mount string
 	plan  *credentials.Plan
-}
-
-// publication is what we remember about a published target, to answer repeated calls.
-type publication struct {
-	volumeID string
-	volume   handoff.Volume
-	offer    *handoff.Offer // nil for a shared volume: the key's offer is sharedOffers'
 }
 
 // DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
@@ -224,10 +225,12 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if log == nil {
 		log = slog.Default()
 	}
-	ns := &NodeServer{cfg: cfg, events: events, log: log, inflight: map[string]bool{}, published: map[string]*publication{},
+	ns := &NodeServer{cfg: cfg, events: events, log: log, targets: newMemTargets(),
 		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}, sharedEnded: map[string]*handoff.Status{},
 		sharedStarting: map[string]time.Time{}}
 	ns.machineType.Store(&cfg.MachineType)
+	ns.offers, ns.lookup = newSidecarMounter(ns), fusemount.Lookup
+	ns.sidecarMounter = ns.offers
 	if cfg.SharedDir != "" {
 		if err := ns.prepareSharedDir(); err != nil {
 			return nil, fmt.Errorf("node service: %w", err)
@@ -241,27 +244,15 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 			return nil, fmt.Errorf("node service: %w", err)
 		}
 		ns.shared = t
+		ns.sharedMounter = sharedMounter{ns}
 	}
 	return ns, nil
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
 // retries it, which is what CSI asks for.
-func (s *NodeServer) lock(target string) (func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight[target] {
-		return nil, status.Errorf(codes.Aborted, "an operation on %s is already in progress", target)
-	}
-	s.inflight[target] = true
-	return func() {
-		s.mu.Lock()
-		delete(s.inflight, target)
-		s.mu.Unlock()
-	}, nil
-}
+func (s *NodeServer) lock(target string) (func(), error) { return s.targets.begin(target) }
 
-// NodeGetInfo returns the node ID.
 func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{NodeId: s.cfg.NodeID}, nil
 }
@@ -385,29 +376,6 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	return r, nil
 }
 
-// checkSharedADC refuses a new shared publish that would read with the mounter's
-// Application Default Credentials for a pod outside Config.SharedADC (PermissionDenied,
-// credentials.SharedADCRefusal). Only a new one: a republish of a target already mounted
-// (every minute with requiresRepublish) keeps what its first publish was allowed, so that
-// narrowing the namespaces never turns a running pod's republishes into a Warning a minute.
-// The namespace is the kubelet's (podInfoOnMount), checked against the pod watcher's where it
-// knows the pod, since an inline volume's attributes could carry another.
-func (s *NodeServer) checkSharedADC(r *request) error {
-	if !r.opts.Shared || r.creds.Kind != credentials.KindADC {
-		return nil
-	}
-	ns := r.pod.Namespace
-	if s.cfg.Pods != nil {
-		if p, ok := s.cfg.Pods(r.pod.UID); ok && p.Namespace != ns {
-			return status.Errorf(codes.PermissionDenied, "volume %s: the volume context names namespace %q, the pod %s is in %q", r.target.VolumeName, ns, r.pod.UID, p.Namespace)
-		}
-	}
-	if !s.cfg.SharedADC.Allows(ns) {
-		return status.Error(codes.PermissionDenied, credentials.SharedADCRefusal(r.target.VolumeName, ns))
-	}
-	return nil
-}
-
 // NodePublishVolume mounts the target with a fresh FUSE connection and offers it to the
 // pod's sidecar on a socket in the pod's gcsfuse-tmp emptyDir. It returns as soon as the
 // mount exists: the sidecar may not be running yet (a native sidecar starts after volumes
@@ -427,22 +395,22 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	log := s.log.With("pod", r.pod.Namespace+"/"+r.pod.Name, "podUID", r.pod.UID, "volume", r.target.VolumeName, "bucket", r.volume.Bucket,
 		"credentials", r.creds)
 
-	existing, err := fusemount.Lookup(target)
+	existing, err := s.lookup(target)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "check mount at %s: %v", target, err)
 	}
 	if existing != nil {
-		return s.republish(req, r, existing, log)
+		return s.republish(ctx, req, r, existing, log)
 	}
-	if r.opts.Shared && s.shared == nil {
-		return nil, sharedRefusal(r.target.VolumeName)
+	m, err := s.mounterFor(r)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.checkSharedADC(r); err != nil {
+	if err := m.admit(r); err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
 	}
-
-	pod, err := s.checkSidecar(ctx, r.pod, !r.opts.Shared)
+	pod, err := s.checkSidecar(ctx, r.pod, m.needsSidecar())
 	if err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
@@ -458,99 +426,11 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		r.volume.Flags = append(slices.Clip(r.volume.Flags), owner.Flags...)
 		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
 	}
-	if r.opts.Shared {
-		if err := s.publishShared(ctx, r, target, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), log); err != nil {
-			return nil, err
-		}
-		return &csi.NodePublishVolumeResponse{}, nil
-	}
-	rec := &offerRecord{Target: target, VolumeID: req.GetVolumeId(), PodUID: r.target.PodUID, Pod: r.pod,
-		Volume: r.volume, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime, ReadAheadKB: r.opts.ReadAheadKB}
-	// The credential files and the CA bundle exist before the sidecar can be offered the
-	// volume.
-	if _, err := s.writeCredentials(r); err != nil {
+	if err := m.publish(ctx, req, r, log); err != nil {
 		return nil, err
 	}
-	if err := s.writeCABundle(r); err != nil {
-		return nil, err
-	}
-	if err := s.mountAndOffer(ctx, rec, log); err != nil {
-		return nil, err
-	}
-	log.Info("volume mounted; descriptor offered to sidecar", "readOnly", rec.Volume.ReadOnly, "flags", rec.Volume.Flags)
+	s.remember(target, req.GetVolumeId(), r.volume)
 	return &csi.NodePublishVolumeResponse{}, nil
-}
-
-// mountAndOffer mounts rec.Target with a new FUSE connection, offers it in the pod's
-// hand-off directory and records the publication. The caller holds the target's lock.
-func (s *NodeServer) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog.Logger) error {
-	publishedAt := time.Now()
-	emptyDir, err := s.openEmptyDir(rec.PodUID)
-	if err != nil {
-		return err
-	}
-	handoffDir, err := podfiles.CreateHandoffDir(emptyDir)
-	emptyDir.Close()
-	if err != nil {
-		return status.Errorf(codes.Internal, "prepare hand-off directory: %v", err)
-	}
-	if err := os.Mkdir(rec.Target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
-		handoffDir.Close()
-		return status.Errorf(codes.Internal, "create target %s: %v", rec.Target, err)
-	}
-	fuse, err := fusemount.Mount(rec.Target, fusemount.Options{
-		Source: rec.Volume.Bucket, ReadOnly: rec.Volume.ReadOnly, NoExec: rec.NoExec, NoAtime: rec.NoAtime,
-		UserID: s.cfg.SidecarUID, GroupID: s.cfg.SidecarGID,
-	})
-	if err != nil {
-		handoffDir.Close()
-		return status.Errorf(codes.Internal, "volume %s: %v", rec.Volume.VolumeName, err)
-	}
-	// Until the sidecar takes the descriptor, only this process holds it: if the node
-	// plugin restarts in between, the record lets the new one mount and offer again.
-	if err := s.saveOffer(rec); err != nil {
-		log.Warn("cannot record the pending offer; a restart before the sidecar connects would lose it", "err", err)
-	}
-	vol := rec.Volume
-	offer, err := handoff.NewOffer(handoff.OfferConfig{
-		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
-		OnHandedOff: func() { s.dropOffer(rec) },
-		OnStatus: func(st *handoff.Status) {
-			s.cfg.Metrics.status(st, publishedAt)
-			if st.State == handoff.StateStarted {
-				s.applyReadAhead(rec, log)
-			}
-			s.onStatus(rec.Pod, vol, st, log)
-		},
-		Log: log,
-	})
-	if err != nil {
-		fuse.Close()
-		handoffDir.Close()
-		s.dropOffer(rec)
-		uerr := fusemount.Unmount(ctx, rec.Target, s.cfg.UnmountBusyWait)
-		return status.Errorf(codes.Internal, "volume %s: offer descriptor to sidecar: %v", rec.Volume.VolumeName, errors.Join(err, uerr))
-	}
-	s.mu.Lock()
-	s.published[rec.Target] = &publication{volumeID: rec.VolumeID, volume: vol, offer: offer}
-	s.mu.Unlock()
-	return nil
-}
-
-// applyReadAhead sets the mount's kernel read-ahead when the volume asks for one
-// (read_ahead_kb). It runs once gcsfuse has answered the kernel: at that answer the kernel
-// lowers the read-ahead to what gcsfuse allows (1 MiB), so a value set at mount time would not
-// hold. A failure leaves the mount serving with the kernel's default, and says so.
-func (s *NodeServer) applyReadAhead(rec *offerRecord, log *slog.Logger) {
-	if rec.ReadAheadKB == nil {
-		return
-	}
-	if err := fusemount.SetReadAhead(rec.Target, *rec.ReadAheadKB); err != nil {
-		log.Warn("cannot apply read_ahead_kb; the mount keeps the kernel's read-ahead", "err", err)
-		s.event(rec.Pod, true, contract.EventReadAheadFailed, fmt.Sprintf("volume %s: read_ahead_kb=%d not applied: %v", rec.Volume.VolumeName, *rec.ReadAheadKB, err))
-		return
-	}
-	log.Info("read-ahead set", "readAheadKB", *rec.ReadAheadKB)
 }
 
 // sameVolume compares a republished volume with the published one. The identity's wording
@@ -572,56 +452,30 @@ func sameVolume(a, b handoff.Volume) bool {
 // kubelet calls it periodically with a fresh service account token: the credential files
 // are rewritten (when they changed) and the running mount is left alone; gcsfuse reads
 // the token file again at each token exchange.
-func (s *NodeServer) republish(req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
+func (s *NodeServer) republish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
-	s.mu.Lock()
-	pub := s.published[target]
-	s.mu.Unlock()
-	if pub != nil {
-		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || r.opts.Shared != (s.sharedNameOf(target) != "") {
+	pub, known := s.targets.get(target)
+	// The mode is part of the volume: a target the other mode published is another volume.
+	owner := s.mounterOf(target)
+	want, _ := s.mounterFor(r)
+	if known {
+		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || want != owner {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || r.opts.Shared != (s.sharedNameOf(target) != "") {
+	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || want != owner {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}
-	var w credentials.Written
-	var err error
-	bound := false
-	if s.shared != nil {
-		// A shared volume's fresh token goes to its mount's files, which the mounter reads,
-		// under the key's lock: never beside the mount's stop.
-		bound, err = s.shared.WithTarget(target, func(mount string) error {
-			// A republish that would change who reads (the Secret now holding another
-			// service account's key) must not write its credentials into a mount other pods
-			// share; a rotated key of the same account is the same reader.
-			if prev, ok := s.sharedPlanOf(target); ok && principal(prev) != principal(r.creds) {
-				return status.Errorf(codes.AlreadyExists, "target %s is already published for %s; this publish is for %s (shared mount %s)",
-					target, principal(prev), principal(r.creds), mount)
-			}
-			if err := s.useSharedKey(r, mount, req.GetVolumeContext(), req.GetSecrets()); err != nil {
-				return err
-			}
-			s.rememberPlan(target, r)
-			var werr error
-			w, werr = s.writeCredentials(r)
-			return werr
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if !bound {
-		if w, err = s.writeCredentials(r); err != nil {
-			return nil, err
-		}
+	w, err := owner.refresh(ctx, req, r)
+	if err != nil {
+		return nil, err
 	}
 	if w.Token || w.Config {
 		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
 	} else {
 		log.Debug("republished: same volume, credentials unchanged")
 	}
-	if pub == nil {
+	if !known {
 		log.Info("volume already mounted (published before this node plugin started)")
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
@@ -644,45 +498,31 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	}
 	defer unlock()
 
-	s.mu.Lock()
-	pub := s.published[target]
-	s.mu.Unlock()
-	if pub != nil && pub.offer != nil {
-		stopCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := pub.offer.Stop(stopCtx); err != nil {
-			s.log.Warn("hand-off did not stop in time", "target", target, "err", err)
-		}
-		cancel()
-	}
 	start := time.Now()
-	if err := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait); err != nil {
-		return nil, status.Errorf(codes.Internal, "%v", err)
+	log := s.log.With("target", target)
+	if err := s.mounterOf(target).unpublish(ctx, target, log); err != nil {
+		return nil, err
 	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, status.Errorf(codes.Internal, "remove target %s: %v", target, err)
-	}
-	s.mu.Lock()
-	delete(s.published, target)
-	s.mu.Unlock()
-	if s.shared != nil {
-		if name, remaining := s.shared.Unbound(target, func(mount string, _ int) { s.handOverToken(target, mount) }); name != "" {
-			s.log.Info("shared volume unbound", "target", target, "mount", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
-			return &csi.NodeUnpublishVolumeResponse{}, nil
-		}
-	}
-	s.dropOffer(&offerRecord{Target: target})
-	s.removeCredentials(target)
-	s.log.Info("volume unpublished", "target", target, "ms", time.Since(start).Milliseconds())
+	s.targets.drop(target)
+	log.Info("volume unpublished", "ms", time.Since(start).Milliseconds())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// sharedNameOf is the sharing key's name of a published shared target, "" for any other:
-// the table knows every bound target, those found at start-up too.
-func (s *NodeServer) sharedNameOf(target string) string {
-	if s.shared == nil {
-		return ""
+// remember records a published target, to answer its repeated calls.
+func (s *NodeServer) remember(target, volumeID string, vol handoff.Volume) {
+	s.targets.put(target, publication{volumeID: volumeID, volume: vol})
+}
+
+// unmountTarget unmounts target (lazily if still busy after Config.UnmountBusyWait) and
+// removes the directory; neither there is a success.
+func (s *NodeServer) unmountTarget(ctx context.Context, target string) error {
+	if err := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait); err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
 	}
-	return s.shared.NameOf(target)
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Errorf(codes.Internal, "remove target %s: %v", target, err)
+	}
+	return nil
 }
 
 // Close stops the shared mounts' timers; the mounts keep serving (a restarted node plugin

@@ -196,13 +196,13 @@ func TestRepublishIdenticalRequestSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.published[target] = &publication{volumeID: req.GetVolumeId(), volume: first.volume}
+	s.targets.put(target, publication{volumeID: req.GetVolumeId(), volume: first.volume})
 	for i := 0; i < repeats; i++ {
 		again, err := s.validatePublish(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.republish(req, again, &fusemount.Info{}, s.log); err != nil {
+		if _, err := s.republish(context.Background(), req, again, &fusemount.Info{}, s.log); err != nil {
 			t.Fatalf("repeat %d of an identical publish: %v (flags %q, published %q)", i, err, again.volume.Flags, first.volume.Flags)
 		}
 	}

@@ -150,6 +150,7 @@ func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, er
 		s.dropOffer(rec)
 		return false, fmt.Errorf("offer %s again: %w", rec.Target, err)
 	}
+	s.remember(rec.Target, rec.VolumeID, rec.Volume)
 	log.Info("offered again a volume whose descriptor died with the previous node plugin")
 	return true, nil
 }

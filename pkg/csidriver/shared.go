@@ -136,7 +136,7 @@ const DefaultSharedOfferWait = 30 * time.Second
 // none that serves. Under the key's lock (pkg/sharedmount) it writes this pod's credentials
 // into the mount's files, so that a stop of an older mount of the key never removes them;
 // the caller holds the target's lock.
-func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volumeID string, attrs, secrets map[string]string, log *slog.Logger) error {
+func (s *NodeServer) publishShared(ctx context.Context, r *request, target string, attrs, secrets map[string]string, log *slog.Logger) error {
 	s.sharedGate.RLock()
 	defer s.sharedGate.RUnlock()
 	if s.sharedClosed {
@@ -183,7 +183,6 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target, volu
 		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.target.VolumeName, r.volume.Bucket, mount, err)
 	}
 	s.mu.Lock()
-	s.published[target] = &publication{volumeID: volumeID, volume: r.volume}
 	s.sharedPlans[target] = sharedPlan{mount: mount, plan: r.creds}
 	ended := s.sharedEnded[mount]
 	s.mu.Unlock()

@@ -231,7 +231,7 @@ func TestCleanUpSharedWaitsForPublishes(t *testing.T) {
 	if !s.CleanUpShared() {
 		t.Fatal("not removed once the publish ended")
 	}
-	err := s.publishShared(context.Background(), &request{}, "", "", nil, nil, slog.New(slog.DiscardHandler))
+	err := s.publishShared(context.Background(), &request{}, "", nil, nil, slog.New(slog.DiscardHandler))
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("a publish after the cleanup: %v, want Unavailable", err)
 	}

@@ -1,0 +1,290 @@
+package csidriver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+)
+
+// fakeMounter records what the Node service asks of a mounter; nothing is mounted.
+type fakeMounter struct {
+	name string
+	mu   sync.Mutex
+	// calls are "<name> <method> <target>", in order.
+	calls                              []string
+	admitErr, publishErr, unpublishErr error
+	refreshErr                         error
+	owned                              map[string]bool
+	// gate, when set, holds publish until it is closed; entered is closed when publish is
+	// entered.
+	gate, entered chan struct{}
+	fresh         credentials.Written
+}
+
+func newFake(name string) *fakeMounter { return &fakeMounter{name: name, owned: map[string]bool{}} }
+
+func (f *fakeMounter) record(method, target string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, f.name+" "+method+" "+target)
+	f.mu.Unlock()
+}
+
+func (f *fakeMounter) called() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+func (f *fakeMounter) admit(r *request) error { f.record("admit", ""); return f.admitErr }
+func (f *fakeMounter) needsSidecar() bool     { return f.name == "sidecar" }
+
+func (f *fakeMounter) publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *request, log *slog.Logger) error {
+	f.record("publish", req.GetTargetPath())
+	if f.entered != nil {
+		close(f.entered)
+	}
+	if f.gate != nil {
+		<-f.gate
+	}
+	if f.publishErr == nil {
+		f.mu.Lock()
+		f.owned[req.GetTargetPath()] = true
+		f.mu.Unlock()
+	}
+	return f.publishErr
+}
+
+func (f *fakeMounter) refresh(_ context.Context, req *csi.NodePublishVolumeRequest, r *request) (credentials.Written, error) {
+	f.record("refresh", req.GetTargetPath())
+	return f.fresh, f.refreshErr
+}
+
+func (f *fakeMounter) owns(target string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.owned[target]
+}
+
+func (f *fakeMounter) unpublish(_ context.Context, target string, _ *slog.Logger) error {
+	f.record("unpublish", target)
+	if f.unpublishErr == nil {
+		f.mu.Lock()
+		delete(f.owned, target)
+		f.mu.Unlock()
+	}
+	return f.unpublishErr
+}
+
+// mounted is a fake mount table: what lookup answers.
+type mounted struct {
+	mu sync.Mutex
+	at map[string]*fusemount.Info
+}
+
+func (m *mounted) lookup(path string) (*fusemount.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.at[path], nil
+}
+
+func (m *mounted) set(path string, info *fusemount.Info) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if info == nil {
+		delete(m.at, path)
+		return
+	}
+	m.at[path] = info
+}
+
+// fakeServer is a Node service over fake sidecar and shared mounters (shared nil: the node
+// has no shared mode) and a fake mount table. No root, no kernel.
+func fakeServer(t *testing.T, withShared bool) (*NodeServer, *fakeMounter, *fakeMounter, *mounted) {
+	t.Helper()
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	side, shared := newFake("sidecar"), newFake("shared")
+	m := &mounted{at: map[string]*fusemount.Info{}}
+	s.sidecarMounter, s.lookup = side, m.lookup
+	s.sharedMounter = nil
+	if withShared {
+		s.sharedMounter = shared
+	}
+	return s, side, shared, m
+}
+
+func publishReq(volumeID, bucket string, shared bool) *csi.NodePublishVolumeRequest {
+	ctx := map[string]string{contract.AttrBucketName: bucket, contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1",
+		contract.CtxPodName: "p", contract.CtxPodNamespace: "ns"}
+	if shared {
+		ctx[contract.AttrMountMode] = contract.MountModeShared
+	}
+	return &csi.NodePublishVolumeRequest{VolumeId: volumeID, TargetPath: target,
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), VolumeContext: ctx}
+}
+
+var gcsfuseMount = &fusemount.Info{FSType: fusemount.FSType, Source: "bkt"}
+
+// A new publish goes to its mode's mounter once; a repeat of it (the kubelet's retry after
+// a timeout, or its republish every minute) refreshes the credentials and mounts nothing;
+// the same target for another volume, other options or the other mode is AlreadyExists.
+func TestPublishThroughTheMounter(t *testing.T) {
+	ctx := context.Background()
+	s, side, shared, m := fakeServer(t, true)
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); err != nil {
+		t.Fatal(err)
+	}
+	m.set(target, gcsfuseMount)
+	for range 3 {
+		if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); err != nil {
+			t.Fatalf("a repeated publish: %v", err)
+		}
+	}
+	if got, want := side.called(), []string{"sidecar admit ", "sidecar publish " + target,
+		"sidecar refresh " + target, "sidecar refresh " + target, "sidecar refresh " + target}; !slices.Equal(got, want) {
+		t.Errorf("sidecar mounter calls %q, want %q", got, want)
+	}
+	for name, req := range map[string]*csi.NodePublishVolumeRequest{
+		"another volume ID": publishReq("v2", "bkt", false),
+		"another bucket":    publishReq("v1", "other", false),
+		"the shared mode":   publishReq("v1", "bkt", true),
+	} {
+		if _, err := s.NodePublishVolume(ctx, req); status.Code(err) != codes.AlreadyExists {
+			t.Errorf("%s on the published target: %v, want AlreadyExists", name, err)
+		}
+	}
+	if len(shared.called()) != 0 {
+		t.Errorf("the shared mounter was asked %q", shared.called())
+	}
+	if n := s.PublishedVolumes(); n != 1 {
+		t.Errorf("%d publications recorded, want 1", n)
+	}
+}
+
+// A target mounted before this process started (no record) is compared by what the mount
+// table shows, and refreshed by the mounter that owns it.
+func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
+	ctx := context.Background()
+	s, side, shared, m := fakeServer(t, true)
+	m.set(target, gcsfuseMount)
+	shared.owned[target] = true
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); err != nil {
+		t.Fatalf("republish of a shared target found at start: %v", err)
+	}
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("the sidecar mode on a shared target: %v, want AlreadyExists", err)
+	}
+	m.set(target, &fusemount.Info{FSType: "ext4", Source: "/dev/sda1"})
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a target another file system mounts: %v, want AlreadyExists", err)
+	}
+	if got := shared.called(); !slices.Equal(got, []string{"shared refresh " + target}) || len(side.called()) != 0 {
+		t.Errorf("calls: shared %q, sidecar %q", got, side.called())
+	}
+}
+
+// The mounter's refusals and failures reach the kubelet with their codes; nothing is
+// recorded, so the kubelet's retry publishes again.
+func TestPublishFailuresKeepTheirCode(t *testing.T) {
+	ctx := context.Background()
+	s, side, _, _ := fakeServer(t, false)
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a shared volume on a node without the shared mode: %v, want FailedPrecondition", err)
+	}
+	side.admitErr = status.Error(codes.PermissionDenied, "not here")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("refused by admit: %v", err)
+	}
+	side.admitErr, side.publishErr = nil, status.Error(codes.Internal, "mount failed")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.Internal {
+		t.Errorf("a failed mount: %v", err)
+	}
+	side.publishErr = nil
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	want := []string{"sidecar admit ", "sidecar admit ", "sidecar publish " + target, "sidecar admit ", "sidecar publish " + target}
+	if got := side.called(); !slices.Equal(got, want) {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	if _, err := s.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "v1", TargetPath: "/elsewhere/mount",
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a target outside the kubelet's pods: %v, want InvalidArgument", err)
+	}
+}
+
+// While a publish of a target runs, another call on it is Aborted (the kubelet retries);
+// once it ended, the next one runs.
+func TestCallsOnOneTargetDoNotOverlap(t *testing.T) {
+	ctx := context.Background()
+	s, side, _, _ := fakeServer(t, false)
+	side.gate, side.entered = make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() { _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); done <- err }()
+	select {
+	case <-side.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish never reached the mounter")
+	}
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.Aborted {
+		t.Errorf("a second publish while the first runs: %v, want Aborted", err)
+	}
+	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: target}); status.Code(err) != codes.Aborted {
+		t.Errorf("an unpublish while the publish runs: %v, want Aborted", err)
+	}
+	close(side.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	side.gate, side.entered = nil, nil
+	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: target}); err != nil {
+		t.Errorf("the unpublish after it: %v", err)
+	}
+}
+
+// An unpublish goes to the mounter that published the target (a target neither knows, one
+// from before a restart or never published, to the sidecar's, which cleans up whatever is
+// there); its failure keeps the record, so the kubelet's retry finds the volume.
+func TestUnpublishThroughTheOwner(t *testing.T) {
+	ctx := context.Background()
+	s, side, shared, _ := fakeServer(t, true)
+	unpublish := func() error {
+		_, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: target})
+		return err
+	}
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); err != nil {
+		t.Fatal(err)
+	}
+	shared.unpublishErr = status.Error(codes.Internal, "busy")
+	if err := unpublish(); status.Code(err) != codes.Internal || s.PublishedVolumes() != 1 {
+		t.Errorf("a failed unpublish: %v, %d records; want Internal and the record kept", err, s.PublishedVolumes())
+	}
+	shared.unpublishErr = nil
+	if err := unpublish(); err != nil || s.PublishedVolumes() != 0 {
+		t.Errorf("unpublish: %v, %d records", err, s.PublishedVolumes())
+	}
+	if err := unpublish(); err != nil {
+		t.Errorf("a repeated unpublish: %v", err)
+	}
+	if got, want := shared.called(), []string{"shared admit ", "shared publish " + target, "shared unpublish " + target, "shared unpublish " + target}; !slices.Equal(got, want) {
+		t.Errorf("shared mounter calls %q, want %q", got, want)
+	}
+	if got, want := side.called(), []string{"sidecar unpublish " + target}; !slices.Equal(got, want) {
+		t.Errorf("sidecar mounter calls %q, want %q (the repeat, of a target nobody owns)", got, want)
+	}
+	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{TargetPath: target}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no volume ID: %v", err)
+	}
+}
