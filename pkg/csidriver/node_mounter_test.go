@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
 // fakeMounter records what the Node service asks of a mounter; nothing is mounted.
@@ -286,5 +288,65 @@ func TestUnpublishThroughTheOwner(t *testing.T) {
 	}
 	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{TargetPath: target}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("no volume ID: %v", err)
+	}
+}
+
+// A publish whose mount failed records nothing: the kubelet's retry publishes again, and
+// the published-volumes gauge does not count it.
+func TestFailedPublishRecordsNothing(t *testing.T) {
+	s, side, _, _ := fakeServer(t, false)
+	side.publishErr = status.Error(codes.Internal, "mount failed")
+	if _, err := s.NodePublishVolume(context.Background(), publishReq("v1", "bkt", false)); status.Code(err) != codes.Internal {
+		t.Fatalf("a failed mount: %v", err)
+	}
+	if n := s.PublishedVolumes(); n != 0 {
+		t.Errorf("%d publications recorded after a failed mount, want 0", n)
+	}
+}
+
+// The sidecar mounter's unpublish removes the volume's credential files from the pod's
+// emptyDir: a token must not outlive its mount. Runs without root (nothing is mounted).
+func TestSidecarUnpublishRemovesTheCredentials(t *testing.T) {
+	kroot := t.TempDir()
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: kroot, SidecarUID: os.Getuid(), SidecarGID: os.Getgid()},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tmpPath := podfiles.TmpDirPath(kroot, "uid-1")
+	if err := os.MkdirAll(tmpPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.Open(tmpPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	d, err := podfiles.OpenCredentialsDir(tmp, "data", os.Getuid(), os.Getgid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.WriteToken([]byte("tok")); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	tgt := podfiles.CSITargetPath(kroot, "uid-1", "data") // never mounted
+	if err := s.offers.unpublish(context.Background(), tgt, s.log); err != nil {
+		t.Fatal(err)
+	}
+	if vols, err := podfiles.CredentialVolumes(tmp); err != nil || len(vols) != 0 {
+		t.Fatalf("credentials left after unpublish: %v, %v", vols, err)
+	}
+}
+
+// The shared mounter admits a volume reading with the mounter's ADC only in the namespaces
+// Config.SharedADC names: through the mounter, as NodePublishVolume asks it.
+func TestSharedMounterAdmitChecksSharedADC(t *testing.T) {
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, SharedADC: credentials.SharedADC{"batch"}},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	req := publishReq("v1", "bkt", true) // namespace "ns", ADC
+	r, err := s.validatePublish(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (sharedMounter{s}).admit(r); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("shared ADC in %q outside the allowed namespaces: admit = %v, want PermissionDenied", r.pod.Namespace, err)
 	}
 }

@@ -562,3 +562,22 @@ func TestAskAPIReadsItsNodeOnly(t *testing.T) {
 		t.Fatalf("pod reads %q, want %q", reads, want)
 	}
 }
+
+// An exit request is claimed once per effort: not again while active, again once given up,
+// never once settled (the sidecar told, or gone).
+func TestClaimExitOncePerEffort(t *testing.T) {
+	l := newCoordinator(t.TempDir(), &eventLog{}, time.Second)
+	defer l.Close(time.Second)
+	const uid = "u"
+	if !l.claimExit(uid) || l.claimExit(uid) {
+		t.Fatal("want the first claim only while the request is active")
+	}
+	l.endExit(uid, false)
+	if !l.claimExit(uid) {
+		t.Fatal("a given-up request is not claimed again")
+	}
+	l.endExit(uid, true)
+	if l.claimExit(uid) {
+		t.Fatal("a settled request (sidecar told or gone) is claimed again")
+	}
+}

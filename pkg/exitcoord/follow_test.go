@@ -554,3 +554,18 @@ func TestReleaseNeedsTwoConsecutivePolls(t *testing.T) {
 	e.rt.SetState(id(uid, "app", 1), exited, 0)
 	e.waitExit(uid, releaseBound)
 }
+
+// A follow whose first trigger is the sidecar's SIGTERM (the pod deleted before its app
+// container was created) releases the sidecar without waiting for containers the runtime
+// will never list.
+func TestFollowStartedBySidecarTerminatingReleasesWithoutAbsentContainers(t *testing.T) {
+	e := newEnv(t)
+	const uid = "uid-term-first"
+	e.mkEmptyDir(uid)
+	pod := deletedAt(nativePod(uid), 30)
+	e.l.Pods = podCache{uid: pod}
+	e.rt.Set(ctr(uid, contract.SidecarContainerName, 0, running), ctr(uid, "fetch", 0, exited))
+	// The first trigger is the sidecar's SIGTERM: "main" will never be created.
+	e.l.SidecarTerminating(csidriver.PodRef{Namespace: "ns", Name: pod.Name, UID: uid})
+	e.waitExit(uid, releaseBound)
+}

@@ -1,6 +1,7 @@
 package exitcoord
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -213,5 +214,25 @@ func TestRuntimeChangesOfOtherPodsMakeNoRecord(t *testing.T) {
 	}
 	if lifecycle.SidecarMode(plain) != "" {
 		t.Fatal("the plain pod has a sidecar mode: the test checks nothing")
+	}
+}
+
+// A gone pod's record is kept while its follower runs and dropped once the follow ended.
+func TestSweepKeepsAFollowedPod(t *testing.T) {
+	root := t.TempDir()
+	l := newCoordinator(root, &eventLog{}, time.Second)
+	defer l.Close(time.Second)
+	old := time.Now().Add(-2 * recordMinAge)
+	l.record("following", func(r *podRecord) { r.created = old; r.follower = &follower{} })
+	l.record("followed", func(r *podRecord) { r.created = old; r.follower = &follower{finished: time.Now()} })
+	idle(l, eventuallyWait)
+	l.pods.sweepGone(context.Background(), root) // neither pod has a directory
+	l.pods.mu.Lock()
+	defer l.pods.mu.Unlock()
+	if _, ok := l.pods.pods["following"]; !ok {
+		t.Error("the record of a pod whose follower runs was dropped")
+	}
+	if _, ok := l.pods.pods["followed"]; ok {
+		t.Error("the record of a gone pod whose follow ended was kept")
 	}
 }

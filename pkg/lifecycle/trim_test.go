@@ -31,6 +31,7 @@ func rulePods() map[string]*corev1.Pod {
 		initStatuses(running(contract.SidecarContainerName), running("seed"), running("shipper")))
 	p.DeletionGracePeriodSeconds, p.Spec.TerminationGracePeriodSeconds = n(7), n(60)
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: n(1000)}
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: n(1001)}
 	sc := &p.Spec.InitContainers[0]
 	sc.Env = append(sc.Env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: "seed"}, corev1.EnvVar{Name: "UNRELATED", Value: "x"})
 	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: "late", RestartPolicy: &always})

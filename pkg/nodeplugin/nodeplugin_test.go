@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +89,46 @@ func TestRunServesUntilTheContextEnds(t *testing.T) {
 		}
 	case <-time.After(waitBound):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// The offers are recorded under the driver's plugin directory unless --state-dir says
+// otherwise, and nowhere with "-".
+func TestOfferDir(t *testing.T) {
+	for stateDir, want := range map[string]string{
+		"-":      "",
+		"":       "/var/lib/kubelet/plugins/" + contract.DriverName + "/offers",
+		"/state": "/state",
+	} {
+		c := Config{KubeletRoot: "/var/lib/kubelet", DriverName: contract.DriverName, StateDir: stateDir}
+		if got := c.offerDir(); got != want {
+			t.Errorf("offerDir with --state-dir=%q = %q, want %q", stateDir, got, want)
+		}
+	}
+}
+
+// A critical part that fails (here the metrics server, whose address is taken) ends Run
+// with its error: the command exits 1 and the DaemonSet restarts it.
+func TestRunReturnsAFailedComponentsError(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	c := minimal(t)
+	c.MetricsAddr = busy.Addr().String() // the metrics server cannot listen
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "component ended") {
+			t.Fatalf("Run = %v, want the metrics server's error", err)
+		}
+	case <-time.After(waitBound):
+		t.Fatal("Run kept serving after a critical component failed")
 	}
 }

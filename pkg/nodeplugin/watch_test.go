@@ -77,3 +77,33 @@ func TestSuperviseWatchStopsDuringBackoff(t *testing.T) {
 		t.Fatal("supervision waited out its backoff after ctx ended")
 	}
 }
+
+// A pod watch that returns nil before its context ended is started again too: only ctx
+// ends the supervision.
+func TestSuperviseWatchRestartsAWatchThatEndedCleanly(t *testing.T) {
+	var runs atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		superviseWatch(ctx, func(ctx context.Context) error {
+			if runs.Add(1) < 3 {
+				return nil // ended early without an error: still a bug to ride out
+			}
+			<-ctx.Done()
+			return nil
+		}, restartBackoff{first: time.Millisecond, max: 5 * time.Millisecond}, quietLog)
+	}()
+	for deadline := time.Now().Add(waitBound); runs.Load() < 3; time.Sleep(time.Millisecond) {
+		select {
+		case <-done:
+			t.Fatal("supervision ended when the watch returned nil before ctx ended")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch was not started again")
+		}
+	}
+	cancel()
+	<-done
+}

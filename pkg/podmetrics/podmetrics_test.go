@@ -294,3 +294,15 @@ gcsfuse_gcs_read_bytes_count{volume="shared-gone",bucket="b1"} 1
 		t.Fatalf("mounter series = %v", got)
 	}
 }
+
+// A finished pod (Succeeded or Failed: its sidecar is gone) is not read at a scrape.
+func TestFromPodSkipsFinishedPods(t *testing.T) {
+	for _, phase := range []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
+			Spec:   corev1.PodSpec{Volumes: []corev1.Volume{{Name: "gcs", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.DriverName}}}}},
+			Status: corev1.PodStatus{Phase: phase}}
+		if _, ok := FromPod(pod, contract.DriverName); ok {
+			t.Errorf("a %s pod is read", phase)
+		}
+	}
+}
