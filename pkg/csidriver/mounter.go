@@ -16,8 +16,11 @@ import (
 // published target by who published it (mounterOf). It never branches on the mode beyond
 // that choice. The two are sidecarMounter (sidecarmount.go: a FUSE mount whose descriptor
 // is offered to the pod's sidecar) and sharedMounter (sharedmounter.go: a bind of the node's
-// shared mount of the volume's key); node_seam_test.go gives the service fakes.
+// shared mount of the volume's key); node_mounter_test.go gives the service fakes.
 type mounter interface {
+	// mode names the mode it serves (contract.ModeShared, or "sidecar"): two targets are
+	// the same volume only in the same mode.
+	mode() string
 	// admit refuses a new publish for reasons of the mode alone, before the pod is
 	// checked (nil: go on).
 	admit(r *request) error

@@ -455,14 +455,16 @@ func sameVolume(a, b handoff.Volume) bool {
 func (s *NodeServer) republish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
 	pub, known := s.targets.get(target)
-	// The mode is part of the volume: a target the other mode published is another volume.
+	// The mode is part of the volume: a target the other mode published is another volume
+	// (a shared volume on a node without the shared mode wants no mounter: another too).
 	owner := s.mounterOf(target)
 	want, _ := s.mounterFor(r)
+	sameMode := want != nil && want.mode() == owner.mode()
 	if known {
-		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || want != owner {
+		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || !sameMode {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || want != owner {
+	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || !sameMode {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
@@ -49,6 +52,7 @@ func (f *fakeMounter) called() []string {
 	return slices.Clone(f.calls)
 }
 
+func (f *fakeMounter) mode() string           { return f.name }
 func (f *fakeMounter) admit(r *request) error { f.record("admit", ""); return f.admitErr }
 func (f *fakeMounter) needsSidecar() bool     { return f.name == "sidecar" }
 
@@ -348,5 +352,24 @@ func TestSharedMounterAdmitChecksSharedADC(t *testing.T) {
 	}
 	if err := (sharedMounter{s}).admit(r); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("shared ADC in %q outside the allowed namespaces: admit = %v, want PermissionDenied", r.pod.Namespace, err)
+	}
+}
+
+// A pod the pod watch knows without the driver's sidecar is refused a sidecar-mode volume
+// (nothing would serve it) and given a shared one (the node's mounter serves it).
+func TestOnlyTheSidecarModeNeedsTheSidecar(t *testing.T) {
+	s, side, shared, _ := fakeServer(t, true)
+	s.cfg.Pods = func(uid string) (*corev1.Pod, bool) {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: types.UID(uid)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}, true
+	}
+	if _, err := s.NodePublishVolume(context.Background(), publishReq("v1", "bkt", false)); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a sidecar-mode volume for a pod without the sidecar: %v, want FailedPrecondition", err)
+	}
+	if _, err := s.NodePublishVolume(context.Background(), publishReq("v1", "bkt", true)); err != nil {
+		t.Errorf("a shared volume for a pod without the sidecar: %v", err)
+	}
+	if slices.Contains(side.called(), "sidecar publish "+target) || !slices.Contains(shared.called(), "shared publish "+target) {
+		t.Errorf("calls: sidecar %q, shared %q", side.called(), shared.called())
 	}
 }

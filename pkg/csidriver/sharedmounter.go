@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 )
 
@@ -17,6 +18,7 @@ import (
 // (shared.go, the table in pkg/sharedmount). No sidecar is needed.
 type sharedMounter struct{ s *NodeServer }
 
+func (m sharedMounter) mode() string           { return contract.ModeShared }
 func (m sharedMounter) admit(r *request) error { return m.s.checkSharedADC(r) }
 func (m sharedMounter) needsSidecar() bool     { return false }
 

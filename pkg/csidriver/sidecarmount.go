@@ -34,6 +34,10 @@ func newSidecarMounter(s *NodeServer) *sidecarMounter {
 	return &sidecarMounter{s: s, offers: map[string]*handoff.Offer{}}
 }
 
+// modeSidecar names the sidecar mounter's mode.
+const modeSidecar = "sidecar"
+
+func (m *sidecarMounter) mode() string         { return modeSidecar }
 func (m *sidecarMounter) admit(*request) error { return nil }
 func (m *sidecarMounter) needsSidecar() bool   { return true }
 

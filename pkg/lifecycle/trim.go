@@ -95,7 +95,7 @@ func trimContainer(c corev1.Container) corev1.Container {
 	}
 	if c.Name == contract.SidecarContainerName {
 		for _, e := range c.Env {
-			if slices.Contains(usersEnvNames, e.Name) {
+			if slices.Contains(UsersEnvNames, e.Name) {
 				out.Env = append(out.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 			}
 		}

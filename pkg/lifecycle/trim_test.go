@@ -45,6 +45,10 @@ func rulePods() map[string]*corev1.Pod {
 	old := p.DeepCopy()
 	old.Spec.InitContainers[0].Env = nil
 	pods["native, no users lists"] = old
+	// A running pod whose grace period is only its spec's.
+	graced := nativePod([]string{"main"}, statuses(running("main")))
+	graced.Spec.TerminationGracePeriodSeconds = n(45)
+	pods["native, spec grace only"] = graced
 	// A legacy pod whose init containers ran, with ignored containers.
 	pods["legacy, ignored containers"] = legacyPod([]string{"a", "istio-proxy"}, initContainers("init"),
 		annotate(contract.AnnotationIgnoreContainers, "istio-proxy"), statuses(running(contract.SidecarContainerName), terminated("a", 0, t1), running("istio-proxy")))

@@ -21,8 +21,8 @@ type Users struct {
 	Sidecars []string
 }
 
-// usersEnvNames are the sidecar's variables that carry Users, in the order Env writes them.
-var usersEnvNames = []string{contract.EnvInitContainers, contract.EnvSidecarUsers}
+// UsersEnvNames are the sidecar's variables that carry Users, in the order Env writes them.
+var UsersEnvNames = []string{contract.EnvInitContainers, contract.EnvSidecarUsers}
 
 // FindUsers finds the Users among the containers after a native sidecar (after); mounts says
 // whether a container mounts one of the driver's volumes, inline or through a claim.
@@ -30,17 +30,26 @@ func FindUsers(after []corev1.Container, mounts func(corev1.Container) bool) Use
 	return Users{Init: InitContainerUsers(after, mounts), Sidecars: NativeSidecarUsers(after, mounts)}
 }
 
-// Env is u as the sidecar's variables, in usersEnvNames' order, comma separated, with an
-// empty Value for an empty list.
+// Env is u as the sidecar's variables, in UsersEnvNames' order, comma separated, each only
+// when its list is not empty: a pod none of whose containers after the sidecar mount a
+// volume keeps the sidecar's base environment. An absent contract.EnvInitContainers reads
+// as every regular init container (InitUsers), as for a sidecar an older webhook injected:
+// waiting for one that does not mount costs time at a deletion during the init phase,
+// never data.
 func (u Users) Env() []corev1.EnvVar {
-	return []corev1.EnvVar{
-		{Name: contract.EnvInitContainers, Value: strings.Join(u.Init, ",")},
-		{Name: contract.EnvSidecarUsers, Value: strings.Join(u.Sidecars, ",")},
+	var env []corev1.EnvVar
+	if len(u.Init) > 0 {
+		env = append(env, corev1.EnvVar{Name: contract.EnvInitContainers, Value: strings.Join(u.Init, ",")})
 	}
+	if len(u.Sidecars) > 0 {
+		env = append(env, corev1.EnvVar{Name: contract.EnvSidecarUsers, Value: strings.Join(u.Sidecars, ",")})
+	}
+	return env
 }
 
 // readUsers reads Users from the sidecar's variables; hasInit reports whether
-// contract.EnvInitContainers is there (a sidecar an older webhook injected has neither).
+// contract.EnvInitContainers is there (a sidecar an older webhook injected has neither). A
+// variable given twice reads as its last, as the container's environment has it.
 func readUsers(sidecar *corev1.Container) (u Users, hasInit bool) {
 	for _, e := range sidecar.Env {
 		switch e.Name {

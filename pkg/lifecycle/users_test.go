@@ -24,7 +24,10 @@ func TestUsersRoundTrip(t *testing.T) {
 		t.Fatalf("FindUsers = %+v", u)
 	}
 	env := u.Env()
-	for i, name := range usersEnvNames {
+	if len(env) != len(UsersEnvNames) {
+		t.Fatalf("Env() = %v, want %v", env, UsersEnvNames)
+	}
+	for i, name := range UsersEnvNames {
 		if env[i].Name != name {
 			t.Fatalf("Env()[%d] = %s, want %s", i, env[i].Name, name)
 		}
@@ -40,10 +43,19 @@ func TestUsersRoundTrip(t *testing.T) {
 			t.Errorf("SidecarUsers = %v, want %v", got, u.Sidecars)
 		}
 	}
-	// Empty lists are written, and read as empty: not as "an older webhook wrote none".
+	// Empty lists are not written (the sidecar keeps its base environment); an absent init
+	// list reads as every regular init container, as from an older webhook.
 	none := FindUsers(after, func(corev1.Container) bool { return false }).Env()
+	if len(none) != 0 {
+		t.Errorf("Env of empty lists = %v, want no variable", none)
+	}
 	pod.Spec.InitContainers[0].Env = none
-	if got := InitUsers(pod); len(got) != 0 {
-		t.Errorf("InitUsers with an empty list = %v, want none", got)
+	if got := InitUsers(pod); !slices.Equal(got, []string{"seed", "prep"}) {
+		t.Errorf("InitUsers without the list = %v, want every regular init container", got)
+	}
+	// A variable given twice reads as its last, as the container's environment has it.
+	pod.Spec.InitContainers[0].Env = []corev1.EnvVar{{Name: contract.EnvSidecarUsers, Value: "a"}, {Name: contract.EnvSidecarUsers, Value: "shipper"}}
+	if got := SidecarUsers(pod); !slices.Equal(got, []string{"shipper"}) {
+		t.Errorf("SidecarUsers of a variable given twice = %v, want the last", got)
 	}
 }

@@ -132,3 +132,18 @@ func TestRunReturnsAFailedComponentsError(t *testing.T) {
 		t.Fatal("Run kept serving after a critical component failed")
 	}
 }
+
+// The kubelet's view of the CSI socket defaults to <kubelet-root>/plugins/<driver>/csi.sock;
+// a registrar that cannot work with what it is given (a relative endpoint) is a
+// configuration error (exit 2), found at start.
+func TestKubeletCSIEndpoint(t *testing.T) {
+	c := minimal(t)
+	if err := c.validate(); err != nil || c.KubeletCSIEndpoint != filepath.Join(c.KubeletRoot, "plugins", contract.DriverName, "csi.sock") {
+		t.Errorf("default kubelet CSI endpoint %q (%v)", c.KubeletCSIEndpoint, err)
+	}
+	c = minimal(t)
+	c.RegistrationSocket, c.KubeletCSIEndpoint = filepath.Join(t.TempDir(), "reg.sock"), "csi.sock"
+	if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("a relative kubelet CSI endpoint: %v, want ErrInvalidConfig", err)
+	}
+}

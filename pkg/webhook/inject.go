@@ -324,11 +324,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 	initWith, regularWith := initAfter, regularAfter
 	if mode == contract.ModeNative {
 		at := nativeIndex(initAfter, u.sidecar)
-		for _, e := range usersEnv(initAfter[at:], u.sidecar) {
-			if e.Value != "" {
-				sidecar.Env = append(sidecar.Env, e)
-			}
-		}
+		sidecar.Env = append(sidecar.Env, usersEnv(initAfter[at:], u.sidecar)...)
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 		initWith = slices.Insert(slices.Clone(initAfter), at, sidecar)
 	} else {

@@ -53,19 +53,21 @@ func usersEnvOps(i int, sidecar corev1.Container, after []corev1.Container, ours
 	env := slices.Clone(sidecar.Env)
 	path := fmt.Sprintf("/spec/initContainers/%d/env", i)
 	var ops []patchOp
-	for _, want := range usersEnv(after, ours) {
-		j := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == want.Name })
+	wants := usersEnv(after, ours)
+	for _, name := range lifecycle.UsersEnvNames {
+		k := slices.IndexFunc(wants, func(e corev1.EnvVar) bool { return e.Name == name })
+		j := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
 		switch {
-		case j < 0 && want.Value == "":
+		case j < 0 && k < 0:
 		case j < 0:
-			ops = append(ops, addOp(path+"/-", want))
-			env = append(env, want)
-		case want.Value == "":
+			ops = append(ops, addOp(path+"/-", wants[k]))
+			env = append(env, wants[k])
+		case k < 0:
 			ops = append(ops, removeOp(fmt.Sprintf("%s/%d", path, j)))
 			env = slices.Delete(env, j, j+1)
-		case env[j].Value != want.Value || env[j].ValueFrom != nil:
-			ops = append(ops, replaceOp(fmt.Sprintf("%s/%d", path, j), want))
-			env[j] = want
+		case env[j].Value != wants[k].Value || env[j].ValueFrom != nil:
+			ops = append(ops, replaceOp(fmt.Sprintf("%s/%d", path, j), wants[k]))
+			env[j] = wants[k]
 		}
 	}
 	return ops
