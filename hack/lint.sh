@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The static checks of the whole module, each a failure of its own: go vet, staticcheck and
+# The static checks of both modules (the product's and test/'s, joined by go.work), each a failure of its own: go vet, staticcheck and
 # deadcode (functions that nothing, not even a test, reaches), the tools pinned in lib.sh and
 # installed into $GCSFUSE_CSI_CACHE/bin when missing. gofmt is hack/test.sh's first check.
 # hack/checks.sh runs this first (beside the e2e runs in hack/test.sh, in the foreground with
@@ -20,11 +20,11 @@ if [ ! -x "$BIN/deadcode" ] || [ ! -f "$BIN/.deadcode-$DEADCODE_VERSION" ]; then
 fi
 
 step "go vet"
-go vet ./...
+go vet ./... ./test/...
 step "staticcheck"
-"$BIN/staticcheck" ./...
+"$BIN/staticcheck" ./... ./test/...
 step "deadcode (functions that nothing, not even a test, reaches)"
-dead=$("$BIN/deadcode" -test ./...)
+dead=$("$BIN/deadcode" -test ./... ./test/...)
 if [ -n "$dead" ]; then
   echo "deadcode: these functions are reached by nothing, not even a test:"
   echo "$dead"

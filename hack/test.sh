@@ -118,11 +118,11 @@ stage "helm v$HELM_VERSION for the chart's tests (deploy/chart)"
 ensure_helm
 export HELM=$HELM_DIR/helm
 
-budget_check "go test -race ./..." "$LEAST_FROM_UNITS"
+budget_check "go test -race ./... ./test/..." "$LEAST_FROM_UNITS"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
 e2e_ahead=0
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then e2e_ahead=1; fi
-# go test -race ./... (hack/units.sh). Warm, beside the first e2e run, in the background at
+# go test -race ./... ./test/... (hack/units.sh). Warm, beside the first e2e run, in the background at
 # nice 19: its integration tests wait on mounts and timers, and left the cores ~40% idle
 # over its ~200 s in the foreground (/proc/stat, 2026-12-06), as the e2e run's serial
 # tests do theirs; its result is waited for after that run and fails the run then. Cold, in
@@ -135,13 +135,13 @@ units_log=$GCSFUSE_CSI_CACHE/units.log
 units_result() {
   [ -n "$units_pid" ] || return 0
   local rc=0
-  background_wait_var units_pid "$units_log" "go test -race ./... (hack/units.sh)" || rc=$?
+  background_wait_var units_pid "$units_log" "go test -race ./... ./test/... (hack/units.sh)" || rc=$?
   [ "$rc" = 0 ] && { grep -E '^(ok|FAIL|---)' "$units_log" | grep -v '^ok' || true; return 0; }
   budget_stopped "$rc" "hack/units.sh"
   exit "$rc"
 }
 if [ "$caches" = warm ] && [ "$e2e_ahead" = 1 ]; then
-  step "go test -race ./... (hack/units.sh) in the background at nice 19, beside the first e2e run (log $units_log)"
+  step "go test -race ./... ./test/... (hack/units.sh) in the background at nice 19, beside the first e2e run (log $units_log)"
   units_bound=()
   if [ -n "$CI_BUDGET_SECONDS" ]; then
     left=$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))
@@ -156,8 +156,8 @@ if [ "$caches" = warm ] && [ "$e2e_ahead" = 1 ]; then
   units_pid=$!
   trap 'background_stop "$cluster_build_pid"; background_stop "$units_pid"' EXIT
 else
-  stage "go test -race ./..." "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
-  budget_run "go test -race ./..." bash hack/units.sh
+  stage "go test -race ./... ./test/..." "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
+  budget_run "go test -race ./... ./test/..." bash hack/units.sh
 fi
 # The checks that need only CPU (hack/checks.sh: vet, staticcheck, deadcode, each fuzz target
 # for 10 s, the release images of both architectures). Without the e2e stage, here; with it,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# go test -race ./...: the unit tests, the Helm chart's checks (deploy/chart, with $HELM),
+# go test -race ./... ./test/... (the product module and the tests' module, joined by go.work):
+# the unit tests, the Helm chart's checks (deploy/chart, with $HELM),
 # the fuzz seeds, csi-sanity, and the integration tests with real /dev/fuse mounts, real
 # gcsfuse and the emulator (root; GCSFUSE_CSI_REQUIRE_INTEGRATION=1 makes a missing piece a
 # failure, not a skip). TestReleasePush runs once, in hack/checks.sh. hack/test.sh runs this
@@ -14,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
 rc=0
-go test -race -count=1 -timeout 20m -skip '^TestReleasePush$' ./... || rc=$?
+go test -race -count=1 -timeout 20m -skip '^TestReleasePush$' ./... ./test/... || rc=$?
 # In the background only (UNITS_DONE=FILE, hack/test.sh): a foreground run is a stage of
 # its own in the figures.
 if [ -n "${UNITS_DONE:-}" ]; then

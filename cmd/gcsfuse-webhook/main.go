@@ -78,7 +78,7 @@ type resourceFlag struct {
 	defLimit   string
 }
 
-// resourceFlags hold the sidecar's default resources, derived from `go run ./bench -only rss`
+// resourceFlags hold the sidecar's default resources, derived from `go run ./test/bench -only rss`
 // (docs/performance.md, "Sidecar resources"): per volume, gcsfuse idles at ~40 MiB, peaks at ~111 MiB during
 // a streaming write and ~86 MiB reading through the file cache; the sidecar itself ~13 MiB. CPU:
 // ~0 idle, ~0.1 core writing, ~0.75 core reading from the file cache (no limit: bursts use

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/migration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/audit"
-	"github.com/gcsfuse-csi/gcsfuse-csi/test/migration"
 )
 
 // plugin runs the plugin with args and stdin, returning its exit status, stdout, stderr.

@@ -25,17 +25,35 @@ import (
 )
 
 // goBuild builds the binaries of pkgs for linux/arch into dir, static, with the images'
-// flags (buildFlags). Go's build cache keeps an unchanged rebuild to a few seconds.
+// flags (buildFlags). Go's build cache keeps an unchanged rebuild to a few seconds. The
+// product's binaries are built from the product module alone (GOWORK=off, as a user's
+// build or the Dockerfiles build them); the tests' (under ./test/) in the workspace.
 func goBuild(ctx context.Context, repoRoot, dir, arch, tag string, pkgs []string) error {
-	args := append([]string{"build"}, buildFlags(tag)...)
-	args = append(args, "-o", dir+string(filepath.Separator))
-	args = append(args, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build for linux/%s: %w", arch, err)
+	var product, tests []string
+	for _, p := range pkgs {
+		if strings.HasPrefix(p, "./test/") {
+			tests = append(tests, p)
+		} else {
+			product = append(product, p)
+		}
+	}
+	for _, b := range []struct {
+		gowork string
+		pkgs   []string
+	}{{"off", product}, {"", tests}} {
+		if len(b.pkgs) == 0 {
+			continue
+		}
+		args := append([]string{"build"}, buildFlags(tag)...)
+		args = append(args, "-o", dir+string(filepath.Separator))
+		args = append(args, b.pkgs...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "GOWORK="+b.gowork, "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build %v for linux/%s: %w", b.pkgs, arch, err)
+		}
 	}
 	return nil
 }

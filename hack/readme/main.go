@@ -3,7 +3,7 @@
 // tables", lists which block is where), so that no figure is copied by hand
 // (internal/readmegen has the marker format).
 //
-//	go run ./bench -rounds 20 -markdown /tmp/bench.md
+//	go run ./test/bench -rounds 20 -markdown /tmp/bench.md
 //	go run ./hack/readme -file docs/performance.md < /tmp/bench.md          # every block in the input
 //	go run ./hack/readme -file docs/performance.md -block bench < /tmp/bench.md   # only that one
 //	go run ./hack/readme -file docs/conformance.md -block conformance < table.md  # plain Markdown

@@ -9,7 +9,7 @@ import (
 
 const readme = `# T
 
-<!-- BEGIN GENERATED: bench (by go run ./bench -markdown FILE) -->
+<!-- BEGIN GENERATED: bench (by go run ./test/bench -markdown FILE) -->
 old bench
 <!-- END GENERATED: bench -->
 
@@ -31,7 +31,7 @@ func TestSpliceFromStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A program's -markdown file: its block replaces the README's, command included.
-	in := "<!-- BEGIN GENERATED: bench (by go run ./bench -rounds 20 -markdown FILE) -->\n\nnew bench\n\n<!-- END GENERATED: bench -->\n"
+	in := "<!-- BEGIN GENERATED: bench (by go run ./test/bench -rounds 20 -markdown FILE) -->\n\nnew bench\n\n<!-- END GENERATED: bench -->\n"
 	if code, out := runOn(t, file, in); code != 0 {
 		t.Fatalf("marked input: exit %d: %s", code, out)
 	}
@@ -42,7 +42,7 @@ func TestSpliceFromStdin(t *testing.T) {
 	got, _ := os.ReadFile(file)
 	want := `# T
 
-<!-- BEGIN GENERATED: bench (by go run ./bench -rounds 20 -markdown FILE) -->
+<!-- BEGIN GENERATED: bench (by go run ./test/bench -rounds 20 -markdown FILE) -->
 
 new bench
 

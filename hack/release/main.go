@@ -508,7 +508,8 @@ func buildPlugin(ctx context.Context, o options) error {
 		}
 		bin := filepath.Join(tmp, "kubectl-gcsfuse")
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/kubectl-gcsfuse")
-		cmd.Dir, cmd.Env = o.repoRoot, append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.goos, "GOARCH="+p.goarch)
+		// GOWORK=off: the product module alone, as a user's go install builds it.
+		cmd.Dir, cmd.Env = o.repoRoot, append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOOS="+p.goos, "GOARCH="+p.goarch)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(tmp)
 			return fmt.Errorf("go build %s/%s: %v\n%s", p.goos, p.goarch, err, out)

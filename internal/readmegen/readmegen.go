@@ -4,7 +4,7 @@
 // mistyped, a row from another run). A generated block is a stretch of Markdown between two
 // HTML comments that name it and the command that rewrites it:
 //
-//	<!-- BEGIN GENERATED: bench (by go run ./bench -markdown FILE) -->
+//	<!-- BEGIN GENERATED: bench (by go run ./test/bench -markdown FILE) -->
 //	...
 //	<!-- END GENERATED: bench -->
 //

@@ -9,7 +9,7 @@ const doc = `# Title
 
 Prose before.
 
-<!-- BEGIN GENERATED: one (by go run ./bench -markdown FILE) -->
+<!-- BEGIN GENERATED: one (by go run ./test/bench -markdown FILE) -->
 
 | a | b |
 |---|---|
@@ -33,7 +33,7 @@ func TestParse(t *testing.T) {
 	if len(bs) != 2 {
 		t.Fatalf("got %d blocks, want 2: %+v", len(bs), bs)
 	}
-	if b := bs[0]; b.Name != "one" || b.By != "go run ./bench -markdown FILE" || b.Body != "\n| a | b |\n|---|---|\n| 1 | 2 |\n\n" {
+	if b := bs[0]; b.Name != "one" || b.By != "go run ./test/bench -markdown FILE" || b.Body != "\n| a | b |\n|---|---|\n| 1 | 2 |\n\n" {
 		t.Errorf("first block = %+v", b)
 	}
 	if b := bs[1]; b.Name != "two.v1" || b.By != "hack/scale.sh" || b.Body != "old two\n" {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/migration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
-	"github.com/gcsfuse-csi/gcsfuse-csi/test/migration"
 )
 
 // auditYAML audits one manifest and returns the report and its lines.

@@ -10,8 +10,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/migration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/test/migration"
 )
 
 // corpusValues are the placeholders' values for the unit tests (the e2e test uses real
@@ -21,7 +21,7 @@ var corpusValues = map[string]string{
 	migration.WorkloadImage: "registry.example/workload:corpus", migration.SidecarImage: "registry.example/sidecar:corpus",
 }
 
-// TestCorpus audits every file of the migration corpus (test/migration) and checks the
+// TestCorpus audits every file of the migration corpus (internal/testing/migration) and checks the
 // verdict against the file's expectation line: a file expected to run has no refusal, a
 // file expected to be refused has a refusal, at admission or at mount (where the e2e test
 // looks for it), whose reason contains the expected text. So the corpus, the audit and

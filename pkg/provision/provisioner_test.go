@@ -9,26 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fsouza/fake-gcs-server/fakestorage"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
-
-func startEmulator(t *testing.T, buckets ...string) *emulator.Server {
-	t.Helper()
-	srv, err := emulator.Start("127.0.0.1", 0, buckets...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
-}
 
 func newProvisioner(t *testing.T, endpoint string) *Provisioner {
 	t.Helper()
@@ -57,24 +45,11 @@ func options(params map[string]string, mountOptions ...string) controller.Provis
 	}
 }
 
-func objectNames(t *testing.T, srv *emulator.Server, bucket string) []string {
-	t.Helper()
-	resp, err := srv.ListObjectsWithOptionsPaginated(bucket, fakestorage.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, o := range resp.Objects {
-		names = append(names, o.Name)
-	}
-	return names
-}
-
 // TestProvisionMakesDirectoryAndVolume: a claim gets its own directory object, and a PV that
 // mounts only it with the class's options, the claim's size and access modes, and the
 // class's reclaim policy.
 func TestProvisionMakesDirectoryAndVolume(t *testing.T) {
-	srv := startEmulator(t, "data")
+	srv := startFake(t, "data")
 	p := newProvisioner(t, srv.Endpoint)
 	o := options(map[string]string{"bucketName": "data", "pathPrefix": "claims", "mountOptions": "implicit-dirs"}, "uid=1000")
 	retain := v1.PersistentVolumeReclaimRetain
@@ -83,7 +58,7 @@ func TestProvisionMakesDirectoryAndVolume(t *testing.T) {
 	if err != nil || state != controller.ProvisioningFinished {
 		t.Fatalf("Provision: %v, %v", state, err)
 	}
-	if got := objectNames(t, srv, "data"); len(got) != 1 || got[0] != "claims/pvc-1234/" {
+	if got := srv.names("data"); len(got) != 1 || got[0] != "claims/pvc-1234/" {
 		t.Fatalf("objects %v, want the directory object claims/pvc-1234/", got)
 	}
 	csi := pv.Spec.CSI
@@ -104,7 +79,7 @@ func TestProvisionMakesDirectoryAndVolume(t *testing.T) {
 // TestProvisionRefuses: every claim that cannot work is refused with a reason the user can
 // act on, and nothing is written to the bucket.
 func TestProvisionRefuses(t *testing.T) {
-	srv := startEmulator(t, "data")
+	srv := startFake(t, "data")
 	p := newProvisioner(t, srv.Endpoint)
 	block := v1.PersistentVolumeBlock
 	for _, tc := range []struct {
@@ -130,7 +105,7 @@ func TestProvisionRefuses(t *testing.T) {
 			}
 		})
 	}
-	if got := objectNames(t, srv, "data"); len(got) != 0 {
+	if got := srv.names("data"); len(got) != 0 {
 		t.Fatalf("a refused claim wrote %v", got)
 	}
 }
@@ -160,26 +135,22 @@ func TestProvisionForbiddenNamesIdentity(t *testing.T) {
 // directory (more than one listing page of them) and nothing beside it, and a second Delete
 // (a retry) is fine.
 func TestDeleteRemovesOnlyTheDirectory(t *testing.T) {
-	srv := startEmulator(t, "data")
+	srv := startFake(t, "data")
 	p := newProvisioner(t, srv.Endpoint)
 	pv, _, err := p.Provision(context.Background(), options(map[string]string{"bucketName": "data", "pathPrefix": "claims"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []fakestorage.Object
 	for i := range listPageSize + 5 {
-		objs = append(objs, fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "data", Name: fmt.Sprintf("claims/pvc-1234/f%04d", i)}, Content: []byte("x")})
+		srv.put("data", fmt.Sprintf("claims/pvc-1234/f%04d", i))
 	}
 	for _, name := range []string{"claims/pvc-12345/keep", "claims/pvc-1234", "claims/other/keep", "top"} {
-		objs = append(objs, fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "data", Name: name}, Content: []byte("keep")})
-	}
-	for _, o := range objs {
-		srv.CreateObject(o)
+		srv.put("data", name)
 	}
 	if err := p.Delete(context.Background(), pv); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(objectNames(t, srv, "data"), " ")
+	got := strings.Join(srv.names("data"), " ")
 	if got != "claims/other/keep claims/pvc-1234 claims/pvc-12345/keep top" {
 		t.Fatalf("left %q", got)
 	}
@@ -191,8 +162,8 @@ func TestDeleteRemovesOnlyTheDirectory(t *testing.T) {
 // TestDeleteRefusesForeignVolumes: a PV whose handle is not one the provisioner made (a
 // whole bucket, another directory) keeps its objects.
 func TestDeleteRefusesForeignVolumes(t *testing.T) {
-	srv := startEmulator(t, "data")
-	srv.CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "data", Name: "x/y"}, Content: []byte("keep")})
+	srv := startFake(t, "data")
+	srv.put("data", "x/y")
 	p := newProvisioner(t, srv.Endpoint)
 	for _, handle := range []string{"data", "data:", "data:x", "data:../pvc-9", "data:/pvc-9", "data:x/../pvc-9"} {
 		pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-9"},
@@ -207,14 +178,14 @@ func TestDeleteRefusesForeignVolumes(t *testing.T) {
 	if err := p.Delete(context.Background(), other); !errors.As(err, &ignored) {
 		t.Errorf("Delete of another driver's volume = %v, want IgnoredError", err)
 	}
-	if got := objectNames(t, srv, "data"); len(got) != 1 {
+	if got := srv.names("data"); len(got) != 1 {
 		t.Fatalf("objects %v", got)
 	}
 }
 
 // TestDeleteBucketGone: a volume whose bucket was deleted deletes nothing, without error.
 func TestDeleteBucketGone(t *testing.T) {
-	srv := startEmulator(t)
+	srv := startFake(t)
 	p := newProvisioner(t, srv.Endpoint)
 	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-9"},
 		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: contract.DriverName, VolumeHandle: "gone:pvc-9"}}}}

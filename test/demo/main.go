@@ -26,10 +26,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 const bucket = "demo-bucket"

@@ -259,7 +259,7 @@ func TestAddOnPodLeftAlone(t *testing.T) {
 // example pod with its `driver: gcsfuse.csi.storage.gke.io` inline volume, and a
 // PersistentVolume of that driver used through a claim by a pod without any annotation (the
 // webhook recognises the PV as the driver's); then, under that install, every manifest of
-// the migration corpus (test/migration: written from the GKE driver's documentation) runs
+// the migration corpus (internal/testing/migration: written from the GKE driver's documentation) runs
 // or is refused as its expectation line and `kubectl gcsfuse audit` say (testCorpus).
 // Costs two rollouts of the node plugin and the webhook (the timings are recorded).
 func TestIncumbentDriverName(t *testing.T) {
@@ -294,7 +294,7 @@ func TestIncumbentDriverName(t *testing.T) {
 	waitSucceeded(t, name)
 	expectObject(t, bucket, "pv.bin", 2048)
 
-	// Under the same install, the migration corpus (test/migration, migration_test.go).
+	// Under the same install, the migration corpus (internal/testing/migration, migration_test.go).
 	t.Run("corpus", testCorpus)
 }
 

@@ -1,6 +1,6 @@
 package e2e
 
-// The migration corpus (test/migration) on the cluster: every manifest written from the GKE
+// The migration corpus (internal/testing/migration) on the cluster: every manifest written from the GKE
 // driver's documentation runs with only the driver's install changed (installed under the
 // GKE driver's name), or is refused with the reason its expectation line gives, at
 // admission (the create call's error) or at mount (a FailedMount Event); and `kubectl
@@ -24,9 +24,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/migration"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/audit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/test/migration"
 )
 
 const (

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
 )
 
 func main() { os.Exit(run()) }

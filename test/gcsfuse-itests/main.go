@@ -17,7 +17,7 @@
 //	gcsfuse-itests merge OUT.json IN.json...              # runs of one mode into one file
 //
 // standalone mounts gcsfuse itself, driver mounts through this driver's node plugin and
-// sidecar without a cluster (internal/testing/testenv); both start the emulator in process
+// sidecar without a cluster (test/internal/testenv); both start the emulator in process
 // with a bucket per suite. mounted runs one suite against a mount the caller made (a pod's
 // volume, from the host), so a caller mounts, runs and unmounts suite by suite. Every mode
 // merges the suites it ran into -out (a suite run again replaces its earlier results). The

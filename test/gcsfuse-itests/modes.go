@@ -14,10 +14,10 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 // mountTimeout bounds the wait for a mount to answer.
@@ -157,7 +157,7 @@ func tail(path string) string {
 }
 
 // driver runs each suite against this driver's data path without a cluster: the node
-// plugin in this process (internal/testing/testenv), the real sidecar binary as uid 65534
+// plugin in this process (test/internal/testenv), the real sidecar binary as uid 65534
 // and the real gcsfuse, serving a pod's volume of the suite's bucket with the suite's
 // options as mountOptions, exactly what `flags` prints for the mounted mode. The mount is
 // the node plugin's (allow_other, default_permissions, owned by uid 65534).

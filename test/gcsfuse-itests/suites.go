@@ -51,7 +51,7 @@ type Suite struct {
 //     not be mounted with them; the suites that upstream runs with them run with the
 //     defaults instead, and say so.
 //
-// The emulator serves objects.move (internal/testing/emulator), gcsfuse's rename: without it
+// The emulator serves objects.move (test/internal/emulator), gcsfuse's rename: without it
 // every rename failed, 29 tests of this set.
 var suites = []Suite{
 	{Name: "operations", Package: "operations",

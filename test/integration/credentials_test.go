@@ -19,15 +19,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/secretscan"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 const (

@@ -15,8 +15,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 func fakestorageBucket(name string) fakestorage.CreateBucketOpts {

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 var (

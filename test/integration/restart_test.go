@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/firstseen"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 // nodeProcess runs the real node plugin binary on the test's kubelet root.

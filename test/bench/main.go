@@ -2,10 +2,10 @@
 // real node plugin, sidecar, gcsfuse and emulator, and prints figures. It asserts nothing:
 // ratios are measured side by side in one run, because machines are noisy.
 //
-//	go run ./bench                      # everything
-//	go run ./bench -only mount,exit     # some
-//	go run ./bench -only rss            # gcsfuse and sidecar memory per volume
-//	go run ./bench -rounds 20 -throughput-runs 2 -markdown /tmp/bench.md   # docs/performance.md's blocks too
+//	go run ./test/bench                      # everything
+//	go run ./test/bench -only mount,exit     # some
+//	go run ./test/bench -only rss            # gcsfuse and sidecar memory per volume
+//	go run ./test/bench -rounds 20 -throughput-runs 2 -markdown /tmp/bench.md   # docs/performance.md's blocks too
 //
 // -markdown FILE also writes the figures as docs/performance.md holds them, as generated blocks
 // (internal/readmegen) that go run ./hack/readme -file docs/performance.md < FILE splices there.
@@ -29,11 +29,11 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testenv"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
 func main() {

@@ -86,7 +86,7 @@ type rssPhase struct {
 // byCommand is this run's command line as the README's marker names it: the flags that
 // were set, with -markdown's file left as FILE.
 func byCommand() string {
-	parts := []string{"go run ./bench"}
+	parts := []string{"go run ./test/bench"}
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name == "markdown" {
 			return

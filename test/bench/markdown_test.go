@@ -46,7 +46,7 @@ func TestMarkdownBlocks(t *testing.T) {
 			{256, 5, [2]float64{57.2, 56.1}, [2]float64{380.7, 338.2}}},
 		rss: &rssResult{phases: []rssPhase{{"idle, 1 s after ready", 40.4, 13.0, 0, 0.010}, {"streaming write", 110.94, 13.01, 0.093, 0.112}}},
 	}
-	blocks, err := r.blocks("go run ./bench -markdown FILE")
+	blocks, err := r.blocks("go run ./test/bench -markdown FILE")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestMarkdownBlocks(t *testing.T) {
 	if err := readmegen.Write(&out, blocks...); err != nil {
 		t.Fatal(err)
 	}
-	want := "<!-- BEGIN GENERATED: bench (by go run ./bench -markdown FILE) -->\n\n" +
+	want := "<!-- BEGIN GENERATED: bench (by go run ./test/bench -markdown FILE) -->\n\n" +
 		"| | gcsfuse-csi | incumbent (GKE driver, measured) |\n" +
 		"|---|---|---|\n" +
 		"| NodePublishVolume -> first `stat` through the mount, 1 volume (n=20) | p50 105 ms, p90 159 ms, max 200 ms | 1.69-1.76 s |\n" +
@@ -66,7 +66,7 @@ func TestMarkdownBlocks(t *testing.T) {
 		"| 256 MiB sequential, ours / standalone gcsfuse dir mount, medians of 5; 2 runs back to back | write 45.2 / 56.3 MiB/s (0.80) and 57.2 / 56.1 MiB/s (1.02); cold read 336.5 / 331.3 MiB/s (1.02) and 380.7 / 338.2 MiB/s (1.13) | |\n" +
 		"\nThe fastest 1-volume round took 47 ms.\n\n" +
 		"<!-- END GENERATED: bench -->\n\n" +
-		"<!-- BEGIN GENERATED: bench-rss (by go run ./bench -markdown FILE) -->\n\n" +
+		"<!-- BEGIN GENERATED: bench-rss (by go run ./test/bench -markdown FILE) -->\n\n" +
 		"| phase | gcsfuse RSS | sidecar RSS | CPU |\n" +
 		"|---|---|---|---|\n" +
 		"| idle, 1 s after ready | 40.4 MiB | 13.0 MiB | 0-10 m |\n" +

@@ -29,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
@@ -38,6 +37,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
 )
 
 // Prereqs reports what is missing to run real mounts here ("" when nothing is).
@@ -222,14 +222,18 @@ func (e *Env) StartMounter(o SidecarOptions) (*Sidecar, error) {
 // BuildSidecar builds cmd/gcsfuse-sidecar into out.
 func BuildSidecar(out string) error { return GoBuild(out, "./cmd/gcsfuse-sidecar") }
 
-// GoBuild builds a package of this module (a path relative to its root) into out.
+// GoBuild builds a package of the repository (a path relative to its root, of the product
+// module or the tests') into out, in the repository's workspace (go.work at its root).
 func GoBuild(out, pkg string) error {
-	modRoot, err := exec.Command("go", "env", "GOMOD").Output()
+	work, err := exec.Command("go", "env", "GOWORK").Output()
 	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
+		return fmt.Errorf("go env GOWORK: %w", err)
+	}
+	if w := strings.TrimSpace(string(work)); w == "" || w == "off" {
+		return fmt.Errorf("build %s: no go.work (GOWORK=%q): run from the repository, whose go.work joins its two modules", pkg, w)
 	}
 	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(work)))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
 	}
