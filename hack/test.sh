@@ -81,7 +81,17 @@ CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
 chart_version=$(sed -n 's/^version: *"\{0,1\}\([0-9]*\.[0-9]*\.[0-9]*\)\(-[0-9A-Za-z.-]*\)\{0,1\}"\{0,1\}$/\1/p' deploy/chart/gcsfuse-csi/Chart.yaml)
 [ -n "$chart_version" ] || { echo "deploy/chart/gcsfuse-csi/Chart.yaml: no version X.Y.Z[-suffix] line" >&2; exit 1; }
 CI_IMAGE_TAG=v$chart_version-ci
-E2E_POLLING_TESTS='^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$'
+# e2e_run NAME LABEL: hack/e2e.sh with the variables of CI's e2e run NAME, declared and
+# checked as a typed value in test/e2e/e2econfig (CI: the matrix), under the budget as LABEL;
+# the caller's own variables (IMAGE_REPO, E2E_LOCK_TAKEN) come before it.
+e2e_run() {
+  local name=$1 label=$2 vars
+  vars=$(go run ./test/e2e/e2erun "$name") || { echo "e2e run $name: not one of CI's runs (test/e2e/e2econfig)" >&2; exit 1; }
+  local -a env_vars
+  mapfile -t env_vars <<<"$vars"
+  step "e2e run $name: ${env_vars[*]}"
+  budget_run "$label" env "${env_vars[@]}" bash hack/e2e.sh
+}
 
 # gcsfuse for this machine's architecture only: the arm64 one is for TestReleasePush
 # (hack/images), which builds it itself (hack/release-images.sh) in the background of the
@@ -228,8 +238,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # fault the tests made: shared mounts' gcsfuse killed, the mounter replaced, the node
   # plugin restarted under live shared mounts.
   stage "e2e: every test, installed from the release artifacts, then the storage suite" "end-to-end tests on a local cluster, installed from release artifacts $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh), then the uninstall"
-  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_FROM_RELEASE=1 E2E_CONFORMANCE=1 E2E_GCSFUSE_ITESTS=1 E2E_PREBUILD_PREVIOUS=1 E2E_UNINSTALL=1 \
-    E2E_LOCK_TAKEN=$lock_taken budget_run "the first e2e run" bash hack/e2e.sh
+  IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_LOCK_TAKEN=$lock_taken e2e_run release "the first e2e run"
   # go test -race beside it (warm) is over by now, or waited for here: a failure fails the
   # run before the next e2e run.
   units_result
@@ -239,14 +248,14 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   checks_if_done
   stage "e2e: upgrade from the previous release $PREVIOUS_RELEASE" "upgrade end-to-end test: previous release $PREVIOUS_RELEASE -> this tree (helm upgrade)"
   budget_check "the upgrade run" "$LEAST_FROM_UPGRADE"
-  UPGRADE_FROM=previous E2E_RUN='^TestUpgradeFromPreviousRelease$' E2E_UNINSTALL=1 budget_run "the upgrade run" bash hack/e2e.sh
+  e2e_run upgrade "the upgrade run"
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart.
   checks_if_done
   stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize"
   budget_check "the containerd 1.6 run" "$LEAST_FROM_POLLING"
-  CONTAINERD=1.6 DEPLOY_WITH=kustomize E2E_RUN="$E2E_POLLING_TESTS" budget_run "the containerd 1.6 run" bash hack/e2e.sh
+  e2e_run polling "the containerd 1.6 run"
   # Waited for last: the later e2e runs leave the cores idle too (cold, the checks need all of
   # the three runs' spare CPU).
   if [ -n "$checks_pid" ]; then

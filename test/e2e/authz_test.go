@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func TestNodeScopedReads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("token for %s: %v", plugin.Spec.ServiceAccountName, err)
 	}
-	admin, err := clientcmd.BuildConfigFromFlags("", os.Getenv("E2E_KUBECONFIG"))
+	admin, err := clientcmd.BuildConfigFromFlags("", suite.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

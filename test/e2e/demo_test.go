@@ -35,16 +35,12 @@ const kubeletRelistPeriod = time.Second
 // E2E_DEMO_MARKDOWN=FILE (hack/demo-cluster.sh's DEMO_MARKDOWN) it also writes the README's
 // generated block of the cluster's version.
 func TestDemo(t *testing.T) {
-	if os.Getenv("E2E_DEMO") != "1" {
+	if !suite.Demo {
 		t.Skip("set E2E_DEMO=1 (hack/demo-cluster.sh)")
 	}
 	runs := demoRuns
-	if v := os.Getenv("E2E_DEMO_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("E2E_DEMO_RUNS=%q: want a positive number", v)
-		}
-		runs = n
+	if suite.DemoRuns > 0 {
+		runs = suite.DemoRuns
 	}
 	type sample struct {
 		mount, done time.Duration
@@ -250,7 +246,7 @@ func TestDemo(t *testing.T) {
 		md = append(md, row)
 	}
 	fmt.Print(b.String())
-	if file := os.Getenv("E2E_DEMO_MARKDOWN"); file != "" {
+	if file := suite.DemoMarkdown; file != "" {
 		writeDemoMarkdown(t, file, md)
 	}
 }

@@ -418,7 +418,7 @@ func upgradeNodePlugin(t *testing.T) {
 	t.Helper()
 	old := nodePluginPod(t).Name
 	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", "gcsfuse-csi",
-		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values",
+		"--kubeconfig", suite.Kubeconfig, "--reuse-values",
 		"--set-string", "node.podAnnotations.e2e-upgraded="+strconv.FormatInt(time.Now().UnixNano(), 10)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)

@@ -39,6 +39,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/exitorder"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/e2e/e2econfig"
 )
 
 const (
@@ -48,6 +49,8 @@ const (
 )
 
 var (
+	// suite is the run's configuration (e2econfig: every E2E_ variable, read once by TestMain).
+	suite  e2econfig.Suite
 	cs     kubernetes.Interface
 	gcsURL string
 	ns     string
@@ -56,15 +59,15 @@ var (
 	// Kubernetes 1.29). The webhook's auto mode makes the same choice from the same field.
 	kubeletVersion *version.Version
 	nativeOK       bool
-	// helmBin and helmChart are set (E2E_HELM, E2E_HELM_CHART) when hack/deploy.sh installed
+	// helmBin and helmChart are set (suite.Helm, suite.HelmChart) when hack/deploy.sh installed
 	// the driver with Helm: upgrades then go through it.
 	helmBin, helmChart string
 	// imageRepo and imageTag name the images hack/images.sh built and hack/deploy.sh
-	// installed, $IMAGE_REPO/<name>:$IMAGE_TAG (E2E_IMAGE_REPO, E2E_IMAGE_TAG; hack/e2e.sh
+	// installed, $IMAGE_REPO/<name>:$IMAGE_TAG (suite.ImageRepo, suite.ImageTag; hack/e2e.sh
 	// sets them); the defaults are hack/cluster-lib.sh's.
 	imageRepo, imageTag = "gcsfuse-csi.local", "e2e"
 	// releaseDigests are the digests the release's packaged chart pins its images by
-	// (E2E_IMAGE_DIGESTS, name=sha256:...,...), set when hack/e2e.sh installed the driver from
+	// (suite.ImageDigests), set when hack/e2e.sh installed the driver from
 	// the release artifacts (E2E_FROM_RELEASE=1): those images then run as
 	// $IMAGE_REPO/<name>:$IMAGE_TAG@<digest>.
 	releaseDigests map[string]string
@@ -80,20 +83,6 @@ func installed(name string) string {
 		return image(name) + "@" + d
 	}
 	return image(name)
-}
-
-// parseDigests reads E2E_IMAGE_DIGESTS: name=sha256:<64 hex>, comma-separated.
-func parseDigests(s string) (map[string]string, error) {
-	m := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		name, d, ok := strings.Cut(kv, "=")
-		hex, isSHA := strings.CutPrefix(d, "sha256:")
-		if !ok || name == "" || !isSHA || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
-			return nil, fmt.Errorf("E2E_IMAGE_DIGESTS: %q: want name=sha256:<64 hex digits>", kv)
-		}
-		m[name] = d
-	}
-	return m, nil
 }
 
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
@@ -134,18 +123,18 @@ func needNative(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	kc := os.Getenv("E2E_KUBECONFIG")
-	if kc == "" {
-		// go test ./... passes through here; hack/e2e.sh sets both variables, so a run
-		// that was meant to prove something cannot pass by skipping.
-		if os.Getenv("E2E_REQUIRE") == "1" {
-			fmt.Fprintln(os.Stderr, "e2e: E2E_REQUIRE=1 but E2E_KUBECONFIG is not set")
-			os.Exit(1)
-		}
+	var err error
+	if suite, err = e2econfig.FromEnv(os.Environ()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	if suite.Kubeconfig == "" {
+		// go test ./... passes through here; hack/e2e.sh sets E2E_REQUIRE too, so a run that
+		// was meant to prove something cannot pass by skipping (FromEnv refuses it).
 		fmt.Println("e2e: E2E_KUBECONFIG not set; skipping (hack/e2e.sh runs these tests in a local cluster)")
 		os.Exit(0)
 	}
-	os.Exit(setup(kc, m))
+	os.Exit(setup(suite.Kubeconfig, m))
 }
 
 func setup(kubeconfig string, m *testing.M) int {
@@ -158,24 +147,14 @@ func setup(kubeconfig string, m *testing.M) int {
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	helmBin, helmChart = os.Getenv("E2E_HELM"), os.Getenv("E2E_HELM_CHART")
-	if (helmBin == "") != (helmChart == "") {
-		fmt.Fprintln(os.Stderr, "e2e: set both E2E_HELM and E2E_HELM_CHART, or neither")
-		return 1
+	helmBin, helmChart, releaseDigests = suite.Helm, suite.HelmChart, suite.ImageDigests
+	if suite.ImageRepo != "" {
+		imageRepo = suite.ImageRepo
 	}
-	if r := os.Getenv("E2E_IMAGE_REPO"); r != "" {
-		imageRepo = r
+	if suite.ImageTag != "" {
+		imageTag = suite.ImageTag
 	}
-	if t := os.Getenv("E2E_IMAGE_TAG"); t != "" {
-		imageTag = t
-	}
-	if d := os.Getenv("E2E_IMAGE_DIGESTS"); d != "" {
-		if releaseDigests, err = parseDigests(d); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			return 1
-		}
-	}
-	if gcsURL = os.Getenv("E2E_GCS_URL"); gcsURL == "" {
+	if gcsURL = suite.GCSURL; gcsURL == "" {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil || len(nodes.Items) == 0 {
 			fmt.Fprintln(os.Stderr, "e2e: cannot list nodes to find the emulator:", err)
@@ -221,7 +200,7 @@ func setup(kubeconfig string, m *testing.M) int {
 			code = 1
 		}
 	}
-	if os.Getenv("E2E_KEEP") == "" {
+	if !suite.Keep {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	}
 	printTimings()
@@ -885,7 +864,7 @@ func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
 	parallelStarted.Do(func() {
-		f := os.Getenv("E2E_PARALLEL_STARTED")
+		f := suite.ParallelStarted
 		if f == "" {
 			return
 		}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -305,7 +304,7 @@ func switchDriverName(t *testing.T, name string) {
 	start := time.Now()
 	old := nodePluginPod(t).Name
 	out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", driverNamespace,
-		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values", "--set", "driverName="+name).CombinedOutput()
+		"--kubeconfig", suite.Kubeconfig, "--reuse-values", "--set", "driverName="+name).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm upgrade --set driverName=%s: %v\n%s", name, err, out)
 	}

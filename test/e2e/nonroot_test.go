@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -93,7 +92,7 @@ func namedNamespace(t *testing.T, name string, labels map[string]string) string 
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if os.Getenv("E2E_KEEP") != "" {
+		if suite.Keep {
 			return
 		}
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})

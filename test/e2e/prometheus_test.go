@@ -43,9 +43,9 @@ var (
 // and waits until it scrapes the node plugin.
 func startPrometheus(t *testing.T) *promrun.Server {
 	t.Helper()
-	bin, netns := os.Getenv("E2E_PROMETHEUS"), os.Getenv("E2E_NETNS")
+	bin, netns := suite.Prometheus, suite.NetNS
 	if bin == "" || netns == "" {
-		if os.Getenv("E2E_REQUIRE") == "1" {
+		if suite.Require {
 			t.Fatal("E2E_PROMETHEUS and E2E_NETNS must be set (hack/e2e.sh sets them): the dashboard must be evaluated by a real Prometheus")
 		}
 		t.Skip("E2E_PROMETHEUS / E2E_NETNS not set")

@@ -120,7 +120,7 @@ func helmSet(t *testing.T, what string, args ...string) {
 	start := time.Now()
 	old := nodePluginPod(t).Name
 	cmd := append([]string{"upgrade", "gcsfuse-csi", helmChart, "--namespace", driverNamespace,
-		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values"}, args...)
+		"--kubeconfig", suite.Kubeconfig, "--reuse-values"}, args...)
 	out, err := exec.Command(helmBin, cmd...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm upgrade (%s): %v\n%s", what, err, out)
@@ -134,7 +134,7 @@ func helmSet(t *testing.T, what string, args ...string) {
 func currentValue(t *testing.T, section, key string) string {
 	t.Helper()
 	out, err := exec.Command(helmBin, "get", "values", "gcsfuse-csi", "--namespace", driverNamespace,
-		"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--all", "-o", "json").Output()
+		"--kubeconfig", suite.Kubeconfig, "--all", "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("helm get values: %v", err)
 	}

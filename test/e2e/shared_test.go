@@ -494,7 +494,7 @@ func TestSharedMounterReplaced(t *testing.T) {
 		t.Log("the driver was not installed with Helm (DEPLOY_WITH=kustomize): the upgrade that leaves the mounter alone is not checked here")
 	} else {
 		out, err := exec.Command(helmBin, "upgrade", "gcsfuse-csi", helmChart, "--namespace", "gcsfuse-csi",
-			"--kubeconfig", os.Getenv("E2E_KUBECONFIG"), "--reuse-values",
+			"--kubeconfig", suite.Kubeconfig, "--reuse-values",
 			"--set-string", "mounter.resources.requests.cpu="+strconv.Itoa(11+rand.IntN(80))+"m").CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm upgrade: %v\n%s", err, out)

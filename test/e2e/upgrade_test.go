@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -43,13 +42,9 @@ const upgradeLoopFor = 40 * time.Second
 // It runs only in that run (it needs the previous release installed first); the main run
 // skips it, saying so.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
-	prev := os.Getenv("E2E_PREVIOUS_RELEASE")
+	prev, upgradeCmd := suite.PreviousRelease, suite.UpgradeCmd
 	if prev == "" {
 		t.Skip("E2E_PREVIOUS_RELEASE unset: runs in hack/e2e.sh's upgrade run (UPGRADE_FROM=previous, part of hack/test.sh)")
-	}
-	upgradeCmd := os.Getenv("E2E_UPGRADE_CMD")
-	if upgradeCmd == "" {
-		t.Fatal("E2E_PREVIOUS_RELEASE is set but E2E_UPGRADE_CMD (the command that upgrades to this tree) is not")
 	}
 	ctx := context.Background()
 	if got := tagOf(nodePluginImage(t)); got != prev {

@@ -1,0 +1,127 @@
+package e2econfig
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Run is one run of hack/e2e.sh: the cluster it brings up, how the driver is installed, which
+// tests run and what follows them. CI's runs (CI) are values of it, checked (Validate) and
+// turned into hack/e2e.sh's variables (Env) by `go run ./test/e2e/e2erun NAME`, rather than
+// each written out as a line of variables in hack/test.sh.
+type Run struct {
+	// Name is how hack/test.sh asks for it.
+	Name string
+	// K8sVersion is the cluster's Kubernetes (K8S_VERSION; "": hack/cluster-lib.sh's default).
+	K8sVersion string
+	// Containerd is the runtime: "2" (default, built from its module) or "1.6" (Debian's,
+	// the polling path: no broadcast event stream) (CONTAINERD).
+	Containerd string
+	// DeployWith installs the driver with "helm" (default) or "kustomize" (DEPLOY_WITH).
+	DeployWith string
+	// FromRelease installs from the release artifacts (E2E_FROM_RELEASE=1): the packaged
+	// chart and the imported OCI archives, pinned by digest. Helm only; not with UpgradeFrom.
+	FromRelease bool
+	// UpgradeFrom installs an earlier release first: "previous" (UPGRADE_FROM).
+	UpgradeFrom string
+	// Tests is the go test -run regexp (E2E_RUN; "": every test).
+	Tests string
+	// Conformance runs Kubernetes' storage suites after (or beside) the tests (E2E_CONFORMANCE=1).
+	Conformance bool
+	// GcsfuseItests runs gcsfuse's own integration tests through pods' volumes beside the
+	// storage suites (E2E_GCSFUSE_ITESTS=1); with Conformance only.
+	GcsfuseItests bool
+	// PrebuildPrevious builds the previous release's images in the background, for a later
+	// run with UpgradeFrom (E2E_PREBUILD_PREVIOUS=1).
+	PrebuildPrevious bool
+	// Uninstall uninstalls the driver after the tests and checks the node is left clean
+	// (E2E_UNINSTALL=1).
+	Uninstall bool
+}
+
+// PollingTests are the lifecycle tests CI runs on containerd 1.6, whose kubelet learns of a
+// container's exit by polling: the path a runtime without a broadcast event stream takes.
+const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$"
+
+// CI are hack/test.sh's e2e runs, in the order it runs them.
+var CI = []Run{
+	// Every test, installed from the release artifacts, then the storage suites and
+	// gcsfuse's integration tests on the same cluster, then the uninstall.
+	{Name: "release", FromRelease: true, Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true},
+	// The previous release upgraded to this tree under running pods, then the uninstall.
+	{Name: "upgrade", UpgradeFrom: "previous", Tests: "^TestUpgradeFromPreviousRelease$", Uninstall: true},
+	// The lifecycle tests on containerd 1.6 (the polling path), installed with kustomize.
+	{Name: "polling", Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests},
+}
+
+// Validate refuses a run hack/e2e.sh would refuse or could not mean.
+func (r Run) Validate() error {
+	var errs []error
+	if r.Name == "" {
+		errs = append(errs, errors.New("a run needs a name"))
+	}
+	if r.Containerd != "" && r.Containerd != "2" && r.Containerd != "1.6" {
+		errs = append(errs, fmt.Errorf("containerd %q: want 2 or 1.6", r.Containerd))
+	}
+	if r.DeployWith != "" && r.DeployWith != "helm" && r.DeployWith != "kustomize" {
+		errs = append(errs, fmt.Errorf("deploy with %q: want helm or kustomize", r.DeployWith))
+	}
+	if r.UpgradeFrom != "" && r.UpgradeFrom != "previous" {
+		errs = append(errs, fmt.Errorf("upgrade from %q: want previous", r.UpgradeFrom))
+	}
+	if r.FromRelease && (r.DeployWith == "kustomize" || r.UpgradeFrom != "") {
+		errs = append(errs, errors.New("from the release installs the packaged chart: not with kustomize or an upgrade"))
+	}
+	if r.GcsfuseItests && !r.Conformance {
+		errs = append(errs, errors.New("gcsfuse's integration tests run beside the storage suites: set Conformance too"))
+	}
+	if _, err := regexp.Compile(r.Tests); err != nil {
+		errs = append(errs, fmt.Errorf("tests %q: %w", r.Tests, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("e2e run %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Env is the run as hack/e2e.sh's variables, NAME=value; what is left at its default is
+// not set.
+func (r Run) Env() []string {
+	var env []string
+	add := func(name, v string) {
+		if v != "" {
+			env = append(env, name+"="+v)
+		}
+	}
+	flag := func(name string, on bool) {
+		if on {
+			env = append(env, name+"=1")
+		}
+	}
+	add("K8S_VERSION", r.K8sVersion)
+	add("CONTAINERD", r.Containerd)
+	add("DEPLOY_WITH", r.DeployWith)
+	flag("E2E_FROM_RELEASE", r.FromRelease)
+	add("UPGRADE_FROM", r.UpgradeFrom)
+	add("E2E_RUN", r.Tests)
+	flag("E2E_CONFORMANCE", r.Conformance)
+	flag("E2E_GCSFUSE_ITESTS", r.GcsfuseItests)
+	flag("E2E_PREBUILD_PREVIOUS", r.PrebuildPrevious)
+	flag("E2E_UNINSTALL", r.Uninstall)
+	return env
+}
+
+// CIRun is CI's run of that name.
+func CIRun(name string) (Run, error) {
+	for _, r := range CI {
+		if r.Name == name {
+			return r, r.Validate()
+		}
+	}
+	names := make([]string, len(CI))
+	for i, r := range CI {
+		names[i] = r.Name
+	}
+	return Run{}, fmt.Errorf("no e2e run %q in CI's (%v)", name, names)
+}

@@ -1,0 +1,95 @@
+package e2econfig
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// CI's runs validate, have distinct names, and each test a run names by a regexp of
+// alternatives (^(A|B)$) is a top-level test of test/e2e: a test renamed or removed would
+// otherwise drop out of the polling run with everything still green.
+func TestCIRunsNameRealTests(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "*_test.go"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("test/e2e/*_test.go: %v, %v", files, err)
+	}
+	var tests []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(t \*testing\.T\)`).FindAllStringSubmatch(string(b), -1) {
+			tests = append(tests, m[1])
+		}
+	}
+	var names []string
+	for _, r := range CI {
+		if err := r.Validate(); err != nil {
+			t.Error(err)
+		}
+		if slices.Contains(names, r.Name) {
+			t.Errorf("two CI runs named %q", r.Name)
+		}
+		names = append(names, r.Name)
+		if r.Tests == "" {
+			continue
+		}
+		inner := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(strings.TrimPrefix(r.Tests, "^"), "$"), "("), ")")
+		for _, name := range strings.Split(inner, "|") {
+			if !slices.Contains(tests, name) {
+				t.Errorf("run %q names %s, which is not a top-level test of test/e2e", r.Name, name)
+			}
+		}
+	}
+	if len(CI) < 3 {
+		t.Fatalf("%d CI runs; want the release, upgrade and polling runs", len(CI))
+	}
+}
+
+func TestRunValidateRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		run  Run
+		want string
+	}{
+		{Run{Name: "x", FromRelease: true, DeployWith: "kustomize"}, "not with kustomize or an upgrade"},
+		{Run{Name: "x", FromRelease: true, UpgradeFrom: "previous"}, "not with kustomize or an upgrade"},
+		{Run{Name: "x", GcsfuseItests: true}, "set Conformance too"},
+		{Run{Name: "x", Containerd: "1.7"}, "want 2 or 1.6"},
+		{Run{Name: "x", DeployWith: "kubectl"}, "want helm or kustomize"},
+		{Run{Name: "x", UpgradeFrom: "v0.1.0"}, "want previous"},
+		{Run{Name: "x", Tests: "^(Test"}, "tests"},
+		{Run{}, "a run needs a name"},
+	} {
+		if err := tc.run.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: Validate() = %v; want an error containing %q", tc.run, err, tc.want)
+		}
+	}
+	if _, err := CIRun("nope"); err == nil || !strings.Contains(err.Error(), "release") {
+		t.Errorf("CIRun(nope) = %v; want an error listing the runs", err)
+	}
+}
+
+// Env sets what hack/e2e.sh reads, and only what a run changes from the defaults; every
+// E2E_ variable it sets is one the scripts declare (ScriptVariables).
+func TestRunEnv(t *testing.T) {
+	r := Run{Name: "x", K8sVersion: "1.28.15", Containerd: "1.6", DeployWith: "kustomize", Tests: "^TestA$", Uninstall: true}
+	want := []string{"K8S_VERSION=1.28.15", "CONTAINERD=1.6", "DEPLOY_WITH=kustomize", "E2E_RUN=^TestA$", "E2E_UNINSTALL=1"}
+	if got := r.Env(); !slices.Equal(got, want) {
+		t.Errorf("Env() = %q; want %q", got, want)
+	}
+	full := Run{Name: "y", FromRelease: true, UpgradeFrom: "previous", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true}
+	for _, kv := range full.Env() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "E2E_") && !slices.Contains(ScriptVariables, name) {
+			t.Errorf("Env sets %s, not among the scripts' variables", name)
+		}
+	}
+	if got := (Run{Name: "z"}).Env(); len(got) != 0 {
+		t.Errorf("a run of defaults sets %q", got)
+	}
+}
