@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite in a real single-node cluster on this machine, from nothing:
 #   deps (apt + gcsfuse) -> kubernetes build (cached per version) -> images -> cluster up ->
-#   deploy the driver -> go test ./test/e2e/... -> cluster down (always, by trap)
+#   deploy the driver -> go test ./test/e2e -> cluster down (always, by trap)
 # and prints each phase's duration. Exit code: the tests' (or the first failing phase's).
 #
 # Env: K8S_VERSION (default 1.34.4; 1.37.2 and 1.28.15 also supported: on 1.28 the webhook
@@ -172,7 +172,7 @@ run_tests() {
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
     fi
-    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" go test "${args[@]}" ./test/e2e/...
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" go test "${args[@]}" ./test/e2e
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   ci_record_tests test "$CLUSTER_DIR/e2e-test.log"

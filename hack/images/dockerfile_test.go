@@ -163,8 +163,11 @@ func TestDockerfilesMatchSpecs(t *testing.T) {
 			f := buildFlags("$VERSION") // -trimpath -ldflags "...", as a shell spells it
 			goBuild := "CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build " +
 				f[0] + " " + f[1] + ` "` + f[2] + `" -o /out/ ` + s.pkg
-			if !slices.Contains(build.all("ENV"), "GOWORK=off") {
-				t.Errorf("build stage ENV %v; want GOWORK=off (the product module alone, not the workspace with the tests' module)", build.all("ENV"))
+			// GOWORK=off before the first RUN, and never set again: the product module alone,
+			// not the workspace with the tests' module.
+			if envs := build.all("ENV"); !slices.Equal(envs, []string{"GOWORK=off"}) || build.ins[0].cmd == "RUN" ||
+				slices.IndexFunc(build.ins, func(in instruction) bool { return in.cmd == "ENV" }) > slices.IndexFunc(build.ins, func(in instruction) bool { return in.cmd == "RUN" }) {
+				t.Errorf("build stage: want ENV GOWORK=off, alone, before its first RUN; ENV %v", envs)
 			}
 			if !slices.Contains(build.all("RUN"), goBuild) {
 				t.Errorf("build stage does not run\n  %s\nits RUN lines:\n  %s", goBuild, strings.Join(build.all("RUN"), "\n  "))

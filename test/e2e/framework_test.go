@@ -124,7 +124,12 @@ func needNative(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	var err error
-	if suite, err = e2econfig.FromEnv(os.Environ()); err != nil {
+	suite, err = e2econfig.FromEnv(os.Environ())
+	if err != nil && suite.Kubeconfig == "" && !suite.Require {
+		// A unit run (go test ./... ./test/...) with a stray E2E_ variable: the suite skips
+		// anyway; say what would be refused.
+		fmt.Fprintln(os.Stderr, "e2e: warning:", err)
+	} else if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}

@@ -66,8 +66,8 @@ func startNode(t *testing.T, bin string, e *testenv.Env) *nodeProcess {
 // socket must already be its own: bound under a hidden name, chowned, renamed into place).
 func TestNodePluginRestartBeforeSidecarConnects(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "gcsfuse-csi-node")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/gcsfuse-csi-node").CombinedOutput(); err != nil {
-		t.Fatalf("build node plugin: %v\n%s", err, out)
+	if err := testenv.GoBuild(bin, "./cmd/gcsfuse-csi-node"); err != nil {
+		t.Fatalf("build node plugin: %v", err)
 	}
 	for _, tc := range []struct {
 		name          string

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -38,13 +39,19 @@ func modules(t *testing.T, dir, gowork string) map[string]string {
 // goCmd runs the go command in dir with GOWORK=gowork and returns its standard output.
 func goCmd(t *testing.T, dir, gowork string, args ...string) []byte {
 	t.Helper()
+	return goCmdEnv(t, dir, gowork, nil, args...)
+}
+
+// goCmdEnv is goCmd with more environment (GOOS, GOARCH).
+func goCmdEnv(t *testing.T, dir, gowork string, env []string, args ...string) []byte {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed: %v", err)
 	}
 	cmd := exec.Command(goBin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK="+gowork, "GOFLAGS=")
+	cmd.Env = append(append(os.Environ(), "GOWORK="+gowork, "GOFLAGS="), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -94,29 +101,54 @@ func TestProductModuleListsNoTestFramework(t *testing.T) {
 
 // The workspace (go.work: the product module and test/) builds every package of the
 // product (its code and its own tests, with their dependencies) from the module versions
-// the product module selects alone. Otherwise the binaries that the tests build and prove
-// (in the workspace) would not be the ones a release builds (GOWORK=off): a test framework
-// requiring a newer grpc would upgrade it silently. The fix is to raise the version in
-// go.mod too (go get), or to lower test/go.mod's. Modules in the graph that no product
-// package comes from may differ.
+// the product module selects alone, replacements included, on every platform a release
+// builds for, with the same GODEBUG defaults. Otherwise the binaries that the tests build
+// and prove (in the workspace) would not be the ones a release builds (GOWORK=off): a test
+// framework requiring a newer grpc would upgrade it silently. The fix is to raise the
+// version in go.mod too (go get), or to lower test/go.mod's. Modules in the graph that no
+// product package comes from may differ.
 func TestWorkspaceSelectsTheProductsVersions(t *testing.T) {
 	if _, ok := modules(t, root(t), "")[module+"/test"]; !ok {
 		t.Fatalf("the workspace lists no %s/test: is go.work at the root, using ./test?", module)
 	}
-	const format = "{{with .Module}}{{.Path}} {{.Version}}{{end}}"
-	alone := packageModules(goCmd(t, root(t), "off", "list", "-deps", "-test", "-f", format, "./..."))
-	workspace := packageModules(goCmd(t, root(t), "", "list", "-deps", "-test", "-f", format, "./..."))
-	for path, version := range alone {
-		if got := workspace[path]; got != version {
-			t.Errorf("%s: the workspace builds the product with %q, the product module alone with %q", path, got, version)
+	work, err := os.ReadFile(filepath.Join(root(t), "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join(root(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go .*$`)
+	if w, m := goLine.FindString(string(work)), goLine.FindString(string(mod)); w != m || w == "" {
+		t.Errorf("go.work says %q, go.mod %q: the go line sets the language and GODEBUG defaults, keep them equal", w, m)
+	}
+	if regexp.MustCompile(`(?m)^\s*(replace|godebug|toolchain)\b`).Match(work) {
+		t.Errorf("go.work has a replace, godebug or toolchain line: the workspace would build the product otherwise than GOWORK=off")
+	}
+	const format = "{{with .Module}}{{.Path}} {{.Version}}{{with .Replace}} => {{.Path}} {{.Version}}{{end}}{{end}}"
+	for _, platform := range []string{"linux/amd64", "linux/arm64", "darwin/arm64"} {
+		goos, goarch, _ := strings.Cut(platform, "/")
+		env := []string{"GOOS=" + goos, "GOARCH=" + goarch}
+		alone := packageModules(goCmdEnv(t, root(t), "off", env, "list", "-e", "-deps", "-test", "-f", format, "./..."))
+		workspace := packageModules(goCmdEnv(t, root(t), "", env, "list", "-e", "-deps", "-test", "-f", format, "./..."))
+		for path, version := range alone {
+			if got := workspace[path]; got != version {
+				t.Errorf("%s, %s: the workspace builds the product with %q, the product module alone with %q", platform, path, got, version)
+			}
+		}
+		if len(alone) < 20 {
+			t.Fatalf("%s: the product's packages come from %d modules; want its dependencies listed", platform, len(alone))
 		}
 	}
-	if len(alone) < 20 {
-		t.Fatalf("the product's packages come from %d modules; want its dependencies listed", len(alone))
+	const godebug = "{{.ImportPath}} {{.DefaultGODEBUG}}"
+	if a, w := goCmd(t, root(t), "off", "list", "-f", godebug, "./cmd/..."), goCmd(t, root(t), "", "list", "-f", godebug, "./cmd/..."); !bytes.Equal(a, w) {
+		t.Errorf("the binaries' GODEBUG defaults differ:\nGOWORK=off:\n%s\nworkspace:\n%s", a, w)
 	}
 }
 
-// packageModules reads lines "path version" (go list -f of each package's module) into a map.
+// packageModules reads lines "path version[ => replacement]" (go list -f of each package's
+// module) into a map.
 func packageModules(out []byte) map[string]string {
 	mods := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

@@ -93,3 +93,42 @@ func TestRunEnv(t *testing.T) {
 		t.Errorf("a run of defaults sets %q", got)
 	}
 }
+
+// The runs hack/test.sh asks for (e2e_run NAME) are CI's, every CI run is asked for, and
+// every variable Env sets is one the scripts read: a renamed CONTAINERD would otherwise turn
+// the polling run into a containerd 2 run that still passes.
+func TestCIRunsAreTheScriptsRuns(t *testing.T) {
+	hack := filepath.Join("..", "..", "..", "hack")
+	testSh, err := os.ReadFile(filepath.Join(hack, "test.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	for _, m := range regexp.MustCompile(`(?m)\be2e_run ([a-z0-9-]+) "`).FindAllStringSubmatch(string(testSh), -1) {
+		asked = append(asked, m[1])
+		if _, err := CIRun(m[1]); err != nil {
+			t.Errorf("hack/test.sh: %v", err)
+		}
+	}
+	for _, r := range CI {
+		if !slices.Contains(asked, r.Name) {
+			t.Errorf("CI's run %q is never run by hack/test.sh (e2e_run %s ...)", r.Name, r.Name)
+		}
+	}
+	var scripts strings.Builder
+	for _, f := range []string{"e2e.sh", "lib.sh", "cluster-lib.sh", "deploy.sh", "cluster-up.sh"} {
+		b, err := os.ReadFile(filepath.Join(hack, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts.Write(b)
+	}
+	every := Run{Name: "all", K8sVersion: "1", Containerd: "1.6", DeployWith: "helm", FromRelease: true, UpgradeFrom: "previous",
+		Tests: "x", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true}
+	for _, kv := range every.Env() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.Contains(scripts.String(), "${"+name) && !strings.Contains(scripts.String(), "$"+name+" ") && !strings.Contains(scripts.String(), "\"$"+name+"\"") {
+			t.Errorf("Run.Env sets %s, which hack/e2e.sh and the scripts it sources never read", name)
+		}
+	}
+}
