@@ -179,6 +179,24 @@ func TestPublishThroughTheMounter(t *testing.T) {
 	}
 }
 
+// On a node without the shared mode, a republish of a sidecar target that now asks for the
+// shared mode is another volume (it wants a mounter this node lacks): AlreadyExists, and the
+// sidecar's credentials are not refreshed for it.
+func TestRepublishInAModeTheNodeLacks(t *testing.T) {
+	ctx := context.Background()
+	s, side, _, m := fakeServer(t, false)
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); err != nil {
+		t.Fatal(err)
+	}
+	m.set(target, gcsfuseMount)
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("the shared mode on a sidecar target of a node without it: %v, want AlreadyExists", err)
+	}
+	if got, want := side.called(), []string{"sidecar admit ", "sidecar publish " + target}; !slices.Equal(got, want) {
+		t.Errorf("sidecar mounter calls %q, want %q (no refresh)", got, want)
+	}
+}
+
 // A target mounted before this process started (no record) is compared by what the mount
 // table shows, and refreshed by the mounter that owns it.
 func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {

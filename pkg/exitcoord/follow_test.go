@@ -373,6 +373,35 @@ func TestSidecarTerminatingWithoutCacheFollowsEveryOtherContainer(t *testing.T) 
 	}
 }
 
+// A change the runtime reports wakes the pod's follower at once, without a pod cache too
+// (a node plugin without the API: the follow started by the sidecar's report alone): the
+// follower looks at the runtime again on each change rather than at its next poll.
+func TestContainersChangedWakesTheFollowerWithoutACache(t *testing.T) {
+	e := newEnv(t)
+	const uid = "uid-wake"
+	e.mkEmptyDir(uid)
+	e.rt.Set(ctr(uid, contract.SidecarContainerName, 0, running), ctr(uid, "app", 0, running))
+	e.l.SidecarTerminating(csidriver.PodRef{Namespace: "ns", Name: "web-1", UID: uid})
+	deadline := time.Now().Add(testTimeout)
+	for e.rt.Calls("ListContainers") == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	const changes = 40
+	before, start := e.rt.Calls("ListContainers"), time.Now()
+	for range changes {
+		e.l.ContainersChanged(uid)
+		time.Sleep(5 * time.Millisecond)
+	}
+	listed := e.rt.Calls("ListContainers") - before
+	polls := int(time.Since(start)/FollowPollInterval) + 1
+	if listed < polls+changes/4 {
+		t.Errorf("%d changes reported: the follower listed the containers %d times in %s, about as often as it polls (%d): the changes did not wake it",
+			changes, listed, time.Since(start).Round(time.Millisecond), polls)
+	}
+	e.rt.SetState(id(uid, "app", 0), exited, 0)
+	e.waitExit(uid, releaseBound)
+}
+
 // (v) Both triggers, repeated and concurrent, start one follower per pod; a trigger after
 // the release starts none.
 func TestOneFollowerPerPod(t *testing.T) {

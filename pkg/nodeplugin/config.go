@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
 
 // RuntimeAuto is the Config.RuntimeEndpoint that looks for the runtime's usual sockets.
@@ -90,4 +92,16 @@ func (c *Config) offerDir() string {
 		return filepath.Join(c.KubeletRoot, "plugins", c.DriverName, "offers")
 	}
 	return c.StateDir
+}
+
+// credentials is what the node service builds each volume's credentials from. Without a
+// token audience the kubelet passes the pod no service account token for the driver
+// (CSIDriver tokenRequests is empty), so none is expected.
+func (c *Config) credentials() credentials.Config {
+	return credentials.Config{
+		Provider: c.WIFProvider, SharedProvider: c.SharedWIFProvider, TokenAudience: c.WIFTokenAudience,
+		NoServiceAccountToken: c.WIFTokenAudience == "", TokenURL: c.WIFTokenURL,
+		AllowedTokenURLs: mountopts.Split(c.WIFAllowedTokenURLs), ServiceAccount: c.WIFServiceAccount,
+		IAMCredentialsURL: c.IAMCredentialsURL, KeyTokenURIs: mountopts.Split(c.KeyTokenURIs),
+	}
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podwatch"
@@ -129,12 +128,7 @@ func New(cfg Config) (_ *Plugin, err error) {
 	node, err = csidriver.NewNodeServer(csidriver.Config{
 		NodeID: cfg.NodeID, KubeletRoot: cfg.KubeletRoot, SidecarUID: contract.SidecarUID, SidecarGID: contract.SidecarGID,
 		Pods: podLookup(p.coordinator.Pods), GCSEndpoint: cfg.GCSEndpoint, MachineType: initialMT, StateDir: cfg.offerDir(),
-		Credentials: credentials.Config{
-			Provider: cfg.WIFProvider, SharedProvider: cfg.SharedWIFProvider, TokenAudience: cfg.WIFTokenAudience,
-			NoServiceAccountToken: cfg.WIFTokenAudience == "", TokenURL: cfg.WIFTokenURL,
-			AllowedTokenURLs: mountopts.Split(cfg.WIFAllowedTokenURLs), ServiceAccount: cfg.WIFServiceAccount,
-			IAMCredentialsURL: cfg.IAMCredentialsURL, KeyTokenURIs: mountopts.Split(cfg.KeyTokenURIs),
-		},
+		Credentials:   cfg.credentials(),
 		OnTerminating: p.coordinator.SidecarTerminating, Metrics: nodeMetrics, Proxy: p.proxy, CABundle: caBundle,
 		SharedDir: cfg.SharedDir, SharedLinger: cfg.SharedLinger, SharedADC: adc,
 	}, events, p.log)
@@ -226,21 +220,38 @@ func (p *Plugin) watchPods(reg *prometheus.Registry, metrics *podwatch.Metrics) 
 	return events, current, nil
 }
 
-// close releases what New built, in order: the node service, then the exit coordinator
-// (before the event recorder stops: a follower that releases a sidecar while stopping still
-// records its Event), the event recorder, and the runtime last.
-func (p *Plugin) close() {
+// part is one thing close stops.
+type part struct {
+	name string
+	stop func()
+}
+
+// parts are what close stops, in this order: the node service first (no publish starts a
+// follow after it), the exit coordinator next (its followers may still record Events and
+// read the runtime as they end), then the Events' broadcaster (after the last Event), then
+// the runtime's client (after the last read): a follower that releases a sidecar while the
+// plugin stops still records its Event.
+func (p *Plugin) parts() []part {
+	var ps []part
 	if p.node != nil {
-		p.node.Close()
+		ps = append(ps, part{"node service", p.node.Close})
 	}
 	if p.coordinator != nil {
-		p.coordinator.Close(coordinatorClose)
+		ps = append(ps, part{"exit coordinator", func() { p.coordinator.Close(coordinatorClose) }})
 	}
 	if p.stopEvents != nil {
-		p.stopEvents()
+		ps = append(ps, part{"events", p.stopEvents})
 	}
 	if p.runtime != nil {
-		p.runtime.Close()
+		ps = append(ps, part{"runtime", func() { _ = p.runtime.Close() }})
+	}
+	return ps
+}
+
+// close releases what New built, in the order of parts.
+func (p *Plugin) close() {
+	for _, x := range p.parts() {
+		x.stop()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 )
 
 // minimal is a Config that runs without root, a runtime or an API server.
@@ -33,6 +36,8 @@ func minimal(t *testing.T) Config {
 func TestNewRefusesAnInvalidConfig(t *testing.T) {
 	for name, bad := range map[string]func(*Config){
 		"no node":               func(c *Config) { c.NodeID = "" },
+		"no endpoint":           func(c *Config) { c.Endpoint = "" },
+		"no kubelet root":       func(c *Config) { c.KubeletRoot = "" },
 		"no logger":             func(c *Config) { c.Log = nil },
 		"driver name":           func(c *Config) { c.DriverName = "x.example.com" },
 		"runtime events":        func(c *Config) { c.RuntimeEvents = "sometimes" },
@@ -44,6 +49,42 @@ func TestNewRefusesAnInvalidConfig(t *testing.T) {
 		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err %v, want ErrInvalidConfig", name, err)
 		}
+	}
+}
+
+// A node-wide identity provider needs the pods' service account tokens: with a token
+// audience (the CSIDriver's tokenRequests) the plugin starts; without one it is refused,
+// naming the audience, instead of waiting at every publish for a token the kubelet never
+// passes.
+func TestProviderNeedsATokenAudience(t *testing.T) {
+	const provider = "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/pool-a/providers/prov-a"
+	c := minimal(t)
+	c.WIFProvider, c.WIFTokenAudience = provider, contract.TokenAudience
+	p, err := New(c)
+	if err != nil {
+		t.Fatalf("a provider with a token audience: %v", err)
+	}
+	p.close()
+	c = minimal(t)
+	c.WIFProvider = provider
+	if _, err := New(c); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "token audience is empty") {
+		t.Errorf("a provider without a token audience: %v, want ErrInvalidConfig naming the empty audience", err)
+	}
+}
+
+// The parts stop in the order that keeps a stopping follower's Event: the node service,
+// the exit coordinator, the Events' broadcaster, the runtime's client.
+func TestPartsStopInOrder(t *testing.T) {
+	p := &Plugin{node: &csidriver.NodeServer{}, coordinator: &exitcoord.ExitCoordinator{}, stopEvents: func() {}, runtime: io.NopCloser(nil)}
+	var names []string
+	for _, x := range p.parts() {
+		names = append(names, x.name)
+	}
+	if want := []string{"node service", "exit coordinator", "events", "runtime"}; !slices.Equal(names, want) {
+		t.Errorf("close stops %q, want %q", names, want)
+	}
+	if n := len((&Plugin{}).parts()); n != 0 {
+		t.Errorf("a plugin New never finished stops %d parts, want none", n)
 	}
 }
 

@@ -268,6 +268,34 @@ func TestCollectorHangingSocketsKeepTheScrapeBounded(t *testing.T) {
 	}
 }
 
+// A pod the budget ran out before (one worker, held by a hanging socket for the whole
+// budget) is counted slow like the one that hung: the gauge says how many pods' series are
+// missing from the scrape, not how many sockets were tried.
+func TestCollectorCountsPodsNeverReached(t *testing.T) {
+	root, err := os.MkdirTemp("", "pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	var pods []Pod
+	for i := range 5 {
+		uid := fmt.Sprintf("hang-%d", i)
+		hangingSidecar(t, podfiles.At(tmpDir(t, root, uid)).MetricsSocket())
+		pods = append(pods, Pod{UID: uid, Namespace: "ns", Name: uid, Volumes: []string{"data"}})
+	}
+	const budget = 300 * time.Millisecond
+	c, err := New(Config{KubeletRoot: root, Pods: func() []Pod { return pods }, ScrapeBudget: budget, PodTimeout: budget, Workers: 1}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if slow := testutil.ToFloat64(c.slow); slow != 5 {
+		t.Errorf("%v slow pods, want 5: the first hung for the whole budget, the other four were never reached", slow)
+	}
+}
+
 // The node's shared mounter is read from its own directory, its volumes being sharing keys.
 func TestCollectorReadsTheSharedMounter(t *testing.T) {
 	root, err := os.MkdirTemp("", "pm")

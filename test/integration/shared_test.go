@@ -274,7 +274,9 @@ func TestSharedRefusedWithoutMounter(t *testing.T) {
 
 // Pods of one federated identity share a gcsfuse whose token file carries the latest
 // publish's token. When that pod ends (its token then refused by the STS), the key's file
-// gets another pod's token at once, and the mount keeps working for the pods left.
+// gets another pod's token at once, and the mount keeps working for the pods left: the
+// freshest token that pod was published with, its kubelet's republish included (the token
+// of its first publish has expired by then).
 func TestSharedTokenHandedOver(t *testing.T) {
 	const lifetime = 3 * time.Second
 	a := newAuthEnvWith(t, lifetime, true, "bucket-tok")
@@ -308,12 +310,22 @@ func TestSharedTokenHandedOver(t *testing.T) {
 	if b, _ := os.ReadFile(files[0]); string(b) != tokB {
 		t.Fatal("the key's token file does not carry the latest publish's token")
 	}
+	// Pod A's kubelet republishes its volume with a fresh token (requiresRepublish); the
+	// first one is worthless from then on.
+	tokA2 := ksaToken("a2")
+	a.rev.add(tokA2, appIdentity)
+	again := federated(podA, "bucket-tok", tokA2)
+	again.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
+	if err := podA.PublishReq(ctx(t), again); err != nil {
+		t.Fatalf("pod A's republish: %v", err)
+	}
+	a.rev.revoke(tokA)
 	if err := podB.Unpublish(ctx(t), "data"); err != nil {
 		t.Fatal(err)
 	}
 	a.rev.revoke(tokB) // pod B is gone: its token is worthless
-	if b, _ := os.ReadFile(files[0]); string(b) != tokA {
-		t.Fatal("pod B's token stayed in the key's file after pod B left")
+	if b, _ := os.ReadFile(files[0]); string(b) != tokA2 {
+		t.Fatalf("after pod B left the key's file carries %q, want pod A's republished token (its first is revoked)", b)
 	}
 	time.Sleep(2*lifetime + time.Second) // every access token got with B's has expired
 	data := randomBytes(t, 4096)
