@@ -1,11 +1,13 @@
 package nodeplugin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,9 +18,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 )
 
 // minimal is a Config that runs without root, a runtime or an API server.
@@ -69,6 +73,37 @@ func TestProviderNeedsATokenAudience(t *testing.T) {
 	c.WIFProvider = provider
 	if _, err := New(c); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "token audience is empty") {
 		t.Errorf("a provider without a token audience: %v, want ErrInvalidConfig naming the empty audience", err)
+	}
+}
+
+// A CA bundle is refused when it is bigger than netconf.MaxCABundle, not read up to the
+// limit and the rest ignored: a valid certificate padded one byte past the limit is refused
+// naming the limit, and the same bundle within it is accepted.
+func TestCABundleOverTheLimitRefused(t *testing.T) {
+	pki, err := testpki.Issue("ca", "localhost", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{{netconf.MaxCABundle, true}, {netconf.MaxCABundle + 1, false}} {
+		c := minimal(t)
+		c.CABundleFile = filepath.Join(t.TempDir(), "ca.pem")
+		b := append(append([]byte{}, pki.CAPEM...), bytes.Repeat([]byte("\n"), tc.size-len(pki.CAPEM))...)
+		if err := os.WriteFile(c.CABundleFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(c)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("a %d-byte bundle: %v", tc.size, err)
+			} else {
+				p.close()
+			}
+		} else if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("a %d-byte bundle (limit %d): %v, want ErrInvalidConfig naming the limit", tc.size, netconf.MaxCABundle, err)
+		}
 	}
 }
 

@@ -312,6 +312,20 @@ func TestClaimInitContainers(t *testing.T) {
 	}
 }
 
+// The native sidecar goes before the first init container that mounts the volume, even
+// when a native istio-proxy comes between that one and a later reader: the first reader
+// needs the mount from its start, so the sidecar does not follow the proxy past it.
+func TestNativeSidecarBeforeTheFirstReader(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	istio := mounting(istioProxyName)
+	istio.RestartPolicy = &always
+	claims := newCountingClaims(map[string]ClaimedVolume{"gcs-pvc": ourClaim(nil)})
+	_, out := mustAdmit(t, claimMutator(t, modern, claims), claimPod("", mounting("warmup", "data"), istio, mounting("late", "data")))
+	if got, want := names(out.Spec.InitContainers), []string{contract.SidecarContainerName, "warmup", istioProxyName, "late"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("init containers = %v, want %v", got, want)
+	}
+}
+
 // A claim whose PersistentVolume asks for a file cache (its volumeAttributes, like an inline
 // volume's, or its spec.mountOptions) gets the gcsfuse-cache emptyDir mounted into the
 // sidecar.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,4 +110,26 @@ func readAheadOf(t *testing.T, target string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// The kernel mount flags a volume asks for are the mount's, each its own: noexec alone
+// makes the mount noexec and leaves its atime policy alone; noatime alone the other way.
+func TestKernelMountFlags(t *testing.T) {
+	const bucket = "bkt-flags"
+	e := newEnv(t, bucket)
+	for _, tc := range []struct {
+		option, want, not string
+	}{{"noexec", "noexec", "noatime"}, {"noatime", "noatime", "noexec"}} {
+		_, _, target := mountedWith(t, e, contract.ModeLegacy, bucket, func(req *csi.NodePublishVolumeRequest) {
+			req.VolumeContext[contract.AttrMountOptions] = "implicit-dirs," + tc.option
+		})
+		mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+		if err != nil || len(mounts) == 0 {
+			t.Fatalf("mountinfo of %s: %v (%d entries)", target, err, len(mounts))
+		}
+		opts := strings.Split(mounts[len(mounts)-1].Options, ",")
+		if !slices.Contains(opts, tc.want) || slices.Contains(opts, tc.not) {
+			t.Errorf("%s: the mount's options are %v, want %s and not %s", tc.option, opts, tc.want, tc.not)
+		}
+	}
 }

@@ -172,3 +172,66 @@ func waitOutput(t *testing.T, sc *testenv.Sidecar, want string, d time.Duration)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The node plugin killed just after the sidecar took the descriptor but before it removed
+// the offer's record (the record's removal runs when the hand-off completes): the restarted
+// plugin finds the mount alive, leaves it to the sidecar serving it, and removes the stale
+// record, so no later restart probes it again and nothing is left behind.
+func TestNodePluginRestartAfterTheHandOff(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gcsfuse-csi-node")
+	if err := testenv.GoBuild(bin, "./cmd/gcsfuse-csi-node"); err != nil {
+		t.Fatalf("build node plugin: %v", err)
+	}
+	const bucket = "bkt-restart-taken"
+	e := newEnv(t, bucket)
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.PublishRequest("data", bucket, "", false)
+	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	first := startNode(t, bin, e)
+	if _, err := first.csi.NodePublishVolume(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	offers := filepath.Join(e.Root, "plugins", contract.DriverName, "offers")
+	records, err := os.ReadDir(offers)
+	if err != nil || len(records) != 1 {
+		t.Fatalf("offer records after the publish: %v, %v; want one", records, err)
+	}
+	record := filepath.Join(offers, records[0].Name())
+	saved, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pod.StartSidecar(contract.ModeLegacy, 30, echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WaitReady(req.TargetPath, 20*time.Second); err != nil {
+		t.Fatalf("volume not served: %v\n%s", err, sc.Output())
+	}
+	_ = first.cmd.Process.Signal(syscall.SIGKILL)
+	_ = first.cmd.Wait()
+	// As if killed before the taken offer's record was removed.
+	if err := os.WriteFile(record, saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := startNode(t, bin, e)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(record); err == nil && time.Now().Before(deadline); _, err = os.Stat(record) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(record); err == nil {
+		t.Fatal("the restarted node plugin left the record of an offer the sidecar had taken")
+	}
+	if err := os.WriteFile(filepath.Join(req.TargetPath, "after-restart.txt"), []byte("ok"), 0o644); err != nil {
+		t.Fatalf("the sidecar's mount after the restart: %v\n%s", err, sc.Output())
+	}
+	requireObject(t, bucket, "after-restart.txt", []byte("ok"))
+	if _, err := second.csi.NodeUnpublishVolume(ctx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: req.TargetPath}); err != nil {
+		t.Fatal(err)
+	}
+}

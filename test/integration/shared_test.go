@@ -310,8 +310,18 @@ func TestSharedTokenHandedOver(t *testing.T) {
 	if b, _ := os.ReadFile(files[0]); string(b) != tokB {
 		t.Fatal("the key's token file does not carry the latest publish's token")
 	}
-	// Pod A's kubelet republishes its volume with a fresh token (requiresRepublish); the
-	// first one is worthless from then on.
+	if err := podB.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	a.rev.revoke(tokB) // pod B is gone: its token is worthless
+	if b, _ := os.ReadFile(files[0]); string(b) != tokA {
+		t.Fatalf("after pod B left, the one pod left, the key's file carries %q, want pod A's token", b)
+	}
+	// Another pod joins (its token in the file), then pod A's kubelet republishes A's volume
+	// with a fresh token (requiresRepublish), A's first one worthless from then on: when the
+	// other pod leaves, the token handed over is A's fresh one, not its first.
+	tokC := ksaToken("c")
+	podC := publish(tokC)
 	tokA2 := ksaToken("a2")
 	a.rev.add(tokA2, appIdentity)
 	again := federated(podA, "bucket-tok", tokA2)
@@ -320,14 +330,14 @@ func TestSharedTokenHandedOver(t *testing.T) {
 		t.Fatalf("pod A's republish: %v", err)
 	}
 	a.rev.revoke(tokA)
-	if err := podB.Unpublish(ctx(t), "data"); err != nil {
+	if err := podC.Unpublish(ctx(t), "data"); err != nil {
 		t.Fatal(err)
 	}
-	a.rev.revoke(tokB) // pod B is gone: its token is worthless
+	a.rev.revoke(tokC)
 	if b, _ := os.ReadFile(files[0]); string(b) != tokA2 {
-		t.Fatalf("after pod B left the key's file carries %q, want pod A's republished token (its first is revoked)", b)
+		t.Fatalf("after pod C left the key's file carries %q, want pod A's republished token (its first is revoked)", b)
 	}
-	time.Sleep(2*lifetime + time.Second) // every access token got with B's has expired
+	time.Sleep(2*lifetime + time.Second) // every access token got with B's, C's and A's first has expired
 	data := randomBytes(t, 4096)
 	if err := writeFile(filepath.Join(podA.Target("data"), "after-b"), data); err != nil {
 		t.Fatalf("pod A's write after pod B left: %v", err)
