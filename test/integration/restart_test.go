@@ -82,11 +82,10 @@ func TestNodePluginRestartBeforeSidecarConnects(t *testing.T) {
 	}
 }
 
-func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) {
-	bucket := "bkt-restart"
-	if sidecarBefore {
-		bucket = "bkt-restart-watching"
-	}
+// publishThroughNode starts the node plugin bin in a new environment with bucket and
+// publishes a pod's volume "data" of it through the plugin's CSI socket.
+func publishThroughNode(t *testing.T, bin, bucket string) (*testenv.Env, *testenv.Pod, *csi.NodePublishVolumeRequest, *nodeProcess) {
+	t.Helper()
 	e := newEnv(t, bucket)
 	pod, err := e.NewPod()
 	if err != nil {
@@ -96,10 +95,19 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	first := startNode(t, bin, e)
-	if _, err := first.csi.NodePublishVolume(ctx(t), req); err != nil {
+	node := startNode(t, bin, e)
+	if _, err := node.csi.NodePublishVolume(ctx(t), req); err != nil {
 		t.Fatal(err)
 	}
+	return e, pod, req, node
+}
+
+func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) {
+	bucket := "bkt-restart"
+	if sidecarBefore {
+		bucket = "bkt-restart-watching"
+	}
+	e, pod, req, first := publishThroughNode(t, bin, bucket)
 	_ = first.cmd.Process.Signal(syscall.SIGKILL)
 	_ = first.cmd.Wait()
 	if _, err := os.Stat(req.TargetPath); !errors.Is(err, syscall.ENOTCONN) {
@@ -109,6 +117,7 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 	handoffDir := podfiles.At(pod.TmpDir).HandoffDir()
 	sockName := podfiles.HandoffSocketName("data")
 	var sc *testenv.Sidecar
+	var err error
 	if sidecarBefore {
 		if sc, err = pod.StartSidecar(contract.ModeLegacy, 30, echo(t)); err != nil {
 			t.Fatal(err)
@@ -183,19 +192,7 @@ func TestNodePluginRestartAfterTheHandOff(t *testing.T) {
 		t.Fatalf("build node plugin: %v", err)
 	}
 	const bucket = "bkt-restart-taken"
-	e := newEnv(t, bucket)
-	pod, err := e.NewPod()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pod.PublishRequest("data", bucket, "", false)
-	if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	first := startNode(t, bin, e)
-	if _, err := first.csi.NodePublishVolume(ctx(t), req); err != nil {
-		t.Fatal(err)
-	}
+	e, pod, req, first := publishThroughNode(t, bin, bucket)
 	offers := filepath.Join(e.Root, "plugins", contract.DriverName, "offers")
 	records, err := os.ReadDir(offers)
 	if err != nil || len(records) != 1 {
