@@ -62,3 +62,25 @@ func TestOnStatusRefusedAndTerminating(t *testing.T) {
 		t.Errorf("OnTerminating calls = %+v, want 2 for %+v", hooked, pod)
 	}
 }
+
+// A sidecar's refusal gets the upgrade hint only when the volume needed a newer hand-off
+// than version 1 and the refusal is the old sidecar's (a field it does not know): a
+// version-1 volume refused for any reason, or a newer one refused for another, gets none.
+func TestRefusedHint(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		msg     string
+		hint    bool
+	}{
+		{handoff.VersionNetwork, `json: unknown field "proxy"`, true},
+		{handoff.VersionNetwork, "unsupported hand-off version 2", true},
+		{handoff.VersionNetwork, "bucket not found", false},
+		{handoff.Version, `json: unknown field "x"`, false},
+		{handoff.Version, "unsupported hand-off version 1", false},
+	} {
+		got := refusedHint(handoff.Volume{Version: tc.version}, tc.msg)
+		if (got != "") != tc.hint || tc.hint && !strings.Contains(got, "recreate the pod") {
+			t.Errorf("version %d, %q: hint %q, want one: %v", tc.version, tc.msg, got, tc.hint)
+		}
+	}
+}

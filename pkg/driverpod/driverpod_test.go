@@ -23,6 +23,12 @@ func TestUses(t *testing.T) {
 		{"legacy sidecar", corev1.PodSpec{Containers: []corev1.Container{{Name: contract.SidecarContainerName}}}, true},
 		{"native sidecar", corev1.PodSpec{InitContainers: []corev1.Container{{Name: contract.SidecarContainerName, RestartPolicy: &always}}}, true},
 		{"neither", corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}, false},
+		// A claim or a generic ephemeral volume may be anyone's: without the sidecar (the
+		// webhook injects it for one of ours) the pod is not the driver's.
+		{"claim, no sidecar", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}, false},
+		{"ephemeral volume, no sidecar", corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+			Ephemeral: &corev1.EphemeralVolumeSource{}}}}}, false},
 	}
 	for _, tc := range tests {
 		if got := Uses(&corev1.Pod{Spec: tc.spec}, contract.DriverName); got != tc.want {

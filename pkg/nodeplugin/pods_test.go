@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
 )
 
 type podsByUID map[types.UID]*corev1.Pod
@@ -24,5 +25,20 @@ func TestPodLookup(t *testing.T) {
 	}
 	if p, ok := lookup("unknown"); ok || p != nil {
 		t.Errorf("unknown pod: %v, %v", p, ok)
+	}
+}
+
+// The shared mounter's gcsfuse series are scraped whether or not a driver pod runs on the
+// node (a node whose pods all use shared volumes carries no sidecar): with no pod watch
+// yet, or no pod, the mounter is still listed.
+func TestMetricsPodsListTheMounterAlone(t *testing.T) {
+	mounter := podmetrics.Pod{UID: "shared-mounter", Name: contract.SharedMounterContainerName, Volumes: []string{"key-a"}}
+	c := &currentWatcher{driverName: contract.DriverName, mounter: func() (podmetrics.Pod, bool) { return mounter, true }}
+	if got := c.metricsPods(); len(got) != 1 || got[0].UID != "shared-mounter" {
+		t.Errorf("metricsPods() = %+v, want the shared mounter alone", got)
+	}
+	c.mounter = func() (podmetrics.Pod, bool) { return podmetrics.Pod{}, false }
+	if got := c.metricsPods(); len(got) != 0 {
+		t.Errorf("a mounter with no key: metricsPods() = %+v, want none", got)
 	}
 }

@@ -12,7 +12,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/firstseen"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -153,6 +156,13 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 		t.Fatal(err)
 	}
 	requireObject(t, bucket, "after-restart.txt", []byte("ok"))
+	// The re-offered volume is the restarted plugin's publication, as if published to it: the
+	// same target for another volume is refused, not taken for a republish of this one.
+	other := proto.Clone(req).(*csi.NodePublishVolumeRequest)
+	other.VolumeId += "-other"
+	if _, err := second.csi.NodePublishVolume(ctx(t), other); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("another volume on the re-offered target: %v, want AlreadyExists", err)
+	}
 	entries, err := os.ReadDir(handoffDir)
 	if err != nil {
 		t.Fatal(err)
