@@ -240,17 +240,16 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			if _, err := os.Stat(podfiles.At(dir).ExitFile()); err == nil {
 				t.Fatal("exit file written into a read-only emptyDir?")
 			}
-			// The kubelet tears the volume down. The path goes away at once, still
-			// read-only: making it writable before removing it would let a retry write the
-			// exit file in between.
-			parent := filepath.Dir(dir)
-			if err := os.Rename(parent, parent+".gone"); err != nil {
-				t.Fatal(err)
-			}
-			moved := filepath.Join(parent+".gone", filepath.Base(dir))
-			_ = unix.Unmount(moved, unix.MNT_DETACH)
-			_ = os.Chmod(moved, 0o777)
-			_ = os.RemoveAll(parent + ".gone")
+			tearDown(t, dir)
+		}},
+		{name: "emptyDir appears read-only while retrying, then removed", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			return pod, nil // the first attempts find no emptyDir yet
+		}, whileRetrying: func(t *testing.T, root string, pod *corev1.Pod) {
+			time.Sleep(quietWait)
+			makeEmptyDir(t, root, pod)
+			readOnly(t, emptyDirPath(root, pod))
+			time.Sleep(quietWait) // retries find it and cannot write: from then on its end is the pod's
+			tearDown(t, emptyDirPath(root, pod))
 		}},
 		{name: "API: pod deleted", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return pod, fake.NewClientset()
@@ -288,6 +287,21 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tearDown removes a read-only emptyDir as the kubelet tears a pod's volume down: the path
+// goes away at once, still read-only (making it writable before removing it would let a
+// retry write the exit file in between).
+func tearDown(t *testing.T, dir string) {
+	t.Helper()
+	parent := filepath.Dir(dir)
+	if err := os.Rename(parent, parent+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(parent+".gone", filepath.Base(dir))
+	_ = unix.Unmount(moved, unix.MNT_DETACH)
+	_ = os.Chmod(moved, 0o777)
+	_ = os.RemoveAll(parent + ".gone")
 }
 
 func TestExitRequestedOnceWhenCalledTwice(t *testing.T) {
