@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -102,6 +103,8 @@ func publishThroughNode(t *testing.T, bin, bucket string) (*testenv.Env, *testen
 	if _, err := node.csi.NodePublishVolume(ctx(t), req); err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before its unpublish leaves no mount behind.
+	t.Cleanup(func() { _ = unix.Unmount(req.TargetPath, unix.MNT_DETACH) })
 	return e, pod, req, node
 }
 
