@@ -248,7 +248,7 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			time.Sleep(quietWait)
 			makeEmptyDir(t, root, pod)
 			readOnly(t, emptyDirPath(root, pod))
-			time.Sleep(quietWait) // retries find it and cannot write: from then on its end is the pod's
+			time.Sleep(5 * quietWait) // retries (every 20 ms at most) find it and cannot write: from then on its end is the pod's
 			tearDown(t, emptyDirPath(root, pod))
 		}},
 		{name: "API: pod deleted", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
