@@ -556,6 +556,26 @@ func (tr *tracker) when(pod, what string) time.Time {
 	return tr.seen[pod][what]
 }
 
+// final is the pod as the watch last saw it before its deletion, waiting at most
+// trackerLag for the watch to catch up with a deletion the caller already saw (nil if the
+// watch never saw the pod deleted).
+func (tr *tracker) final(pod string) *corev1.Pod {
+	for deadline := time.Now().Add(trackerLag); ; time.Sleep(50 * time.Millisecond) {
+		tr.mu.Lock()
+		p, gone := tr.pods[pod], !tr.seen[pod]["deleted"].IsZero()
+		tr.mu.Unlock()
+		if gone {
+			return p
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+	}
+}
+
+// trackerLag bounds how far a tracker's watch may trail a poll of the same pod.
+const trackerLag = 10 * time.Second
+
 // podNames lists the pods seen.
 func (tr *tracker) podNames() []string {
 	tr.mu.Lock()

@@ -141,16 +141,37 @@ func TestUsersNativeSidecarFlushesOnStop(t *testing.T) {
 // grace (a drain); the kubelet then sends the app SIGTERM and gives it 2 s more, in which
 // it writes its last file. The sidecar's own preStop hook keeps gcsfuse serving until the
 // app has exited: without it, the sidecar ended at the grace and the file was lost.
+//
+// The kubelet's 2 s are the app's, not the driver's: on a loaded node the app itself can be
+// killed before its write ends (exit 137, seen in CI with the storage suites beside). Such an
+// attempt proves nothing either way and is run again, at most legacyPreStopAttempts times;
+// an app that finished (exit 0) with its file missing, or that failed its write (the volume
+// gone under it), fails the test at once.
 func TestLegacyPreStopApp(t *testing.T) {
 	parallel(t)
+	for i := 1; i <= legacyPreStopAttempts; i++ {
+		if legacyPreStopAttempt(t, i) {
+			return
+		}
+	}
+	t.Fatalf("in %d attempts the kubelet killed the app before its 0.3 s write ended: the node is too slow to judge the sidecar", legacyPreStopAttempts)
+}
+
+// legacyPreStopAttempts bounds TestLegacyPreStopApp's attempts the app's own kill made void.
+const legacyPreStopAttempts = 3
+
+// legacyPreStopAttempt runs one pod; false when the kubelet killed the app itself.
+func legacyPreStopAttempt(t *testing.T, attempt int) bool {
+	t.Helper()
 	bucket := newBucket(t)
-	name := podName(t, "")
+	name := podName(t, strconv.Itoa(attempt))
 	const grace = 6
+	const size = mib / 4 // 4 chunks 100 ms apart: ~0.3 s, inside the kubelet's 2 s.
+	tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	createPod(t, name, podOpts{
 		mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, grace: ptr(int64(grace)),
 		volumes: []volume{{"bucket", bucket, mountPath}},
-		// 512 KiB in 8 chunks 100 ms apart: ~0.8 s, inside the kubelet's 2 s.
-		args: []string{"flush", "-dir", mountPath, "-name", "drained.bin", "-bytes", strconv.Itoa(mib / 2), "-chunk-delay", "100ms"},
+		args:    []string{"flush", "-dir", mountPath, "-name", "drained.bin", "-bytes", strconv.Itoa(size), "-chunk-delay", "100ms"},
 		appLifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
 			Exec: &corev1.ExecAction{Command: []string{"/workload", "sleep", "-for", "60s"}}}},
 	})
@@ -159,7 +180,23 @@ func TestLegacyPreStopApp(t *testing.T) {
 		return st != nil && st.State.Running != nil
 	})
 	deleted, gone := deletePod(t, name, nil, 60*time.Second)
-	expectObject(t, bucket, "drained.bin", mib/2)
+	last := tr.final(name)
+	if last == nil {
+		t.Fatalf("attempt %d: the pod's deletion never reached the watch", attempt)
+	}
+	app := containerStatus(last, appContainer)
+	if app == nil || app.State.Terminated == nil {
+		t.Fatalf("attempt %d: no final status of the app seen\n%s", attempt, describe(last))
+	}
+	switch code := app.State.Terminated.ExitCode; code {
+	case 0:
+	case 137:
+		t.Logf("attempt %d: the kubelet killed the app (exit 137) before its write ended; nothing to judge", attempt)
+		return false
+	default:
+		t.Fatalf("attempt %d: the app's write failed (exit %d): the volume went away under it\n%s", attempt, code, describe(last))
+	}
+	expectObject(t, bucket, "drained.bin", size)
 	record(t, "legacy preStop app: delete -> pod gone", deleted, gone)
 	// The outcome, not a timing: the app's 60 s preStop hook did not hold the pod (the grace,
 	// 6 s, cut it). Half the hook's length leaves room for a loaded node (16.9 s once, with
@@ -167,4 +204,5 @@ func TestLegacyPreStopApp(t *testing.T) {
 	if took := gone.Sub(deleted); took > 30*time.Second {
 		t.Fatalf("pod took %s to go away: its 60 s preStop hook held it past the grace (%d s)", took, grace)
 	}
+	return true
 }
