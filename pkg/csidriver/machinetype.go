@@ -2,8 +2,6 @@ package csidriver
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 )
@@ -23,23 +21,6 @@ import (
 // the label): gcsfuse then skips the lookup and applies no machine-specific tuning, which
 // is what a failed lookup gives too.
 const MachineTypeUnknown = "unknown"
-
-// machineTypeFlag is gcsfuse's flag; a volume's mountOptions may set it too.
-const machineTypeFlag = "--machine-type="
-
-// withMachineType returns flags with --machine-type=mt added, unless mt is empty (gcsfuse
-// looks it up itself) or the volume chose its own. flags is not modified.
-func withMachineType(flags []string, mt string) []string {
-	if mt == "" || slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, machineTypeFlag) }) {
-		return flags
-	}
-	return append(slices.Clip(flags), machineTypeFlag+mt)
-}
-
-// withoutMachineType returns flags without --machine-type (a new slice).
-func withoutMachineType(flags []string) []string {
-	return slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, machineTypeFlag) })
-}
 
 // SetMachineType sets the machine type given to gcsfuse from the next publish on: the node
 // plugin learns it from its Node object, which may take a while when the API server is

@@ -48,8 +48,9 @@ func NewMetrics(reg prometheus.Registerer, published func() int) (*Metrics, erro
 	return m, nil
 }
 
-// status records a sidecar report about a volume published at publishedAt.
-func (m *Metrics) status(st *handoff.Status, publishedAt time.Time) {
+// Status records a gcsfuse report about a volume published at publishedAt
+// (nodevolume.StatusRecorder).
+func (m *Metrics) Status(st *handoff.Status, publishedAt time.Time) {
 	if m == nil {
 		return
 	}
@@ -73,4 +74,4 @@ func (m *Metrics) call(method string, start time.Time, err error) {
 }
 
 // PublishedVolumes is the number of targets this process published and did not unpublish.
-func (s *NodeServer) PublishedVolumes() int { return s.targets.count() }
+func (s *NodeServer) PublishedVolumes() int { return s.store.Published() }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 )
 
 // Node calls are timed by method and code, sidecar reports become ready samples and failure
@@ -26,7 +27,7 @@ func TestMetricsRecordCallsAndStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, Metrics: m}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	s.targets.put("/t1", publication{})
+	s.store.Remember("/t1", nodevolume.Publication{})
 
 	if _, err := s.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{}); err == nil {
 		t.Fatal("an empty request was accepted")
@@ -42,10 +43,10 @@ func TestMetricsRecordCallsAndStatuses(t *testing.T) {
 	}
 
 	published := time.Now().Add(-300 * time.Millisecond)
-	m.status(&handoff.Status{State: handoff.StateStarted}, published)
-	m.status(&handoff.Status{State: handoff.StateExited}, published)
-	m.status(&handoff.Status{State: handoff.StateFailed}, published)
-	m.status(&handoff.Status{State: handoff.StateRefused}, published)
+	m.Status(&handoff.Status{State: handoff.StateStarted}, published)
+	m.Status(&handoff.Status{State: handoff.StateExited}, published)
+	m.Status(&handoff.Status{State: handoff.StateFailed}, published)
+	m.Status(&handoff.Status{State: handoff.StateRefused}, published)
 	if c := histCount(t, m.ready); c != 1 {
 		t.Errorf("ready samples %d, want 1", c)
 	}

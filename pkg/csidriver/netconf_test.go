@@ -16,7 +16,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
 )
@@ -80,7 +79,7 @@ func TestValidatePublishCarriesProxyAndCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := plain.volume; v.Version != handoff.Version || !v.Proxy().IsZero() || v.CABundle {
+	if v := plain.Volume; v.Version != handoff.Version || !v.Proxy().IsZero() || v.CABundle {
 		t.Fatalf("without proxy or CA: %+v", v)
 	}
 
@@ -91,7 +90,7 @@ func TestValidatePublishCarriesProxyAndCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := r.volume
+	v := r.Volume
 	if v.Version != handoff.VersionNetwork || v.Proxy() != cfg.Proxy || !v.CABundle {
 		t.Fatalf("with proxy and CA: %+v", v)
 	}
@@ -100,29 +99,7 @@ func TestValidatePublishCarriesProxyAndCA(t *testing.T) {
 	}
 	onlyCA := base
 	onlyCA.CABundle = cfg.CABundle
-	if r, err := mustNodeServer(onlyCA, nil, log).validatePublish(req); err != nil || r.volume.Version != handoff.VersionNetwork || !r.volume.CABundle {
+	if r, err := mustNodeServer(onlyCA, nil, log).validatePublish(req); err != nil || r.Volume.Version != handoff.VersionNetwork || !r.Volume.CABundle {
 		t.Fatalf("CA alone: %+v, %v", r, err)
-	}
-}
-
-// A sidecar of the previous release refuses a version-2 volume naming a field it does not
-// know; the Event says what that means and what to do.
-func TestRefusalOfANetworkVolumeSaysWhy(t *testing.T) {
-	rec := &recordedEvents{}
-	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root}, rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	pod := PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
-	old := "hand-off refused: decode hand-off payload: json: unknown field \"httpsProxy\""
-	s.onStatus(pod, handoff.Volume{Version: handoff.VersionNetwork, VolumeName: "data", Bucket: "bkt", HTTPSProxy: "http://p:1"},
-		&handoff.Status{State: handoff.StateRefused, Message: old}, s.log)
-	s.onStatus(pod, handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt"},
-		&handoff.Status{State: handoff.StateRefused, Message: "flag --foo is not allowed"}, s.log)
-	if len(rec.events) != 2 || rec.events[0].reason != contract.EventHandoffRefused {
-		t.Fatalf("events = %+v", rec.events)
-	}
-	if m := rec.events[0].msg; !strings.Contains(m, old) || !strings.Contains(m, "proxy or CA bundle") || !strings.Contains(m, "recreate the pod") {
-		t.Errorf("refusal of a version-2 volume: %q", m)
-	}
-	if m := rec.events[1].msg; strings.Contains(m, "recreate the pod") {
-		t.Errorf("a refusal of a version-1 volume got the hint: %q", m)
 	}
 }

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -24,9 +23,11 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/netconf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/ownership"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmounter"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sidecarmounter"
 )
 
 // Config is the node plugin's driver-level configuration.
@@ -86,7 +87,7 @@ type Config struct {
 	// sharedmount.DefaultLinger; negative is refused).
 	SharedLinger time.Duration
 	// SharedOfferWait bounds the wait for the mounter to take a new shared mount (0:
-	// DefaultSharedOfferWait; negative is refused): a publish whose mount it has not taken
+	// sharedmounter.DefaultOfferWait; negative is refused): a publish whose mount it has not taken
 	// by then fails, naming the mounter.
 	SharedOfferWait time.Duration
 	// SharedADC are the namespaces whose shared volumes may read with the mounter's
@@ -95,64 +96,35 @@ type Config struct {
 	SharedADC credentials.SharedADC
 }
 
-// PodRef names the pod a volume belongs to, for Events.
-type PodRef struct{ Namespace, Name, UID string }
+// PodRef names the pod a volume belongs to, for Events (nodevolume.PodRef).
+type PodRef = nodevolume.PodRef
 
-// EventSink records Events on pods. Implementations must not block.
-type EventSink interface {
-	PodEvent(pod PodRef, warning bool, reason, message string)
-}
+// EventSink records Events on pods. Implementations must not block (nodevolume.EventSink).
+type EventSink = nodevolume.EventSink
 
-// NodeServer is the CSI Node service: it mounts a target with a FUSE descriptor and offers
-// the descriptor to the pod's sidecar.
+// NodeServer is the CSI Node service: it validates each call, serialises the calls on a
+// target, answers the kubelet's repeated calls from the store, and hands the rest to the
+// mounter of the volume's mode (mounter.go): pkg/sidecarmounter, or pkg/sharedmounter when
+// the node has the shared mode.
 type NodeServer struct {
 	csi.UnimplementedNodeServer
-	cfg    Config
-	events EventSink
-	log    *slog.Logger
+	cfg Config
+	log *slog.Logger
 
-	// sidecarMounter and sharedMounter (nil without Config.SharedDir) serve the two modes
-	// (mounter.go); offers is the sidecar mode's own, which recovery.go uses too; lookup
-	// says what is mounted at a target.
-	sidecarMounter, sharedMounter mounter
-	offers                        *sidecarMounter
+	// sidecarMounter and sharedMounter (nil without Config.SharedDir) serve the two modes;
+	// sidecar and shared are the same two, for what only they do (recovery, clean-up,
+	// metrics). lookup says what is mounted at a target.
+	sidecarMounter, sharedMounter nodevolume.Mounter
+	sidecar                       *sidecarmounter.Mounter
+	shared                        *sharedmounter.Mounter
 	lookup                        mountLookup
 
-	// targets are the calls in flight and the publications (targets.go).
-	targets targetState
+	// store is what the process knows of its targets: calls in flight, publications,
+	// offers, shared plans (nodevolume.Store).
+	store nodevolume.Store
 
-	mu sync.Mutex
 	// machineType is Config.MachineType, or what SetMachineType set since.
 	machineType atomic.Pointer[string]
-	// shared is the node's shared mounts (nil without Config.SharedDir); sharedOffers
-	// holds each key's offer to the mounter, under mu.
-	shared       *sharedmount.Table
-	sharedOffers map[string]*handoff.Offer
-	// sharedGate is held shared by every shared publish for its duration, and exclusively
-	// by CleanUpShared, which then closes it (sharedClosed): no publish mounts under the
-	// shared directory while it is removed, one the gRPC server's stop left running
-	// included.
-	sharedGate   sync.RWMutex
-	sharedClosed bool // under sharedGate
-	// sharedPlans is each shared target's latest credentials (its pod's token: in memory
-	// only, never logged), by target, under mu: when a pod whose token the mount's files
-	// carry ends, another pod's is written (handOverToken).
-	sharedPlans map[string]sharedPlan
-	// sharedEnded is the mounter's report of each shared mount whose gcsfuse ended, by
-	// mount, under mu, until the mount is stopped: a pod bound as it ended is told too.
-	sharedEnded map[string]*handoff.Status
-	// sharedStarting is when the mounter took each shared mount whose gcsfuse has not
-	// reported yet, by mount, under mu (sharedOps.Alive).
-	sharedStarting map[string]time.Time
-	// recovered watches the shared mounts found at start-up, which have no status stream
-	// (sharedwatch.go); nil when there are none. Under mu.
-	recovered *recoveredWatch
-}
-
-// sharedPlan is a shared target's mount and latest credentials.
-type sharedPlan struct {
-	mount string
-	plan  *credentials.Plan
 }
 
 // DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
@@ -212,9 +184,6 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if cfg.UnmountBusyWait == 0 {
 		cfg.UnmountBusyWait = DefaultUnmountBusyWait
 	}
-	if cfg.SharedOfferWait == 0 {
-		cfg.SharedOfferWait = DefaultSharedOfferWait
-	}
 	cfg.Credentials = cfg.Credentials.WithDefaults()
 	if cfg.MounterTmpPath == "" {
 		cfg.MounterTmpPath = contract.TmpMountPath
@@ -225,33 +194,44 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if log == nil {
 		log = slog.Default()
 	}
-	ns := &NodeServer{cfg: cfg, events: events, log: log, targets: newMemTargets(),
-		sharedOffers: map[string]*handoff.Offer{}, sharedPlans: map[string]sharedPlan{}, sharedEnded: map[string]*handoff.Status{},
-		sharedStarting: map[string]time.Time{}}
+	ns := &NodeServer{cfg: cfg, log: log, store: nodevolume.NewStore(), lookup: fusemount.Lookup}
 	ns.machineType.Store(&cfg.MachineType)
-	ns.offers, ns.lookup = newSidecarMounter(ns), fusemount.Lookup
-	ns.sidecarMounter = ns.offers
+	var mounterDir string
 	if cfg.SharedDir != "" {
-		if err := ns.prepareSharedDir(); err != nil {
-			return nil, fmt.Errorf("node service: %w", err)
-		}
-		linger := cfg.SharedLinger
-		if linger == 0 {
-			linger = sharedmount.DefaultLinger
-		}
-		t, err := sharedmount.New(sharedOps{ns}, linger, log)
+		mounterDir = sharedmounter.MounterDir(cfg.SharedDir)
+	}
+	files, err := nodevolume.NewFiles(nodevolume.Files{KubeletRoot: cfg.KubeletRoot, MounterDir: mounterDir,
+		UID: cfg.SidecarUID, GID: cfg.SidecarGID, CABundle: cfg.CABundle, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("node service: %w", err)
+	}
+	ns.sidecar, err = sidecarmounter.New(sidecarmounter.Config{
+		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait, StateDir: cfg.StateDir,
+		OnTerminating: cfg.OnTerminating, Store: ns.store, Files: files, Metrics: cfg.Metrics, Events: events, Log: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node service: %w", err)
+	}
+	ns.sidecarMounter = ns.sidecar
+	if cfg.SharedDir != "" {
+		ns.shared, err = sharedmounter.New(sharedmounter.Config{
+			Dir: cfg.SharedDir, MounterTmpPath: cfg.MounterTmpPath, KubeletRoot: cfg.KubeletRoot,
+			UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait,
+			Linger: cfg.SharedLinger, OfferWait: cfg.SharedOfferWait, ADC: cfg.SharedADC,
+			Credentials: cfg.Credentials.ForShared(), Pods: cfg.Pods,
+			Store: ns.store, Files: files, Metrics: cfg.Metrics, Events: events, Log: log,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("node service: %w", err)
 		}
-		ns.shared = t
-		ns.sharedMounter = sharedMounter{ns}
+		ns.sharedMounter = ns.shared
 	}
 	return ns, nil
 }
 
 // lock serialises operations on one target; a concurrent call gets Aborted and the kubelet
 // retries it, which is what CSI asks for.
-func (s *NodeServer) lock(target string) (func(), error) { return s.targets.begin(target) }
+func (s *NodeServer) lock(target string) (func(), error) { return s.store.Begin(target) }
 
 func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{NodeId: s.cfg.NodeID}, nil
@@ -284,20 +264,7 @@ func readOnlyAccess(m csi.VolumeCapability_AccessMode_Mode) (ro bool, ok bool) {
 	return false, false
 }
 
-// request is a validated NodePublishVolumeRequest.
-type request struct {
-	target podfiles.Target
-	pod    PodRef
-	volume handoff.Volume
-	opts   *mountopts.Volume
-	// creds is the volume's identity and the files that carry it (secret: never logged).
-	creds *credentials.Plan
-	// shared is the sharing key's name of a shared volume (useSharedKey), "" otherwise:
-	// its files go to the mounter's directory under that name.
-	shared string
-}
-
-func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*request, error) {
+func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*nodevolume.Request, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
@@ -338,7 +305,11 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", target.VolumeName, err)
 	}
-	plan, err := credentials.Build(s.credentialsConfig(opts.Shared), credentials.Request{
+	creds := s.cfg.Credentials
+	if opts.Shared {
+		creds = creds.ForShared() // the shared provider where no node-wide one is set
+	}
+	plan, err := credentials.Build(creds, credentials.Request{
 		Volume: target.VolumeName, Bucket: opts.Bucket, Attributes: attrs, Secrets: req.GetSecrets(),
 		SidecarTokenFile: podfiles.At(s.cfg.SidecarTmpPath(target.PodUID)).CredentialsTokenFile(target.VolumeName),
 	})
@@ -350,17 +321,17 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 		}
 		return nil, status.Error(code, err.Error())
 	}
-	r := &request{
-		target: target,
-		pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
-		opts:   opts,
-		creds:  plan,
-		volume: handoff.Volume{
+	r := &nodevolume.Request{
+		Target: target,
+		Pod:    PodRef{Namespace: attrs[contract.CtxPodNamespace], Name: attrs[contract.CtxPodName], UID: target.PodUID},
+		Opts:   opts,
+		Creds:  plan,
+		Volume: handoff.Volume{
 			Version:    handoff.Version,
 			VolumeName: target.VolumeName,
 			Bucket:     opts.Bucket,
 			ReadOnly:   req.GetReadonly() || roAccess || opts.ReadOnly,
-			Flags:      withMachineType(opts.Flags, *s.machineType.Load()),
+			Flags:      nodevolume.WithMachineType(opts.Flags, *s.machineType.Load()),
 			Endpoint:   s.cfg.GCSEndpoint,
 			KeyFile:    plan.KeyFile(),
 			Identity:   plan.Identity,
@@ -372,7 +343,7 @@ func (s *NodeServer) validatePublish(req *csi.NodePublishVolumeRequest) (*reques
 	}
 	// Version 1 unless the volume carries a proxy or a CA: a sidecar of the previous
 	// release takes every volume it can (docs/upgrade.md).
-	r.volume.Version = r.volume.NeededVersion()
+	r.Volume.Version = r.Volume.NeededVersion()
 	return r, nil
 }
 
@@ -392,8 +363,8 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("pod", r.pod.Namespace+"/"+r.pod.Name, "podUID", r.pod.UID, "volume", r.target.VolumeName, "bucket", r.volume.Bucket,
-		"credentials", r.creds)
+	log := s.log.With("pod", r.Pod.Namespace+"/"+r.Pod.Name, "podUID", r.Pod.UID, "volume", r.Target.VolumeName, "bucket", r.Volume.Bucket,
+		"credentials", r.Creds)
 
 	existing, err := s.lookup(target)
 	if err != nil {
@@ -406,30 +377,30 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, err
 	}
-	if err := m.admit(r); err != nil {
+	if err := m.Admit(r); err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
 	}
-	pod, err := s.checkSidecar(ctx, r.pod, m.needsSidecar())
+	pod, err := s.checkSidecar(ctx, r.Pod, m.NeedsSidecar())
 	if err != nil {
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
 	}
-	owner, err := ownership.Decide(r.volume.Flags, ownership.Request{
+	owner, err := ownership.Decide(r.Volume.Flags, ownership.Request{
 		MountGroup: req.GetVolumeCapability().GetMount().GetVolumeMountGroup(), Pod: pod,
-		Volume: r.target.VolumeName, Skip: contract.SidecarContainerName,
+		Volume: r.Target.VolumeName, Skip: contract.SidecarContainerName,
 	})
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", r.target.VolumeName, err)
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", r.Target.VolumeName, err)
 	}
 	if len(owner.Flags) > 0 {
-		r.volume.Flags = append(slices.Clip(r.volume.Flags), owner.Flags...)
+		r.Volume.Flags = append(slices.Clip(r.Volume.Flags), owner.Flags...)
 		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
 	}
-	if err := m.publish(ctx, req, r, log); err != nil {
+	if err := m.Publish(ctx, req, r, log); err != nil {
 		return nil, err
 	}
-	s.remember(target, req.GetVolumeId(), r.volume)
+	s.remember(target, req.GetVolumeId(), r.Volume)
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -443,7 +414,7 @@ func sameVolume(a, b handoff.Volume) bool {
 	a.VolumeName, b.VolumeName = "", ""
 	// The driver's --machine-type may have been learnt between the publish and now, and
 	// the ownership flags depend on a pod the first publish may not have known yet.
-	a.Flags, b.Flags = withoutOwnership(withoutMachineType(a.Flags)), withoutOwnership(withoutMachineType(b.Flags))
+	a.Flags, b.Flags = withoutOwnership(nodevolume.WithoutMachineType(a.Flags)), withoutOwnership(nodevolume.WithoutMachineType(b.Flags))
 	return reflect.DeepEqual(a, b)
 }
 
@@ -452,28 +423,28 @@ func sameVolume(a, b handoff.Volume) bool {
 // kubelet calls it periodically with a fresh service account token: the credential files
 // are rewritten (when they changed) and the running mount is left alone; gcsfuse reads
 // the token file again at each token exchange.
-func (s *NodeServer) republish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
+func (s *NodeServer) republish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, m *fusemount.Info, log *slog.Logger) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
-	pub, known := s.targets.get(target)
+	pub, known := s.store.Publication(target)
 	// The mode is part of the volume: a target the other mode published is another volume
 	// (a shared volume on a node without the shared mode wants no mounter: another too).
 	owner := s.mounterOf(target)
 	want, _ := s.mounterFor(r)
-	sameMode := want != nil && want.mode() == owner.mode()
+	sameMode := want != nil && want.Mode() == owner.Mode()
 	if known {
-		if pub.volumeID != req.GetVolumeId() || !sameVolume(pub.volume, r.volume) || !sameMode {
+		if pub.VolumeID != req.GetVolumeId() || !sameVolume(pub.Volume, r.Volume) || !sameMode {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s is already published with a different volume or options", target)
 		}
-	} else if m.FSType != fusemount.FSType || m.Source != r.volume.Bucket || m.ReadOnly != r.volume.ReadOnly || !sameMode {
+	} else if m.FSType != fusemount.FSType || m.Source != r.Volume.Bucket || m.ReadOnly != r.Volume.ReadOnly || !sameMode {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
 	}
-	w, err := owner.refresh(ctx, req, r)
+	w, err := owner.Refresh(ctx, req, r)
 	if err != nil {
 		return nil, err
 	}
 	if w.Token || w.Config {
-		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.creds.TokenExpiry)
+		log.Info("republished: credentials refreshed", "token", w.Token, "config", w.Config, "tokenExpiry", r.Creds.TokenExpiry)
 	} else {
 		log.Debug("republished: same volume, credentials unchanged")
 	}
@@ -502,42 +473,52 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 
 	start := time.Now()
 	log := s.log.With("target", target)
-	if err := s.mounterOf(target).unpublish(ctx, target, log); err != nil {
+	if err := s.mounterOf(target).Unpublish(ctx, target, log); err != nil {
 		return nil, err
 	}
-	s.targets.drop(target)
+	s.store.Forget(target)
 	log.Info("volume unpublished", "ms", time.Since(start).Milliseconds())
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
 // remember records a published target, to answer its repeated calls.
 func (s *NodeServer) remember(target, volumeID string, vol handoff.Volume) {
-	s.targets.put(target, publication{volumeID: volumeID, volume: vol})
-}
-
-// unmountTarget unmounts target (lazily if still busy after Config.UnmountBusyWait) and
-// removes the directory; neither there is a success.
-func (s *NodeServer) unmountTarget(ctx context.Context, target string) error {
-	if err := fusemount.Unmount(ctx, target, s.cfg.UnmountBusyWait); err != nil {
-		return status.Errorf(codes.Internal, "%v", err)
-	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return status.Errorf(codes.Internal, "remove target %s: %v", target, err)
-	}
-	return nil
+	s.store.Remember(target, nodevolume.Publication{VolumeID: volumeID, Volume: vol})
 }
 
 // Close stops the shared mounts' timers; the mounts keep serving (a restarted node plugin
 // finds them, RecoverShared).
 func (s *NodeServer) Close() {
-	s.mu.Lock()
-	w := s.recovered
-	s.recovered = nil
-	s.mu.Unlock()
-	if w != nil {
-		w.close()
-	}
 	if s.shared != nil {
 		s.shared.Close()
 	}
+}
+
+// RecoverOffers offers again, at start-up, the volumes whose offer a previous node plugin
+// recorded and its sidecar never took (sidecarmounter.Mounter.Recover). Returns how many.
+func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) { return s.sidecar.Recover(ctx) }
+
+// RecoverShared finds the shared mounts a previous node plugin made and the targets that
+// bind them (sharedmounter.Mounter.Recover); nothing without the shared mode. Called before
+// the gRPC server serves.
+func (s *NodeServer) RecoverShared() (int, error) {
+	if s.shared == nil {
+		return 0, nil
+	}
+	return s.shared.Recover()
+}
+
+// CleanUpShared removes the shared directory when nothing on the node uses it any more
+// (sharedmounter.Mounter.CleanUp) and reports whether it did; false without the shared
+// mode. Called by a stopping node plugin once its gRPC server has stopped.
+func (s *NodeServer) CleanUpShared() bool { return s.shared != nil && s.shared.CleanUp() }
+
+// SharedMetrics is the shared mounts' view for metrics (sharedmounter.Mounter.Metrics); ok
+// false without the shared mode.
+func (s *NodeServer) SharedMetrics() (dir string, keys func() []string, users prometheus.Collector, ok bool) {
+	if s.shared == nil {
+		return "", nil, nil, false
+	}
+	dir, keys, users = s.shared.Metrics()
+	return dir, keys, users, true
 }

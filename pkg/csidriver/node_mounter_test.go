@@ -20,6 +20,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -52,11 +53,11 @@ func (f *fakeMounter) called() []string {
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeMounter) mode() string           { return f.name }
-func (f *fakeMounter) admit(r *request) error { f.record("admit", ""); return f.admitErr }
-func (f *fakeMounter) needsSidecar() bool     { return f.name == "sidecar" }
+func (f *fakeMounter) Mode() string                    { return f.name }
+func (f *fakeMounter) Admit(*nodevolume.Request) error { f.record("admit", ""); return f.admitErr }
+func (f *fakeMounter) NeedsSidecar() bool              { return f.name == "sidecar" }
 
-func (f *fakeMounter) publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *request, log *slog.Logger) error {
+func (f *fakeMounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) error {
 	f.record("publish", req.GetTargetPath())
 	if f.entered != nil {
 		close(f.entered)
@@ -72,18 +73,18 @@ func (f *fakeMounter) publish(ctx context.Context, req *csi.NodePublishVolumeReq
 	return f.publishErr
 }
 
-func (f *fakeMounter) refresh(_ context.Context, req *csi.NodePublishVolumeRequest, r *request) (credentials.Written, error) {
+func (f *fakeMounter) Refresh(_ context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request) (credentials.Written, error) {
 	f.record("refresh", req.GetTargetPath())
 	return f.fresh, f.refreshErr
 }
 
-func (f *fakeMounter) owns(target string) bool {
+func (f *fakeMounter) Owns(target string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.owned[target]
 }
 
-func (f *fakeMounter) unpublish(_ context.Context, target string, _ *slog.Logger) error {
+func (f *fakeMounter) Unpublish(_ context.Context, target string, _ *slog.Logger) error {
 	f.record("unpublish", target)
 	if f.unpublishErr == nil {
 		f.mu.Lock()
@@ -350,26 +351,11 @@ func TestSidecarUnpublishRemovesTheCredentials(t *testing.T) {
 	}
 	d.Close()
 	tgt := podfiles.CSITargetPath(kroot, "uid-1", "data") // never mounted
-	if err := s.offers.unpublish(context.Background(), tgt, s.log); err != nil {
+	if err := s.sidecar.Unpublish(context.Background(), tgt, s.log); err != nil {
 		t.Fatal(err)
 	}
 	if vols, err := podfiles.CredentialVolumes(tmp); err != nil || len(vols) != 0 {
 		t.Fatalf("credentials left after unpublish: %v, %v", vols, err)
-	}
-}
-
-// The shared mounter admits a volume reading with the mounter's ADC only in the namespaces
-// Config.SharedADC names: through the mounter, as NodePublishVolume asks it.
-func TestSharedMounterAdmitChecksSharedADC(t *testing.T) {
-	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, SharedADC: credentials.SharedADC{"batch"}},
-		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	req := publishReq("v1", "bkt", true) // namespace "ns", ADC
-	r, err := s.validatePublish(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (sharedMounter{s}).admit(r); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("shared ADC in %q outside the allowed namespaces: admit = %v, want PermissionDenied", r.pod.Namespace, err)
 	}
 }
 

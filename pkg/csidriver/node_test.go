@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
 
@@ -57,24 +59,24 @@ func TestValidatePublish(t *testing.T) {
 		name    string
 		req     *csi.NodePublishVolumeRequest
 		wantErr string
-		check   func(t *testing.T, r *request)
+		check   func(t *testing.T, r *nodevolume.Request)
 	}{
 		{name: "inline ok", req: &csi.NodePublishVolumeRequest{VolumeId: "csi-abc", TargetPath: target, VolumeCapability: mountCap(rw), VolumeContext: inline},
-			check: func(t *testing.T, r *request) {
-				if r.volume.Bucket != "bkt" || r.volume.VolumeName != "data" || r.volume.Endpoint != "http://emu/storage/v1/" || r.volume.ReadOnly {
-					t.Fatalf("volume = %+v", r.volume)
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if r.Volume.Bucket != "bkt" || r.Volume.VolumeName != "data" || r.Volume.Endpoint != "http://emu/storage/v1/" || r.Volume.ReadOnly {
+					t.Fatalf("volume = %+v", r.Volume)
 				}
 			}},
 		{name: "pv handle is bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket", TargetPath: target, VolumeCapability: mountCap(rw, "implicit-dirs")},
-			check: func(t *testing.T, r *request) {
-				if r.volume.Bucket != "pv-bucket" || len(r.volume.Flags) != 1 {
-					t.Fatalf("volume = %+v", r.volume)
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if r.Volume.Bucket != "pv-bucket" || len(r.Volume.Flags) != 1 {
+					t.Fatalf("volume = %+v", r.Volume)
 				}
 			}},
 		{name: "pv handle bucket:suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:second", TargetPath: target, VolumeCapability: mountCap(rw)},
-			check: func(t *testing.T, r *request) {
-				if r.volume.Bucket != "pv-bucket" {
-					t.Fatalf("bucket = %q, want pv-bucket (the handle before its first ':')", r.volume.Bucket)
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if r.Volume.Bucket != "pv-bucket" {
+					t.Fatalf("bucket = %q, want pv-bucket (the handle before its first ':')", r.Volume.Bucket)
 				}
 			}},
 		{name: "pv handle with a bad suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:a/b", TargetPath: target, VolumeCapability: mountCap(rw)},
@@ -82,14 +84,14 @@ func TestValidatePublish(t *testing.T) {
 		{name: "pv handle all buckets", req: &csi.NodePublishVolumeRequest{VolumeId: "_", TargetPath: target, VolumeCapability: mountCap(rw)},
 			wantErr: `bucket name "_" (gcsfuse's all-buckets mode) is not supported`},
 		{name: "reader-only access is read-only", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)},
-			check: func(t *testing.T, r *request) {
-				if !r.volume.ReadOnly {
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if !r.Volume.ReadOnly {
 					t.Fatal("not read-only")
 				}
 			}},
 		{name: "ro mount option", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(rw, "ro")},
-			check: func(t *testing.T, r *request) {
-				if !r.volume.ReadOnly {
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if !r.Volume.ReadOnly {
 					t.Fatal("not read-only")
 				}
 			}},
@@ -106,9 +108,9 @@ func TestValidatePublish(t *testing.T) {
 		// A PersistentVolume's name is a DNS-1123 subdomain, and names the kubelet's volume
 		// directory (Kubernetes' storage suite names its PVs "gcsfuse.csi.storage-xxxxx").
 		{name: "pv named with dots", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "gcsfuse.csi.storage-fkkcb"), VolumeCapability: mountCap(rw)},
-			check: func(t *testing.T, r *request) {
-				if r.volume.VolumeName != "gcsfuse.csi.storage-fkkcb" || r.volume.Bucket != "bkt" {
-					t.Fatalf("volume = %+v", r.volume)
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if r.Volume.VolumeName != "gcsfuse.csi.storage-fkkcb" || r.Volume.Bucket != "bkt" {
+					t.Fatalf("volume = %+v", r.Volume)
 				}
 			}},
 		{name: "pod uid mismatch", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(rw),
@@ -196,14 +198,14 @@ func TestRepublishIdenticalRequestSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.targets.put(target, publication{volumeID: req.GetVolumeId(), volume: first.volume})
+	s.store.Remember(target, nodevolume.Publication{VolumeID: req.GetVolumeId(), Volume: first.Volume})
 	for i := 0; i < repeats; i++ {
 		again, err := s.validatePublish(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.republish(context.Background(), req, again, &fusemount.Info{}, s.log); err != nil {
-			t.Fatalf("repeat %d of an identical publish: %v (flags %q, published %q)", i, err, again.volume.Flags, first.volume.Flags)
+			t.Fatalf("repeat %d of an identical publish: %v (flags %q, published %q)", i, err, again.Volume.Flags, first.Volume.Flags)
 		}
 	}
 }
@@ -288,7 +290,7 @@ func TestValidatePublishCredentialCodes(t *testing.T) {
 	req = base()
 	req.VolumeContext[contract.CtxSATokens] = `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
 	r, err := s.validatePublish(req)
-	if err != nil || !r.volume.KeyFile || !strings.Contains(r.volume.Identity, "through //iam.googleapis.com") {
+	if err != nil || !r.Volume.KeyFile || !strings.Contains(r.Volume.Identity, "through //iam.googleapis.com") {
 		t.Errorf("federation: %+v %v", r, err)
 	}
 	// The kubelet's keys stay accepted, the credential attributes too; others are refused.
@@ -347,17 +349,21 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: 65534, SidecarGID: 65534, SharedADC: a,
+		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, SidecarUID: os.Getuid(), SidecarGID: os.Getgid(), SharedADC: a, SharedDir: t.TempDir(),
 			Credentials: credentials.Config{SharedProvider: sharedProvider},
 			Pods: func(uid string) (*corev1.Pod, bool) {
 				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, uid == "uid-2"
 			}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
 	// validatePublish, then the check a new publish makes (NodePublishVolume).
-	publish := func(s *NodeServer, req *csi.NodePublishVolumeRequest) (*request, error) {
+	publish := func(s *NodeServer, req *csi.NodePublishVolumeRequest) (*nodevolume.Request, error) {
 		r, err := s.validatePublish(req)
+		if err != nil {
+			return r, err
+		}
+		m, err := s.mounterFor(r)
 		if err == nil {
-			err = s.checkSharedADC(r)
+			err = m.Admit(r)
 		}
 		return r, err
 	}
@@ -369,7 +375,7 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 	if _, err := s.validatePublish(req("default", nil)); err != nil {
 		t.Errorf("validatePublish, which a republish runs too, refused: %v (a running pod's republish must not be)", err)
 	}
-	if r, err := publish(s, req("team-a", nil)); err != nil || r.creds.Kind != credentials.KindADC {
+	if r, err := publish(s, req("team-a", nil)); err != nil || r.Creds.Kind != credentials.KindADC {
 		t.Errorf("shared ADC in team-a, allowed: %v", err)
 	}
 	forged := req("batch", nil) // uid-2 is in team-a as the pod watcher knows it
@@ -381,20 +387,20 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 	if _, err := publish(s, req("", nil)); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("shared ADC without the pod's namespace (no podInfoOnMount): %v; want PermissionDenied", err)
 	}
-	if r, err := publish(s, req("default", map[string]string{contract.AttrWorkloadIdentityProvider: provider})); err != nil || r.creds.Kind != credentials.KindFederation {
+	if r, err := publish(s, req("default", map[string]string{contract.AttrWorkloadIdentityProvider: provider})); err != nil || r.Creds.Kind != credentials.KindFederation {
 		t.Errorf("shared with the volume's provider: %v", err)
 	}
 	sidecar := req("default", nil)
 	delete(sidecar.VolumeContext, contract.AttrMountMode)
-	if r, err := publish(s, sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+	if r, err := publish(s, sidecar); err != nil || r.Creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume with ADC: %v", err)
 	}
 	// The shared provider: every shared volume without an identity of its own is the pod's.
 	s = server("", provider)
-	if r, err := publish(s, req("default", nil)); err != nil || r.creds.Kind != credentials.KindFederation || !strings.Contains(r.creds.Identity, "through "+provider) {
+	if r, err := publish(s, req("default", nil)); err != nil || r.Creds.Kind != credentials.KindFederation || !strings.Contains(r.Creds.Identity, "through "+provider) {
 		t.Errorf("shared volume, shared provider: %+v, %v; want the pod's token exchanged through %s", r, err, provider)
 	}
-	if r, err := publish(s, sidecar); err != nil || r.creds.Kind != credentials.KindADC {
+	if r, err := publish(s, sidecar); err != nil || r.Creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume, shared provider only: %v; want ADC (the pod's own, in its sidecar)", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 )
 
 // A pod whose volume of this driver has no gcsfuse sidecar can never use it: the mount
@@ -26,8 +27,8 @@ const (
 )
 
 // PodLookup returns the pod with uid from the caller's cache (known=false while the pod
-// is not in it). The pod must not be modified.
-type PodLookup func(uid string) (pod *corev1.Pod, known bool)
+// is not in it). The pod must not be modified (nodevolume.PodLookup).
+type PodLookup = nodevolume.PodLookup
 
 // checkSidecar fails with FailedPrecondition when the pod is known to have no sidecar, and
 // returns the pod when it is known (the mount's ownership depends on its spec). A pod the

@@ -36,6 +36,7 @@ var eventFuncs = map[string]struct{ typ, reason int }{
 	"AnnotatedEventf": {2, 3}, // AnnotatedEventf(object, annotations, eventtype, reason, messageFmt, args...)
 	"PodEvent":        {1, 2}, // csidriver.EventSink: PodEvent(pod, warning, reason, message)
 	"event":           {1, 2}, // the node plugin's own: event(pod, warning, reason, message)
+	"PodEventTo":      {2, 3}, // nodevolume.PodEventTo(sink, pod, warning, reason, message)
 }
 
 // eventLibraries are the packages outside the module that record Events for the driver: the
@@ -615,13 +616,19 @@ func TestTroubleshootingCoversEveryEventReason(t *testing.T) {
 	}
 }
 
-// Every gRPC code the node service answers the kubelet with (pkg/csidriver) is named in
-// docs/troubleshooting.md, where the FailedMount messages are explained.
+// nodeServicePackages answer the kubelet's Node calls: the service and its mounters.
+var nodeServicePackages = []string{"pkg/csidriver", "pkg/nodevolume", "pkg/sidecarmounter", "pkg/sharedmounter"}
+
+// Every gRPC code the node service answers the kubelet with (nodeServicePackages) is named
+// in docs/troubleshooting.md, where the FailedMount messages are explained.
 func TestTroubleshootingNamesEveryNodeErrorCode(t *testing.T) {
-	dir := filepath.Join(root(t), "pkg", "csidriver")
 	c := newReasonCollector(root(t))
 	found := map[string]string{}
-	for _, src := range c.parseDir(t, dir, "pkg/csidriver") {
+	var srcs []*goSource
+	for _, pkg := range nodeServicePackages {
+		srcs = append(srcs, c.parseDir(t, filepath.Join(root(t), filepath.FromSlash(pkg)), pkg)...)
+	}
+	for _, src := range srcs {
 		local := ""
 		for name, p := range src.imports {
 			if p == "google.golang.org/grpc/codes" {
@@ -645,7 +652,7 @@ func TestTroubleshootingNamesEveryNodeErrorCode(t *testing.T) {
 		})
 	}
 	if len(found) < 4 {
-		t.Fatalf("found %d gRPC codes in pkg/csidriver, want at least 4: the check is looking at the wrong thing", len(found))
+		t.Fatalf("found %d gRPC codes in %v, want at least 4: the check is looking at the wrong thing", len(found), nodeServicePackages)
 	}
 	doc := readDoc(t, troubleshootingDoc)
 	for code, where := range found {

@@ -1,4 +1,4 @@
-package csidriver
+package sharedmounter
 
 import (
 	"context"
@@ -20,18 +20,13 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
 )
 
-// The shared mount mode (contract.AttrMountMode shared): the node plugin mounts one FUSE
-// connection per sharing key under Config.SharedDir, offers it to the node's mounter (the
-// sidecar binary in ModeShared, one per node) exactly as it offers a pod's volume to the
-// pod's sidecar, and bind-mounts it on every target of that key. pkg/sharedmount decides
-// when a key's mount starts and stops; this file does it.
-//
-// Layout under SharedDir (paths on the host, which the node plugin sees as they are):
+// Layout under Config.Dir (paths on the host, which the node plugin sees as they are):
 //   - mounter/: the mounter's directory (its hostPath, where the mounter sees
 //     contract.TmpMountPath): hand-off sockets, credentials, gcsfuse's temp dirs, as in a
 //     pod's gcsfuse-tmp emptyDir, each named after the key.
@@ -51,149 +46,140 @@ const (
 	sharedStartGrace = 2 * time.Minute
 )
 
-func (s *NodeServer) mounterDir() string { return filepath.Join(s.cfg.SharedDir, sharedMounterDir) }
-func (s *NodeServer) sharedMountPath(name string) string {
-	return filepath.Join(s.cfg.SharedDir, sharedMountDir, name)
+func (m *Mounter) mounterDir() string { return MounterDir(m.cfg.Dir) }
+func (m *Mounter) mountPath(name string) string {
+	return filepath.Join(m.cfg.Dir, sharedMountDir, name)
 }
 
 // prepareSharedDir makes the shared directory and gives the mounter its own, which the
 // kubelet created as root for the mounter's hostPath.
-func (s *NodeServer) prepareSharedDir() error {
-	for _, d := range []string{s.cfg.SharedDir, filepath.Join(s.cfg.SharedDir, sharedMountDir), s.mounterDir()} {
+func (m *Mounter) prepareSharedDir() error {
+	for _, d := range []string{m.cfg.Dir, filepath.Join(m.cfg.Dir, sharedMountDir), m.mounterDir()} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("shared mount directory: %w", err)
 		}
 	}
-	if err := os.Chown(s.mounterDir(), s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
-		return fmt.Errorf("give %s to the mounter (uid %d): %w", s.mounterDir(), s.cfg.SidecarUID, err)
+	if err := os.Chown(m.mounterDir(), m.cfg.UID, m.cfg.GID); err != nil {
+		return fmt.Errorf("give %s to the mounter (uid %d): %w", m.mounterDir(), m.cfg.UID, err)
 	}
-	if err := os.Chmod(s.mounterDir(), 0o750); err != nil {
+	if err := os.Chmod(m.mounterDir(), 0o750); err != nil {
 		return err
 	}
 	// The mounter's running lock, which it opens read-only (podfiles.HoldMounterRunning).
 	// Not fatal: the node plugin serves every other volume of the node without it.
-	dir, err := podpath.OpenDir(s.mounterDir())
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err == nil {
 		err = podfiles.CreateMounterRunning(dir)
 		dir.Close()
 	}
 	if err != nil {
-		s.log.Warn("cannot make the mounter's running lock; a mounter that starts waits for it", "dir", s.mounterDir(), "err", err)
+		m.cfg.Log.Warn("cannot make the mounter's running lock; a mounter that starts waits for it", "dir", m.mounterDir(), "err", err)
 	}
 	return nil
-}
-
-// credentialsConfig is the node plugin's credentials configuration for a volume: a shared
-// volume's names the shared provider where no node-wide one is set (credentials.ForShared).
-func (s *NodeServer) credentialsConfig(shared bool) credentials.Config {
-	if shared {
-		return s.cfg.Credentials.ForShared()
-	}
-	return s.cfg.Credentials
 }
 
 // sharedKey is the request's sharing key: everything gcsfuse and the mount are given, and
 // who reads. For a Secret's key the namespace is added to the key's identity, so that pods
 // of two namespaces never share a process even with one key.
-func sharedKey(r *request) sharedmount.Key {
-	id := string(r.creds.Kind) + ": " + r.creds.Identity
-	if r.creds.Kind == credentials.KindKey {
-		id = r.pod.Namespace + "/" + id
+func sharedKey(r *nodevolume.Request) sharedmount.Key {
+	id := string(r.Creds.Kind) + ": " + r.Creds.Identity
+	if r.Creds.Kind == credentials.KindKey {
+		id = r.Pod.Namespace + "/" + id
 	}
 	return sharedmount.Key{
-		Bucket: r.volume.Bucket, Flags: withoutMachineType(r.volume.Flags), ReadOnly: r.volume.ReadOnly,
-		NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime, ReadAheadKB: r.opts.ReadAheadKB,
-		Endpoint: r.volume.Endpoint, Identity: id,
+		Bucket: r.Volume.Bucket, Flags: nodevolume.WithoutMachineType(r.Volume.Flags), ReadOnly: r.Volume.ReadOnly,
+		NoExec: r.Opts.NoExec, NoAtime: r.Opts.NoAtime, ReadAheadKB: r.Opts.ReadAheadKB,
+		Endpoint: r.Volume.Endpoint, Identity: id,
 	}
 }
 
 // useSharedKey points the request at a shared mount's files in the mounter's directory:
 // the hand-off volume is named after the mount (its key and generation), and the
 // credential configuration names the token file where the mounter reads it.
-func (s *NodeServer) useSharedKey(req *request, mount string, attrs map[string]string, secrets map[string]string) error {
-	plan, err := credentials.Build(s.credentialsConfig(true), credentials.Request{
-		Volume: req.target.VolumeName, Bucket: req.opts.Bucket, Attributes: attrs, Secrets: secrets,
-		SidecarTokenFile: podfiles.At(s.cfg.MounterTmpPath).CredentialsTokenFile(mount),
+func (m *Mounter) useSharedKey(req *nodevolume.Request, mount string, attrs map[string]string, secrets map[string]string) error {
+	plan, err := credentials.Build(m.cfg.Credentials, credentials.Request{
+		Volume: req.Target.VolumeName, Bucket: req.Opts.Bucket, Attributes: attrs, Secrets: secrets,
+		SidecarTokenFile: podfiles.At(m.cfg.MounterTmpPath).CredentialsTokenFile(mount),
 	})
 	if err != nil {
-		return status.Errorf(codes.Internal, "volume %s: credentials for the shared mount: %v", req.target.VolumeName, err)
+		return status.Errorf(codes.Internal, "volume %s: credentials for the shared mount: %v", req.Target.VolumeName, err)
 	}
-	req.creds = plan
-	req.shared = mount
-	req.volume.VolumeName = mount
+	req.Creds = plan
+	req.Shared = mount
+	req.Volume.VolumeName = mount
 	return nil
 }
 
-// DefaultSharedOfferWait bounds the wait for the node's mounter to take a new shared
-// mount's descriptor (Config.SharedOfferWait): a mounter that is not running (crash-looping,
+// DefaultOfferWait bounds the wait for the node's mounter to take a new shared
+// mount's descriptor (Config.OfferWait): a mounter that is not running (crash-looping,
 // unschedulable, not yet started on a new node) must fail the publish, which the kubelet
 // retries and shows as a FailedMount Event, and never leave a pod bound to a mount nobody
 // serves, hanging at its first access. A running mounter takes an offer in milliseconds
 // (inotify); the kubelet gives a publish 2 minutes.
-const DefaultSharedOfferWait = 30 * time.Second
+const DefaultOfferWait = 30 * time.Second
 
 // publishShared binds the target to its key's mount, starting a mount when the key has
 // none that serves. Under the key's lock (pkg/sharedmount) it writes this pod's credentials
 // into the mount's files, so that a stop of an older mount of the key never removes them;
 // the caller holds the target's lock.
-func (s *NodeServer) publishShared(ctx context.Context, r *request, target string, attrs, secrets map[string]string, log *slog.Logger) error {
-	s.sharedGate.RLock()
-	defer s.sharedGate.RUnlock()
-	if s.sharedClosed {
-		return status.Errorf(codes.Unavailable, "volume %s: the node plugin is stopping; the kubelet retries the mount on the next one", r.target.VolumeName)
+func (m *Mounter) publishShared(ctx context.Context, r *nodevolume.Request, target string, attrs, secrets map[string]string, log *slog.Logger) error {
+	m.gate.RLock()
+	defer m.gate.RUnlock()
+	if m.closed {
+		return status.Errorf(codes.Unavailable, "volume %s: the node plugin is stopping; the kubelet retries the mount on the next one", r.Target.VolumeName)
 	}
 	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return status.Errorf(codes.Internal, "create target %s: %v", target, err)
 	}
-	if err := s.mounterNotStopping(r); err != nil {
+	if err := m.mounterNotStopping(r); err != nil {
 		return err
 	}
-	u := sharedmount.User{Target: target, PodNamespace: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID, Volume: r.target.VolumeName}
+	u := sharedmount.User{Target: target, PodNamespace: r.Pod.Namespace, PodName: r.Pod.Name, PodUID: r.Pod.UID, Volume: r.Target.VolumeName}
 	key := sharedKey(r).Name()
 	start := time.Now()
-	mount, started, err := s.shared.Publish(key, u, func(mount string, fresh bool) error {
+	mount, started, err := m.table.Publish(key, u, func(mount string, fresh bool) error {
 		if err := ctx.Err(); err != nil { // waited for the key's lock past the kubelet's deadline
 			return status.FromContextError(err).Err()
 		}
-		if err := s.mounterNotStopping(r); err != nil { // it began to stop while we waited
+		if err := m.mounterNotStopping(r); err != nil { // it began to stop while we waited
 			return err
 		}
-		if err := s.useSharedKey(r, mount, attrs, secrets); err != nil {
+		if err := m.useSharedKey(r, mount, attrs, secrets); err != nil {
 			return err
 		}
-		_, err := s.writeCredentials(r)
+		_, err := m.cfg.Files.WriteCredentials(r)
 		if err == nil {
-			err = s.writeCABundle(r)
+			err = m.cfg.Files.WriteCABundle(r)
 		}
 		if err == nil && fresh {
-			err = s.startShared(ctx, r, log)
+			err = m.startShared(ctx, r, log)
 		}
 		if err != nil && fresh {
-			s.removeSharedFiles(mount) // a mount that never started serves no one
+			m.removeSharedFiles(mount) // a mount that never started serves no one
 		}
 		return err
 	})
 	if err != nil {
 		if errors.Is(err, sharedmount.ErrStopping) {
-			return status.Errorf(codes.Unavailable, "volume %s: %v", r.target.VolumeName, err)
+			return status.Errorf(codes.Unavailable, "volume %s: %v", r.Target.VolumeName, err)
 		}
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
-		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.target.VolumeName, r.volume.Bucket, mount, err)
+		return status.Errorf(codes.Internal, "volume %s (bucket %s): shared mount %s: %v", r.Target.VolumeName, r.Volume.Bucket, mount, err)
 	}
-	s.mu.Lock()
-	s.sharedPlans[target] = sharedPlan{mount: mount, plan: r.creds}
-	ended := s.sharedEnded[mount]
-	s.mu.Unlock()
+	m.cfg.Store.PutPlan(target, nodevolume.SharedPlan{Mount: mount, Plan: r.Creds})
+	m.mu.Lock()
+	ended := m.ended[mount]
+	m.mu.Unlock()
 	log.Info("volume bound to the node's shared mount", "mount", mount, "started", started, "ms", time.Since(start).Milliseconds(),
-		"readOnly", r.volume.ReadOnly, "flags", r.volume.Flags)
-	if ended != nil && s.shared.Dead(mount) {
+		"readOnly", r.Volume.ReadOnly, "flags", r.Volume.Flags)
+	if ended != nil && m.table.Dead(mount) {
 		// Its gcsfuse ended while this target was being bound: the pods bound before were
 		// told, this one was not yet.
-		s.tellEnded(u, r.volume, ended)
+		m.tellEnded(u, r.Volume, ended)
 	} else if !started {
-		s.event(r.pod, false, contract.EventSharedMountJoined, fmt.Sprintf("volume %s: bound to the node's running gcsfuse for bucket %s (shared mount %s)", r.target.VolumeName, r.volume.Bucket, mount))
+		m.event(r.Pod, false, contract.EventSharedMountJoined, fmt.Sprintf("volume %s: bound to the node's running gcsfuse for bucket %s (shared mount %s)", r.Target.VolumeName, r.Volume.Bucket, mount))
 	}
 	return nil
 }
@@ -201,8 +187,8 @@ func (s *NodeServer) publishShared(ctx context.Context, r *request, target strin
 // startShared mounts a new FUSE connection for the mount (a new generation of its key: its
 // mount point is its own) and offers it to the mounter, then waits, bounded, until the
 // mounter has taken it.
-func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logger) error {
-	mnt := s.sharedMountPath(r.shared)
+func (m *Mounter) startShared(ctx context.Context, r *nodevolume.Request, log *slog.Logger) error {
+	mnt := m.mountPath(r.Shared)
 	if m, err := fusemount.Lookup(mnt); err != nil || m != nil {
 		return errors.Join(fmt.Errorf("%s is mounted already: a mount's name is never given twice", mnt), err)
 	}
@@ -210,33 +196,33 @@ func (s *NodeServer) startShared(ctx context.Context, r *request, log *slog.Logg
 		return fmt.Errorf("create %s: %w", mnt, err)
 	}
 	fuse, err := fusemount.Mount(mnt, fusemount.Options{
-		Source: r.volume.Bucket, ReadOnly: r.volume.ReadOnly, NoExec: r.opts.NoExec, NoAtime: r.opts.NoAtime,
-		UserID: s.cfg.SidecarUID, GroupID: s.cfg.SidecarGID,
+		Source: r.Volume.Bucket, ReadOnly: r.Volume.ReadOnly, NoExec: r.Opts.NoExec, NoAtime: r.Opts.NoAtime,
+		UserID: m.cfg.UID, GroupID: m.cfg.GID,
 	})
 	if err != nil {
 		return err
 	}
 	undo := func(cause error) error {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second+s.cfg.UnmountBusyWait)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second+m.cfg.UnmountBusyWait)
 		defer cancel()
-		s.stopSharedOffer(uctx, r.shared)
-		uerr := fusemount.Unmount(uctx, mnt, s.cfg.UnmountBusyWait)
+		m.stopSharedOffer(uctx, r.Shared)
+		uerr := fusemount.Unmount(uctx, mnt, m.cfg.UnmountBusyWait)
 		if err := os.Remove(mnt); err != nil && !errors.Is(err, os.ErrNotExist) && uerr == nil {
 			uerr = err
 		}
 		return errors.Join(cause, uerr)
 	}
-	dir, err := podpath.OpenDir(s.mounterDir())
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err == nil {
 		var hd *os.File
 		hd, err = podfiles.CreateHandoffDir(dir)
 		dir.Close()
 		if err == nil {
 			taken := make(chan struct{})
-			err = s.offerShared(r, hd, fuse, taken, log)
+			err = m.offerShared(r, hd, fuse, taken, log)
 			fuse = nil // offerShared's now: the offer's, or closed on its error
 			if err == nil {
-				if err = s.waitTaken(ctx, r, taken, log); err != nil {
+				if err = m.waitTaken(ctx, r, taken, log); err != nil {
 					return undo(err)
 				}
 			}
@@ -260,17 +246,17 @@ const staleStoppingAfter = 30 * time.Second
 // deleted or replaced: podfiles.MounterStoppingFile) with Unavailable, which the kubelet
 // retries: a new pod bound now, to a new mount or to a live one, would lose its gcsfuse at
 // the mounter's end; its retry lands on the next mounter. The mounter takes no new mount
-// then either (its offer would time out after Config.SharedOfferWait, the same answer,
+// then either (its offer would time out after Config.OfferWait, the same answer,
 // later); this says why at once.
-func (s *NodeServer) mounterNotStopping(r *request) error {
-	dir, err := podpath.OpenDir(s.mounterDir())
+func (m *Mounter) mounterNotStopping(r *nodevolume.Request) error {
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err != nil {
-		return status.Errorf(codes.Internal, "volume %s: open the shared mounter's directory: %v", r.target.VolumeName, err)
+		return status.Errorf(codes.Internal, "volume %s: open the shared mounter's directory: %v", r.Target.VolumeName, err)
 	}
 	defer dir.Close()
 	stopping, until, err := podfiles.ReadMounterStopping(dir)
 	if err != nil {
-		return status.Errorf(codes.Internal, "volume %s: %v", r.target.VolumeName, err)
+		return status.Errorf(codes.Internal, "volume %s: %v", r.Target.VolumeName, err)
 	}
 	if !stopping || (!until.IsZero() && time.Since(until) > staleStoppingAfter) {
 		// Past its deadline and more, the record is a dead mounter's (one that never got to
@@ -283,63 +269,64 @@ func (s *NodeServer) mounterNotStopping(r *request) error {
 		when = fmt.Sprintf(", serving what it has until %s", until.Format(time.RFC3339))
 	}
 	return status.Errorf(codes.Unavailable, "volume %s (bucket %s): the node's shared mounter (container %s) is stopping (its pod deleted or replaced%s): shared volumes mount again once its replacement runs; the kubelet retries",
-		r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, when)
+		r.Target.VolumeName, r.Volume.Bucket, contract.SharedMounterContainerName, when)
 }
 
 // waitTaken waits for the mounter to take a shared mount's descriptor, bounded by
-// Config.SharedOfferWait and the call's own deadline.
-func (s *NodeServer) waitTaken(ctx context.Context, r *request, taken <-chan struct{}, log *slog.Logger) error {
+// Config.OfferWait and the call's own deadline.
+func (m *Mounter) waitTaken(ctx context.Context, r *nodevolume.Request, taken <-chan struct{}, log *slog.Logger) error {
 	start := time.Now()
-	timer := time.NewTimer(s.cfg.SharedOfferWait)
+	timer := time.NewTimer(m.cfg.OfferWait)
 	defer timer.Stop()
 	select {
 	case <-taken:
-		log.Debug("the node's mounter took the shared mount", "mount", r.shared, "ms", time.Since(start).Milliseconds())
+		log.Debug("the node's mounter took the shared mount", "mount", r.Shared, "ms", time.Since(start).Milliseconds())
 		return nil
 	case <-timer.C:
 	case <-ctx.Done():
-		log.Error("the kubelet's deadline passed before the node's mounter took a shared mount", "mount", r.shared, "waited", time.Since(start).String())
+		log.Error("the kubelet's deadline passed before the node's mounter took a shared mount", "mount", r.Shared, "waited", time.Since(start).String())
 		return status.Errorf(status.FromContextError(ctx.Err()).Code(), "volume %s (bucket %s): the call ended before the node's shared mounter (container %s) took shared mount %s (%s): is it running?",
-			r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, r.shared, time.Since(start).Round(time.Millisecond))
+			r.Target.VolumeName, r.Volume.Bucket, contract.SharedMounterContainerName, r.Shared, time.Since(start).Round(time.Millisecond))
 	}
 	msg := fmt.Sprintf("volume %s (bucket %s): the node's shared mounter (container %s of the gcsfuse-csi node DaemonSet's mounter pod on this node) did not take shared mount %s within %s: is it running? (kubectl get pods -n <the driver's namespace> -o wide, on this node)",
-		r.target.VolumeName, r.volume.Bucket, contract.SharedMounterContainerName, r.shared, time.Since(start).Round(time.Second))
-	log.Error("the node's mounter did not take a shared mount", "mount", r.shared, "waited", time.Since(start).String())
+		r.Target.VolumeName, r.Volume.Bucket, contract.SharedMounterContainerName, r.Shared, time.Since(start).Round(time.Second))
+	log.Error("the node's mounter did not take a shared mount", "mount", r.Shared, "waited", time.Since(start).String())
 	return status.Error(codes.Unavailable, msg)
 }
 
 // offerShared offers the mount's descriptor to the mounter; taken is closed once the
 // mounter has it.
-func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken chan struct{}, log *slog.Logger) error {
-	name, vol, publishedAt := r.shared, r.volume, time.Now()
-	readAhead := r.opts.ReadAheadKB
+func (m *Mounter) offerShared(r *nodevolume.Request, handoffDir, fuse *os.File, taken chan struct{}, log *slog.Logger) error {
+	name, vol, publishedAt := r.Shared, r.Volume, time.Now()
+	readAhead := r.Opts.ReadAheadKB
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
-		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: s.cfg.SidecarUID, GID: s.cfg.SidecarGID,
+		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: m.cfg.UID, GID: m.cfg.GID,
 		OnHandedOff: func() {
-			s.mu.Lock()
-			s.sharedStarting[name] = time.Now()
-			s.mu.Unlock()
+			m.mu.Lock()
+			m.starting[name] = time.Now()
+			m.mu.Unlock()
 			close(taken)
 		},
 		OnStatus: func(st *handoff.Status) {
-			s.cfg.Metrics.status(st, publishedAt)
+			m.cfg.Metrics.Status(st, publishedAt)
 			if st.State == handoff.StateStarted && readAhead != nil {
-				s.applyReadAhead(&offerRecord{Target: s.sharedMountPath(name), Volume: vol, ReadAheadKB: readAhead}, log)
+				// No pod to tell: a failure is the mount's, logged.
+				nodevolume.ApplyReadAhead(m.mountPath(name), readAhead, nodevolume.PodRef{}, vol.VolumeName, nil, log)
 			}
-			s.onSharedStatus(name, vol, st, log)
+			m.onSharedStatus(name, vol, st, log)
 		},
 		// The mounter closed the stream without reporting an end: it exited, was killed
 		// (its pod deleted past its grace, its container OOM-killed) or crashed, and every
 		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN. An
 		// end already reported is in sharedEnded (onSharedStatus).
 		OnStatusEnd: func() {
-			s.mu.Lock()
-			_, reported := s.sharedEnded[name]
-			s.mu.Unlock()
+			m.mu.Lock()
+			_, reported := m.ended[name]
+			m.mu.Unlock()
 			if !reported {
 				st := &handoff.Status{State: handoff.StateExited, Message: mounterGone}
-				s.cfg.Metrics.status(st, publishedAt)
-				s.onSharedStatus(name, vol, st, log)
+				m.cfg.Metrics.Status(st, publishedAt)
+				m.onSharedStatus(name, vol, st, log)
 			}
 		},
 		Log: log.With("mount", name),
@@ -349,21 +336,15 @@ func (s *NodeServer) offerShared(r *request, handoffDir, fuse *os.File, taken ch
 		fuse.Close()
 		return err
 	}
-	s.mu.Lock()
-	s.sharedOffers[name] = offer
-	s.mu.Unlock()
+	m.cfg.Store.PutOffer(name, offer)
 	return nil
 }
 
 // stopSharedOffer ends a mount's offer (and its relay of the mounter's reports).
-func (s *NodeServer) stopSharedOffer(ctx context.Context, mount string) {
-	s.mu.Lock()
-	offer := s.sharedOffers[mount]
-	delete(s.sharedOffers, mount)
-	s.mu.Unlock()
-	if offer != nil {
+func (m *Mounter) stopSharedOffer(ctx context.Context, mount string) {
+	if offer := m.cfg.Store.TakeOffer(mount); offer != nil {
 		if err := offer.Stop(ctx); err != nil {
-			s.log.Warn("shared hand-off did not stop in time", "mount", mount, "err", err)
+			m.cfg.Log.Warn("shared hand-off did not stop in time", "mount", mount, "err", err)
 		}
 	}
 }
@@ -381,27 +362,27 @@ func endState(state string) bool {
 // ended (exited, failed or refused) ends the mount for the pods that hold it; the next pod
 // of the key gets a new one. Reports name their mount's generation, so a late one about a
 // replaced mount never touches its replacement.
-func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
+func (m *Mounter) onSharedStatus(name string, vol handoff.Volume, st *handoff.Status, log *slog.Logger) {
 	log = log.With("mount", name, "state", st.State, "ms", st.ElapsedMillis)
 	if st.State == handoff.StateStarted || endState(st.State) {
-		s.mu.Lock()
-		delete(s.sharedStarting, name)
-		s.mu.Unlock()
+		m.mu.Lock()
+		delete(m.starting, name)
+		m.mu.Unlock()
 	}
 	switch st.State {
 	case handoff.StateStarted:
 		log.Info("shared gcsfuse serving")
 		what := fmt.Sprintf("the node's shared gcsfuse serving after %d ms", st.ElapsedMillis)
-		for _, u := range s.shared.Users(name) {
-			s.event(s.podOf(u), false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s (bucket %s): %s", u.Volume, vol.Bucket, what))
+		for _, u := range m.table.Users(name) {
+			m.event(m.podOf(u), false, contract.EventGcsfuseStarted, fmt.Sprintf("volume %s (bucket %s): %s", u.Volume, vol.Bucket, what))
 		}
 	case handoff.StateExited, handoff.StateFailed, handoff.StateRefused:
 		log.Error("shared gcsfuse ended", "message", st.Message)
-		s.mu.Lock()
-		s.sharedEnded[name] = st
-		s.mu.Unlock()
-		for _, u := range s.shared.Died(name) {
-			s.tellEnded(u, vol, st)
+		m.mu.Lock()
+		m.ended[name] = st
+		m.mu.Unlock()
+		for _, u := range m.table.Died(name) {
+			m.tellEnded(u, vol, st)
 		}
 	default:
 		log.Debug("mounter status", "message", st.Message)
@@ -409,7 +390,7 @@ func (s *NodeServer) onSharedStatus(name string, vol handoff.Volume, st *handoff
 }
 
 // tellEnded tells a pod that its shared mount's gcsfuse ended.
-func (s *NodeServer) tellEnded(u sharedmount.User, vol handoff.Volume, st *handoff.Status) {
+func (m *Mounter) tellEnded(u sharedmount.User, vol handoff.Volume, st *handoff.Status) {
 	reason := contract.EventGcsfuseExited
 	if st.State == handoff.StateFailed {
 		reason = contract.EventGcsfuseFailed
@@ -418,16 +399,16 @@ func (s *NodeServer) tellEnded(u sharedmount.User, vol handoff.Volume, st *hando
 	if vol.Identity != "" {
 		who = ", identity " + vol.Identity
 	}
-	s.event(s.podOf(u), true, reason, fmt.Sprintf("volume %s (bucket %s%s): the node's shared gcsfuse (%s) ended: %s; this pod's mount fails from now on (recreate the pod; pods started from now get a new gcsfuse)",
+	m.event(m.podOf(u), true, reason, fmt.Sprintf("volume %s (bucket %s%s): the node's shared gcsfuse (%s) ended: %s; this pod's mount fails from now on (recreate the pod; pods started from now get a new gcsfuse)",
 		u.Volume, vol.Bucket, who, vol.VolumeName, st.Message))
 }
 
 // podOf names a user's pod; one recovered at start-up has only its UID, and the pod
 // watcher's cache gives the rest.
-func (s *NodeServer) podOf(u sharedmount.User) PodRef {
-	pod := PodRef{Namespace: u.PodNamespace, Name: u.PodName, UID: u.PodUID}
-	if pod.Name == "" && s.cfg.Pods != nil {
-		if p, ok := s.cfg.Pods(u.PodUID); ok {
+func (m *Mounter) podOf(u sharedmount.User) nodevolume.PodRef {
+	pod := nodevolume.PodRef{Namespace: u.PodNamespace, Name: u.PodName, UID: u.PodUID}
+	if pod.Name == "" && m.cfg.Pods != nil {
+		if p, ok := m.cfg.Pods(u.PodUID); ok {
 			pod.Namespace, pod.Name = p.Namespace, p.Name
 		}
 	}
@@ -436,11 +417,9 @@ func (s *NodeServer) podOf(u sharedmount.User) PodRef {
 
 // sharedPlanOf returns a shared target's latest credentials (none for a target found at
 // start-up until its first republish).
-func (s *NodeServer) sharedPlanOf(target string) (*credentials.Plan, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.sharedPlans[target]
-	return p.plan, ok
+func (m *Mounter) sharedPlanOf(target string) (*credentials.Plan, bool) {
+	p, ok := m.cfg.Store.Plan(target)
+	return p.Plan, ok
 }
 
 // principal names who reads with a plan: its kind and identity, without a key's ID (a
@@ -456,10 +435,8 @@ func principal(p *credentials.Plan) string {
 }
 
 // rememberPlan records a republished shared target's fresh credentials.
-func (s *NodeServer) rememberPlan(target string, r *request) {
-	s.mu.Lock()
-	s.sharedPlans[target] = sharedPlan{mount: r.shared, plan: r.creds}
-	s.mu.Unlock()
+func (m *Mounter) rememberPlan(target string, r *nodevolume.Request) {
+	m.cfg.Store.PutPlan(target, nodevolume.SharedPlan{Mount: r.Shared, Plan: r.Creds})
 }
 
 // handOverToken runs, under the key's lock, when target left its mount: the mount's files
@@ -468,38 +445,35 @@ func (s *NodeServer) rememberPlan(target string, r *request) {
 // same mount is written instead, so the mount keeps working for them without waiting for
 // the kubelet's next republish. Never another mount's pods: another key is another
 // identity.
-func (s *NodeServer) handOverToken(target, mount string) {
-	s.mu.Lock()
-	gone, ok := s.sharedPlans[target]
-	delete(s.sharedPlans, target)
+func (m *Mounter) handOverToken(target, mount string) {
+	gone, ok, others := m.cfg.Store.TakePlan(target)
 	var next *credentials.Plan
-	for _, p := range s.sharedPlans {
-		if p.mount == mount && p.plan.Kind == credentials.KindFederation && (next == nil || p.plan.TokenExpiry.After(next.TokenExpiry)) {
-			next = p.plan
+	for _, p := range others {
+		if p.Plan.Kind == credentials.KindFederation && (next == nil || p.Plan.TokenExpiry.After(next.TokenExpiry)) {
+			next = p.Plan
 		}
 	}
-	s.mu.Unlock()
-	if !ok || gone.plan.Kind != credentials.KindFederation || next == nil {
+	if !ok || gone.Plan.Kind != credentials.KindFederation || next == nil {
 		return
 	}
-	dir, err := podpath.OpenDir(s.mounterDir())
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err != nil {
-		s.log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
+		m.cfg.Log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
 		return
 	}
 	defer dir.Close()
-	if _, err := credentials.Write(dir, mount, next, s.cfg.SidecarUID, s.cfg.SidecarGID); err != nil {
-		s.log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
+	if _, err := credentials.Write(dir, mount, next, m.cfg.UID, m.cfg.GID); err != nil {
+		m.cfg.Log.Warn("cannot hand the shared mount another pod's token", "mount", mount, "err", err)
 		return
 	}
-	s.log.Info("shared mount's token handed to another pod of its mount", "mount", mount, "identity", next.Identity, "tokenExpiry", next.TokenExpiry)
+	m.cfg.Log.Info("shared mount's token handed to another pod of its mount", "mount", mount, "identity", next.Identity, "tokenExpiry", next.TokenExpiry)
 }
 
-// sharedOps are the effects pkg/sharedmount asks for.
-type sharedOps struct{ s *NodeServer }
+// ops are the effects pkg/sharedmount asks for.
+type ops struct{ m *Mounter }
 
-func (o sharedOps) Bind(name, target string) error {
-	return fusemount.Bind(o.s.sharedMountPath(name), target)
+func (o ops) Bind(name, target string) error {
+	return fusemount.Bind(o.m.mountPath(name), target)
 }
 
 // Alive asks the mount's file system for its statistics, with a bound: gcsfuse answers
@@ -508,17 +482,17 @@ func (o sharedOps) Bind(name, target string) error {
 // attributes, so a stat would not tell). One that does not answer within aliveWait is
 // taken as not alive: a new pod bound to it would hang at its first access, where a new
 // mount of the key serves it (the silent one keeps its pods).
-func (o sharedOps) Alive(name string) bool {
-	o.s.mu.Lock()
-	since, starting := o.s.sharedStarting[name]
-	o.s.mu.Unlock()
+func (o ops) Alive(name string) bool {
+	o.m.mu.Lock()
+	since, starting := o.m.starting[name]
+	o.m.mu.Unlock()
 	if starting && time.Since(since) < sharedStartGrace {
 		return true
 	}
 	done := make(chan error, 1)
 	go func() { // ends with the call; one stuck on a hung server ends when its mount does
 		var st unix.Statfs_t
-		done <- unix.Statfs(o.s.sharedMountPath(name), &st)
+		done <- unix.Statfs(o.m.mountPath(name), &st)
 	}()
 	timer := time.NewTimer(aliveWait)
 	defer timer.Stop()
@@ -526,45 +500,45 @@ func (o sharedOps) Alive(name string) bool {
 	case err := <-done:
 		return !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) && !errors.Is(err, unix.EIO)
 	case <-timer.C:
-		o.s.log.Warn("a shared mount did not answer a statfs in time; taken as not alive", "mount", name, "waited", aliveWait.String())
+		o.m.cfg.Log.Warn("a shared mount did not answer a statfs in time; taken as not alive", "mount", name, "waited", aliveWait.String())
 		return false
 	}
 }
 
 // Stop ends the mount's offer, unmounts it (its gcsfuse then exits cleanly) and removes its
 // mount point and files. An error leaves the rest for the table's next try.
-func (o sharedOps) Stop(name string) error {
-	s := o.s
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+s.cfg.UnmountBusyWait)
+func (o ops) Stop(name string) error {
+	m := o.m
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+m.cfg.UnmountBusyWait)
 	defer cancel()
-	s.stopSharedOffer(ctx, name)
-	mnt := s.sharedMountPath(name)
-	if err := fusemount.Unmount(ctx, mnt, s.cfg.UnmountBusyWait); err != nil {
+	m.stopSharedOffer(ctx, name)
+	mnt := m.mountPath(name)
+	if err := fusemount.Unmount(ctx, mnt, m.cfg.UnmountBusyWait); err != nil {
 		return err
 	}
 	if err := os.Remove(mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the shared mount point %s: %w", mnt, err)
 	}
-	if err := s.removeSharedFilesErr(name); err != nil {
+	if err := m.removeSharedFilesErr(name); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	delete(s.sharedEnded, name)
-	delete(s.sharedStarting, name)
-	s.mu.Unlock()
+	m.mu.Lock()
+	delete(m.ended, name)
+	delete(m.starting, name)
+	m.mu.Unlock()
 	return nil
 }
 
 // removeSharedFiles removes a mount's credential files and CA bundle from the mounter's
 // directory, logging what it could not.
-func (s *NodeServer) removeSharedFiles(name string) {
-	if err := s.removeSharedFilesErr(name); err != nil {
-		s.log.Warn("cannot remove a shared mount's credential files", "mount", name, "err", err)
+func (m *Mounter) removeSharedFiles(name string) {
+	if err := m.removeSharedFilesErr(name); err != nil {
+		m.cfg.Log.Warn("cannot remove a shared mount's credential files", "mount", name, "err", err)
 	}
 }
 
-func (s *NodeServer) removeSharedFilesErr(name string) error {
-	dir, err := podpath.OpenDir(s.mounterDir())
+func (m *Mounter) removeSharedFilesErr(name string) error {
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -578,16 +552,13 @@ func (s *NodeServer) removeSharedFilesErr(name string) error {
 	return nil
 }
 
-// RecoverShared finds the shared mounts a previous node plugin made and the targets that
+// Recover finds the shared mounts a previous node plugin made and the targets that
 // bind them (by device number), so that they keep counting: a restart does not touch a
 // serving mount. What a node plugin killed mid-publish or mid-stop left of a mount that no
 // longer exists (its mount point, credential files, hand-off socket) is removed. Returns how
 // many mounts it found. Called before the gRPC server serves: nothing is being published.
-func (s *NodeServer) RecoverShared() (int, error) {
-	if s.shared == nil {
-		return 0, nil
-	}
-	root := filepath.Join(s.cfg.SharedDir, sharedMountDir)
+func (m *Mounter) Recover() (int, error) {
+	root := filepath.Join(m.cfg.Dir, sharedMountDir)
 	mounts, err := fusemount.MountsUnder(root)
 	if err != nil {
 		return 0, err
@@ -595,8 +566,8 @@ func (s *NodeServer) RecoverShared() (int, error) {
 	live := map[string]bool{}
 	watch := map[string]handoff.Volume{}
 	defer func() {
-		s.removeSharedOrphans(live)
-		s.watchRecovered(watch)
+		m.removeSharedOrphans(live)
+		m.watchRecovered(watch)
 	}()
 	n := 0
 	for _, mnt := range mounts {
@@ -608,22 +579,22 @@ func (s *NodeServer) RecoverShared() (int, error) {
 		if err != nil || info == nil {
 			continue
 		}
-		targets, err := fusemount.MountsOfDevice(filepath.Join(s.cfg.KubeletRoot, "pods"), info.Major, info.Minor)
+		targets, err := fusemount.MountsOfDevice(filepath.Join(m.cfg.KubeletRoot, "pods"), info.Major, info.Minor)
 		if err != nil {
 			return n, err
 		}
 		var users []sharedmount.User
 		for _, t := range targets {
-			pt, err := podfiles.ParseTarget(s.cfg.KubeletRoot, t)
+			pt, err := podfiles.ParseTarget(m.cfg.KubeletRoot, t)
 			if err != nil {
 				continue // a subPath's bind of the target, not a target
 			}
 			users = append(users, sharedmount.User{Target: t, PodUID: pt.PodUID, Volume: pt.VolumeName})
 		}
-		s.shared.Restore(name, users)
+		m.table.Restore(name, users)
 		live[name] = true
 		watch[name] = handoff.Volume{VolumeName: name, Bucket: info.Source}
-		s.log.Info("shared mount found at start-up", "mount", name, "targets", len(users))
+		m.cfg.Log.Info("shared mount found at start-up", "mount", name, "targets", len(users))
 		n++
 	}
 	return n, nil
@@ -633,24 +604,24 @@ func (s *NodeServer) RecoverShared() (int, error) {
 // mount point under mnt/, credential files and a hand-off socket in the mounter's directory
 // (which the mounter's user owns: opened without following a symlink, podpath). Names that
 // are not a mount's are left alone.
-func (s *NodeServer) removeSharedOrphans(live map[string]bool) {
+func (m *Mounter) removeSharedOrphans(live map[string]bool) {
 	orphan := func(name string) bool {
 		_, _, ok := sharedmount.ParseMount(name)
 		return ok && !live[name]
 	}
 	removed := 0
-	if entries, err := os.ReadDir(filepath.Join(s.cfg.SharedDir, sharedMountDir)); err == nil {
+	if entries, err := os.ReadDir(filepath.Join(m.cfg.Dir, sharedMountDir)); err == nil {
 		for _, e := range entries {
 			if orphan(e.Name()) {
-				if err := os.Remove(s.sharedMountPath(e.Name())); err != nil {
-					s.log.Warn("cannot remove a stale shared mount point", "mount", e.Name(), "err", err)
+				if err := os.Remove(m.mountPath(e.Name())); err != nil {
+					m.cfg.Log.Warn("cannot remove a stale shared mount point", "mount", e.Name(), "err", err)
 				} else {
 					removed++
 				}
 			}
 		}
 	}
-	dir, err := podpath.OpenDir(s.mounterDir())
+	dir, err := podpath.OpenDir(m.mounterDir())
 	if err != nil {
 		return
 	}
@@ -658,7 +629,7 @@ func (s *NodeServer) removeSharedOrphans(live map[string]bool) {
 	if vols, err := podfiles.CredentialVolumes(dir); err == nil {
 		for _, v := range vols {
 			if orphan(v) {
-				s.removeSharedFiles(v)
+				m.removeSharedFiles(v)
 				removed++
 			}
 		}
@@ -668,7 +639,7 @@ func (s *NodeServer) removeSharedOrphans(live map[string]bool) {
 		for _, name := range names {
 			if v, err := podfiles.HandoffSocketVolume(name); err == nil && orphan(v) {
 				if err := podpath.Remove(hd, name); err != nil {
-					s.log.Warn("cannot remove a stale hand-off socket", "socket", name, "err", err)
+					m.cfg.Log.Warn("cannot remove a stale hand-off socket", "socket", name, "err", err)
 				} else {
 					removed++
 				}
@@ -677,47 +648,37 @@ func (s *NodeServer) removeSharedOrphans(live map[string]bool) {
 		hd.Close()
 	}
 	if removed > 0 {
-		s.log.Info("removed what a previous node plugin left of shared mounts that no longer exist", "entries", removed)
+		m.cfg.Log.Info("removed what a previous node plugin left of shared mounts that no longer exist", "entries", removed)
 	}
-}
-
-// sharedRefusal is the error for a shared volume on a node plugin without the mounter.
-func sharedRefusal(volume string) error {
-	return status.Errorf(codes.FailedPrecondition,
-		"volume %s asks for %s: %s, and this driver runs without the node's shared mounter (the chart's mounter.enabled is false, so the node plugin has no --shared-dir): enable it, or remove %s",
-		volume, contract.AttrMountMode, contract.MountModeShared, contract.AttrMountMode)
 }
 
 // sharedMountPodsDesc is metricscatalog.SharedMountPods: 1 for every pod volume bound to a
 // shared mount, labelled with the sharing key.
 var sharedMountPodsDesc = metricscatalog.SharedMountPods.NewDesc()
 
-// SharedMetrics is the shared mounts' view for metrics: the mounter's metrics source (its
-// directory and the keys it serves, for pkg/podmetrics; ok false without the shared mode)
-// and a collector of metricscatalog.SharedMountPods.
-func (s *NodeServer) SharedMetrics() (dir string, keys func() []string, users prometheus.Collector, ok bool) {
-	if s.shared == nil {
-		return "", nil, nil, false
-	}
+// Metrics is the shared mounts' view for metrics: the mounter's metrics source (its
+// directory and the keys it serves, for pkg/podmetrics) and a collector of
+// metricscatalog.SharedMountPods.
+func (m *Mounter) Metrics() (dir string, keys func() []string, users prometheus.Collector) {
 	keys = func() []string {
-		snap := s.shared.Snapshot()
+		snap := m.table.Snapshot()
 		out := make([]string, 0, len(snap))
 		for k := range snap {
 			out = append(out, k)
 		}
 		return out
 	}
-	return s.mounterDir(), keys, sharedUsersCollector{s}, true
+	return m.mounterDir(), keys, usersCollector{m}
 }
 
-type sharedUsersCollector struct{ s *NodeServer }
+type usersCollector struct{ m *Mounter }
 
-func (c sharedUsersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sharedMountPodsDesc }
+func (c usersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sharedMountPodsDesc }
 
-func (c sharedUsersCollector) Collect(ch chan<- prometheus.Metric) {
-	for key, users := range c.s.shared.Snapshot() {
+func (c usersCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, users := range c.m.table.Snapshot() {
 		for _, u := range users {
-			pod := c.s.podOf(u)
+			pod := c.m.podOf(u)
 			ch <- prometheus.MustNewConstMetric(sharedMountPodsDesc, prometheus.GaugeValue, 1, key, pod.Namespace, pod.Name, u.Volume)
 		}
 	}

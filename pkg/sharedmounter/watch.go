@@ -1,4 +1,4 @@
-package csidriver
+package sharedmounter
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 
 // A shared mount offered by this process has the mounter's status stream: its gcsfuse's end,
 // the mounter's report at its stop, or the stream's end when the mounter dies without a word
-// (offerShared). A mount found at start-up (RecoverShared) has none: the stream died with
+// (offerShared). A mount found at start-up (Recover) has none: the stream died with
 // the previous node plugin. recoveredWatch looks at those mounts instead, so that a gcsfuse
 // or a mounter that ends under them after a node plugin's restart (the upgrade procedure
 // rolls the node plugin, then replaces the mounter) still tells their pods.
@@ -26,10 +26,10 @@ const (
 )
 
 // recoveredWatch checks the mounts found at start-up until each has ended, lost its last
-// pod, or the node server closes. Owned by the NodeServer: started by RecoverShared, ended by
+// pod, or the mounter closes. Owned by the Mounter: started by Recover, ended by
 // Close (stop).
 type recoveredWatch struct {
-	s       *NodeServer
+	m       *Mounter
 	mu      sync.Mutex
 	mounts  map[string]handoff.Volume // by mount: what its pods' Events name
 	pending map[string]bool           // a statfs not returned yet (a hung mount)
@@ -37,15 +37,15 @@ type recoveredWatch struct {
 	done    chan struct{}
 }
 
-func (s *NodeServer) watchRecovered(mounts map[string]handoff.Volume) {
+func (m *Mounter) watchRecovered(mounts map[string]handoff.Volume) {
 	if len(mounts) == 0 {
 		return
 	}
-	w := &recoveredWatch{s: s, mounts: mounts, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	s.mu.Lock()
-	s.recovered = w
-	s.mu.Unlock()
-	go w.run() // owned by s: ends on Close or when nothing is left to watch
+	w := &recoveredWatch{m: m, mounts: mounts, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m.mu.Lock()
+	m.recovered = w
+	m.mu.Unlock()
+	go w.run() // owned by m: ends on Close or when nothing is left to watch
 }
 
 func (w *recoveredWatch) close() {
@@ -80,7 +80,7 @@ func (w *recoveredWatch) round() int {
 	}
 	w.mu.Unlock()
 	for _, name := range names {
-		if len(w.s.shared.Users(name)) == 0 {
+		if len(w.m.table.Users(name)) == 0 {
 			// Stopped, or lingering with no pod: nobody to tell, and the next publish of its
 			// key checks it before binding.
 			w.forget(name)
@@ -91,7 +91,7 @@ func (w *recoveredWatch) round() int {
 			vol := w.mounts[name]
 			w.mu.Unlock()
 			w.forget(name)
-			w.s.onSharedStatus(name, vol, &handoff.Status{State: handoff.StateExited, Message: recoveredGone}, w.s.log)
+			w.m.onSharedStatus(name, vol, &handoff.Status{State: handoff.StateExited, Message: recoveredGone}, w.m.cfg.Log)
 		}
 	}
 	w.mu.Lock()
@@ -115,7 +115,7 @@ func (w *recoveredWatch) dead(name string) bool {
 	w.mu.Unlock()
 	go func() { // ends with the statfs; one on a hung mount ends when its mount does
 		var st unix.Statfs_t
-		err := unix.Statfs(w.s.sharedMountPath(name), &st)
+		err := unix.Statfs(w.m.mountPath(name), &st)
 		w.mu.Lock()
 		delete(w.pending, name)
 		w.mu.Unlock()

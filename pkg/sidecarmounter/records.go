@@ -1,4 +1,4 @@
-package csidriver
+package sidecarmounter
 
 import (
 	"context"
@@ -14,72 +14,77 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 )
 
 // offerRecord is what a node plugin needs to mount and offer a volume again. It is written
 // to Config.StateDir while the offer waits for the sidecar, and removed once taken.
 type offerRecord struct {
-	Target   string         `json:"target"`
-	VolumeID string         `json:"volumeID"`
-	PodUID   string         `json:"podUID"`
-	Pod      PodRef         `json:"pod"`
-	Volume   handoff.Volume `json:"volume"`
-	NoExec   bool           `json:"noExec,omitempty"`
-	NoAtime  bool           `json:"noAtime,omitempty"`
+	Target   string            `json:"target"`
+	VolumeID string            `json:"volumeID"`
+	PodUID   string            `json:"podUID"`
+	Pod      nodevolume.PodRef `json:"pod"`
+	Volume   handoff.Volume    `json:"volume"`
+	NoExec   bool              `json:"noExec,omitempty"`
+	NoAtime  bool              `json:"noAtime,omitempty"`
 	// ReadAheadKB is the mount's kernel read-ahead (nil: the kernel's default).
 	ReadAheadKB *int `json:"readAheadKB,omitempty"`
 }
 
-func (s *NodeServer) offerPath(target string) string {
+// recordDetachWait bounds the unmount of a dead mount found at start-up: nothing can be
+// using a connection that answers ENOTCONN.
+const recordDetachWait = 100 * time.Millisecond
+
+func (m *Mounter) recordPath(target string) string {
 	sum := sha256.Sum256([]byte(target))
-	return filepath.Join(s.cfg.StateDir, hex.EncodeToString(sum[:12])+".json")
+	return filepath.Join(m.cfg.StateDir, hex.EncodeToString(sum[:12])+".json")
 }
 
-// saveOffer records rec in StateDir. It writes through podpath.WriteFileAtomic, whose temp
-// file is unique to the call (a dot name that RecoverOffers skips): two saves of one target
-// at once must not write into or rename each other's temp file.
-func (s *NodeServer) saveOffer(rec *offerRecord) error {
-	if s.cfg.StateDir == "" {
+// saveRecord records rec in StateDir. It writes through podpath.WriteFileAtomic, whose temp
+// file is unique to the call (a dot name that Recover skips): two saves of one target at
+// once must not write into or rename each other's temp file.
+func (m *Mounter) saveRecord(rec *offerRecord) error {
+	if m.cfg.StateDir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+	if err := os.MkdirAll(m.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create offer record directory: %w", err)
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode offer record of %s: %w", rec.Target, err)
 	}
-	dir, err := podpath.OpenDir(s.cfg.StateDir)
+	dir, err := podpath.OpenDir(m.cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("open offer record directory: %w", err)
 	}
 	defer dir.Close()
-	if err := podpath.WriteFileAtomic(dir, filepath.Base(s.offerPath(rec.Target)), b, 0o600); err != nil {
+	if err := podpath.WriteFileAtomic(dir, filepath.Base(m.recordPath(rec.Target)), b, 0o600); err != nil {
 		return fmt.Errorf("save offer record of %s: %w", rec.Target, err)
 	}
 	return nil
 }
 
-func (s *NodeServer) dropOffer(rec *offerRecord) {
-	if s.cfg.StateDir == "" {
+func (m *Mounter) dropRecord(target string) {
+	if m.cfg.StateDir == "" {
 		return
 	}
-	if err := os.Remove(s.offerPath(rec.Target)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("cannot remove offer record", "target", rec.Target, "err", err)
+	if err := os.Remove(m.recordPath(target)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.cfg.Log.Warn("cannot remove offer record", "target", target, "err", err)
 	}
 }
 
-// RecoverOffers runs at start-up. An offer recorded but never taken means the previous
-// node plugin died holding the only copy of that mount's FUSE descriptor: the mount is dead
+// Recover runs at start-up. An offer recorded but never taken means the previous node
+// plugin died holding the only copy of that mount's FUSE descriptor: the mount is dead
 // (ENOTCONN) and the kubelet will not publish it again. So the dead mount is detached and
 // the volume mounted and offered anew, for the sidecar that has not connected yet.
 // Returns how many volumes were offered again.
-func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
-	if s.cfg.StateDir == "" {
+func (m *Mounter) Recover(ctx context.Context) (int, error) {
+	if m.cfg.StateDir == "" {
 		return 0, nil
 	}
-	entries, err := os.ReadDir(s.cfg.StateDir)
+	entries, err := os.ReadDir(m.cfg.StateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -92,7 +97,7 @@ func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
 		if filepath.Ext(e.Name()) != ".json" {
 			continue
 		}
-		p := filepath.Join(s.cfg.StateDir, e.Name())
+		p := filepath.Join(m.cfg.StateDir, e.Name())
 		b, err := os.ReadFile(p)
 		var rec offerRecord
 		if err == nil {
@@ -101,14 +106,14 @@ func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
 		if err == nil {
 			err = rec.Volume.Validate()
 		}
-		if err != nil || p != s.offerPath(rec.Target) {
+		if err != nil || p != m.recordPath(rec.Target) {
 			errs = append(errs, fmt.Errorf("offer record %s unusable: %v", e.Name(), err))
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("remove unusable offer record: %w", err))
 			}
 			continue
 		}
-		ok, err := s.recoverOne(ctx, &rec)
+		ok, err := m.recoverOne(ctx, &rec)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -119,19 +124,19 @@ func (s *NodeServer) RecoverOffers(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, error) {
-	log := s.log.With("pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "podUID", rec.PodUID, "volume", rec.Volume.VolumeName)
-	unlock, err := s.lock(rec.Target)
+func (m *Mounter) recoverOne(ctx context.Context, rec *offerRecord) (bool, error) {
+	log := m.cfg.Log.With("pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "podUID", rec.PodUID, "volume", rec.Volume.VolumeName)
+	end, err := m.cfg.Store.Begin(rec.Target)
 	if err != nil {
 		return false, err
 	}
-	defer unlock()
-	m, err := fusemount.Lookup(rec.Target)
+	defer end()
+	info, err := fusemount.Lookup(rec.Target)
 	if err != nil {
 		return false, err
 	}
-	if m == nil || m.FSType != fusemount.FSType {
-		s.dropOffer(rec) // unpublished meanwhile
+	if info == nil || info.FSType != fusemount.FSType {
+		m.dropRecord(rec.Target) // unpublished meanwhile
 		return false, nil
 	}
 	dead, err := fusemount.Dead(ctx, rec.Target, fusemount.ProbeTimeout)
@@ -140,17 +145,17 @@ func (s *NodeServer) recoverOne(ctx context.Context, rec *offerRecord) (bool, er
 	}
 	if !dead {
 		// The sidecar took the descriptor just before the old process ended.
-		s.dropOffer(rec)
+		m.dropRecord(rec.Target)
 		return false, nil
 	}
-	if err := fusemount.Unmount(ctx, rec.Target, 100*time.Millisecond); err != nil {
+	if err := fusemount.Unmount(ctx, rec.Target, recordDetachWait); err != nil {
 		return false, fmt.Errorf("detach dead mount %s: %w", rec.Target, err)
 	}
-	if err := s.mountAndOffer(ctx, rec, log); err != nil {
-		s.dropOffer(rec)
+	if err := m.mountAndOffer(ctx, rec, log); err != nil {
+		m.dropRecord(rec.Target)
 		return false, fmt.Errorf("offer %s again: %w", rec.Target, err)
 	}
-	s.remember(rec.Target, rec.VolumeID, rec.Volume)
+	m.cfg.Store.Remember(rec.Target, nodevolume.Publication{VolumeID: rec.VolumeID, Volume: rec.Volume})
 	log.Info("offered again a volume whose descriptor died with the previous node plugin")
 	return true, nil
 }

@@ -1,4 +1,4 @@
-package csidriver
+package sharedmounter
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
@@ -219,19 +220,20 @@ func TestMounterRunningFileChecked(t *testing.T) {
 // mounting under a directory being removed.
 func TestCleanUpSharedWaitsForPublishes(t *testing.T) {
 	shared, _ := sharedLayout(t)
-	s := &NodeServer{cfg: Config{SharedDir: shared}, shared: &sharedmount.Table{}, log: slog.New(slog.DiscardHandler)}
-	s.sharedGate.RLock()
-	if s.CleanUpShared() {
+	s := bareMounter(t, shared)
+	s.table = &sharedmount.Table{}
+	s.gate.RLock()
+	if s.CleanUp() {
 		t.Fatal("removed while a shared publish runs")
 	}
 	if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
 		t.Fatalf("the mounter's files while a publish runs: %v", err)
 	}
-	s.sharedGate.RUnlock()
-	if !s.CleanUpShared() {
+	s.gate.RUnlock()
+	if !s.CleanUp() {
 		t.Fatal("not removed once the publish ended")
 	}
-	err := s.publishShared(context.Background(), &request{}, "", nil, nil, slog.New(slog.DiscardHandler))
+	err := s.publishShared(context.Background(), &nodevolume.Request{}, "", nil, nil, slog.New(slog.DiscardHandler))
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("a publish after the cleanup: %v, want Unavailable", err)
 	}

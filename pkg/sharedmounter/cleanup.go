@@ -1,4 +1,4 @@
-package csidriver
+package sharedmounter
 
 import (
 	"errors"
@@ -19,13 +19,13 @@ const (
 	// mounter with no mount ends in a moment. Within the node plugin's grace (10 s), after
 	// its gRPC server's stop (5 s at most).
 	mounterGoneWait = 3 * time.Second
-	// publishesGoneWait bounds CleanUpShared's wait for shared publishes still running.
+	// publishesGoneWait bounds CleanUp's wait for shared publishes still running.
 	publishesGoneWait = time.Second
 	// mounterGonePoll is how often the waits look.
 	mounterGonePoll = 100 * time.Millisecond
 )
 
-// CleanUpShared removes the shared directory when nothing on the node uses it any more: no
+// CleanUp removes the shared directory when nothing on the node uses it any more: no
 // mount under it and no mounter running (podfiles.LockMounterGone), waiting up to
 // mounterGoneWait for a mounter that is stopping. Called by a stopping node plugin once its
 // gRPC server has stopped (a publish that outlived the stop's bound is caught by the mount
@@ -37,23 +37,20 @@ const (
 //
 // Kept, and logged: mounts still there (pods still use them: drain the node first), or a
 // mounter that runs and is not stopping (the node plugin alone replaced).
-func (s *NodeServer) CleanUpShared() bool {
-	if s.shared == nil {
-		return false
-	}
+func (m *Mounter) CleanUp() bool {
 	// No shared publish runs from here on: one the gRPC server's stop left running is
 	// waited for (bounded); one still running then keeps the directory.
 	deadline := time.Now().Add(publishesGoneWait)
-	for !s.sharedGate.TryLock() {
+	for !m.gate.TryLock() {
 		if time.Now().After(deadline) {
-			s.log.Info("shared directory kept: a shared publish is still running")
+			m.cfg.Log.Info("shared directory kept: a shared publish is still running")
 			return false
 		}
 		time.Sleep(mounterGonePoll)
 	}
-	s.sharedClosed = true
-	s.sharedGate.Unlock()
-	return cleanUpSharedDir(s.cfg.SharedDir, s.log)
+	m.closed = true
+	m.gate.Unlock()
+	return cleanUpSharedDir(m.cfg.Dir, m.cfg.Log)
 }
 
 func cleanUpSharedDir(sharedDir string, log *slog.Logger) bool {

@@ -1,10 +1,8 @@
-package csidriver
+package sidecarmounter
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,9 +17,10 @@ const concurrentSavers = 32
 // Offer records of one target saved at once (a publish and a recovery, or two retries)
 // must not share a temp file: every save succeeds, the record is one saver's complete
 // record, and no temp file is left in the state directory.
-func TestSaveOfferConcurrentWriters(t *testing.T) {
+func TestSaveRecordConcurrentWriters(t *testing.T) {
 	stateDir := filepath.Join(t.TempDir(), "state")
-	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: root, StateDir: stateDir}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := newTestMounter(t, Config{StateDir: stateDir})
+	const target = "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/data/mount"
 	recs := make([]*offerRecord, concurrentSavers)
 	for i := range recs {
 		recs[i] = &offerRecord{Target: target, VolumeID: fmt.Sprintf("vol-%02d", i), PodUID: "uid-1",
@@ -35,7 +34,7 @@ func TestSaveOfferConcurrentWriters(t *testing.T) {
 		go func(rec *offerRecord) {
 			defer wg.Done()
 			<-start
-			errs <- s.saveOffer(rec)
+			errs <- s.saveRecord(rec)
 		}(rec)
 	}
 	close(start)
@@ -43,10 +42,10 @@ func TestSaveOfferConcurrentWriters(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Errorf("concurrent saveOffer: %v", err)
+			t.Errorf("concurrent saveRecord: %v", err)
 		}
 	}
-	b, err := os.ReadFile(s.offerPath(target))
+	b, err := os.ReadFile(s.recordPath(target))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +65,7 @@ func TestSaveOfferConcurrentWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if filepath.Join(stateDir, e.Name()) != s.offerPath(target) {
+		if filepath.Join(stateDir, e.Name()) != s.recordPath(target) {
 			t.Errorf("left behind in the state directory: %s", e.Name())
 		}
 	}

@@ -1,4 +1,4 @@
-package csidriver
+package sharedmounter
 
 import (
 	"context"
@@ -12,38 +12,46 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The sharing key keeps apart what must never share a gcsfuse, and only that: the node's
 // machine type (learnt after start) does not split a key.
 func TestSharedKey(t *testing.T) {
-	base := func() *request {
-		return &request{
-			pod:    PodRef{Namespace: "team-a", Name: "p", UID: "u"},
-			opts:   &mountopts.Volume{Bucket: "b"},
-			creds:  &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account team-a/reader through P"},
-			volume: handoff.Volume{Bucket: "b", Flags: []string{"--implicit-dirs"}},
+	base := func() *nodevolume.Request {
+		return &nodevolume.Request{
+			Pod:    nodevolume.PodRef{Namespace: "team-a", Name: "p", UID: "u"},
+			Opts:   &mountopts.Volume{Bucket: "b"},
+			Creds:  &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account team-a/reader through P"},
+			Volume: handoff.Volume{Bucket: "b", Flags: []string{"--implicit-dirs"}},
 		}
 	}
 	name := sharedKey(base()).Name()
-	for what, change := range map[string]func(r *request){
-		"another bucket":          func(r *request) { r.volume.Bucket = "c" },
-		"another option":          func(r *request) { r.volume.Flags = []string{"--implicit-dirs", "--only-dir=x"} },
-		"read-only":               func(r *request) { r.volume.ReadOnly = true },
-		"noexec":                  func(r *request) { r.opts.NoExec = true },
-		"another service account": func(r *request) { r.creds.Identity = "Kubernetes service account team-a/writer through P" },
-		"a Secret's key in another namespace": func(r *request) {
-			r.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
-			r.pod.Namespace = "team-b"
+	for what, change := range map[string]func(r *nodevolume.Request){
+		"another bucket":          func(r *nodevolume.Request) { r.Volume.Bucket = "c" },
+		"another option":          func(r *nodevolume.Request) { r.Volume.Flags = []string{"--implicit-dirs", "--only-dir=x"} },
+		"read-only":               func(r *nodevolume.Request) { r.Volume.ReadOnly = true },
+		"noexec":                  func(r *nodevolume.Request) { r.Opts.NoExec = true },
+		"another service account": func(r *nodevolume.Request) { r.Creds.Identity = "Kubernetes service account team-a/writer through P" },
+		"a Secret's key in another namespace": func(r *nodevolume.Request) {
+			r.Creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+			r.Pod.Namespace = "team-b"
 		},
 	} {
 		r := base()
@@ -53,16 +61,16 @@ func TestSharedKey(t *testing.T) {
 		}
 	}
 	r := base()
-	r.volume.Flags = withMachineType(r.volume.Flags, "n2-standard-4")
-	r.pod = PodRef{Namespace: "team-a", Name: "other", UID: "v"}
+	r.Volume.Flags = nodevolume.WithMachineType(r.Volume.Flags, "n2-standard-4")
+	r.Pod = nodevolume.PodRef{Namespace: "team-a", Name: "other", UID: "v"}
 	if sharedKey(r).Name() != name {
 		t.Error("another pod of the same identity, or the machine type, split the key")
 	}
 	k1 := base()
-	k1.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+	k1.Creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
 	k2 := base()
-	k2.creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
-	k2.pod.Name = "another"
+	k2.Creds = &credentials.Plan{Kind: credentials.KindKey, Identity: "sa@p.iam"}
+	k2.Pod.Name = "another"
 	if sharedKey(k1).Name() != sharedKey(k2).Name() {
 		t.Error("two pods of one namespace with the same key do not share")
 	}
@@ -70,9 +78,9 @@ func TestSharedKey(t *testing.T) {
 
 // mountUnserved mounts a FUSE connection at the shared mount name's path, that nothing
 // serves yet, unmounted at the test's end; the caller owns the descriptor.
-func mountUnserved(t *testing.T, s *NodeServer, name string) *os.File {
+func mountUnserved(t *testing.T, s *Mounter, name string) *os.File {
 	t.Helper()
-	mnt := s.sharedMountPath(name)
+	mnt := s.mountPath(name)
 	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +101,7 @@ func mountUnserved(t *testing.T, s *NodeServer, name string) *os.File {
 // directory) and once the kernel has aborted the connection (ENOTCONN).
 func TestSharedAliveSeesADeadMount(t *testing.T) {
 	needs.RootAndFUSE(t)
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	s := bareMounter(t, t.TempDir())
 	f := mountUnserved(t, s, "shared-dead")
 	answered, err := fuseerr.Pollable(f)
 	f.Close()
@@ -102,15 +110,15 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- fuseerr.Serve(answered, 2*time.Second, nil) }()
-	if st, err := os.Stat(s.sharedMountPath("shared-dead")); err != nil || !st.IsDir() {
+	if st, err := os.Stat(s.mountPath("shared-dead")); err != nil || !st.IsDir() {
 		t.Fatalf("the answered mount's root: %v %v, want a directory", st, err)
 	}
-	if (sharedOps{s}).Alive("shared-dead") {
+	if (ops{s}).Alive("shared-dead") {
 		t.Fatal("a mount answered with I/O errors is taken as alive")
 	}
 	answered.Close() // the last descriptor: the kernel aborts the connection
 	<-served
-	if (sharedOps{s}).Alive("shared-dead") {
+	if (ops{s}).Alive("shared-dead") {
 		t.Fatal("an aborted mount is taken as alive")
 	}
 }
@@ -120,11 +128,11 @@ func TestSharedAliveSeesADeadMount(t *testing.T) {
 // hang at its first access.
 func TestSharedAliveTimesOut(t *testing.T) {
 	needs.RootAndFUSE(t)
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	s := bareMounter(t, t.TempDir())
 	f := mountUnserved(t, s, "shared-silent")
 	t.Cleanup(func() { f.Close() }) // aborts the connection: the statfs left waiting returns (before the unmount: cleanups run last first)
 	start := time.Now()
-	if (sharedOps{s}).Alive("shared-silent") {
+	if (ops{s}).Alive("shared-silent") {
 		t.Fatal("a mount that never answers is taken as alive")
 	}
 	if d := time.Since(start); d < aliveWait || d > aliveWait+2*time.Second {
@@ -135,12 +143,12 @@ func TestSharedAliveTimesOut(t *testing.T) {
 // What a node plugin killed mid-publish or mid-stop left of a shared mount that no longer
 // exists goes at the next start; a live mount's files and names that are not a mount's stay.
 func TestSharedOrphansRemoved(t *testing.T) {
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
+	s := bareMounter(t, t.TempDir())
 	key := sharedmount.Key{Bucket: "b"}.Name()
 	gone, live := sharedmount.MountName(key, 5), sharedmount.MountName(key, 6)
 	mounter := s.mounterDir()
 	for _, d := range []string{
-		s.sharedMountPath(gone), s.sharedMountPath(live), filepath.Join(s.cfg.SharedDir, sharedMountDir, "not-a-mount"),
+		s.mountPath(gone), s.mountPath(live), filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"),
 		filepath.Join(mounter, "credentials", gone), filepath.Join(mounter, "credentials", live), filepath.Join(mounter, "credentials", "data"),
 		filepath.Join(mounter, podfiles.HandoffDir),
 	} {
@@ -157,13 +165,13 @@ func TestSharedOrphansRemoved(t *testing.T) {
 		}
 	}
 	s.removeSharedOrphans(map[string]bool{live: true})
-	for _, p := range []string{s.sharedMountPath(gone), filepath.Join(mounter, "credentials", gone), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone))} {
+	for _, p := range []string{s.mountPath(gone), filepath.Join(mounter, "credentials", gone), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone))} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left: %v", p, err)
 		}
 	}
-	for _, p := range []string{s.sharedMountPath(live), filepath.Join(mounter, "credentials", live, "token"), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
-		filepath.Join(s.cfg.SharedDir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data")} {
+	for _, p := range []string{s.mountPath(live), filepath.Join(mounter, "credentials", live, "token"), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
+		filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data")} {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s removed: %v", p, err)
 		}
@@ -174,7 +182,7 @@ func TestSharedOrphansRemoved(t *testing.T) {
 // another pod bound to the same mount, never one of a pod of another mount (another key:
 // another service account, whose token would have the mount read as someone else).
 func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), sharedPlans: map[string]sharedPlan{}}
+	s := bareMounter(t, t.TempDir())
 	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -182,15 +190,15 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	plan := func(tok string, expiry time.Duration) *credentials.Plan {
 		return &credentials.Plan{Kind: credentials.KindFederation, Identity: "ksa " + tok, Token: []byte(tok), TokenExpiry: time.Now().Add(expiry), Config: []byte("{}\n")}
 	}
-	s.sharedPlans["/t/leaving"] = sharedPlan{mount: a, plan: plan("a-leaving", time.Hour)}
-	s.sharedPlans["/t/staying"] = sharedPlan{mount: a, plan: plan("a-staying", 30*time.Minute)}
-	s.sharedPlans["/t/other"] = sharedPlan{mount: b, plan: plan("b-fresher", 2*time.Hour)}
+	s.cfg.Store.PutPlan("/t/leaving", nodevolume.SharedPlan{Mount: a, Plan: plan("a-leaving", time.Hour)})
+	s.cfg.Store.PutPlan("/t/staying", nodevolume.SharedPlan{Mount: a, Plan: plan("a-staying", 30*time.Minute)})
+	s.cfg.Store.PutPlan("/t/other", nodevolume.SharedPlan{Mount: b, Plan: plan("b-fresher", 2*time.Hour)})
 	s.handOverToken("/t/leaving", a)
 	tok, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", a, "token"))
 	if err != nil || string(tok) != "a-staying" {
 		t.Fatalf("mount a's token after its pod left: %q %v, want a-staying (never b's)", tok, err)
 	}
-	if _, ok := s.sharedPlans["/t/leaving"]; ok {
+	if _, ok := s.cfg.Store.Plan("/t/leaving"); ok {
 		t.Fatal("the leaving target's plan stayed")
 	}
 }
@@ -202,18 +210,18 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 // not dead), are left alone.
 func TestRecoveredMountsWatched(t *testing.T) {
 	needs.RootAndFUSE(t)
-	rec := &recordedEvents{}
-	s := &NodeServer{cfg: Config{SharedDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), events: rec,
-		sharedEnded: map[string]*handoff.Status{}, sharedStarting: map[string]time.Time{}, sharedPlans: map[string]sharedPlan{}}
-	table, err := sharedmount.New(sharedOps{s}, time.Hour, s.log)
+	rec := &podevents.Recorder{}
+	s := bareMounter(t, t.TempDir())
+	s.cfg.Events = rec
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(table.Close)
-	s.shared = table
+	s.table = table
 	key := sharedmount.Key{Bucket: "b"}.Name()
 	live, answered, silent := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2), sharedmount.MountName(key, 3)
-	if err := os.MkdirAll(s.sharedMountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
+	if err := os.MkdirAll(s.mountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
 		t.Fatal(err)
 	}
 	f := mountUnserved(t, s, answered)
@@ -226,21 +234,19 @@ func TestRecoveredMountsWatched(t *testing.T) {
 	t.Cleanup(func() { eio.Close() })
 	hung := mountUnserved(t, s, silent)
 	t.Cleanup(func() { hung.Close() })
-	w := &recoveredWatch{s: s, mounts: map[string]handoff.Volume{}, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &recoveredWatch{m: s, mounts: map[string]handoff.Volume{}, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	for i, name := range []string{live, answered, silent} {
 		uid := fmt.Sprintf("uid-%d", i)
 		table.Restore(name, []sharedmount.User{{Target: "/t/" + uid, PodNamespace: "ns", PodName: "p" + uid, PodUID: uid, Volume: "data"}})
 		w.mounts[name] = handoff.Volume{VolumeName: name, Bucket: "b"}
 	}
 	told := func() []string {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
 		var uids []string
-		for _, e := range rec.events {
-			if e.reason != contract.EventGcsfuseExited || !strings.Contains(e.msg, "bucket b") || !strings.Contains(e.msg, "node plugin restarted") {
+		for _, e := range rec.Events() {
+			if e.Reason != contract.EventGcsfuseExited || !strings.Contains(e.Msg, "bucket b") || !strings.Contains(e.Msg, "node plugin restarted") {
 				t.Errorf("event %+v, want GcsfuseExited naming the bucket and the restart", e)
 			}
-			uids = append(uids, e.pod.UID)
+			uids = append(uids, e.Pod.UID)
 		}
 		return uids
 	}
@@ -257,5 +263,43 @@ func TestRecoveredMountsWatched(t *testing.T) {
 	}
 	if got := told(); !slices.Equal(got, []string{"uid-1", "uid-2"}) {
 		t.Fatalf("told %v, want uid-1 then uid-2 (the live mount's pod never)", got)
+	}
+}
+
+// bareMounter is a Mounter over dir without New: no directory made or chowned, no table
+// (tests that need one set it), volume files owned by the test's user.
+func bareMounter(t *testing.T, dir string) *Mounter {
+	t.Helper()
+	files, err := nodevolume.NewFiles(nodevolume.Files{KubeletRoot: "/var/lib/kubelet", MounterDir: MounterDir(dir), UID: os.Getuid(), GID: os.Getgid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Mounter{cfg: Config{Dir: dir, MounterTmpPath: "/gcsfuse-tmp", KubeletRoot: "/var/lib/kubelet", UID: os.Getuid(), GID: os.Getgid(),
+		UnmountBusyWait: time.Second, OfferWait: time.Second, Store: nodevolume.NewStore(), Files: files,
+		Metrics: nodevolume.NoStatus{}, Log: slog.New(slog.DiscardHandler)},
+		ended: map[string]*handoff.Status{}, starting: map[string]time.Time{}}
+}
+
+// The mounter admits a volume reading with its Application Default Credentials only in
+// the namespaces Config.ADC names, and checks the volume context's namespace against the
+// pod watcher's: PermissionDenied otherwise, as NodePublishVolume asks it.
+func TestAdmitChecksSharedADC(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	s.cfg.ADC = credentials.SharedADC{"batch"}
+	r := func(ns string) *nodevolume.Request {
+		return &nodevolume.Request{Pod: nodevolume.PodRef{Namespace: ns, Name: "p", UID: "uid-1"}, Target: podfiles.Target{VolumeName: "data"},
+			Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Creds: &credentials.Plan{Kind: credentials.KindADC}}
+	}
+	if err := s.Admit(r("ns")); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ADC in ns, outside the allowed namespaces: %v, want PermissionDenied", err)
+	}
+	if err := s.Admit(r("batch")); err != nil {
+		t.Errorf("ADC in batch, allowed: %v", err)
+	}
+	s.cfg.Pods = func(uid string) (*corev1.Pod, bool) {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, true
+	}
+	if err := s.Admit(r("batch")); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"team-a"`) {
+		t.Errorf("a volume context naming another namespace than the pod's: %v, want PermissionDenied", err)
 	}
 }
