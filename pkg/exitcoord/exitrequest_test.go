@@ -489,6 +489,46 @@ func TestTerminatingFileRetriedAndNewestWins(t *testing.T) {
 	}
 }
 
+// A pod file not written is forgotten, so that the pod's next report writes it: one
+// reported before the kubelet made the emptyDir (skipped at once), and one whose retries ran
+// out on a read-only directory (given up after the budget). Without that, the same content
+// reads as "written, or being written" and the sidecar never gets its deadline.
+func TestUnwrittenPodFileWrittenAtTheNextReport(t *testing.T) {
+	root := t.TempDir()
+	l := newCoordinator(root, &eventLog{}, 50*time.Millisecond)
+	defer l.Close(time.Second)
+	pod := donePod(t, root) // no emptyDir yet
+	pod.DeletionGracePeriodSeconds = ptrTo(int64(20))
+	file := podfiles.At(emptyDirPath(root, pod)).TerminatingFile()
+	l.PodDeleting(pod)
+	makeEmptyDir(t, root, pod)
+	l.PodDeleting(pod) // the same deletion, reported again
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("terminating file after a report that found the emptyDir: %v (the skipped write was remembered as done)", err)
+	}
+
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	other := donePod(t, root)
+	other.UID = "uid-given-up"
+	if err := os.MkdirAll(filepath.Dir(emptyDirPath(root, other)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other.DeletionGracePeriodSeconds = ptrTo(int64(20))
+	makeEmptyDir(t, root, other)
+	writable := readOnly(t, emptyDirPath(root, other))
+	l.PodDeleting(other)
+	if !idle(l, eventuallyWait) {
+		t.Fatal("the retries did not give up after their budget")
+	}
+	writable()
+	l.PodDeleting(other)
+	if _, err := os.Stat(podfiles.At(emptyDirPath(root, other)).TerminatingFile()); err != nil {
+		t.Fatalf("terminating file after the next report: %v (the given-up write was remembered as done)", err)
+	}
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 // hangingRuntime is a container runtime whose calls block until release is closed.
