@@ -77,7 +77,7 @@ type Config struct {
 	// system's roots (nil: none). It is written into each pod's emptyDir for its sidecar.
 	CABundle []byte
 	// SharedDir is where the shared mount mode keeps its mounts and the node mounter's
-	// directory (shared.go); empty: no mounter, and shared volumes are refused.
+	// directory (pkg/sharedmounter); empty: no mounter, and shared volumes are refused.
 	SharedDir string
 	// MounterTmpPath is where the node's mounter sees its directory (SharedDir/mounter);
 	// empty means contract.TmpMountPath, where the chart mounts it. Tests that run the
@@ -126,6 +126,10 @@ type NodeServer struct {
 	// machineType is Config.MachineType, or what SetMachineType set since.
 	machineType atomic.Pointer[string]
 }
+
+// DefaultSharedOfferWait bounds the wait for the node's mounter to take a new shared
+// mount (Config.SharedOfferWait's default; sharedmounter.DefaultOfferWait).
+const DefaultSharedOfferWait = sharedmounter.DefaultOfferWait
 
 // DefaultUnmountBusyWait is how long a busy mount is retried before a lazy unmount.
 const DefaultUnmountBusyWait = 2 * time.Second
@@ -205,9 +209,14 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if err != nil {
 		return nil, fmt.Errorf("node service: %w", err)
 	}
+	// A nil *Metrics records nothing; the mounters are given no recorder then.
+	var metrics nodevolume.StatusRecorder
+	if cfg.Metrics != nil {
+		metrics = cfg.Metrics
+	}
 	ns.sidecar, err = sidecarmounter.New(sidecarmounter.Config{
 		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait, StateDir: cfg.StateDir,
-		OnTerminating: cfg.OnTerminating, Store: ns.store, Files: files, Metrics: cfg.Metrics, Events: events, Log: log,
+		OnTerminating: cfg.OnTerminating, Store: ns.store, Files: files, Metrics: metrics, Events: events, Log: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node service: %w", err)
@@ -219,7 +228,10 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 			UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait,
 			Linger: cfg.SharedLinger, OfferWait: cfg.SharedOfferWait, ADC: cfg.SharedADC,
 			Credentials: cfg.Credentials.ForShared(), Pods: cfg.Pods,
-			Store: ns.store, Files: files, Metrics: cfg.Metrics, Events: events, Log: log,
+			Store: ns.store, Files: files, Metrics: metrics, Events: events, Log: log,
+			// A target it does not bind (it never is: the caller asked Owns under the
+			// target's lock) is cleaned up as any other: its offer record and files.
+			Unbound: ns.sidecar.Forget,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("node service: %w", err)

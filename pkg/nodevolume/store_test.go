@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 )
 
 // One call at a time per target: a second is Aborted (the kubelet retries it), a call on
@@ -46,6 +47,18 @@ func TestStoreKeepsPublicationsAndOffers(t *testing.T) {
 	}
 	if s.TakeOffer("/t/a") != nil {
 		t.Fatal("an offer nobody put")
+	}
+	target, mount := &handoff.Offer{}, &handoff.Offer{}
+	s.PutOffer("/t/a", target)
+	s.PutOffer("bkt-1", mount) // a shared mount's, by its name
+	if got := s.TakeOffer("/t/a"); got != target {
+		t.Fatalf("TakeOffer = %p, want the target's %p", got, target)
+	}
+	if s.TakeOffer("/t/a") != nil {
+		t.Fatal("an offer taken twice")
+	}
+	if got := s.TakeOffer("bkt-1"); got != mount {
+		t.Fatalf("the mount's offer = %p, want %p", got, mount)
 	}
 }
 

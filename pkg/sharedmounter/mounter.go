@@ -51,6 +51,9 @@ type Config struct {
 	// volumes (credentials.Config.ForShared).
 	ADC         credentials.SharedADC
 	Credentials credentials.Config
+	// Unbound, if set, cleans up after Unpublish of a target the table does not bind (the
+	// node's other mounter's records and files); nil: the pod's credential files only.
+	Unbound func(target string)
 	// Pods, if set, names a pod found at start-up and checks a volume context's namespace.
 	Pods nodevolume.PodLookup
 	// Store is the node's state store and Files writes the volumes' files (both required).
@@ -202,9 +205,13 @@ func (m *Mounter) Unpublish(ctx context.Context, target string, log *slog.Logger
 		log.Info("shared volume unbound", "mount", name, "stillBound", remaining, "ms", time.Since(start).Milliseconds())
 		return nil
 	}
-	// Not bound (never: the caller holds the target's lock and asked Owns): the pod's own
-	// files, as for any target.
-	m.cfg.Files.RemoveCredentials(target)
+	// Not bound (never: the caller holds the target's lock and asked Owns): cleaned up as
+	// any target.
+	if m.cfg.Unbound != nil {
+		m.cfg.Unbound(target)
+	} else {
+		m.cfg.Files.RemoveCredentials(target)
+	}
 	return nil
 }
 

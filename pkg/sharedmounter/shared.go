@@ -318,7 +318,7 @@ func (m *Mounter) offerShared(r *nodevolume.Request, handoffDir, fuse *os.File, 
 		// The mounter closed the stream without reporting an end: it exited, was killed
 		// (its pod deleted past its grace, its container OOM-killed) or crashed, and every
 		// gcsfuse with it. Its pods are told as for any end, never left to find ENOTCONN. An
-		// end already reported is in sharedEnded (onSharedStatus).
+		// end already reported is in m.ended (onSharedStatus).
 		OnStatusEnd: func() {
 			m.mu.Lock()
 			_, reported := m.ended[name]

@@ -303,3 +303,24 @@ func TestAdmitChecksSharedADC(t *testing.T) {
 		t.Errorf("a volume context naming another namespace than the pod's: %v, want PermissionDenied", err)
 	}
 }
+
+// Unpublish of a target the table does not bind cleans it up as the node's other mounter
+// would (Config.Unbound), never leaves its offer record or files behind.
+func TestUnpublishOfAnUnboundTarget(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.table = table
+	var unbound []string
+	s.cfg.Unbound = func(target string) { unbound = append(unbound, target) }
+	target := filepath.Join(t.TempDir(), "never-mounted")
+	if err := s.Unpublish(context.Background(), target, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(unbound, []string{target}) {
+		t.Fatalf("Unbound called with %q, want the target once", unbound)
+	}
+}

@@ -123,9 +123,15 @@ func (m *Mounter) Unpublish(ctx context.Context, target string, log *slog.Logger
 	if err := nodevolume.UnmountTarget(ctx, target, m.cfg.UnmountBusyWait); err != nil {
 		return err
 	}
+	m.Forget(target)
+	return nil
+}
+
+// Forget removes what the sidecar mode keeps of an unmounted target: its offer record and
+// its credential files.
+func (m *Mounter) Forget(target string) {
 	m.dropRecord(target)
 	m.cfg.Files.RemoveCredentials(target)
-	return nil
 }
 
 // mountAndOffer mounts rec.Target with a new FUSE connection, offers it in the pod's
