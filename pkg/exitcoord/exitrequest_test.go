@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 )
@@ -39,41 +39,8 @@ func fastRetry(total time.Duration) exitRetryPolicy {
 	return exitRetryPolicy{first: 5 * time.Millisecond, max: 20 * time.Millisecond, total: total, longest: total, apiTimeout: time.Second}
 }
 
-type exitEvent struct {
-	warning bool
-	reason  string
-	message string
-}
-
 // eventLog is an EventSink that remembers what was recorded.
-type eventLog struct {
-	mu     sync.Mutex
-	events []exitEvent
-}
-
-func (e *eventLog) PodEvent(_ csidriver.PodRef, warning bool, reason, message string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.events = append(e.events, exitEvent{warning, reason, message})
-}
-
-func (e *eventLog) count(reason string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.events {
-		if ev.reason == reason {
-			n++
-		}
-	}
-	return n
-}
-
-func (e *eventLog) all() []exitEvent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]exitEvent(nil), e.events...)
-}
+type eventLog = podevents.Recorder
 
 // donePod is a legacy pod whose workload is done and whose sidecar still runs. Its pod
 // directory exists under root; its gcsfuse-tmp emptyDir does not (see makeEmptyDir).
@@ -171,15 +138,15 @@ func TestExitRetriedUntilTheEmptyDirAppears(t *testing.T) {
 
 	l.requestExit(pod, decision)
 	time.Sleep(quietWait)
-	if n := len(events.all()); n != 0 {
-		t.Fatalf("events before the sidecar could be told: %+v", events.all())
+	if n := len(events.Events()); n != 0 {
+		t.Fatalf("events before the sidecar could be told: %+v", events.Events())
 	}
 	makeEmptyDir(t, root, pod)
 	requireExitFile(t, root, pod)
 	if !idle(l, eventuallyWait) {
 		t.Fatal("retry goroutine still running after the exit file was written")
 	}
-	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitRequested || got[0].warning {
+	if got := events.Events(); len(got) != 1 || got[0].Reason != contract.EventSidecarExitRequested || got[0].Warning {
 		t.Fatalf("events = %+v, want one %s", got, contract.EventSidecarExitRequested)
 	}
 }
@@ -203,8 +170,8 @@ func TestExitRetriedUntilTheEmptyDirIsWritable(t *testing.T) {
 	if !idle(l, eventuallyWait) {
 		t.Fatal("retry goroutine still running after the exit file was written")
 	}
-	if events.count(contract.EventSidecarExitRequested) != 1 || events.count(contract.EventSidecarExitFailed) != 0 {
-		t.Fatalf("events = %+v, want one %s", events.all(), contract.EventSidecarExitRequested)
+	if events.Count(contract.EventSidecarExitRequested) != 1 || events.Count(contract.EventSidecarExitFailed) != 0 {
+		t.Fatalf("events = %+v, want one %s", events.Events(), contract.EventSidecarExitRequested)
 	}
 }
 
@@ -279,7 +246,7 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			if !idle(l, eventuallyWait) {
 				t.Fatal("still retrying although the sidecar is gone")
 			}
-			if got := events.all(); len(got) != 0 {
+			if got := events.Events(); len(got) != 0 {
 				t.Fatalf("events for a sidecar that is gone: %+v", got)
 			}
 			if _, err := os.Stat(exitFilePath(root, pod)); err == nil {
@@ -331,7 +298,7 @@ func TestExitRequestedOnceWhenCalledTwice(t *testing.T) {
 	if first.Sys().(*syscall.Stat_t).Ino != second.Sys().(*syscall.Stat_t).Ino {
 		t.Fatal("the exit file was written again")
 	}
-	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitRequested {
+	if got := events.Events(); len(got) != 1 || got[0].Reason != contract.EventSidecarExitRequested {
 		t.Fatalf("events = %+v, want exactly one %s", got, contract.EventSidecarExitRequested)
 	}
 }
@@ -350,14 +317,14 @@ func TestExitFailedReportedOnceForALiveSidecar(t *testing.T) {
 	if !idle(l, eventuallyWait) {
 		t.Fatal("retries did not give up within their budget")
 	}
-	if got := events.all(); len(got) != 1 || got[0].reason != contract.EventSidecarExitFailed || !got[0].warning {
+	if got := events.Events(); len(got) != 1 || got[0].Reason != contract.EventSidecarExitFailed || !got[0].Warning {
 		t.Fatalf("events = %+v, want one %s warning", got, contract.EventSidecarExitFailed)
 	}
 	l.requestExit(pod, decision)
 	if !idle(l, eventuallyWait) {
 		t.Fatal("second request still running")
 	}
-	if n := events.count(contract.EventSidecarExitFailed); n != 1 {
+	if n := events.Count(contract.EventSidecarExitFailed); n != 1 {
 		t.Fatalf("%s reported %d times, want once", contract.EventSidecarExitFailed, n)
 	}
 }
@@ -377,7 +344,7 @@ func TestExitFileComesAfterTheBudgetWhenTheDirectoryDoes(t *testing.T) {
 	l.API = fake.NewClientset(pod.DeepCopy()).CoreV1()
 
 	l.requestExit(pod, decision)
-	for start := time.Now(); events.count(contract.EventSidecarExitFailed) == 0; time.Sleep(5 * time.Millisecond) {
+	for start := time.Now(); events.Count(contract.EventSidecarExitFailed) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > eventuallyWait {
 			t.Fatal("no SidecarExitFailed Event after the retry budget")
 		}
@@ -391,8 +358,8 @@ func TestExitFileComesAfterTheBudgetWhenTheDirectoryDoes(t *testing.T) {
 	if !idle(l, eventuallyWait) {
 		t.Fatal("retry goroutine still running after the exit file was written")
 	}
-	if events.count(contract.EventSidecarExitFailed) != 1 || events.count(contract.EventSidecarExitRequested) != 1 {
-		t.Fatalf("events = %+v, want one %s then one %s", events.all(), contract.EventSidecarExitFailed, contract.EventSidecarExitRequested)
+	if events.Count(contract.EventSidecarExitFailed) != 1 || events.Count(contract.EventSidecarExitRequested) != 1 {
+		t.Fatalf("events = %+v, want one %s then one %s", events.Events(), contract.EventSidecarExitFailed, contract.EventSidecarExitRequested)
 	}
 }
 
@@ -413,7 +380,7 @@ func TestCloseStopsExitRetries(t *testing.T) {
 	if _, err := os.Stat(exitFilePath(root, pod)); err == nil {
 		t.Fatal("exit file written after Close")
 	}
-	if got := events.all(); len(got) != 0 {
+	if got := events.Events(); len(got) != 0 {
 		t.Fatalf("events after Close: %+v", got)
 	}
 	l.requestExit(sidecarTerminated(pod), decision) // after Close: nothing starts

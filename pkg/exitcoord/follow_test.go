@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/containerexit"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -47,24 +48,6 @@ const (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-type recordedEvent struct {
-	pod     csidriver.PodRef
-	warning bool
-	reason  string
-	msg     string
-}
-
-type recordedEvents struct {
-	mu     sync.Mutex
-	events []recordedEvent
-}
-
-func (r *recordedEvents) PodEvent(pod csidriver.PodRef, warning bool, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, recordedEvent{pod, warning, reason, msg})
-}
-
 // cacheMiss is a pod watcher that knows no pod (API unreachable).
 type cacheMiss struct{}
 
@@ -86,7 +69,7 @@ type env struct {
 	root   string
 	rt     *containerexittest.Server
 	l      *ExitCoordinator
-	events *recordedEvents
+	events *podevents.Recorder
 	reg    *prometheus.Registry
 }
 
@@ -103,7 +86,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, root: t.TempDir(), rt: srv, events: &recordedEvents{}, reg: reg}
+	e := &env{t: t, root: t.TempDir(), rt: srv, events: &podevents.Recorder{}, reg: reg}
 	e.l = &ExitCoordinator{KubeletRoot: e.root, Events: e.events, Log: quiet, Runtime: cri, Metrics: metrics}
 	t.Cleanup(func() { e.l.Close(testTimeout) })
 	return e
@@ -366,10 +349,8 @@ func TestSidecarTerminatingWithoutCacheFollowsEveryOtherContainer(t *testing.T) 
 		t.Errorf("exit reason %q, want app and helper named", r.Message)
 	}
 	e.waitFollowsEnded(1)
-	e.events.mu.Lock()
-	defer e.events.mu.Unlock()
-	if len(e.events.events) != 1 || e.events.events[0].reason != contract.EventSidecarExitRequested || e.events.events[0].pod != ref {
-		t.Errorf("events = %+v, want %s on %+v", e.events.events, contract.EventSidecarExitRequested, ref)
+	if got := e.events.Events(); len(got) != 1 || got[0].Reason != contract.EventSidecarExitRequested || got[0].Pod != ref {
+		t.Errorf("events = %+v, want %s on %+v", got, contract.EventSidecarExitRequested, ref)
 	}
 }
 

@@ -38,7 +38,7 @@ func TestGivenUpExitRetriedByALaterReport(t *testing.T) {
 	if !idle(l, eventuallyWait) {
 		t.Fatal("the effort did not end within its budget")
 	}
-	if n := events.count(contract.EventSidecarExitFailed); n != 1 {
+	if n := events.Count(contract.EventSidecarExitFailed); n != 1 {
 		t.Fatalf("%s recorded %d times after the first effort, want 1", contract.EventSidecarExitFailed, n)
 	}
 	makeEmptyDir(t, root, pod)
@@ -47,8 +47,8 @@ func TestGivenUpExitRetriedByALaterReport(t *testing.T) {
 	if !idle(l, eventuallyWait) {
 		t.Fatal("goroutines still running after the exit file was written")
 	}
-	if events.count(contract.EventSidecarExitFailed) != 1 || events.count(contract.EventSidecarExitRequested) != 1 {
-		t.Fatalf("events = %+v, want one %s and one %s", events.all(), contract.EventSidecarExitFailed, contract.EventSidecarExitRequested)
+	if events.Count(contract.EventSidecarExitFailed) != 1 || events.Count(contract.EventSidecarExitRequested) != 1 {
+		t.Fatalf("events = %+v, want one %s and one %s", events.Events(), contract.EventSidecarExitFailed, contract.EventSidecarExitRequested)
 	}
 }
 
@@ -96,10 +96,10 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 	if first, second := l.SidecarTerminating(ref), l.SidecarTerminating(ref); !first || second {
 		t.Errorf("SidecarTerminating of two volumes = %v, %v; want the first only (one SidecarDraining Event)", first, second)
 	}
-	if n := events.count(contract.EventSidecarExitRequested); n != 1 {
+	if n := events.Count(contract.EventSidecarExitRequested); n != 1 {
 		t.Errorf("%s recorded %d times, want 1", contract.EventSidecarExitRequested, n)
 	}
-	if n := events.count(contract.EventSidecarFailed); n != 2 {
+	if n := events.Count(contract.EventSidecarFailed); n != 2 {
 		t.Errorf("%s recorded %d times for two failed runs, want 2", contract.EventSidecarFailed, n)
 	}
 	if v := gather(t, reg, metricscatalog.PodsDone.Name, map[string]string{"rule": string(decision.Rule)}); v != 1 {

@@ -35,3 +35,16 @@ func (r *Recorder) Events() []Event {
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
 }
+
+// Count is the number of Events recorded with reason.
+func (r *Recorder) Count(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
