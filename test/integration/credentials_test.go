@@ -20,11 +20,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/secretscan"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
@@ -72,30 +72,28 @@ func (f *fakeReviewer) Review(_ context.Context, token, aud string) (string, err
 	return u, nil
 }
 
-type events struct {
-	mu  sync.Mutex
-	all []string
-}
+// events are the node plugin's Events on pods, as "reason: message" lines to wait for and
+// to scan for secrets.
+type events struct{ podevents.Recorder }
 
-func (e *events) PodEvent(_ csidriver.PodRef, warning bool, reason, msg string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.all = append(e.all, reason+": "+msg)
+func (e *events) lines() []string {
+	var out []string
+	for _, ev := range e.Events() {
+		out = append(out, ev.Reason+": "+ev.Msg)
+	}
+	return out
 }
 
 func (e *events) wait(t *testing.T, reason string, d time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		e.mu.Lock()
-		for _, ev := range e.all {
+		all := e.lines()
+		for _, ev := range all {
 			if strings.HasPrefix(ev, reason+": ") {
-				e.mu.Unlock()
 				return ev
 			}
 		}
-		all := append([]string(nil), e.all...)
-		e.mu.Unlock()
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s Event after %s; events: %q", reason, d, all)
 		}
@@ -294,7 +292,7 @@ func TestFederatedIdentityReadsAndWritesItsBucket(t *testing.T) {
 		t.Errorf("listing the refused bucket: %v, want EIO (not an empty directory)", err)
 	}
 	a.assertNoSecrets(t, map[string]string{"node plugin log": a.nodeLog.String(), "sidecar output": sc.Output() + sc2.Output(),
-		"events": strings.Join(a.events.all, "\n")})
+		"events": strings.Join(a.events.lines(), "\n")})
 }
 
 // mountOpTimeout bounds one file operation on a mount: a gcsfuse that gets no token retries
@@ -474,7 +472,7 @@ func TestServiceAccountKeyFromSecret(t *testing.T) {
 		t.Errorf("Event %q does not name the bucket, the key's service account and the refusal", ev)
 	}
 	a.assertNoSecrets(t, map[string]string{"node plugin log": a.nodeLog.String(), "sidecar output": sc.Output() + sc2.Output(),
-		"events": strings.Join(a.events.all, "\n")})
+		"events": strings.Join(a.events.lines(), "\n")})
 }
 
 // TestMissingCredentialFailsThePublish: a volume that asks for federation without the
