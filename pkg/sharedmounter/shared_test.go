@@ -192,11 +192,12 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	}
 	s.cfg.Store.PutPlan("/t/leaving", nodevolume.SharedPlan{Mount: a, Plan: plan("a-leaving", time.Hour)})
 	s.cfg.Store.PutPlan("/t/staying", nodevolume.SharedPlan{Mount: a, Plan: plan("a-staying", 30*time.Minute)})
+	s.cfg.Store.PutPlan("/t/expiring", nodevolume.SharedPlan{Mount: a, Plan: plan("a-expiring", 10*time.Minute)}) // not the freshest
 	s.cfg.Store.PutPlan("/t/other", nodevolume.SharedPlan{Mount: b, Plan: plan("b-fresher", 2*time.Hour)})
 	s.handOverToken("/t/leaving", a)
 	tok, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", a, "token"))
 	if err != nil || string(tok) != "a-staying" {
-		t.Fatalf("mount a's token after its pod left: %q %v, want a-staying (never b's)", tok, err)
+		t.Fatalf("mount a's token after its pod left: %q %v, want a-staying (its mount's freshest; never b's)", tok, err)
 	}
 	if _, ok := s.cfg.Store.Plan("/t/leaving"); ok {
 		t.Fatal("the leaving target's plan stayed")
@@ -322,5 +323,36 @@ func TestUnpublishOfAnUnboundTarget(t *testing.T) {
 	}
 	if !slices.Equal(unbound, []string{target}) {
 		t.Fatalf("Unbound called with %q, want the target once", unbound)
+	}
+}
+
+// A shared publish is refused (Unavailable, the kubelet retries) while the node's mounter
+// says it is stopping, and goes on once that record is stale: its deadline long past (a
+// mounter killed before it could remove it), or gone.
+func TestPublishWaitsOnlyForAStoppingMounter(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(s.mounterDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	r := &nodevolume.Request{Target: podfiles.Target{VolumeName: "data"}, Volume: handoff.Volume{Bucket: "b"}}
+	if err := s.mounterNotStopping(r); err != nil {
+		t.Fatalf("no stopping record: %v", err)
+	}
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a mounter stopping for another minute: %v, want Unavailable", err)
+	}
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-staleStoppingAfter-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); err != nil {
+		t.Fatalf("a stopping record long past its deadline (a dead mounter's): %v, want none", err)
 	}
 }

@@ -23,6 +23,11 @@ func TestOnStatusRefusedAndTerminating(t *testing.T) {
 
 	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateRefused, Message: "flag --foo is not allowed"}, log)
 	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateTerminating}, log)
+	// The drain's Event comes with the pod's first report, not a later one: a pod with one
+	// volume reports once.
+	if got := rec.Count(contract.EventSidecarDraining); got != 1 {
+		t.Fatalf("SidecarDraining Events after the pod's first drain report: %d, want 1", got)
+	}
 	s.onStatus(pod, handoff.Volume{VolumeName: "logs", Bucket: "b2"}, &handoff.Status{State: handoff.StateTerminating}, log)
 	s.onStatus(pod, vol, &handoff.Status{State: "from-the-future"}, log)
 
