@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -354,5 +355,83 @@ func TestPublishWaitsOnlyForAStoppingMounter(t *testing.T) {
 	}
 	if err := s.mounterNotStopping(r); err != nil {
 		t.Fatalf("a stopping record long past its deadline (a dead mounter's): %v, want none", err)
+	}
+}
+
+// The kubelet's republish of a bound target writes the pod's fresh token into its mount's
+// files once, and says so (the node plugin logs "credentials refreshed" from what Refresh
+// returns): a second write of the same bytes would report nothing changed.
+func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
+	const provider = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"
+	s := bareMounter(t, t.TempDir())
+	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Credentials = credentials.Config{SharedProvider: provider}.WithDefaults().ForShared()
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.table = table
+	mount := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
+	target := podfiles.CSITargetPath("/var/lib/kubelet", "uid-1", "data")
+	table.Restore(mount, []sharedmount.User{{Target: target, PodUID: "uid-1", Volume: "data"}})
+	req := &csi.NodePublishVolumeRequest{TargetPath: target, VolumeContext: map[string]string{
+		contract.AttrBucketName: "b", contract.AttrMountMode: contract.MountModeShared,
+		contract.CtxSATokens: `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`}}
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
+		Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Volume: handoff.Volume{Bucket: "b"}}
+	w, err := s.Refresh(context.Background(), req, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Token {
+		t.Errorf("a fresh token written into the mount's files reported as unchanged: %+v", w)
+	}
+	if b, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", mount, "token")); err != nil || string(b) != "a.b.c" {
+		t.Fatalf("the mount's token: %q %v", b, err)
+	}
+}
+
+// A node plugin restarted beside a serving shared mount keeps what the mount's gcsfuse
+// reads (its token file, its hand-off socket) and removes only what belongs to mounts that
+// are gone: Recover counts the mounts it finds as live before the orphans are swept.
+func TestRecoverKeepsTheFilesOfLiveMounts(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := bareMounter(t, t.TempDir())
+	s.cfg.KubeletRoot = t.TempDir()
+	if err := os.MkdirAll(filepath.Join(s.cfg.KubeletRoot, "pods"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.table = table
+	t.Cleanup(s.Close)
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	gone, live := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2)
+	for _, name := range []string{gone, live} {
+		if err := os.MkdirAll(filepath.Join(s.mounterDir(), "credentials", name), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.mounterDir(), "credentials", name, "token"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(s.mountPath(gone), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f := mountUnserved(t, s, live) // a mount the previous node plugin made
+	t.Cleanup(func() { f.Close() })
+	if n, err := s.Recover(); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v; want the one live mount", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.mounterDir(), "credentials", live, "token")); err != nil {
+		t.Errorf("the live mount's token removed at the restart: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.mounterDir(), "credentials", gone)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the gone mount's files left: %v", err)
 	}
 }
