@@ -273,3 +273,27 @@ func TestGcsfuseStartFailureAnswersIOErrors(t *testing.T) {
 	e.GcsfuseBin = fake
 	expectFailedVolume(t, e, contract.ModeNative, "bkt-start-fail", "permission denied on bucket")
 }
+
+// A volume unpublished before its sidecar ever connected (a pod deleted while Pending)
+// stops its offer: the hand-off socket goes with the mount, and a sidecar that starts late
+// finds nothing to take for a volume that no longer exists.
+func TestUnpublishBeforeTheSidecarConnects(t *testing.T) {
+	e := newEnv(t, "bkt-early")
+	pod, err := e.NewPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.Publish(ctx(t), "data", "bkt-early", "", false); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(podfiles.At(pod.TmpDir).HandoffDir(), podfiles.HandoffSocketName("data"))
+	if _, err := os.Lstat(sock); err != nil {
+		t.Fatalf("no hand-off socket offered: %v", err)
+	}
+	if err := pod.Unpublish(ctx(t), "data"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("hand-off socket of the unpublished volume still offered: %v", err)
+	}
+}

@@ -166,6 +166,11 @@ func restartBeforeSidecarConnects(t *testing.T, bin string, sidecarBefore bool) 
 	if _, err := second.csi.NodePublishVolume(ctx(t), other); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("another volume on the re-offered target: %v, want AlreadyExists", err)
 	}
+	// And the kubelet's republish of the same volume (every minute with requiresRepublish)
+	// is the same publication.
+	if _, err := second.csi.NodePublishVolume(ctx(t), req); err != nil {
+		t.Errorf("the kubelet's republish of the re-offered volume: %v, want success", err)
+	}
 	entries, err := os.ReadDir(handoffDir)
 	if err != nil {
 		t.Fatal(err)
