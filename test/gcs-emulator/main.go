@@ -48,7 +48,7 @@ func run() int {
 			bs = append(bs, b)
 		}
 	}
-	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs, PublicHost: *publicHost}
+	opts := emulator.Options{Host: *host, Port: *port, Buckets: bs, PublicHost: *publicHost, Log: log}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		fmt.Fprintln(os.Stderr, "gcs-emulator: --tls-cert and --tls-key go together")
 		return 2

@@ -1,6 +1,8 @@
 // Package emulator runs fake-gcs-server in process as the driver's embedded GCS backend, so
 // the demo and the tests talk to a real HTTP storage API without any cloud account. It adds
-// what gcsfuse needs and fake-gcs-server lacks: objects.move (move.go), gcsfuse's rename.
+// what gcsfuse needs and fake-gcs-server lacks: objects.move (move.go), gcsfuse's rename; and
+// a watch (watch.go) that reads each request's body before fake-gcs-server takes its one lock,
+// and logs the requests that are slow or stuck.
 package emulator
 
 import (
@@ -8,6 +10,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -26,9 +30,10 @@ type Server struct {
 	Endpoint string
 	// URL is the emulator's base URL (http://host:port, or https:// with Options.TLS; the
 	// host is Options.PublicHost when set).
-	URL  string
-	http *http.Server
-	done chan struct{}
+	URL   string
+	http  *http.Server
+	watch *watch
+	done  chan struct{}
 }
 
 // Options for StartWith.
@@ -44,6 +49,8 @@ type Options struct {
 	PublicHost string
 	// TLS, if set, serves HTTPS with it (its Certificates must cover the public host).
 	TLS *tls.Config
+	// Log, if set, gets the slow and stuck requests (watch.go); nil: discarded.
+	Log *slog.Logger
 }
 
 // Start runs an in-memory emulator on host:port (port 0 picks a free one) with the buckets.
@@ -94,8 +101,13 @@ func StartWith(o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Server: srv, Endpoint: base + "/storage/v1/", URL: base, done: make(chan struct{}),
-		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	wt := newWatch(h, log)
+	s := &Server{Server: srv, Endpoint: base + "/storage/v1/", URL: base, done: make(chan struct{}), watch: wt,
+		http: &http.Server{Handler: wt, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { // owned by s: ends when Stop closes the server
 		defer close(s.done)
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -113,5 +125,6 @@ func (s *Server) Stop() {
 		s.http.Close()
 	}
 	<-s.done
+	s.watch.close()
 	s.Server.Stop()
 }
