@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -156,7 +157,7 @@ func TestCheckBucketThroughProxyWithCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkBucket(context.Background(), r, endpoint, "there", "", ""); err != nil {
+	if err := checkBucket(context.Background(), preflightTimeout, r, endpoint, "there", "", ""); err != nil {
 		t.Fatalf("through the proxy with the CA: %v", err)
 	}
 	got := px.Requests()
@@ -169,16 +170,22 @@ func TestCheckBucketThroughProxyWithCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = checkBucket(context.Background(), r2, endpoint, "there", "", "")
+	err = checkBucket(context.Background(), preflightTimeout, r2, endpoint, "there", "", "")
 	if err == nil || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") {
 		t.Errorf("without the CA: %v, want an x509 error", err)
+	}
+	if errors.As(err, new(transientError)) {
+		t.Errorf("an unknown CA is taken for a failure that a retry may not see: %v", err)
 	}
 
 	px.SetRefuse(true)
 	r.close() // a route serves one check: no tunnel kept from the first
-	err = checkBucket(context.Background(), r, endpoint, "there", "", "")
+	err = checkBucket(context.Background(), preflightTimeout, r, endpoint, "there", "", "")
 	if err == nil || !strings.Contains(err.Error(), "unreachable through proxy http://REDACTED@127.0.0.1:") || !strings.Contains(err.Error(), "Forbidden") {
 		t.Errorf("refused by the proxy: %v", err)
+	}
+	if errors.As(err, new(transientError)) {
+		t.Errorf("a proxy's refusal is taken for a failure that a retry may not see: %v", err)
 	}
 	if err != nil && strings.Contains(err.Error(), "pr0xy-pw") {
 		t.Errorf("the error shows the proxy's password: %v", err)

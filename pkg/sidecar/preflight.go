@@ -3,12 +3,16 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"cloud.google.com/go/auth"
@@ -16,8 +20,17 @@ import (
 )
 
 const (
-	// preflightTimeout bounds the bucket check, an access token included.
+	// preflightTimeout bounds one attempt of the bucket check, an access token included.
 	preflightTimeout = 10 * time.Second
+	// preflightBudget bounds the whole check, its retries included: no attempt starts after
+	// it. gcsfuse retries a slow or failing GCS on its own; without retries here, one stalled
+	// answer failed a volume for good (in shared mode every pod bound to its mount).
+	preflightBudget = 30 * time.Second
+	// preflightFirstRetry is the wait after the first transient failure, doubled after each
+	// one up to preflightMaxRetry.
+	preflightFirstRetry = time.Second
+	// preflightMaxRetry is the longest wait between two attempts.
+	preflightMaxRetry = 8 * time.Second
 	// storageScope is the scope gcsfuse asks its credentials for.
 	storageScope = "https://www.googleapis.com/auth/devstorage.full_control"
 	// maxReason bounds what a refusal's text adds to a message.
@@ -34,8 +47,12 @@ const (
 // gcsfuse itself reads --key-file with (cloud.google.com/go/auth, credentials.DetectDefault),
 // so a credential the token endpoint refuses fails the volume here, naming the identity.
 // Both requests go r's way (gcsfuse's proxy and CAs).
-func checkBucket(ctx context.Context, r *route, endpoint, bucket, keyFile, identity string) error {
-	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+//
+// It is one attempt, bounded by timeout; a failure a later attempt may not see (the endpoint
+// slow or unreachable, 429 or a 5xx) is a transientError (checkBucketRetrying).
+func checkBucket(ctx context.Context, timeout time.Duration, r *route, endpoint, bucket, keyFile, identity string) error {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	u := strings.TrimSuffix(endpoint, "/") + "/b/" + url.PathEscape(bucket)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -59,7 +76,11 @@ func checkBucket(ctx context.Context, r *route, endpoint, bucket, keyFile, ident
 	if err != nil {
 		// A proxy that refuses a CONNECT makes Go's error its bare status text ("Forbidden"):
 		// the message names the proxy (redacted) so that the cause is plain.
-		return fmt.Errorf("bucket %q: storage endpoint unreachable%s: %s", bucket, r.via(req), r.proxy.Scrub(err.Error()))
+		failed := fmt.Errorf("bucket %q: storage endpoint unreachable%s: %s", bucket, r.via(req), r.proxy.Scrub(err.Error()))
+		if parent.Err() != nil || !transientNetError(err) {
+			return failed
+		}
+		return transientError{failed}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -73,10 +94,76 @@ func checkBucket(ctx context.Context, r *route, endpoint, bucket, keyFile, ident
 		return fmt.Errorf("bucket %q: %s is not accepted by the storage endpoint (%s)%s", bucket, who, status, gcsMessage(body))
 	case resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("bucket %q: %s may not read it (%s)%s", bucket, who, status, gcsMessage(body))
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return transientError{fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, status, gcsMessage(body))}
 	case resp.StatusCode >= 300:
 		return fmt.Errorf("bucket %q: storage endpoint answered %s%s", bucket, status, gcsMessage(body))
 	}
 	return nil
+}
+
+// transientNetError says whether a request's error is one a later attempt may not see: a
+// timeout, a refused, reset or cut connection. A proxy that refuses the CONNECT is not (Go
+// makes its error the bare status text): that is a setting to fix.
+func transientNetError(err error) bool {
+	var ne net.Error
+	var op *net.OpError
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || errors.As(err, &op) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// transientError is a bucket check's failure that a later attempt may not see: the endpoint
+// timed out or dropped the connection, or answered 429 or a 5xx, all of which GCS clients
+// retry.
+type transientError struct{ err error }
+
+func (e transientError) Error() string { return e.err.Error() }
+func (e transientError) Unwrap() error { return e.err }
+
+// retryPolicy bounds the bucket check's attempts (checkBucketRetrying).
+type retryPolicy struct {
+	attempt time.Duration // one attempt
+	first   time.Duration // the wait after the first transient failure, doubled after each
+	max     time.Duration // the longest wait
+	budget  time.Duration // no attempt starts past it
+}
+
+// preflightRetry is the sidecar's policy: at most preflightBudget, waits of 1, 2, 4, 8 s.
+var preflightRetry = retryPolicy{attempt: preflightTimeout, first: preflightFirstRetry, max: preflightMaxRetry, budget: preflightBudget}
+
+// checkBucketRetrying runs checkBucket until it passes, fails for good (the bucket missing,
+// the identity refused), or p's budget is spent; each retry is logged, and the last error
+// says how many attempts were made and over how long.
+func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r *route, endpoint, bucket, keyFile, identity string) error {
+	start := time.Now()
+	wait := p.first
+	for attempt := 1; ; attempt++ {
+		err := checkBucket(ctx, p.attempt, r, endpoint, bucket, keyFile, identity)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("bucket check passed after retries", "attempts", attempt, "ms", time.Since(start).Milliseconds())
+			}
+			return nil
+		}
+		var te transientError
+		elapsed := time.Since(start)
+		if !errors.As(err, &te) {
+			return err
+		}
+		if ctx.Err() != nil || elapsed+wait >= p.budget {
+			return fmt.Errorf("%w (%d attempts in %s)", err, attempt, elapsed.Round(100*time.Millisecond))
+		}
+		log.Warn("bucket check failed; trying again", "attempt", attempt, "retryIn", wait.String(), "err", err.Error())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (%d attempts in %s, then stopped)", err, attempt, time.Since(start).Round(100*time.Millisecond))
+		case <-t.C:
+		}
+		wait = min(2*wait, p.max)
+	}
 }
 
 // credentialsFrom reads a credential file the node plugin wrote, as one of the two types it

@@ -73,16 +73,16 @@ func TestCheckBucket(t *testing.T) {
 	}))
 	defer srv.Close()
 	ep := srv.URL + "/storage/v1/"
-	if err := checkBucket(context.Background(), direct, ep, "there", "", ""); err != nil {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "there", "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkBucket(context.Background(), direct, ep, "gone", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "gone", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("missing bucket: %v", err)
 	}
-	if err := checkBucket(context.Background(), direct, ep, "broken", "", ""); err == nil || !strings.Contains(err.Error(), "500") {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "broken", "", ""); err == nil || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("server error: %v", err)
 	}
-	if err := checkBucket(context.Background(), direct, "http://127.0.0.1:1/storage/v1/", "x", "", ""); err == nil || !strings.Contains(err.Error(), "unreachable") {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, "http://127.0.0.1:1/storage/v1/", "x", "", ""); err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("unreachable endpoint: %v", err)
 	}
 }
@@ -123,21 +123,21 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep := srv.URL + "/storage/v1/"
-	if err := checkBucket(context.Background(), direct, ep, "mine", keyFile, "sa ns/app"); err != nil {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", keyFile, "sa ns/app"); err != nil {
 		t.Fatal(err)
 	}
-	err := checkBucket(context.Background(), direct, ep, "theirs", keyFile, "sa ns/app")
+	err := checkBucket(context.Background(), preflightTimeout, direct, ep, "theirs", keyFile, "sa ns/app")
 	if err == nil || !strings.Contains(err.Error(), `bucket "theirs": sa ns/app may not read it (403 Forbidden): ns/app does not have`) {
 		t.Fatalf("forbidden bucket: %v", err)
 	}
 	// Anonymous (no key file) on a bucket that wants a token.
-	if err := checkBucket(context.Background(), direct, ep, "mine", "", ""); err == nil || !strings.Contains(err.Error(), "anonymous access is not accepted") {
+	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", "", ""); err == nil || !strings.Contains(err.Error(), "anonymous access is not accepted") {
 		t.Fatalf("anonymous: %v", err)
 	}
 	if err := os.WriteFile(token, []byte("bad.subject.token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = checkBucket(context.Background(), direct, ep, "mine", keyFile, "sa ns/app")
+	err = checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", keyFile, "sa ns/app")
 	if err == nil || !strings.Contains(err.Error(), "sa ns/app was refused an access token") || !strings.Contains(err.Error(), "the subject token was refused") {
 		t.Fatalf("refused token: %v", err)
 	}

@@ -160,7 +160,7 @@ func (s *Sidecar) start(ctx context.Context, v *handoff.Volume, fuse *os.File, c
 		return nil, err
 	}
 	if v.Endpoint != "" {
-		err := checkBucket(ctx, rt, v.Endpoint, v.Bucket, keyFile, identity)
+		err := checkBucketRetrying(ctx, preflightRetry, s.log.With("volume", v.VolumeName, "bucket", v.Bucket), rt, v.Endpoint, v.Bucket, keyFile, identity)
 		rt.close()
 		if err != nil {
 			return nil, err

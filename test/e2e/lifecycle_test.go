@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -208,6 +209,35 @@ func TestMissingBucket(t *testing.T) {
 			t.Fatalf("sidecar exited 0 although its volume failed:\n%s", describe(p))
 		}
 		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+}
+
+// TestBucketBusyAtStart: a storage endpoint that answers the sidecar's bucket check with 503
+// (busy, as GCS and the emulator under load do) does not fail the volume: the sidecar tries
+// again, logs why, and the Job's pod ends Succeeded with its object. Before, one slow or
+// failed answer failed the volume for good (a CI run lost 40 pods to one emulator stall).
+func TestBucketBusyAtStart(t *testing.T) {
+	parallel(t)
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		// The bucket check is the first storage request of a volume: it meets both.
+		admin(t, http.MethodPut, "faults/"+bucket, map[string]int{"status": http.StatusServiceUnavailable, "count": 2})
+		name := podName(t, "")
+		createPod(t, name, podOpts{
+			mode: mode, restart: corev1.RestartPolicyNever,
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", "4096"},
+		})
+		p := waitPod(t, name, 120*time.Second, "terminal phase", terminal)
+		l := logs(name, contract.SidecarContainerName)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod %s, want Succeeded after the bucket check's retries:\n%s\nsidecar log:\n%s", p.Status.Phase, describe(p), l)
+		}
+		expectObject(t, bucket, "out.bin", 4096)
+		if n := strings.Count(l, "bucket check failed; trying again"); n != 2 || !strings.Contains(l, "503") {
+			t.Fatalf("the sidecar's log shows %d retries, want 2 naming the 503:\n%s", n, l)
+		}
 	})
 }
 
