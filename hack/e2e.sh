@@ -68,7 +68,8 @@ finish() {
   # The clean-up ignores INT and TERM, and so do the commands it runs: CI's budget guard
   # (budget_run, lib.sh) TERMs this script's whole process group, and one that arrived while
   # cluster-down ran killed it halfway (a cold run of f29b001 left the containerd shims and
-  # six kubelet mounts behind). The guard's KILL, CI_BUDGET_GRACE later, still ends it.
+  # six kubelet mounts behind). The guard's KILL, CI_BUDGET_GRACE later, still ends it; a
+  # Ctrl-C during the clean-up does nothing (a second terminal's kill -KILL does).
   trap '' INT TERM
   background_stop "$prebuild_pid"
   background_stop "$previous_pid"

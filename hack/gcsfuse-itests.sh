@@ -126,8 +126,9 @@ run_mode() {
 # meanwhile; gcsfuse's own CI runs it against Cloud Storage, and the driver is not in a
 # listing's path (the other suites list through pods).
 # The suites in CLUSTER_SOLO run in a lane of their own beside the others (their results
-# merged in after). Beside a solo lane, the suites in CLUSTER_LATE run last in the other:
-# their 500 MiB uploads fail at close when the emulator is busy (suites.go).
+# merged in after). The suites in CLUSTER_LATE run last (in the other lane beside a solo
+# one): their 500 MiB uploads fail at close when the emulator is busy (suites.go), as it is
+# while the storage suites' shards start beside the first suites.
 CLUSTER_NS=gcsfuse-itests
 CLUSTER_RESULTS=$ITEST_DIR/results/cluster.json
 CLUSTER_EXCLUDE=${CLUSTER_EXCLUDE-list_large_dir}
@@ -198,7 +199,7 @@ run_cluster() {
   for line in "${lines[@]}"; do
     if [ ${#solo[@]} -gt 0 ] && [[ " $CLUSTER_SOLO " == *" ${line%%$'\t'*} "* ]]; then
       continue
-    elif [ ${#solo[@]} -gt 0 ] && [[ " $CLUSTER_LATE " == *" ${line%%$'\t'*} "* ]]; then
+    elif [[ " $CLUSTER_LATE " == *" ${line%%$'\t'*} "* ]]; then
       late+=("$line")
     else
       rest+=("$line")

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +33,8 @@ const (
 	preflightFirstRetry = time.Second
 	// preflightMaxRetry is the longest wait between two attempts.
 	preflightMaxRetry = 8 * time.Second
+	// minRetryWait keeps a policy without a first wait from spinning.
+	minRetryWait = 10 * time.Millisecond
 	// storageScope is the scope gcsfuse asks its credentials for.
 	storageScope = "https://www.googleapis.com/auth/devstorage.full_control"
 	// maxReason bounds what a refusal's text adds to a message.
@@ -68,6 +72,9 @@ func checkBucket(ctx context.Context, timeout time.Duration, r *route, endpoint,
 		}
 		tok, err := creds.Token(ctx)
 		if err != nil {
+			if parent.Err() == nil && (tokenEndpointBusy(err) || transientNetError(err)) {
+				return transientError{fmt.Errorf("bucket %q: %s got no access token: %s", bucket, who, clip(r.proxy.Scrub(err.Error())))}
+			}
 			return fmt.Errorf("bucket %q: %s was refused an access token: %s", bucket, who, clip(r.proxy.Scrub(err.Error())))
 		}
 		req.Header.Set("Authorization", "Bearer "+tok.Value)
@@ -102,15 +109,41 @@ func checkBucket(ctx context.Context, timeout time.Duration, r *route, endpoint,
 	return nil
 }
 
+// tokenStatus finds the status in the errors of cloud.google.com/go/auth's STS exchange,
+// impersonation and credential URL ("credentials: status code 503: ..."), which are text only.
+var tokenStatus = regexp.MustCompile(`status code (\d{3})\b`)
+
+// tokenEndpointBusy says whether a token request failed with 429 or a 5xx: an *auth.Error
+// (a service account key's token endpoint) or one of the library's text errors.
+func tokenEndpointBusy(err error) bool {
+	busy := func(code int) bool { return code == http.StatusTooManyRequests || code >= 500 }
+	var ae *auth.Error
+	if errors.As(err, &ae) && ae.Response != nil {
+		return busy(ae.Response.StatusCode)
+	}
+	m := tokenStatus.FindStringSubmatch(err.Error())
+	if m == nil {
+		return false
+	}
+	code, _ := strconv.Atoi(m[1])
+	return busy(code)
+}
+
 // transientNetError says whether a request's error is one a later attempt may not see: a
 // timeout, a refused, reset or cut connection. A proxy that refuses the CONNECT is not (Go
 // makes its error the bare status text): that is a setting to fix.
+//
+// Not every *net.OpError is: Go wraps a name that does not resolve, a TLS alert, a proxy's
+// unknown CA and a SOCKS refusal in one too, and none of those changes by itself.
 func transientNetError(err error) bool {
 	var ne net.Error
-	var op *net.OpError
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || errors.As(err, &op) ||
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsTimeout || dns.IsTemporary
+	}
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
 // transientError is a bucket check's failure that a later attempt may not see: the endpoint
@@ -135,23 +168,29 @@ var preflightRetry = retryPolicy{attempt: preflightTimeout, first: preflightFirs
 // checkBucketRetrying runs checkBucket until it passes, fails for good (the bucket missing,
 // the identity refused), or p's budget is spent; each retry is logged, and the last error
 // says how many attempts were made and over how long.
+//
+// Each attempt is bounded by p.attempt and by what is left of the budget, so the whole check
+// ends within p.budget (and a little: the last request's own clean-up).
 func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r *route, endpoint, bucket, keyFile, identity string) error {
 	start := time.Now()
-	wait := p.first
+	wait := max(p.first, minRetryWait)
 	for attempt := 1; ; attempt++ {
-		err := checkBucket(ctx, p.attempt, r, endpoint, bucket, keyFile, identity)
+		err := checkBucket(ctx, min(p.attempt, p.budget-time.Since(start)), r, endpoint, bucket, keyFile, identity)
 		if err == nil {
 			if attempt > 1 {
 				log.Info("bucket check passed after retries", "attempts", attempt, "ms", time.Since(start).Milliseconds())
 			}
 			return nil
 		}
-		var te transientError
 		elapsed := time.Since(start)
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%d attempts in %s, then stopped)", err, attempt, elapsed.Round(100*time.Millisecond))
+		}
+		var te transientError
 		if !errors.As(err, &te) {
 			return err
 		}
-		if ctx.Err() != nil || elapsed+wait >= p.budget {
+		if elapsed+wait >= p.budget {
 			return fmt.Errorf("%w (%d attempts in %s)", err, attempt, elapsed.Round(100*time.Millisecond))
 		}
 		log.Warn("bucket check failed; trying again", "attempt", attempt, "retryIn", wait.String(), "err", err.Error())

@@ -41,6 +41,7 @@ func (f *flakyStorage) count(bucket string) int {
 }
 
 func newFlaky(t *testing.T) (*flakyStorage, string) {
+	stalled := make(chan struct{})
 	f := &flakyStorage{calls: map[string]int{}, fail: func(bucket string, call int, w http.ResponseWriter) bool {
 		switch {
 		case bucket == "busy" && call <= 2:
@@ -48,8 +49,8 @@ func newFlaky(t *testing.T) (*flakyStorage, string) {
 		case bucket == "throttled" && call == 1:
 			w.WriteHeader(http.StatusTooManyRequests)
 		case bucket == "stalled" && call == 1:
-			time.Sleep(300 * time.Millisecond) // past the attempt's bound below
-			return false
+			<-stalled // past the attempt's bound: the client gives up first
+			return true
 		case bucket == "down":
 			w.WriteHeader(http.StatusBadGateway)
 		case bucket == "gone":
@@ -62,7 +63,7 @@ func newFlaky(t *testing.T) (*flakyStorage, string) {
 		return true
 	}}
 	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stalled); srv.Close() }) // the stalled handler first
 	return f, srv.URL + "/storage/v1/"
 }
 
@@ -75,7 +76,9 @@ func TestBucketCheckRetriesWhatARetryMayNotSee(t *testing.T) {
 	for bucket, want := range map[string]int{"busy": 3, "throttled": 2, "stalled": 2} {
 		var out logBuffer
 		p := fastRetry
-		p.attempt = 100 * time.Millisecond
+		if bucket == "stalled" {
+			p.attempt = time.Second // the stalled request's bound; the next one answers at once
+		}
 		err := checkBucketRetrying(context.Background(), p, slog.New(slog.NewTextHandler(&out, nil)), direct, ep, bucket, "", "")
 		if err != nil {
 			t.Errorf("%s: %v, want it to pass after retries", bucket, err)

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -94,6 +95,10 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 		switch {
 		case r.URL.Path == "/sts":
 			_ = r.ParseForm()
+			if r.Form.Get("subject_token") == "busy.subject.token" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
 			if r.Form.Get("subject_token") != "good.subject.token" {
 				w.WriteHeader(http.StatusBadRequest)
 				w.Write([]byte(`{"error":"invalid_grant","error_description":"the subject token was refused"}`))
@@ -143,6 +148,17 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "bad.subject.token") {
 		t.Fatalf("the error quotes the token: %v", err)
+	}
+	if errors.As(err, new(transientError)) {
+		t.Fatalf("a refused token is taken for a failure that a retry may not see: %v", err)
+	}
+	// A token endpoint that is busy (503) is tried again (checkBucketRetrying).
+	if err := os.WriteFile(token, []byte("busy.subject.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", keyFile, "sa ns/app")
+	if err == nil || !errors.As(err, new(transientError)) || !strings.Contains(err.Error(), "sa ns/app got no access token") {
+		t.Fatalf("busy token endpoint: %v, want a failure a retry may not see", err)
 	}
 }
 

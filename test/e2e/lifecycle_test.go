@@ -235,8 +235,8 @@ func TestBucketBusyAtStart(t *testing.T) {
 			t.Fatalf("pod %s, want Succeeded after the bucket check's retries:\n%s\nsidecar log:\n%s", p.Status.Phase, describe(p), l)
 		}
 		expectObject(t, bucket, "out.bin", 4096)
-		if n := strings.Count(l, "bucket check failed; trying again"); n != 2 || !strings.Contains(l, "503") {
-			t.Fatalf("the sidecar's log shows %d retries, want 2 naming the 503:\n%s", n, l)
+		if n := strings.Count(l, "bucket check failed; trying again"); n < 2 || !strings.Contains(l, "503") {
+			t.Fatalf("the sidecar's log shows %d retries, want at least 2 naming the 503:\n%s", n, l)
 		}
 	})
 }

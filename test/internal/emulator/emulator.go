@@ -105,7 +105,7 @@ func StartWith(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	wt := newWatch(h, log)
+	wt := newWatch(h, log, time.Now)
 	s := &Server{Server: srv, Endpoint: base + "/storage/v1/", URL: base, done: make(chan struct{}), watch: wt,
 		http: &http.Server{Handler: wt, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { // owned by s: ends when Stop closes the server

@@ -30,6 +30,9 @@ const (
 	maxStacks = 1 << 20
 	// maxPath bounds a path in a log line.
 	maxPath = 200
+	// bodyReadTimeout bounds the read of one request's body: a client that stops halfway
+	// is answered 400 instead of being waited for.
+	bodyReadTimeout = 5 * time.Minute
 )
 
 // watch is the emulator's request watch: it reads each request's body before fake-gcs-server
@@ -56,12 +59,13 @@ type watch struct {
 type request struct {
 	method, path string
 	start        time.Time
-	reported     bool
+	// reported: named as stuck (past stuckRequest), then again past stacksAfter, no more.
+	reported int
 }
 
-// newWatch starts the watchdog; close stops it.
-func newWatch(next http.Handler, log *slog.Logger) *watch {
-	w := &watch{next: next, log: log, now: time.Now, inFlight: map[uint64]*request{},
+// newWatch starts the watchdog with the clock now; close stops it.
+func newWatch(next http.Handler, log *slog.Logger, now func() time.Time) *watch {
+	w := &watch{next: next, log: log, now: now, inFlight: map[uint64]*request{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run() // owned by w: ends at close
 	return w
@@ -89,15 +93,24 @@ func (w *watch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.mu.Unlock()
 	}()
 	if r.Body != nil && r.Body != http.NoBody {
-		body, err := io.ReadAll(r.Body)
+		// One buffer of the announced size (no doubling while it grows): fake-gcs-server
+		// copies it once more when it stores the object.
+		var buf bytes.Buffer
+		if r.ContentLength > 0 {
+			buf.Grow(int(r.ContentLength))
+		}
+		rc := http.NewResponseController(rw)
+		_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+		_, err := buf.ReadFrom(r.Body)
+		_ = rc.SetReadDeadline(time.Time{})
 		r.Body.Close()
 		if err != nil {
-			// The client went away mid-body: nothing to store.
+			// The client went away or stalled mid-body: nothing to store.
 			http.Error(rw, "reading the request body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
+		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		r.ContentLength = int64(buf.Len())
 	}
 	sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
 	w.next.ServeHTTP(sw, r)
@@ -107,8 +120,9 @@ func (w *watch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// run logs, every stuckCheck, the requests in flight for longer than stuckRequest, and the
-// goroutines' stacks when one has been for longer than stacksAfter.
+// run logs, every stuckCheck, the requests in flight for longer than stuckRequest (each once
+// then, and once more past stacksAfter), and the goroutines' stacks when one has been for
+// longer than stacksAfter (once per stacksEvery).
 func (w *watch) run() {
 	defer close(w.done)
 	t := time.NewTicker(stuckCheck)
@@ -134,9 +148,9 @@ func (w *watch) check() {
 			continue
 		}
 		oldest = max(oldest, d)
-		if !r.reported || d >= stacksAfter {
+		if r.reported == 0 || (r.reported == 1 && d >= stacksAfter) {
 			stuck = append(stuck, fmt.Sprintf("%s %s (%.0fs)", r.method, r.path, d.Seconds()))
-			r.reported = true
+			r.reported++
 		}
 	}
 	inFlight := len(w.inFlight)

@@ -36,7 +36,7 @@ func TestSlowUploaderStallsNobodyElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The upload is in the emulator, its body half sent: another client asks for a bucket.
-	time.Sleep(200 * time.Millisecond)
+	waitInFlight(t, s.watch, 1)
 	answered := make(chan int, 1)
 	go func() { // ends with the request: its client times out
 		c := &http.Client{Timeout: 5 * time.Second}
@@ -101,12 +101,12 @@ func TestSlowAndStuckRequestsAreLogged(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusTeapot)
 	})
-	w := newWatch(h, slog.New(slog.NewTextHandler(&out, nil)))
-	defer w.close()
 	clock := time.Unix(1000, 0)
 	var clockMu sync.Mutex
-	w.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
 	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
+	w := newWatch(h, slog.New(slog.NewTextHandler(&out, nil)), now)
+	defer w.close()
 
 	served := make(chan struct{})
 	go func() { // ends when release is closed
@@ -114,19 +114,7 @@ func TestSlowAndStuckRequestsAreLogged(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPut, "/stuck", strings.NewReader("body"))
 		w.ServeHTTP(discard{}, req)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		w.mu.Lock()
-		n := len(w.inFlight)
-		w.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the request never reached the watch")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitInFlight(t, w, 1)
 	w.check()
 	if strings.Contains(out.String(), "stuck") {
 		t.Fatalf("a request in flight for no time was reported stuck:\n%s", out.String())
@@ -146,6 +134,9 @@ func TestSlowAndStuckRequestsAreLogged(t *testing.T) {
 	if n := strings.Count(out.String(), "goroutines while a request is stuck"); n != 1 || !strings.Contains(out.String(), "goroutine ") {
 		t.Fatalf("stacks past stacksAfter: %d dumps, want 1 (once per stacksEvery):\n%s", n, out.String())
 	}
+	if n := strings.Count(out.String(), "storage requests stuck"); n != 2 {
+		t.Fatalf("a request stuck past stacksAfter: named %d times, want twice (at stuckRequest, at stacksAfter):\n%s", n, out.String())
+	}
 	close(release)
 	<-served
 	if !strings.Contains(out.String(), `msg="slow storage request" method=PUT path=/stuck status=418`) {
@@ -156,6 +147,24 @@ func TestSlowAndStuckRequestsAreLogged(t *testing.T) {
 	w.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d requests still counted in flight after they ended", left)
+	}
+}
+
+// waitInFlight waits (bounded) until w has n requests in flight.
+func waitInFlight(t *testing.T, w *watch, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w.mu.Lock()
+		got := len(w.inFlight)
+		w.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests in flight, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
