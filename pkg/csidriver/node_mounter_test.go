@@ -199,7 +199,7 @@ func TestRepublishInAModeTheNodeLacks(t *testing.T) {
 }
 
 // A target mounted before this process started (no record) is compared by what the mount
-// table shows, and refreshed by the mounter that owns it.
+// table shows (file system, bucket, read-only), and refreshed by the mounter that owns it.
 func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 	ctx := context.Background()
 	s, side, shared, m := fakeServer(t, true)
@@ -210,6 +210,14 @@ func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 	}
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("the sidecar mode on a shared target: %v, want AlreadyExists", err)
+	}
+	m.set(target, &fusemount.Info{FSType: fusemount.FSType, Source: "bkt", ReadOnly: true})
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a read-only mount republished read-write: %v, want AlreadyExists", err)
+	}
+	m.set(target, &fusemount.Info{FSType: fusemount.FSType, Source: "another-bucket"})
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a mount of another bucket: %v, want AlreadyExists", err)
 	}
 	m.set(target, &fusemount.Info{FSType: "ext4", Source: "/dev/sda1"})
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {

@@ -389,8 +389,60 @@ func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
 	if !w.Token {
 		t.Errorf("a fresh token written into the mount's files reported as unchanged: %+v", w)
 	}
-	if b, err := os.ReadFile(filepath.Join(s.mounterDir(), "credentials", mount, "token")); err != nil || string(b) != "a.b.c" {
+	tokenFile := filepath.Join(s.mounterDir(), "credentials", mount, "token")
+	if b, err := os.ReadFile(tokenFile); err != nil || string(b) != "a.b.c" {
 		t.Fatalf("the mount's token: %q %v", b, err)
+	}
+	// The republish's token is what the mount's next hand-over writes: another pod of the
+	// mount, whose token the files hold now, leaves, and this pod's fresh one takes over.
+	leaving := podfiles.CSITargetPath("/var/lib/kubelet", "uid-2", "data")
+	s.cfg.Store.PutPlan(leaving, nodevolume.SharedPlan{Mount: mount, Plan: &credentials.Plan{Kind: credentials.KindFederation,
+		Identity: "ksa ns/other", Token: []byte("leaving.tok"), TokenExpiry: time.Now().Add(time.Hour), Config: []byte("{}\n")}})
+	if err := os.WriteFile(tokenFile, []byte("leaving.tok"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.handOverToken(leaving, mount)
+	if b, err := os.ReadFile(tokenFile); err != nil || string(b) != "a.b.c" {
+		t.Fatalf("the mount's token after the other pod left: %q %v, want the republished a.b.c", b, err)
+	}
+}
+
+// The watch of recovered mounts keeps going while one mount with a pod is left to watch,
+// however many there were, and ends once none is: its last mount's death must still reach
+// its pods.
+func TestRecoveredWatchKeepsItsLastMount(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.table = table
+	live := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
+	if err := os.MkdirAll(s.mountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
+		t.Fatal(err)
+	}
+	table.Restore(live, []sharedmount.User{{Target: "/t/uid-1", PodNamespace: "ns", PodName: "p", PodUID: "uid-1", Volume: "data"}})
+	w := &recoveredWatch{m: s, interval: 10 * time.Millisecond, mounts: map[string]handoff.Volume{live: {VolumeName: live, Bucket: "b"}},
+		pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run() // ends at close below
+	select {
+	case <-w.done:
+		t.Fatal("the watch ended with a live mount of a pod still to watch")
+	case <-time.After(300 * time.Millisecond): // thirty rounds
+	}
+	w.mu.Lock()
+	n := len(w.mounts)
+	w.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d mounts watched, want the live one", n)
+	}
+	w.forget(live)
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		w.close()
+		t.Fatal("the watch kept running with nothing left to watch")
 	}
 }
 

@@ -29,19 +29,21 @@ const (
 // pod, or the mounter closes. Owned by the Mounter: started by Recover, ended by
 // Close (stop).
 type recoveredWatch struct {
-	m       *Mounter
-	mu      sync.Mutex
-	mounts  map[string]handoff.Volume // by mount: what its pods' Events name
-	pending map[string]bool           // a statfs not returned yet (a hung mount)
-	stop    chan struct{}
-	done    chan struct{}
+	m *Mounter
+	// interval is recoveredCheckInterval (tests: shorter).
+	interval time.Duration
+	mu       sync.Mutex
+	mounts   map[string]handoff.Volume // by mount: what its pods' Events name
+	pending  map[string]bool           // a statfs not returned yet (a hung mount)
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func (m *Mounter) watchRecovered(mounts map[string]handoff.Volume) {
 	if len(mounts) == 0 {
 		return
 	}
-	w := &recoveredWatch{m: m, mounts: mounts, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &recoveredWatch{m: m, interval: recoveredCheckInterval, mounts: mounts, pending: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	m.mu.Lock()
 	m.recovered = w
 	m.mu.Unlock()
@@ -55,7 +57,7 @@ func (w *recoveredWatch) close() {
 
 func (w *recoveredWatch) run() {
 	defer close(w.done)
-	t := time.NewTicker(recoveredCheckInterval)
+	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
 		select {

@@ -48,6 +48,28 @@ func TestOnStatusRefusedAndTerminating(t *testing.T) {
 	}
 }
 
+// gcsfuse's death reaches the pod as a GcsfuseExited Warning that names the volume once: a
+// sidecar's message that already starts with it is kept as it is, an older sidecar's that
+// does not gets it in front.
+func TestOnStatusExitedNamesTheVolumeOnce(t *testing.T) {
+	rec := &podevents.Recorder{}
+	s := newTestMounter(t, Config{Events: rec})
+	pod := nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
+	vol := handoff.Volume{VolumeName: "data", Bucket: "bkt"}
+	named := `volume data (bucket "bkt"): gcsfuse died (signal: killed)`
+	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateExited, Message: named}, s.cfg.Log)
+	s.onStatus(pod, vol, &handoff.Status{State: handoff.StateExited, Message: "gcsfuse died (exit status 2)"}, s.cfg.Log)
+	ev := rec.Events()
+	if len(ev) != 2 {
+		t.Fatalf("events = %+v, want two GcsfuseExited", ev)
+	}
+	for i, want := range []string{named, "volume data: gcsfuse died (exit status 2)"} {
+		if !ev[i].Warning || ev[i].Reason != contract.EventGcsfuseExited || ev[i].Msg != want {
+			t.Errorf("event %d = %+v, want a GcsfuseExited Warning %q", i, ev[i], want)
+		}
+	}
+}
+
 // A sidecar's refusal gets the upgrade hint only when the volume needed a newer hand-off
 // than version 1 and the refusal is the old sidecar's (a field it does not know): a
 // version-1 volume refused for any reason, or a newer one refused for another, gets none.
