@@ -215,12 +215,7 @@ func TestRecoveredMountsWatched(t *testing.T) {
 	rec := &podevents.Recorder{}
 	s := bareMounter(t, t.TempDir())
 	s.cfg.Events = rec
-	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(table.Close)
-	s.table = table
+	table := withTable(t, s)
 	key := sharedmount.Key{Bucket: "b"}.Name()
 	live, answered, silent := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2), sharedmount.MountName(key, 3)
 	if err := os.MkdirAll(s.mountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
@@ -310,12 +305,7 @@ func TestAdmitChecksSharedADC(t *testing.T) {
 // would (Config.Unbound), never leaves its offer record or files behind.
 func TestUnpublishOfAnUnboundTarget(t *testing.T) {
 	s := bareMounter(t, t.TempDir())
-	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(table.Close)
-	s.table = table
+	withTable(t, s)
 	var unbound []string
 	s.cfg.Unbound = func(target string) { unbound = append(unbound, target) }
 	target := filepath.Join(t.TempDir(), "never-mounted")
@@ -368,12 +358,7 @@ func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.cfg.Credentials = credentials.Config{SharedProvider: provider}.WithDefaults().ForShared()
-	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(table.Close)
-	s.table = table
+	table := withTable(t, s)
 	mount := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
 	target := podfiles.CSITargetPath("/var/lib/kubelet", "uid-1", "data")
 	table.Restore(mount, []sharedmount.User{{Target: target, PodUID: "uid-1", Volume: "data"}})
@@ -412,12 +397,7 @@ func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
 // its pods.
 func TestRecoveredWatchKeepsItsLastMount(t *testing.T) {
 	s := bareMounter(t, t.TempDir())
-	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(table.Close)
-	s.table = table
+	table := withTable(t, s)
 	live := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
 	if err := os.MkdirAll(s.mountPath(live), 0o750); err != nil { // statfs answers: a serving gcsfuse's stand-in
 		t.Fatal(err)
@@ -486,4 +466,16 @@ func TestRecoverKeepsTheFilesOfLiveMounts(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(s.mounterDir(), "credentials", gone)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the gone mount's files left: %v", err)
 	}
+}
+
+// withTable gives s a table of shared mounts of its own (closed at the test's end).
+func withTable(t *testing.T, s *Mounter) *sharedmount.Table {
+	t.Helper()
+	table, err := sharedmount.New(ops{s}, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.table = table
+	return table
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 )
 
 // fastRetry is preflightRetry scaled down for tests.
@@ -74,7 +76,7 @@ func newFlaky(t *testing.T) (*flakyStorage, string) {
 func TestBucketCheckRetriesWhatARetryMayNotSee(t *testing.T) {
 	f, ep := newFlaky(t)
 	for bucket, want := range map[string]int{"busy": 3, "throttled": 2, "stalled": 2} {
-		var out logBuffer
+		var out syncbuf.Buffer
 		p := fastRetry
 		if bucket == "stalled" {
 			p.attempt = time.Second // the stalled request's bound; the next one answers at once
@@ -154,22 +156,4 @@ func TestBucketCheckStopsWithItsContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the check kept waiting after its context ended")
 	}
-}
-
-// logBuffer is a slog destination tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package emulator
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 )
 
 // An upload whose body is slow to arrive (a client starved of CPU, or stopped halfway) holds
@@ -70,30 +71,12 @@ func TestSlowUploaderStallsNobodyElse(t *testing.T) {
 	}
 }
 
-// logBuffer is a slog destination tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A request that takes longer than slowRequest is logged at its end with what it was; one
 // in flight for longer than stuckRequest is named while it is, once, and with every
 // goroutine's stack past stacksAfter (once per stacksEvery), so that a stalled emulator
 // says what stalls it.
 func TestSlowAndStuckRequestsAreLogged(t *testing.T) {
-	var out logBuffer
+	var out syncbuf.Buffer
 	release := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/stuck" {
