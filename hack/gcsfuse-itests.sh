@@ -273,7 +273,7 @@ case $cmd in
       suites=()
     else
       # Exits 1, naming them, when the cluster run lacks a suite of the reference.
-      list=$("$runner" suspects "$ref" "$cluster") || exit 1
+      list=$("$runner" suspects -left-out "$CLUSTER_EXCLUDE" "$ref" "$cluster") || exit 1
       suites=()
       [ -n "$list" ] && mapfile -t suites <<<"$list"
       if [ ${#suites[@]} = 0 ]; then

@@ -34,6 +34,10 @@ func TestSuspects(t *testing.T) {
 	if got := notRun(ref, report("mounted", mounted.Suites[:2]...)); !slices.Equal(got, []string{"bug", "missing", "flaky"}) {
 		t.Fatalf("not run %v, want the reference's suites the mounted run lacks", got)
 	}
+	// A suite the cluster run leaves out on purpose (CLUSTER_EXCLUDE) is not a missing one.
+	if got := notRun(ref, report("mounted", mounted.Suites[:2]...), "missing"); !slices.Equal(got, []string{"bug", "flaky"}) {
+		t.Fatalf("not run %v with missing left out, want bug and flaky", got)
+	}
 	// A fresh standalone run of the suspects judges those suites alone.
 	fresh := report("standalone", suite("bug", pass("TestA"), pass("TestB")))
 	only := onlySuitesOf(fresh, mounted)
