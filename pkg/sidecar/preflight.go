@@ -19,6 +19,8 @@ import (
 
 	"cloud.google.com/go/auth"
 	authcreds "cloud.google.com/go/auth/credentials"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
 )
 
 const (
@@ -173,7 +175,7 @@ var preflightRetry = retryPolicy{attempt: preflightTimeout, first: preflightFirs
 // ends within p.budget (and a little: the last request's own clean-up).
 func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r *route, endpoint, bucket, keyFile, identity string) error {
 	start := time.Now()
-	wait := max(p.first, minRetryWait)
+	pace := backoff.Doubling(max(p.first, minRetryWait), p.max)
 	for attempt := 1; ; attempt++ {
 		err := checkBucket(ctx, min(p.attempt, p.budget-time.Since(start)), r, endpoint, bucket, keyFile, identity)
 		if err == nil {
@@ -190,6 +192,7 @@ func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r
 		if !errors.As(err, &te) {
 			return err
 		}
+		wait := pace.Step()
 		if elapsed+wait >= p.budget {
 			return fmt.Errorf("%w (%d attempts in %s)", err, attempt, elapsed.Round(100*time.Millisecond))
 		}
@@ -201,7 +204,6 @@ func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r
 			return fmt.Errorf("%w (%d attempts in %s, then stopped)", err, attempt, time.Since(start).Round(100*time.Millisecond))
 		case <-t.C:
 		}
-		wait = min(2*wait, p.max)
 	}
 }
 
