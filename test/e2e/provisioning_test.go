@@ -389,14 +389,16 @@ func TestProfileClasses(t *testing.T) {
 		}
 		pods[claim] = class
 	}
-	// While they run: one gcsfuse per pod, each with its profile and a cache directory.
+	// While they run: one gcsfuse per pod, each with its profile and a cache directory. Each
+	// counts once seen: the pods start as their sidecars do, and on a busy node the first may
+	// have ended before the last one's gcsfuse starts (a CI run saw 25 s between them).
 	want := map[string]bool{}
 	for _, p := range profiles {
 		want[p] = true
 	}
 	deadline := time.Now().Add(90 * time.Second)
+	got := map[string]bool{}
 	for {
-		got := map[string]bool{}
 		for _, pid := range bucketGcsfuse(bucket) {
 			args := testenv.ProcessArgs(pid)
 			for _, a := range args {
