@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -88,7 +89,13 @@ func TestReleasePush(t *testing.T) {
 	const tag = "v0.0.0-release-test"
 	out := t.TempDir()
 
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	// A TERM or an interrupt to the test (hack/test.sh stopping its background checks when a
+	// step before them failed) ends the script's group as the timeout does: it runs in a
+	// group of its own, which the signal to the test's group does not reach, and a CI run that
+	// failed had left it building for minutes after.
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sig, releaseTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "hack/release-images.sh", "--push")
 	cmd.Dir = root

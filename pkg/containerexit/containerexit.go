@@ -24,6 +24,12 @@ import (
 // stuck, and the caller's next poll is a better retry than waiting.
 const CallTimeout = 2 * time.Second
 
+// ListAllTimeout bounds a node-wide listing (ListAll): thousands of kept containers make
+// answers of several MiB that a loaded runtime takes seconds to build and the node plugin
+// seconds to decode (a CI run under the race detector took 2.8 s for 5,000). The poll or the
+// resync after a stuck listing tries again.
+const ListAllTimeout = 10 * time.Second
+
 // State is a container's state as the runtime reports it.
 type State int
 
