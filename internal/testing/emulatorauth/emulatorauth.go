@@ -103,14 +103,7 @@ type Layer struct {
 	imperson map[string][]string // service account email -> identities that may impersonate it
 	tokens   map[string]grant    // access token -> grant
 	issued   []string            // every secret issued or received (for log checks)
-	faults   map[string]*Fault   // by bucket: the next storage requests to fail
-}
-
-// Fault makes the next Count storage requests for a bucket answer Status (a 429 or 5xx that
-// a GCS client retries), so tests can see a client's retries without cutting the network.
-type Fault struct {
-	Status int `json:"status"`
-	Count  int `json:"count"`
+	faults   map[faultKey]*Fault // by bucket and operation: the next storage requests to fail (faults.go)
 }
 
 type account struct {
@@ -481,9 +474,7 @@ func (l *Layer) serveStorage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if status := l.takeFault(bucket); status != 0 {
-		l.cfg.Log.Info("storage request failed on purpose", "bucket", bucket, "method", r.Method, "status", status)
-		gcsError(w, status, fmt.Sprintf("fault injected for bucket %s", bucket))
+	if !l.serveFault(w, r, bucket) {
 		return
 	}
 	l.mu.Lock()
@@ -507,42 +498,6 @@ func (l *Layer) serveStorage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	l.storage.ServeHTTP(w, r)
-}
-
-// SetFault makes the next f.Count storage requests for bucket answer f.Status (nil or a
-// Count of 0: none). Only a 429 or a 5xx is accepted: what GCS answers when a client should
-// retry.
-func (l *Layer) SetFault(bucket string, f *Fault) error {
-	if f != nil && f.Count > 0 && f.Status != http.StatusTooManyRequests && (f.Status < 500 || f.Status > 599) {
-		return fmt.Errorf("fault status %d: want 429 or 5xx", f.Status)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if f == nil || f.Count <= 0 {
-		delete(l.faults, bucket)
-		return nil
-	}
-	if l.faults == nil {
-		l.faults = map[string]*Fault{}
-	}
-	c := *f
-	l.faults[bucket] = &c
-	return nil
-}
-
-// takeFault returns the status the next request for bucket must fail with (0: none) and
-// counts it.
-func (l *Layer) takeFault(bucket string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f := l.faults[bucket]
-	if f == nil {
-		return 0
-	}
-	if f.Count--; f.Count <= 0 {
-		delete(l.faults, bucket)
-	}
-	return f.Status
 }
 
 // CreateServiceAccount registers email (if new), makes a new RSA key for it and returns the
@@ -628,7 +583,8 @@ func (l *Layer) Issued() []string {
 //	PUT  /_admin/impersonation/EMAIL        {"identities"}
 //	POST /_admin/tokens                     {"identity"}       -> {"access_token"}
 //	GET  /_admin/issued                                        -> ["secret", ...]
-//	PUT  /_admin/faults/BUCKET              {"status","count"} (the next count requests fail)
+//	PUT  /_admin/faults/BUCKET              a Fault: the next count requests (of op) misbehave
+//	GET  /_admin/faults/BUCKET                                 -> {"op": requests still to fail}
 func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	body, err := io.ReadAll(r.Body)
@@ -684,8 +640,10 @@ func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		l.cfg.Log.Info("bucket fault set", "bucket", arg, "status", f.Status, "count", f.Count)
+		l.cfg.Log.Info("bucket fault set", "bucket", arg, "op", f.Op, "status", f.Status, "delayMs", f.DelayMS, "drop", f.Drop, "count", f.Count)
 		reply(f)
+	case name == "faults" && arg != "" && r.Method == http.MethodGet:
+		reply(l.FaultsLeft(arg))
 	case name == "impersonation" && arg != "" && r.Method == http.MethodPut:
 		var req struct {
 			Identities []string `json:"identities"`

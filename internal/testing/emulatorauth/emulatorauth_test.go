@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +61,7 @@ type env struct {
 	layer   *Layer
 	srv     *httptest.Server
 	rev     *reviewer
-	storage *[]string // requests the storage handler got
+	storage func() []string // the requests the storage handler got
 }
 
 func newEnv(t *testing.T) *env {
@@ -73,7 +74,11 @@ func newEnv(t *testing.T) *env {
 		mu.Unlock()
 		fmt.Fprint(w, `{"ok":true}`)
 	})
-	e := &env{rev: &reviewer{users: map[string]string{}, auds: map[string]string{}}, storage: &got}
+	e := &env{rev: &reviewer{users: map[string]string{}, auds: map[string]string{}}, storage: func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}}
 	var h http.Handler = http.NotFoundHandler()
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
 	t.Cleanup(e.srv.Close)

@@ -1,0 +1,257 @@
+package integration
+
+// A storage backend that misbehaves, through the emulator's faults (emulatorauth's Fault: a
+// status, a delay or a dropped connection, per bucket and operation): gcsfuse's own retries
+// carry a volume through them in either mode; an app whose close succeeded always has its
+// object whole; a backend that fails every upload holds the close until it is back, never
+// failing or succeeding it silently; a sidecar told to end while an app's upload is slow
+// keeps serving until it is done.
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/emulatorauth"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/emulator"
+	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
+)
+
+// faultyBackend is an emulator of the test's own behind the auth layer with no policy (every
+// request served) whose faults the test arms.
+type faultyBackend struct {
+	*emulator.Server
+	layer *emulatorauth.Layer
+}
+
+func newFaultyBackend(t *testing.T, buckets ...string) *faultyBackend {
+	t.Helper()
+	b := &faultyBackend{}
+	var err error
+	b.Server, err = emulator.StartWith(emulator.Options{Host: "127.0.0.1", Buckets: buckets, Log: testLogger(t),
+		Wrap: func(base string, storage http.Handler) (http.Handler, error) {
+			b.layer, err = emulatorauth.New(emulatorauth.Config{BaseURL: base, Log: testLogger(t)}, storage)
+			return b.layer, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// arm sets f on bucket.
+func (b *faultyBackend) arm(t *testing.T, bucket string, f emulatorauth.Fault) {
+	t.Helper()
+	if err := b.layer.SetFault(bucket, &f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requireMet fails t when a fault armed on bucket was not met whole: the step did not reach
+// the backend as the test meant, so it proved nothing.
+func (b *faultyBackend) requireMet(t *testing.T, bucket string) {
+	t.Helper()
+	if left := b.layer.FaultsLeft(bucket); len(left) != 0 {
+		t.Fatalf("faults not met on %s: %v (requests of each operation still to fail)", bucket, left)
+	}
+}
+
+// backendFaultSteps are what a volume must carry an app through: each fault once, then the
+// app's step, which must succeed with the right bytes.
+var backendFaultSteps = []struct {
+	name  string
+	fault emulatorauth.Fault
+}{
+	{"upload-503", emulatorauth.Fault{Op: emulatorauth.OpWrite, Status: http.StatusServiceUnavailable, Count: 3}},
+	{"upload-429", emulatorauth.Fault{Op: emulatorauth.OpWrite, Status: http.StatusTooManyRequests, Count: 2}},
+	{"upload-dropped", emulatorauth.Fault{Op: emulatorauth.OpWrite, Drop: true, Count: 2}},
+	{"upload-slow", emulatorauth.Fault{Op: emulatorauth.OpWrite, DelayMS: 2500, Count: 1}},
+	{"read-503", emulatorauth.Fault{Op: emulatorauth.OpRead, Status: http.StatusServiceUnavailable, Count: 2}},
+	{"read-dropped", emulatorauth.Fault{Op: emulatorauth.OpRead, Drop: true, Count: 2}},
+	{"list-dropped", emulatorauth.Fault{Op: emulatorauth.OpList, Drop: true, Count: 1}},
+	{"stat-503", emulatorauth.Fault{Op: emulatorauth.OpMetadata, Status: http.StatusServiceUnavailable, Count: 2}},
+}
+
+// rideOut runs every step of backendFaultSteps on the mount at target of bucket.
+func rideOut(t *testing.T, b *faultyBackend, bucket, target string) {
+	for i, s := range backendFaultSteps {
+		name := fmt.Sprintf("%02d-%s", i, s.name)
+		data := randomBytes(t, 256<<10)
+		start := time.Now()
+		switch s.fault.Op {
+		case emulatorauth.OpWrite:
+			b.arm(t, bucket, s.fault)
+			if err := os.WriteFile(filepath.Join(target, name), data, 0o644); err != nil {
+				t.Fatalf("%s: the app's write failed: %v", s.name, err)
+			}
+			requireObjectIn(t, b.Server, bucket, name, data)
+		case emulatorauth.OpRead:
+			b.CreateObject(fakestorageObject(bucket, name, string(data)))
+			b.arm(t, bucket, s.fault)
+			got, err := os.ReadFile(filepath.Join(target, name))
+			if err != nil || string(got) != string(data) {
+				t.Fatalf("%s: the app read %d bytes of %d, %v", s.name, len(got), len(data), err)
+			}
+		case emulatorauth.OpList:
+			want := []string{"a", "b", "c"}
+			b.CreateObject(fakestorageObject(bucket, name+"/", "")) // the directory (no implicit-dirs)
+			for _, n := range want {
+				b.CreateObject(fakestorageObject(bucket, name+"/"+n, n))
+			}
+			b.arm(t, bucket, s.fault)
+			ents, err := os.ReadDir(filepath.Join(target, name))
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("%s: the app listed %v, %v; want %v", s.name, got, err, want)
+			}
+		case emulatorauth.OpMetadata:
+			b.CreateObject(fakestorageObject(bucket, name, string(data)))
+			b.arm(t, bucket, s.fault)
+			st, err := os.Stat(filepath.Join(target, name))
+			if err != nil || st.Size() != int64(len(data)) {
+				t.Fatalf("%s: the app's stat: %v, %v; want %d bytes", s.name, st, err, len(data))
+			}
+		}
+		b.requireMet(t, bucket)
+		t.Logf("%s: the app's step took %s", s.name, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// gcsfuse's retries carry a sidecar's volume through 503s, 429s, dropped connections and a
+// slow backend, on uploads, reads, listings and stats.
+func TestSidecarVolumeRidesOutABackendsFaults(t *testing.T) {
+	b := newFaultyBackend(t, "bkt-faults")
+	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	_, _, target := mounted(t, e, contract.ModeNative, "bkt-faults")
+	rideOut(t, b, "bkt-faults", target)
+}
+
+// The same through the shared mounter's gcsfuse.
+func TestSharedVolumeRidesOutABackendsFaults(t *testing.T) {
+	b := newFaultyBackend(t, "bkt-faults-shared")
+	e, _ := newSharedEnvOn(t, b.Server)
+	_, target := sharedPod(t, e, "bkt-faults-shared", "default")
+	rideOut(t, b, "bkt-faults-shared", target)
+}
+
+// A backend that fails every upload holds the app's close, in either mode: no close
+// succeeds without its object, and none fails while gcsfuse may still succeed. gcsfuse 3.13
+// retries an upload without end, at most max-retry-sleep (30 s) apart, even with
+// max-retry-attempts set (checked: 1 did not bound it); once the backend is back the close
+// that waited returns with the object whole, and the mount takes the next file.
+func TestBackendDownHoldsTheCloseUntilItIsBack(t *testing.T) {
+	const (
+		down = 5 * time.Second
+		// backFor bounds the wait after the backend is back: gcsfuse's longest sleep between
+		// attempts (max-retry-sleep, 30 s) and the upload.
+		backFor = 45 * time.Second
+	)
+	b := newFaultyBackend(t, "bkt-down", "bkt-down-shared")
+	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	_, _, sidecarTarget := mounted(t, e, contract.ModeNative, "bkt-down")
+	se, _ := newSharedEnvOn(t, b.Server)
+	_, sharedTarget := sharedPod(t, se, "bkt-down-shared", "default")
+	for mode, m := range map[string]struct{ bucket, target string }{
+		"sidecar": {"bkt-down", sidecarTarget}, "shared": {"bkt-down-shared", sharedTarget},
+	} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b.arm(t, m.bucket, emulatorauth.Fault{Op: emulatorauth.OpWrite, Status: http.StatusServiceUnavailable, Count: 1 << 20})
+			// Disarmed before the envs close, so that an upload still retrying ends.
+			t.Cleanup(func() { _ = b.layer.SetFault(m.bucket, nil) })
+			data := randomBytes(t, 256<<10)
+			wrote := make(chan error, 1)
+			go func() { wrote <- os.WriteFile(filepath.Join(m.target, "held.bin"), data, 0o644) }()
+			select {
+			case err := <-wrote:
+				t.Fatalf("the app's close returned (%v) while the backend failed every upload", err)
+			case <-time.After(down):
+			}
+			if got := objectIn(t, b.Server, m.bucket, "held.bin"); got != nil {
+				t.Fatalf("an object of %d bytes while every upload failed", len(got))
+			}
+			failed := b.layer.FaultsLeft(m.bucket)["write"]
+			b.arm(t, m.bucket, emulatorauth.Fault{Op: emulatorauth.OpWrite})
+			back := time.Now()
+			select {
+			case err := <-wrote:
+				if err != nil {
+					t.Fatalf("the close that waited for the backend: %v", err)
+				}
+			case <-time.After(backFor):
+				t.Fatalf("the close still waits %s after the backend is back", backFor)
+			}
+			requireObjectIn(t, b.Server, m.bucket, "held.bin", data)
+			t.Logf("%d uploads failed in %s; the close returned %s after the backend was back",
+				1<<20-failed, down, time.Since(back).Round(time.Millisecond))
+			next := randomBytes(t, 64<<10)
+			if err := os.WriteFile(filepath.Join(m.target, "next.bin"), next, 0o644); err != nil {
+				t.Fatalf("the mount's next write: %v", err)
+			}
+			requireObjectIn(t, b.Server, m.bucket, "next.bin", next)
+		})
+	}
+}
+
+// A legacy sidecar that gets SIGTERM (pod deletion) while the app's upload is slow keeps
+// serving: the app's close succeeds with its object whole, and the sidecar ends on the
+// node plugin's word that the workload is done.
+func TestLegacyDrainOutlastsASlowUpload(t *testing.T) {
+	const delay = 3 * time.Second
+	b := newFaultyBackend(t, "bkt-slow-drain")
+	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-slow-drain")
+	b.arm(t, "bkt-slow-drain", emulatorauth.Fault{Op: emulatorauth.OpWrite, DelayMS: int(delay.Milliseconds()), Count: 1})
+	data := randomBytes(t, 4<<20)
+	wrote := make(chan error, 1)
+	go func() { wrote <- os.WriteFile(filepath.Join(target, "slow.bin"), data, 0o644) }()
+	time.Sleep(delay / 3) // the upload is in flight at the backend
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	select {
+	case werr = <-wrote:
+	case <-time.After(delay + 30*time.Second):
+		t.Fatal("the app's close did not return")
+	}
+	select {
+	case <-sc.Done():
+		t.Fatalf("the sidecar ended before the workload was done:\n%s", sc.Output())
+	default:
+	}
+	if werr != nil {
+		t.Fatalf("the app's close during the drain: %v", werr)
+	}
+	b.requireMet(t, "bkt-slow-drain")
+	requireObjectIn(t, b.Server, "bkt-slow-drain", "slow.bin", data)
+	if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "deleting-all-terminated"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := sc.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("sidecar exit = %d, %v", code, err)
+	}
+}
