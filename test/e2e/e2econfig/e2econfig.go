@@ -35,6 +35,10 @@ type Suite struct {
 	// Prometheus and NetNS: a real Prometheus binary and the cluster's network namespace
 	// it runs in, for the dashboard's queries.
 	Prometheus, NetNS string
+	// NodeSystemctl is the node's systemctl stand-in (hack/node-systemctl.sh), which stops
+	// and starts its kubelet as the storage suites' disruptive tests do; empty: the tests that
+	// restart the kubelet skip (fail with Require).
+	NodeSystemctl string
 	// PreviousRelease and UpgradeCmd: the release installed before the upgrade test and the
 	// command that upgrades it to this tree; both or neither.
 	PreviousRelease, UpgradeCmd string
@@ -92,6 +96,7 @@ var Variables = []variable{
 	{"E2E_HELM_CHART", "the chart (directory or .tgz) it was installed from", str(func(s *Suite) *string { return &s.HelmChart })},
 	{"E2E_PROMETHEUS", "a Prometheus binary, for the dashboard's queries", str(func(s *Suite) *string { return &s.Prometheus })},
 	{"E2E_NETNS", "the cluster's network namespace (/run/netns/...)", str(func(s *Suite) *string { return &s.NetNS })},
+	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet", str(func(s *Suite) *string { return &s.NodeSystemctl })},
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},
 	{"E2E_PARALLEL_STARTED", "a file written when the first parallel test starts", str(func(s *Suite) *string { return &s.ParallelStarted })},
