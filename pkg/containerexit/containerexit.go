@@ -24,12 +24,6 @@ import (
 // stuck, and the caller's next poll is a better retry than waiting.
 const CallTimeout = 2 * time.Second
 
-// ListAllTimeout bounds a node-wide listing (ListAll): thousands of kept containers make
-// answers of several MiB that a loaded runtime takes seconds to build and the node plugin
-// seconds to decode (a CI run under the race detector took 2.8 s for 5,000). The poll or the
-// resync after a stuck listing tries again.
-const ListAllTimeout = 10 * time.Second
-
 // State is a container's state as the runtime reports it.
 type State int
 
@@ -103,6 +97,10 @@ const MaxMessageSize = 16 << 20
 type CRI struct {
 	conn *grpc.ClientConn
 	rt   runtimeapi.RuntimeServiceClient
+	// listTimeout bounds ListAll: CallTimeout, so that a slow node-wide listing fails fast
+	// and the runtime watch falls back to per-pod calls; a test of a large answer under the
+	// race detector raises it (export_test.go).
+	listTimeout time.Duration
 }
 
 // Dial connects to a CRI endpoint such as unix:///run/containerd/containerd.sock. The
@@ -116,7 +114,7 @@ func Dial(endpoint string) (*CRI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime endpoint %q: %w", endpoint, err)
 	}
-	return &CRI{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn)}, nil
+	return &CRI{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), listTimeout: CallTimeout}, nil
 }
 
 // Close releases the connection.

@@ -58,7 +58,7 @@ func (c *CRI) Version(ctx context.Context) (RuntimeVersion, error) {
 // ListAll lists every container the kubelet made on the node with one ListContainers call.
 // Containers without the kubelet's pod UID label (not made by a kubelet) are left out.
 func (c *CRI) ListAll(ctx context.Context) ([]Container, error) {
-	ctx, cancel := context.WithTimeout(ctx, ListAllTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.listTimeout)
 	defer cancel()
 	resp, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
