@@ -3,15 +3,18 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -159,6 +162,54 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 	err = checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", keyFile, "sa ns/app")
 	if err == nil || !errors.As(err, new(transientError)) || !strings.Contains(err.Error(), "sa ns/app got no access token") {
 		t.Fatalf("busy token endpoint: %v, want a failure a retry may not see", err)
+	}
+}
+
+// A token endpoint that answers 500 is as busy as one answering 503: the bucket check tries
+// again and the volume starts, where failing at once would have said the identity was refused
+// a token. The retry is logged with its cause.
+func TestCheckBucketRetriesATokenEndpointAnswering500(t *testing.T) {
+	var stsCalls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/sts":
+			if stsCalls.Add(1) == 1 {
+				w.WriteHeader(http.StatusInternalServerError)
+				w.Write([]byte(`{"error":"server_error","error_description":"backend unavailable"}`))
+				return
+			}
+			w.Write([]byte(`{"access_token":"access-1","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":120}`))
+		case r.Header.Get("Authorization") != "Bearer access-1":
+			w.WriteHeader(http.StatusUnauthorized)
+		case r.URL.Path == "/storage/v1/b/mine":
+			w.Write([]byte(`{"name":"mine"}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	conf := `{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",
+		"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"` + srv.URL + `/sts",
+		"credential_source":{"file":"` + token + `","format":{"type":"text"}}}`
+	keyFile := filepath.Join(dir, "credentials.json")
+	if err := os.WriteFile(keyFile, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("good.subject.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out syncbuf.Buffer
+	err := checkBucketRetrying(context.Background(), fastRetry, slog.New(slog.NewTextHandler(&out, nil)), direct, srv.URL+"/storage/v1/", "mine", keyFile, "sa ns/app")
+	if err != nil {
+		t.Fatalf("token endpoint answering 500 once: %v, want the check to pass after a retry", err)
+	}
+	if n := stsCalls.Load(); n != 2 {
+		t.Errorf("%d token requests, want 2 (the 500, then the token)", n)
+	}
+	if log := out.String(); strings.Count(log, "trying again") != 1 || !strings.Contains(log, "sa ns/app got no access token") || !strings.Contains(log, "passed after retries") {
+		t.Errorf("the log has not the one retry, its cause and the pass:\n%s", log)
 	}
 }
 
