@@ -108,6 +108,9 @@ func TestReleasePush(t *testing.T) {
 	start := time.Now()
 	output, err := cmd.CombinedOutput()
 	t.Logf("hack/release-images.sh --push (%.1f s):\n%s", time.Since(start).Seconds(), output)
+	if sig.Err() != nil {
+		t.Fatal("interrupted: the script's builds were stopped")
+	}
 	if err != nil {
 		t.Fatalf("hack/release-images.sh --push: %v", err)
 	}

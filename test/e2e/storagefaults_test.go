@@ -33,7 +33,7 @@ func TestBackendFaultsDuringTheWrite(t *testing.T) {
 			t.Parallel()
 			bucket := newBucket(t)
 			admin(t, http.MethodPut, "faults/"+bucket, c.fault)
-			t.Cleanup(func() { admin(t, http.MethodPut, "faults/"+bucket, map[string]any{"op": "write", "count": 0}) })
+			t.Cleanup(func() { admin(t, http.MethodDelete, "faults/"+bucket, nil) })
 			name := podName(t, "")
 			start := time.Now()
 			createPod(t, name, podOpts{

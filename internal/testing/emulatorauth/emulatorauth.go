@@ -20,6 +20,7 @@
 package emulatorauth
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -585,6 +586,7 @@ func (l *Layer) Issued() []string {
 //	GET  /_admin/issued                                        -> ["secret", ...]
 //	PUT  /_admin/faults/BUCKET              a Fault: the next count requests (of op) misbehave
 //	GET  /_admin/faults/BUCKET                                 -> {"op": requests still to fail}
+//	DELETE /_admin/faults/BUCKET                               (disarms every fault of the bucket)
 func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	body, err := io.ReadAll(r.Body)
@@ -633,15 +635,22 @@ func (l *Layer) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		reply(map[string]string{})
 	case name == "faults" && arg != "" && r.Method == http.MethodPut:
 		var f Fault
-		if !decode(&f) {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields() // a misspelt "delay" must not arm a plain fault
+		if err := dec.Decode(&f); err != nil {
+			http.Error(w, "bad fault: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		if err := l.SetFault(arg, &f); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		l.cfg.Log.Info("bucket fault set", "bucket", arg, "op", f.Op, "status", f.Status, "delayMs", f.DelayMS, "drop", f.Drop, "count", f.Count)
+		l.cfg.Log.Info("bucket fault set", "bucket", arg, "op", f.Op, "status", f.Status, "delayMs", f.DelayMS, "drop", f.Drop,
+			"dropAfter", f.DropAfter, "count", f.Count)
 		reply(f)
+	case name == "faults" && arg != "" && r.Method == http.MethodDelete:
+		_ = l.SetFault(arg, nil)
+		reply(map[string]int{})
 	case name == "faults" && arg != "" && r.Method == http.MethodGet:
 		reply(l.FaultsLeft(arg))
 	case name == "impersonation" && arg != "" && r.Method == http.MethodPut:

@@ -23,22 +23,26 @@ const (
 var Ops = []string{OpRead, OpWrite, OpList, OpMetadata, OpDelete}
 
 // MaxFaultDelay bounds Fault.DelayMS: a test that wants a backend slower than this wants it
-// gone, which Drop or a status says better.
-const MaxFaultDelay = 10 * time.Minute
+// gone, which Drop or a status says better (and the emulator's watch dumps every goroutine's
+// stack for a request in flight past 15 s).
+const MaxFaultDelay = time.Minute
 
 // Fault makes the next Count storage requests for a bucket (of one operation when Op is
 // set) misbehave as a real backend does, so tests see a client's retries, timeouts and
 // errors without cutting the machine's network: wait DelayMS first (a slow backend), then
 // answer Status (a 429 or 5xx that a GCS client retries), or Drop the connection without an
-// answer (a cut network, a front end that died), or, with neither, answer normally late.
+// answer (a cut network, a front end that died), or DropAfter: serve the request (an upload
+// is stored) and cut the connection instead of answering (a front end that died after the
+// backend took it: the client cannot tell it from Drop); or, with none, answer normally late.
 // The body of an upload has been read when the fault strikes (the emulator reads it first),
 // so a dropped upload is one the client sent whole and never heard of.
 type Fault struct {
-	Status  int    `json:"status,omitempty"`
-	Count   int    `json:"count"`
-	Op      string `json:"op,omitempty"`
-	DelayMS int    `json:"delayMs,omitempty"`
-	Drop    bool   `json:"drop,omitempty"`
+	Status    int    `json:"status,omitempty"`
+	Count     int    `json:"count"`
+	Op        string `json:"op,omitempty"`
+	DelayMS   int    `json:"delayMs,omitempty"`
+	Drop      bool   `json:"drop,omitempty"`
+	DropAfter bool   `json:"dropAfter,omitempty"`
 }
 
 // faultKey: a bucket's faults, one per operation ("" for any).
@@ -48,6 +52,12 @@ type faultKey struct{ bucket, op string }
 // disarms every fault of the bucket, a Count of 0 the one of f.Op. A fault of an operation
 // strikes before the bucket's fault for any.
 func (l *Layer) SetFault(bucket string, f *Fault) error {
+	if bucket == "" {
+		return fmt.Errorf("a fault needs a bucket")
+	}
+	if f != nil && f.Count < 0 {
+		return fmt.Errorf("fault count %d: want 0 (disarm) or more", f.Count)
+	}
 	if f != nil && f.Count > 0 {
 		if err := f.check(); err != nil {
 			return err
@@ -82,12 +92,14 @@ func (f *Fault) check() error {
 	switch {
 	case f.Status != 0 && f.Status != http.StatusTooManyRequests && (f.Status < 500 || f.Status > 599):
 		return fmt.Errorf("fault status %d: want 429 or 5xx", f.Status)
-	case f.Status != 0 && f.Drop:
-		return fmt.Errorf("fault status %d and drop: a dropped connection has no answer", f.Status)
+	case f.Status != 0 && (f.Drop || f.DropAfter):
+		return fmt.Errorf("fault status %d and a drop: a dropped connection has no answer", f.Status)
+	case f.Drop && f.DropAfter:
+		return fmt.Errorf("fault drop and dropAfter: the request is cut before storage or after, not both")
 	case f.DelayMS < 0 || time.Duration(f.DelayMS)*time.Millisecond > MaxFaultDelay:
 		return fmt.Errorf("fault delay %d ms: want 0 to %d", f.DelayMS, MaxFaultDelay.Milliseconds())
-	case f.Status == 0 && !f.Drop && f.DelayMS == 0:
-		return fmt.Errorf("fault of %d requests that does nothing: give a status, a delay or drop", f.Count)
+	case f.Status == 0 && !f.Drop && !f.DropAfter && f.DelayMS == 0:
+		return fmt.Errorf("fault of %d requests that does nothing: give a status, a delay, drop or dropAfter", f.Count)
 	}
 	return nil
 }
@@ -136,7 +148,7 @@ func (l *Layer) serveFault(w http.ResponseWriter, r *http.Request, bucket string
 		return true
 	}
 	l.cfg.Log.Info("storage request misbehaves on purpose", "bucket", bucket, "op", op, "method", r.Method,
-		"status", f.Status, "delayMs", f.DelayMS, "drop", f.Drop)
+		"status", f.Status, "delayMs", f.DelayMS, "drop", f.Drop, "dropAfter", f.DropAfter)
 	if f.DelayMS > 0 {
 		t := time.NewTimer(time.Duration(f.DelayMS) * time.Millisecond)
 		defer t.Stop()
@@ -147,9 +159,12 @@ func (l *Layer) serveFault(w http.ResponseWriter, r *http.Request, bucket string
 		}
 	}
 	switch {
+	case f.DropAfter:
+		l.storage.ServeHTTP(&unanswered{header: http.Header{}}, r)
+		fallthrough
 	case f.Drop:
-		// net/http closes the connection (HTTP/1) or resets the stream (HTTP/2) without an
-		// answer and without logging a stack: the client sees the connection cut.
+		// net/http closes the HTTP/1 connection without an answer and without logging a
+		// stack (the emulator serves HTTP/1 only): the client sees the connection cut.
 		panic(http.ErrAbortHandler)
 	case f.Status != 0:
 		gcsError(w, f.Status, fmt.Sprintf("fault injected for bucket %s (%s)", bucket, op))
@@ -168,17 +183,22 @@ func opOf(r *http.Request) string {
 	case len(segs) >= 1 && segs[0] == "download":
 		return OpRead
 	case len(segs) >= 3 && segs[0] == "storage" && segs[1] == "v1" && segs[2] == "b":
-		// storage/v1/b/B[/o[/OBJECT[/ACTION...]]]
+		// storage/v1/b/B[/o[/OBJECT[/ACTION...]]], or B's iam, acl, storageLayout...
 		switch n := len(segs); {
-		case n <= 4:
-			return OpMetadata // the bucket's
+		case n <= 4 && r.Method == http.MethodDelete:
+			return OpDelete // the bucket
+		case n <= 4 || segs[4] != "o":
+			return OpMetadata // the bucket's, or its policies and layout
 		case n == 5:
 			if r.Method == http.MethodGet {
 				return OpList
 			}
 			return OpWrite // an insert without the upload path
 		case n > 6:
-			return OpWrite // compose, copyTo, rewriteTo, moveTo
+			if r.Method == http.MethodPost {
+				return OpWrite // compose, copyTo, rewriteTo, moveTo
+			}
+			return OpMetadata // an object's acl
 		}
 		switch r.Method {
 		case http.MethodGet:
@@ -208,3 +228,10 @@ func opOf(r *http.Request) string {
 	}
 	return OpMetadata
 }
+
+// unanswered is where a DropAfter request's answer goes: nowhere.
+type unanswered struct{ header http.Header }
+
+func (u *unanswered) Header() http.Header         { return u.header }
+func (u *unanswered) Write(b []byte) (int, error) { return len(b), nil }
+func (u *unanswered) WriteHeader(int)             {}

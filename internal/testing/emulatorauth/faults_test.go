@@ -53,6 +53,10 @@ func TestOpOf(t *testing.T) {
 		{"DELETE", "/storage/v1/b/b/o/a", OpDelete},
 		{"GET", "/storage/v1/b/b/o?prefix=d/&delimiter=/", OpList},
 		{"GET", "/storage/v1/b/b", OpMetadata},
+		{"DELETE", "/storage/v1/b/b", OpDelete},
+		{"GET", "/storage/v1/b/b/iam", OpMetadata},
+		{"GET", "/storage/v1/b/b/storageLayout", OpMetadata},
+		{"GET", "/storage/v1/b/b/o/a/acl/user-x", OpMetadata},
 		{"POST", "/storage/v1/b/b/o/dst/compose", OpWrite},
 		{"POST", "/storage/v1/b/b/o/src/moveTo/o/dst", OpWrite},
 		{"POST", "/storage/v1/b/b/o/src/rewriteTo/b/c/o/dst", OpWrite},
@@ -151,12 +155,16 @@ func TestFaultDelays(t *testing.T) {
 func TestFaultRefused(t *testing.T) {
 	e := newEnv(t)
 	for body, want := range map[string]string{
-		`{"status":404,"count":1}`:               "want 429 or 5xx",
-		`{"status":503,"drop":true,"count":1}`:   "no answer",
-		`{"count":1}`:                            "does nothing",
-		`{"delayMs":-1,"count":1}`:               "fault delay",
-		`{"delayMs":600001,"count":1}`:           "fault delay",
-		`{"op":"rename","status":503,"count":1}`: "want one of read, write",
+		`{"status":404,"count":1}`:                  "want 429 or 5xx",
+		`{"status":503,"drop":true,"count":1}`:      "no answer",
+		`{"count":1}`:                               "does nothing",
+		`{"delayMs":-1,"count":1}`:                  "fault delay",
+		`{"delayMs":60001,"count":1}`:               "fault delay",
+		`{"status":503,"count":-1}`:                 "fault count -1",
+		`{"status":503,"dropAfter":true,"count":1}`: "no answer",
+		`{"drop":true,"dropAfter":true,"count":1}`:  "not both",
+		`{"op":"write","delay":4000,"count":1}`:     "unknown field",
+		`{"op":"rename","status":503,"count":1}`:    "want one of read, write",
 	} {
 		if code, got := e.admin(t, "PUT", "faults/b", body); code != 400 || !strings.Contains(got, want) {
 			t.Errorf("%s: %d %q, want 400 saying %q", body, code, got, want)
@@ -164,5 +172,30 @@ func TestFaultRefused(t *testing.T) {
 	}
 	if _, body := e.admin(t, "GET", "faults/b", ""); strings.TrimSpace(body) != "{}" {
 		t.Fatalf("a refused fault was armed: %s", body)
+	}
+}
+
+// TestFaultDropsTheAnswer: dropAfter serves the request (storage sees it: an upload is
+// stored) and cuts the connection instead of answering; DELETE disarms every fault of the
+// bucket.
+func TestFaultDropsTheAnswer(t *testing.T) {
+	e := newEnv(t)
+	e.admin(t, "PUT", "faults/b", `{"op":"write","dropAfter":true,"count":1}`)
+	if code, err := e.fresh(context.Background(), "POST", "/upload/storage/v1/b/b/o?uploadType=media&name=x"); err == nil {
+		t.Fatalf("a request whose answer was dropped got %d", code)
+	}
+	if !slices.Contains(e.storage(), "POST /upload/storage/v1/b/b/o") {
+		t.Fatalf("storage did not serve the request whose answer was dropped: %v", e.storage())
+	}
+	e.admin(t, "PUT", "faults/b", `{"op":"read","drop":true,"count":5}`)
+	e.admin(t, "PUT", "faults/b", `{"status":503,"count":5}`)
+	if code, body := e.admin(t, "DELETE", "faults/b", ""); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if _, body := e.admin(t, "GET", "faults/b", ""); strings.TrimSpace(body) != "{}" {
+		t.Fatalf("faults left after DELETE: %s", body)
+	}
+	if err := e.layer.SetFault("", &Fault{Status: 503, Count: 1}); err == nil {
+		t.Fatal("a fault of no bucket was armed")
 	}
 }
