@@ -212,9 +212,9 @@ func TestMissingBucket(t *testing.T) {
 	})
 }
 
-// TestBucketBusyAtStart: a storage endpoint that answers the sidecar's bucket check with 503
-// (busy, as GCS and the emulator under load do) does not fail the volume: the sidecar tries
-// again, logs why, and the Job's pod ends Succeeded with its object. Before, one slow or
+// TestBucketBusyAtStart (native, legacy, shared): a storage endpoint that answers the
+// sidecar's (or the shared mounter's) bucket check with 503 (busy, as GCS and the emulator
+// under load do) does not fail the volume: the sidecar tries again, logs why, and the Job's pod ends Succeeded with its object. Before, one slow or
 // failed answer failed the volume for good (a CI run lost 40 pods to one emulator stall).
 func TestBucketBusyAtStart(t *testing.T) {
 	parallel(t)
@@ -237,6 +237,32 @@ func TestBucketBusyAtStart(t *testing.T) {
 		expectObject(t, bucket, "out.bin", 4096)
 		if n := strings.Count(l, "bucket check failed; trying again"); n < 2 || !strings.Contains(l, "503") {
 			t.Fatalf("the sidecar's log shows %d retries, want at least 2 naming the 503:\n%s", n, l)
+		}
+	})
+	// The shared mounter runs the same check for a key's first pod.
+	t.Run("shared", func(t *testing.T) {
+		t.Parallel()
+		bucket := newBucket(t)
+		admin(t, http.MethodPut, "faults/"+bucket, map[string]int{"status": http.StatusServiceUnavailable, "count": 2})
+		name := podName(t, "")
+		createPod(t, name, podOpts{
+			restart: corev1.RestartPolicyNever, attrs: sharedAttrs,
+			volumes: []volume{{"bucket", bucket, mountPath}},
+			args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", "4096"},
+		})
+		p := waitPod(t, name, 120*time.Second, "terminal phase", terminal)
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod %s, want Succeeded after the shared mounter's bucket check retried:\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
+		}
+		expectObject(t, bucket, "out.bin", 4096)
+		var retries int
+		for _, l := range strings.Split(componentLog(t, "app=gcsfuse-csi-mounter"), "\n") {
+			if strings.Contains(l, "bucket check failed; trying again") && strings.Contains(l, bucket) {
+				retries++
+			}
+		}
+		if retries < 2 {
+			t.Fatalf("the shared mounter's log shows %d retries of bucket %s, want at least 2", retries, bucket)
 		}
 	})
 }
