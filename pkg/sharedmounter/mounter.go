@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -80,6 +81,11 @@ type Mounter struct {
 	// recovered watches the mounts found at start-up, which have no status stream
 	// (watch.go); nil when there are none.
 	recovered *recoveredWatch
+	// statfs is how Alive asks a mount for its statistics (nil: unix.Statfs). A seam for
+	// tests alone: what Alive must tell apart (a starting gcsfuse's mount, whose statfs the
+	// kernel holds until gcsfuse answers its INIT; a dead one's ENOTCONN) needs root and a
+	// real FUSE mount otherwise.
+	statfs func(path string, st *unix.Statfs_t) error
 
 	// gate is held shared by every publish for its duration, and exclusively by CleanUp,
 	// which then sets closed: no publish mounts under the shared directory while it is

@@ -1,0 +1,240 @@
+package sharedmounter
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podpath"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmount"
+)
+
+// fakeBinds is the table's effects with Bind recorded instead of mounted (a bind mount needs
+// root); Alive and Stop are the Mounter's own.
+type fakeBinds struct {
+	ops
+	mu    sync.Mutex
+	bound map[string]string // by target: the mount it was bound to
+}
+
+func (f *fakeBinds) Bind(mount, target string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bound[target] = mount
+	return nil
+}
+
+// boundTo is the mount target was bound to ("" when none).
+func (f *fakeBinds) boundTo(target string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bound[target]
+}
+
+// publishableMounter is a bareMounter that takes shared publishes without root: its
+// mounter's directory made, Workload Identity Federation configured, Events recorded, binds
+// faked and every mount answering a statfs at once (a serving gcsfuse). No mnt/ directory is
+// made: a start of a new mount fails at once there, before anything is mounted.
+func publishableMounter(t *testing.T) (*Mounter, *sharedmount.Table, *fakeBinds, *podevents.Recorder) {
+	t.Helper()
+	const provider = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/pool/providers/prov"
+	s := bareMounter(t, t.TempDir())
+	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Credentials = credentials.Config{SharedProvider: provider}.WithDefaults().ForShared()
+	rec := &podevents.Recorder{}
+	s.cfg.Events = rec
+	s.statfs = func(string, *unix.Statfs_t) error { return nil }
+	binds := &fakeBinds{ops: ops{s}, bound: map[string]string{}}
+	table, err := sharedmount.New(binds, time.Hour, s.cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	s.table = table
+	return s, table, binds, rec
+}
+
+// podPublish is pod uid's publish of volume data (bucket b) with its Kubernetes token: every
+// pod of a test has the same key.
+func podPublish(t *testing.T, uid string) (*csi.NodePublishVolumeRequest, *nodevolume.Request) {
+	req := &csi.NodePublishVolumeRequest{TargetPath: filepath.Join(t.TempDir(), "target-"+uid), VolumeContext: map[string]string{
+		contract.AttrBucketName: "b", contract.AttrMountMode: contract.MountModeShared,
+		contract.CtxSATokens: `{"gcsfuse.csi.storage":{"token":"a.b.` + uid + `","expirationTimestamp":"2030-01-01T00:00:00Z"}}`}}
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: uid, VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p-" + uid, UID: uid},
+		Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Volume: handoff.Volume{Version: handoff.Version, Bucket: "b"},
+		Creds: &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/reader"}}
+	return req, r
+}
+
+// runningMount gives the table the key's mount, bound by the first pod's target (restored:
+// starting one needs a FUSE mount), and returns its name.
+func runningMount(table *sharedmount.Table, req *csi.NodePublishVolumeRequest, r *nodevolume.Request) string {
+	mount := sharedmount.MountName(sharedKey(r).Name(), 1)
+	table.Restore(mount, []sharedmount.User{{Target: req.TargetPath, PodNamespace: r.Pod.Namespace, PodName: r.Pod.Name, PodUID: r.Pod.UID, Volume: "data"}})
+	return mount
+}
+
+// takenSilently offers mount to the node's mounter as a start does, and has a fake mounter
+// take its descriptor and say nothing after: its gcsfuse still starting. Until the test ends.
+func takenSilently(t *testing.T, s *Mounter, mount string) {
+	t.Helper()
+	dir, err := podpath.OpenDir(s.mounterDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd, err := podfiles.CreateHandoffDir(dir)
+	dir.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse, err := os.Open(os.DevNull) // the FUSE connection's stand-in: only handed over
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := make(chan struct{})
+	r := &nodevolume.Request{Shared: mount, Opts: &mountopts.Volume{Bucket: "b"}, Volume: handoff.Volume{Version: handoff.Version, VolumeName: mount, Bucket: "b"}}
+	if err := s.offerShared(r, hd, fuse, taken, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: podfiles.At(s.mounterDir()).HandoffSocket(mount), Net: "unix"})
+	if err == nil {
+		var f *os.File
+		_, f, err = handoff.RecvVolume(conn)
+		if f != nil {
+			f.Close()
+		}
+	}
+	t.Cleanup(func() { // the offer first: a mounter's connection closed then is no end to report
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.stopSharedOffer(ctx, mount)
+		if conn != nil {
+			conn.Close()
+		}
+	})
+	if err != nil {
+		t.Fatalf("the fake mounter did not take %s: %v", mount, err)
+	}
+	select {
+	case <-taken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hand-off was not seen")
+	}
+}
+
+// A pod published while its key's mount is starting (the node's mounter took it, its gcsfuse
+// has not reported yet, and the kernel holds every request to it, a statfs too, until gcsfuse
+// answers its INIT) is bound to that mount: a second gcsfuse would start for the key. A mount
+// silent for longer than sharedStartGrace is checked like any other, and one found dead is
+// not joined.
+func TestPublishJoinsAStartingMount(t *testing.T) {
+	s, table, binds, _ := publishableMounter(t)
+	held := make(chan struct{}) // a starting mount's statfs: answered when the test ends
+	t.Cleanup(func() { close(held) })
+	var dead atomic.Bool // the mount's gcsfuse died without a word: the connection aborted
+	s.statfs = func(string, *unix.Statfs_t) error {
+		if dead.Load() {
+			return unix.ENOTCONN
+		}
+		<-held
+		return nil
+	}
+	req1, r1 := podPublish(t, "uid-1")
+	mount := runningMount(table, req1, r1)
+	takenSilently(t, s, mount)
+
+	req2, r2 := podPublish(t, "uid-2")
+	if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err != nil {
+		t.Fatalf("a pod published while its key's mount starts: %v; want it bound to %s (a second gcsfuse was started for the key)", err, mount)
+	}
+	if got := binds.boundTo(req2.TargetPath); got != mount {
+		t.Fatalf("the second pod bound to %q, want the starting mount %s", got, mount)
+	}
+
+	// sharedStartGrace later, still no report: the mount is asked, and answers dead.
+	s.mu.Lock()
+	s.starting[mount] = time.Now().Add(-sharedStartGrace - time.Second)
+	s.mu.Unlock()
+	dead.Store(true)
+	req3, r3 := podPublish(t, "uid-3")
+	err := s.Publish(context.Background(), req3, r3, s.cfg.Log) // a new mount's start, which fails here (no mnt/)
+	if got := binds.boundTo(req3.TargetPath); got == mount || table.NameOf(req3.TargetPath) == mount {
+		t.Fatalf("a pod bound to a mount silent past the start grace and dead (publish: %v), trusted without a check", err)
+	}
+}
+
+// A pod that cannot join its key's running mount (its files cannot be written: here
+// something in the way of the CA bundle) fails its publish and leaves the mount's credential
+// files alone: the mount's gcsfuse reads its token there for the pods bound before. Only
+// a mount that never started is cleaned up after a failed publish.
+func TestFailedJoinKeepsTheMountsFiles(t *testing.T) {
+	s, table, binds, _ := publishableMounter(t)
+	req1, r1 := podPublish(t, "uid-1")
+	mount := runningMount(table, req1, r1)
+	// The files the first pod's publish wrote.
+	if err := s.useSharedKey(r1, mount, req1.VolumeContext, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cfg.Files.WriteCredentials(r1); err != nil {
+		t.Fatal(err)
+	}
+	paths := podfiles.At(s.mounterDir())
+	if err := os.Mkdir(paths.CABundleFile(mount), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Files.CABundle = []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+
+	req2, r2 := podPublish(t, "uid-2")
+	r2.Volume.CABundle = true
+	if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err == nil || !strings.Contains(err.Error(), "CA bundle") {
+		t.Fatalf("a pod whose CA bundle cannot be written: %v, want its publish failed on the CA bundle", err)
+	}
+	for _, f := range []string{paths.CredentialsTokenFile(mount), paths.CredentialsConfigFile(mount)} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("the running mount's %s after a pod failed to join: %v; its pods' gcsfuse reads it", filepath.Base(f), err)
+		}
+	}
+	if binds.boundTo(req2.TargetPath) != "" || table.NameOf(req1.TargetPath) != mount {
+		t.Errorf("after the failed join: the pod bound to %q, the first pod's mount %q", binds.boundTo(req2.TargetPath), table.NameOf(req1.TargetPath))
+	}
+}
+
+// A pod bound to its key's running mount is told so (SharedMountJoined, naming the mount);
+// the pods bound before are told nothing more.
+func TestJoiningPodIsToldItShares(t *testing.T) {
+	s, table, binds, rec := publishableMounter(t)
+	req1, r1 := podPublish(t, "uid-1")
+	mount := runningMount(table, req1, r1)
+	req2, r2 := podPublish(t, "uid-2")
+	if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	if got := binds.boundTo(req2.TargetPath); got != mount {
+		t.Fatalf("the second pod bound to %q, want %s", got, mount)
+	}
+	events := rec.Events()
+	if len(events) != 1 || events[0].Reason != contract.EventSharedMountJoined || events[0].Pod.UID != "uid-2" || events[0].Warning {
+		t.Fatalf("events %+v, want one normal %s on the joining pod uid-2", events, contract.EventSharedMountJoined)
+	}
+	if msg := events[0].Msg; !strings.Contains(msg, mount) || !strings.Contains(msg, "bucket b") {
+		t.Errorf("the %s message %q does not name the mount and the bucket", contract.EventSharedMountJoined, msg)
+	}
+}
