@@ -118,18 +118,8 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	conf := `{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",
-		"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"` + srv.URL + `/sts",
-		"credential_source":{"file":"` + token + `","format":{"type":"text"}}}`
-	keyFile := filepath.Join(dir, "credentials.json")
-	if err := os.WriteFile(keyFile, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("good.subject.token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := externalAccountKey(t, srv.URL+"/sts")
+	token := filepath.Join(filepath.Dir(keyFile), "token")
 	ep := srv.URL + "/storage/v1/"
 	if err := checkBucket(context.Background(), preflightTimeout, direct, ep, "mine", keyFile, "sa ns/app"); err != nil {
 		t.Fatal(err)
@@ -188,18 +178,7 @@ func TestCheckBucketRetriesATokenEndpointAnswering500(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	conf := `{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",
-		"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"` + srv.URL + `/sts",
-		"credential_source":{"file":"` + token + `","format":{"type":"text"}}}`
-	keyFile := filepath.Join(dir, "credentials.json")
-	if err := os.WriteFile(keyFile, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("good.subject.token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := externalAccountKey(t, srv.URL+"/sts")
 	var out syncbuf.Buffer
 	err := checkBucketRetrying(context.Background(), fastRetry, slog.New(slog.NewTextHandler(&out, nil)), direct, srv.URL+"/storage/v1/", "mine", keyFile, "sa ns/app")
 	if err != nil {
@@ -329,4 +308,23 @@ func TestKeyFile(t *testing.T) {
 	if kf, id, err := s.keyFile(&handoff.Volume{VolumeName: "adc"}); err != nil || kf != "" || id != "" {
 		t.Errorf("no ConfigMap, no identity: %q, %q, %v; want the default credentials", kf, id, err)
 	}
+}
+
+// externalAccountKey writes an external-account key file whose STS is stsURL and whose
+// subject token file, "token" beside it, holds "good.subject.token", and returns its path.
+func externalAccountKey(t *testing.T, stsURL string) string {
+	t.Helper()
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	conf := `{"type":"external_account","audience":"//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k",
+		"subject_token_type":"urn:ietf:params:oauth:token-type:jwt","token_url":"` + stsURL + `",
+		"credential_source":{"file":"` + token + `","format":{"type":"text"}}}`
+	keyFile := filepath.Join(dir, "credentials.json")
+	if err := os.WriteFile(keyFile, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("good.subject.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }

@@ -48,6 +48,17 @@ func newFaultyBackend(t *testing.T, buckets ...string) *faultyBackend {
 	return b
 }
 
+// node is a node plugin whose volumes' gcsfuse talks to b, closed at the test's end.
+func (b *faultyBackend) node(t *testing.T) *testenv.Env {
+	t.Helper()
+	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
 // arm sets f on bucket, disarmed at the test's end (before the envs close: a fault met only
 // in part must not hold an upload that still retries).
 func (b *faultyBackend) arm(t *testing.T, bucket string, f emulatorauth.Fault) {
@@ -161,11 +172,7 @@ func rideOut(t *testing.T, b *faultyBackend, bucket, target string) {
 // slow backend, on uploads, reads, listings and stats.
 func TestSidecarVolumeRidesOutABackendsFaults(t *testing.T) {
 	b := newFaultyBackend(t, "bkt-faults")
-	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := b.node(t)
 	_, _, target := mounted(t, e, contract.ModeNative, "bkt-faults")
 	rideOut(t, b, "bkt-faults", target)
 }
@@ -191,11 +198,7 @@ func TestBackendDownHoldsTheCloseUntilItIsBack(t *testing.T) {
 		backFor = 45 * time.Second
 	)
 	b := newFaultyBackend(t, "bkt-down", "bkt-down-shared")
-	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := b.node(t)
 	_, _, sidecarTarget := mounted(t, e, contract.ModeNative, "bkt-down")
 	se, _ := newSharedEnvOn(t, b.Server)
 	_, sharedTarget := sharedPod(t, se, "bkt-down-shared", "default")
@@ -246,11 +249,7 @@ func TestBackendDownHoldsTheCloseUntilItIsBack(t *testing.T) {
 // handle") with the object, if there, whole. Which one it was is logged.
 func TestLostAnswerToAnUpload(t *testing.T) {
 	b := newFaultyBackend(t, "bkt-lost-answer")
-	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := b.node(t)
 	_, _, target := mounted(t, e, contract.ModeNative, "bkt-lost-answer")
 	for _, size := range []int{64 << 10, 4 << 20} {
 		name := fmt.Sprintf("lost-answer-%d.bin", size)
@@ -279,11 +278,7 @@ func TestLostAnswerToAnUpload(t *testing.T) {
 func TestLegacyDrainOutlastsASlowUpload(t *testing.T) {
 	const delay = 3 * time.Second
 	b := newFaultyBackend(t, "bkt-slow-drain")
-	e, err := testenv.New(testenv.Options{Emulator: b.Server, SidecarBin: sidecarBin, Log: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := b.node(t)
 	pod, sc, target := mounted(t, e, contract.ModeLegacy, "bkt-slow-drain")
 	b.arm(t, "bkt-slow-drain", emulatorauth.Fault{Op: emulatorauth.OpWrite, DelayMS: int(delay.Milliseconds()), Count: 1})
 	data := randomBytes(t, 4<<20)
