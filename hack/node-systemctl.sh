@@ -28,9 +28,13 @@ stop_kubelet() {
   echo "kubelet (pid $pid) still running ${KUBELET_STOP_TIMEOUT}s after SIGTERM" >&2
   return 1
 }
+# A session of its own: a kubelet started from a test must not be in the test run's process
+# group, which hack/e2e.sh stops on an interrupt before cluster-down.sh needs the kubelet to
+# delete the pods. (setsid execs in place here, not a job-control leader, so $! is the
+# kubelet's pid: kubelet.sh execs it.)
 start_kubelet() {
   active && return 0
-  nohup bash "$RUN/kubelet.sh" >>"$LOGS/kubelet.log" 2>&1 &
+  setsid nohup bash "$RUN/kubelet.sh" >>"$LOGS/kubelet.log" 2>&1 &
   echo $! >"$RUN/kubelet.pid"
 }
 

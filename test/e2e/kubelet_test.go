@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -13,37 +14,62 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
-// kubeletOutage is how long TestKubeletRestart keeps the kubelet stopped: longer than the
-// apps that end during it take, shorter than the writers that span it.
-const kubeletOutage = 10 * time.Second
+// TestKubeletRestart's timing: the writers span the outage, the other apps end inside it.
+// The apps start one by one on a loaded node, so each case allows a stagger of its start:
+// exitingFor > the stagger, and exitingFor < the stagger + kubeletOutage.
+const (
+	kubeletOutage = 20 * time.Second
+	// exitingChunks x exitingDelay: the apps that end during the outage (~12 s).
+	exitingChunks, exitingDelay = 4, 3 * time.Second
+	// writingChunks x writingDelay: the apps that write across it (~40 s).
+	writingChunks, writingDelay = 40, time.Second
+	// nodeBackWithin bounds the wait for the node to be Ready again after the kubelet starts.
+	nodeBackWithin = 2 * time.Minute
+)
 
-// nodeSystemctl runs the node's systemctl stand-in (suite.NodeSystemctl) with args.
-func nodeSystemctl(t *testing.T, args ...string) {
+// nodeSystemctl runs `systemctl VERB kubelet` through the node's stand-in (suite.NodeSystemctl).
+func nodeSystemctl(t *testing.T, verb string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "bash", append([]string{suite.NodeSystemctl}, args...)...).CombinedOutput(); err != nil {
-		t.Fatalf("systemctl %v on the node: %v\n%s", args, err, out)
+	if out, err := exec.CommandContext(ctx, "bash", suite.NodeSystemctl, verb, "kubelet").CombinedOutput(); err != nil {
+		return fmt.Errorf("systemctl %s kubelet on the node: %v\n%s", verb, err, out)
 	}
+	return nil
 }
 
-// terminalAt is when the kubelet marked p terminal: its Ready condition's last transition,
-// which a terminal pod's kubelet sets with reason PodCompleted; the zero time without one.
-func terminalAt(p *corev1.Pod) time.Time {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Reason == "PodCompleted" {
-			return c.LastTransitionTime.Time
+// nodesReady waits until every node is Ready.
+func nodesReady(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		ready := err == nil && len(nodes.Items) > 0
+		for _, n := range nodes.Items {
+			ok := false
+			for _, c := range n.Status.Conditions {
+				ok = ok || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+			}
+			ready = ready && ok
 		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes not Ready %s after the kubelet started (last error: %v)", within, err)
+		}
+		time.Sleep(time.Second)
 	}
-	return time.Time{}
 }
 
 // TestKubeletRestart: the node's kubelet stops (as `systemctl stop kubelet` does on a node,
 // and the storage suites' disruptive tests do) while pods write, and while other pods' apps
 // end, then starts again. In each mode (native, legacy, shared) both pods end Succeeded with
-// every byte: the writer's sidecar or shared mount served through the outage, and the pod
-// whose app ended while no kubelet looked is wound up when it is back. Measured: the kubelet
-// back -> each pod terminal.
+// every byte and a sidecar that exited 0 (the shared mounter not restarted): the writer's
+// mount served through the outage, and the pod whose app ended while no kubelet looked is
+// wound up when it is back; the native and legacy sidecars of those pods ended during the
+// outage, told by the node plugin from the runtime, not by the kubelet. Measured: the kubelet
+// back -> each pod seen terminal. Serial; go test -race beside the run (hack/test.sh) may
+// still mount: its mounts are not the kubelet's and nothing here reads the node's mounts.
 func TestKubeletRestart(t *testing.T) {
 	needRoot(t)
 	if testing.Short() {
@@ -56,7 +82,8 @@ func TestKubeletRestart(t *testing.T) {
 		t.Skip("E2E_NODE_SYSTEMCTL is not set: no way to stop the node's kubelet")
 	}
 	type run struct {
-		name, bucket, what string
+		name, bucket, mode string
+		exiting            bool
 		bytes              int64
 	}
 	var runs []run
@@ -67,17 +94,12 @@ func TestKubeletRestart(t *testing.T) {
 		if m.mode == contract.ModeNative && !nativeOK {
 			continue
 		}
-		for _, w := range []struct {
-			what  string
-			bytes int
-			delay string
-		}{
-			// Spans the outage: 32 chunks of 64 KiB, 700 ms apart (~22 s).
-			{"writing", 2 * mib, "700ms"},
-			// Ends during it: 3 chunks, 2.5 s apart (~7.5 s).
-			{"exiting", 3 << 16, "2500ms"},
-		} {
-			r := run{podName(t, m.mode+"-"+w.what), newBucket(t), m.mode + " pod " + w.what, int64(w.bytes)}
+		for _, exiting := range []bool{false, true} {
+			chunks, delay, what := writingChunks, writingDelay, "writing"
+			if exiting {
+				chunks, delay, what = exitingChunks, exitingDelay, "exiting"
+			}
+			r := run{podName(t, m.mode+"-"+what), newBucket(t), m.mode, exiting, int64(chunks) << 16}
 			mode := m.mode
 			if m.attrs != nil {
 				mode = ""
@@ -85,42 +107,105 @@ func TestKubeletRestart(t *testing.T) {
 			createPod(t, r.name, podOpts{
 				mode: mode, restart: corev1.RestartPolicyNever, attrs: m.attrs,
 				volumes: []volume{{"bucket", r.bucket, mountPath}},
-				args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(w.bytes), "-chunk-delay", w.delay},
+				args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.FormatInt(r.bytes, 10), "-chunk-delay", delay.String()},
 			})
 			runs = append(runs, r)
 		}
 	}
-	for _, r := range runs {
-		waitPod(t, r.name, 90*time.Second, "app started", func(p *corev1.Pod) bool {
-			for _, c := range p.Status.ContainerStatuses {
-				if c.Name == "app" && (c.State.Running != nil || c.State.Terminated != nil) {
-					return true
-				}
-			}
-			return false
-		})
+	get := func(name string) *corev1.Pod {
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s: %v", name, err)
+		}
+		return p
 	}
-	nodeSystemctl(t, "stop", "kubelet")
-	t.Cleanup(func() { nodeSystemctl(t, "start", "kubelet") }) // idempotent
+	// Every app running at once, looked at together (not one by one: an app seen late may
+	// have ended).
+	deadline := time.Now().Add(90 * time.Second)
+	for running := 0; running < len(runs); {
+		running = 0
+		for _, r := range runs {
+			if st := containerStatus(get(r.name), "app"); st != nil && st.State.Running != nil {
+				running++
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d apps running after 90 s", running, len(runs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	mounterBefore := driverPod(t, "gcsfuse-csi-mounter")
+	// Started again whatever happens from here (idempotent), and the node Ready before the
+	// next test: a kubelet left stopped would fail every test after this one.
+	t.Cleanup(func() {
+		if err := nodeSystemctl(t, "start"); err != nil {
+			t.Errorf("%v", err)
+		}
+		if err := nodesReady(nodeBackWithin); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	if err := nodeSystemctl(t, "stop"); err != nil {
+		t.Fatal(err)
+	}
 	stopped := time.Now()
 	time.Sleep(kubeletOutage)
-	nodeSystemctl(t, "start", "kubelet")
+	if err := nodeSystemctl(t, "start"); err != nil {
+		t.Fatal(err)
+	}
 	back := time.Now()
 	t.Logf("kubelet stopped for %s", back.Sub(stopped).Round(time.Millisecond))
+
+	seen := map[string]time.Time{} // pod -> first seen terminal
+	deadline = time.Now().Add(3 * time.Minute)
+	for len(seen) < len(runs) && time.Now().Before(deadline) {
+		for _, r := range runs {
+			if _, ok := seen[r.name]; !ok && terminal(get(r.name)) {
+				seen[r.name] = time.Now()
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Container times have a second's resolution.
+	during := func(at time.Time) bool { return !at.Before(stopped.Truncate(time.Second)) && !at.After(back) }
 	for _, r := range runs {
-		p := waitPod(t, r.name, 180*time.Second, "terminal phase", terminal)
+		p := get(r.name)
+		what := r.mode + map[bool]string{false: " pod writing", true: " pod exiting"}[r.exiting]
+		if !terminal(p) {
+			t.Errorf("%s: not terminal 3 minutes after the kubelet was back\n%s\n%s", what, describe(p), podEvents(r.name))
+			continue
+		}
 		if p.Status.Phase != corev1.PodSucceeded {
-			t.Errorf("%s: pod %s, want Succeeded across the kubelet's restart\n%s\n%s", r.what, p.Status.Phase, describe(p), podEvents(r.name))
+			t.Errorf("%s: pod %s, want Succeeded across the kubelet's restart\n%s\n%s", what, p.Status.Phase, describe(p), podEvents(r.name))
 			continue
 		}
 		expectObject(t, r.bucket, "out.bin", r.bytes)
-		if at := terminalAt(p); !at.IsZero() {
-			t.Logf("timing %s: kubelet back -> pod terminal: %s", r.what, at.Sub(back).Round(time.Second))
+		app := containerStatus(p, "app").State.Terminated
+		if r.exiting != during(app.FinishedAt.Time) {
+			t.Errorf("%s: the app ended at %s, the kubelet was away %s to %s: the case did not test what it says (the node too slow to start its pods together?)",
+				what, app.FinishedAt.Format(time.TimeOnly), stopped.Format(time.TimeOnly), back.Format(time.TimeOnly))
 		}
+		if r.mode != "shared" {
+			sc := containerStatus(p, contract.SidecarContainerName)
+			if sc == nil || sc.State.Terminated == nil || sc.State.Terminated.ExitCode != 0 || sc.RestartCount != 0 {
+				t.Errorf("%s: sidecar %+v, want exited 0 and never restarted", what, sc)
+			} else if r.exiting && !during(sc.State.Terminated.FinishedAt.Time) {
+				t.Errorf("%s: the sidecar ended at %s, want during the outage (the node plugin tells it from the runtime, without the kubelet)",
+					what, sc.State.Terminated.FinishedAt.Format(time.TimeOnly))
+			}
+		}
+		t.Logf("timing %s: kubelet back -> pod seen terminal: %s", what, seen[r.name].Sub(back).Round(100*time.Millisecond))
 	}
-	// The kubelet is back for good: the driver's own pods still run.
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(context.Background(), metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
-	if err != nil || len(np.Items) != 1 || np.Items[0].Status.Phase != corev1.PodRunning {
-		t.Fatalf("node plugin after the kubelet's restart: %v %v", np, err)
+	if after := driverPod(t, "gcsfuse-csi-mounter"); after.UID != mounterBefore.UID || restarts(after) != restarts(mounterBefore) {
+		t.Errorf("the shared mounter was replaced or restarted across the kubelet's restart")
 	}
+}
+
+// restarts sums a pod's container restarts.
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
 }

@@ -223,6 +223,7 @@ func TestBucketBusyAtStart(t *testing.T) {
 		bucket := newBucket(t)
 		// The bucket check is the first storage request of a volume: it meets both.
 		admin(t, http.MethodPut, "faults/"+bucket, map[string]int{"status": http.StatusServiceUnavailable, "count": 2})
+		t.Cleanup(func() { admin(t, http.MethodDelete, "faults/"+bucket, nil) })
 		name := podName(t, "")
 		createPod(t, name, podOpts{
 			mode: mode, restart: corev1.RestartPolicyNever,
@@ -244,6 +245,7 @@ func TestBucketBusyAtStart(t *testing.T) {
 		t.Parallel()
 		bucket := newBucket(t)
 		admin(t, http.MethodPut, "faults/"+bucket, map[string]int{"status": http.StatusServiceUnavailable, "count": 2})
+		t.Cleanup(func() { admin(t, http.MethodDelete, "faults/"+bucket, nil) })
 		name := podName(t, "")
 		createPod(t, name, podOpts{
 			restart: corev1.RestartPolicyNever, attrs: sharedAttrs,
