@@ -176,8 +176,16 @@ var preflightRetry = retryPolicy{attempt: preflightTimeout, first: preflightFirs
 func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r *route, endpoint, bucket, keyFile, identity string) error {
 	start := time.Now()
 	pace := backoff.Doubling(max(p.first, minRetryWait), p.max)
+	var prev error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
-		err := checkBucket(ctx, min(p.attempt, p.budget-time.Since(start)), r, endpoint, bucket, keyFile, identity)
+		bound := min(p.attempt, p.budget-time.Since(start))
+		began := time.Now()
+		err := checkBucket(ctx, bound, r, endpoint, bucket, keyFile, identity)
+		if err != nil && prev != nil && bound < p.attempt && time.Since(began) >= bound {
+			// The last attempt ran out of what the budget left it, not of its own bound: its
+			// "deadline exceeded" says nothing of the endpoint, the attempt before says more.
+			err = fmt.Errorf("%w; the last attempt was cut short by the %s budget", prev, p.budget)
+		}
 		if err == nil {
 			if attempt > 1 {
 				log.Info("bucket check passed after retries", "attempts", attempt, "ms", time.Since(start).Milliseconds())
@@ -192,6 +200,7 @@ func checkBucketRetrying(ctx context.Context, p retryPolicy, log *slog.Logger, r
 		if !errors.As(err, &te) {
 			return err
 		}
+		prev = err
 		wait := pace.Step()
 		if elapsed+wait >= p.budget {
 			return fmt.Errorf("%w (%d attempts in %s)", err, attempt, elapsed.Round(100*time.Millisecond))

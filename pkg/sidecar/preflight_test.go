@@ -55,6 +55,11 @@ func newFlaky(t *testing.T) (*flakyStorage, string) {
 			return true
 		case bucket == "down":
 			w.WriteHeader(http.StatusBadGateway)
+		case bucket == "down-then-stalled" && call == 1:
+			w.WriteHeader(http.StatusBadGateway)
+		case bucket == "down-then-stalled":
+			<-stalled // until the attempt's bound, cut by the budget, ends it
+			return true
 		case bucket == "gone":
 			w.WriteHeader(http.StatusNotFound)
 		case bucket == "forbidden":
@@ -136,6 +141,22 @@ func TestBucketCheckGivesUpAtItsBudget(t *testing.T) {
 	err = checkBucketRetrying(context.Background(), p, slog.New(slog.DiscardHandler), direct, closed, "x", "", "")
 	if err == nil || !strings.Contains(err.Error(), "unreachable") || strings.Contains(err.Error(), " 1 attempts") {
 		t.Fatalf("a refused connection: %v, want it unreachable after several attempts", err)
+	}
+}
+
+// An attempt cut short by what the budget left it says only "deadline exceeded": the final
+// error names the attempt before it (the endpoint's 502) and that the last one was cut.
+func TestBucketCheckNamesTheLastAnswerWhenTheBudgetCutsAnAttempt(t *testing.T) {
+	f, ep := newFlaky(t)
+	p := fastRetry
+	p.budget = 500 * time.Millisecond
+	err := checkBucketRetrying(context.Background(), p, slog.New(slog.DiscardHandler), direct, ep, "down-then-stalled", "", "")
+	if err == nil || !strings.Contains(err.Error(), "502") || !strings.Contains(err.Error(), "cut short by the 500ms budget") ||
+		!strings.Contains(err.Error(), "2 attempts in") {
+		t.Fatalf("a 502, then an attempt the budget cut: %v; want the 502, the cut and 2 attempts", err)
+	}
+	if n := f.count("down-then-stalled"); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
 	}
 }
 
