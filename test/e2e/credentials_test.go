@@ -691,8 +691,15 @@ func testRefresh(t *testing.T, shared bool) {
 	republished := strings.Count(nodePluginLog(t), `podUID=`+string(p.UID)) // every line the node plugin logged about this pod's volume
 	t.Logf("%d files written and %d reads over %s; %d access tokens issued to %s; %d node plugin log lines for the pod (republishes included)",
 		n, reads, runFor, issuedTo, identity, republished)
-	if ev := podEvents(pod); strings.Contains(ev, "FailedMount") {
-		t.Errorf("a republish failed:\n%s", ev)
+	// The kubelet's own token request refused by the node authorizer before its graph has the
+	// pod on the node ("no relationship found", under load at the pod's start) fails a mount
+	// before the driver is called, and the kubelet tries again: not a republish of ours.
+	ev := podEvents(pod)
+	for _, l := range strings.Split(ev, "\n") {
+		if strings.Contains(l, "FailedMount") && !(strings.Contains(l, "failed to fetch token") && strings.Contains(l, "no relationship found between node")) {
+			t.Errorf("a republish failed:\n%s", ev)
+			break
+		}
 	}
 	deleteNow(t, pod)
 }
