@@ -107,7 +107,7 @@ func TestCheckBucketWithCredentials(t *testing.T) {
 				w.Write([]byte(`{"error":"invalid_grant","error_description":"the subject token was refused"}`))
 				return
 			}
-			w.Write([]byte(`{"access_token":"access-1","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":120}`))
+			w.Write([]byte(stsAccessToken))
 		case r.Header.Get("Authorization") != "Bearer access-1":
 			w.WriteHeader(http.StatusUnauthorized)
 		case r.URL.Path == "/storage/v1/b/mine":
@@ -168,7 +168,7 @@ func TestCheckBucketRetriesATokenEndpointAnswering500(t *testing.T) {
 				w.Write([]byte(`{"error":"server_error","error_description":"backend unavailable"}`))
 				return
 			}
-			w.Write([]byte(`{"access_token":"access-1","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":120}`))
+			w.Write([]byte(stsAccessToken))
 		case r.Header.Get("Authorization") != "Bearer access-1":
 			w.WriteHeader(http.StatusUnauthorized)
 		case r.URL.Path == "/storage/v1/b/mine":
@@ -328,3 +328,7 @@ func externalAccountKey(t *testing.T, stsURL string) string {
 	}
 	return keyFile
 }
+
+// stsAccessToken is the STS answer of the sidecar's credential tests: access token
+// "access-1", good for two minutes.
+const stsAccessToken = `{"access_token":"access-1","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer","expires_in":120}`
