@@ -242,17 +242,6 @@ conformance_after_tests() {
   beside_pid=
   cat "$CLUSTER_DIR/conformance-beside.log"
   [ "$rc" = 0 ] || { echo "hack/conformance.sh CONFORMANCE_PART=beside failed (rc=$rc)" >&2; return "$rc"; }
-  # E2E_DISRUPTIVE_AFTER=FILE: hack/test.sh's go test -race, beside this run, writes FILE when
-  # it ends; its real mounts and gcsfuse processes must not run while the disruptive tests
-  # stop the kubelet and read the node's mounts. Bounded by go test's own -timeout (20 min).
-  if [ -n "${E2E_DISRUPTIVE_AFTER:-}" ] && [ ! -e "$E2E_DISRUPTIVE_AFTER" ]; then
-    step "waiting for $E2E_DISRUPTIVE_AFTER (go test -race beside this run) before the disruptive tests"
-    local deadline=$(( $(date +%s) + 1260 ))
-    while [ ! -e "$E2E_DISRUPTIVE_AFTER" ]; do
-      (( $(date +%s) < deadline )) || { echo "$E2E_DISRUPTIVE_AFTER not written after 21 min" >&2; return 1; }
-      sleep 1
-    done
-  fi
   CONFORMANCE_PART=disruptive "$hack/conformance.sh"
 }
 

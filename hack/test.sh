@@ -3,8 +3,8 @@
 # detector (hack/units.sh; among them the Helm chart's checks in deploy/chart: lint, edge
 # values, bad values, drift of deploy/base), the fuzz seeds, the integration tests (real
 # /dev/fuse mounts, real gcsfuse, the emulator; root required; csi-sanity's Identity and
-# Node suites among them, publish and unpublish included; warm, all of these beside the
-# first e2e run, cold before it), the checks that need only CPU (hack/checks.sh: go vet,
+# Node suites among them, publish and unpublish included; before the e2e runs, warm or
+# cold), the checks that need only CPU (hack/checks.sh: go vet,
 # staticcheck, deadcode, each fuzz target for 10 s, and the release images for amd64 and
 # arm64 pushed to a loopback registry and pulled back; beside the first e2e run's tests when
 # those run) and, when present and not disabled, the end-to-end tests on a local cluster
@@ -71,7 +71,7 @@ step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CAC
 # CONTRIBUTING.md), for budget_check
 # (lib.sh). A run whose time so far plus these passes CI_BUDGET_SECONDS cannot end in time
 # and fails there.
-LEAST_FROM_UNITS=1000   # warm, go test -race is beside e2e run 1: the e2e runs below
+LEAST_FROM_UNITS=1250   # go test -race ~250 warm, then the e2e runs below
 LEAST_FROM_E2E=1000     # e2e run 1 ~835 (tests, the storage suites beside them), runs 2 and 3 ~170
 LEAST_FROM_UPGRADE=170  # run 2 ~83, run 3 ~86
 LEAST_FROM_POLLING=85   # run 3
@@ -130,45 +130,15 @@ export HELM=$HELM_DIR/helm
 
 budget_check "go test -race ./... ./test/..." "$LEAST_FROM_UNITS"
 export GCSFUSE_CSI_REQUIRE_INTEGRATION=1
-e2e_ahead=0
-if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then e2e_ahead=1; fi
-# go test -race ./... ./test/... (hack/units.sh). Warm, beside the first e2e run, in the background at
-# nice 19: its integration tests wait on mounts and timers, and left the cores ~40% idle
-# over its ~200 s in the foreground (/proc/stat, 2026-12-06), as the e2e run's serial
-# tests do theirs; its result is waited for after that run and fails the run then. Cold, in
-# the foreground as before: the cores are busy building the cluster's components behind it,
-# and nothing is idle to lend it.
-units_pid=
-units_log=$GCSFUSE_CSI_CACHE/units.log
-# units_result: waits for the background go test -race and fails the run (exit) when it
-# failed, with the end of its log.
-units_result() {
-  [ -n "$units_pid" ] || return 0
-  local rc=0
-  background_wait_var units_pid "$units_log" "go test -race ./... ./test/... (hack/units.sh)" || rc=$?
-  [ "$rc" = 0 ] && { grep -E '^(ok|FAIL|---)' "$units_log" | grep -v '^ok' || true; return 0; }
-  budget_stopped "$rc" "hack/units.sh"
-  exit "$rc"
-}
-if [ "$caches" = warm ] && [ "$e2e_ahead" = 1 ]; then
-  step "go test -race ./... ./test/... (hack/units.sh) in the background at nice 19, beside the first e2e run (log $units_log)"
-  units_bound=()
-  if [ -n "$CI_BUDGET_SECONDS" ]; then
-    left=$(( CI_BUDGET_SECONDS - $(ci_elapsed) ))
-    (( left > 0 )) || { echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before go test -race; failing now" >&2; exit 1; }
-    units_bound=(timeout --kill-after="$CI_BUDGET_GRACE" "$left")
-  fi
-  # Written when it ends: the first e2e run waits for it before the storage suites'
-  # disruptive tests, which stop the kubelet and read the node's mounts.
-  export E2E_DISRUPTIVE_AFTER=$GCSFUSE_CSI_CACHE/units.done
-  rm -f "$E2E_DISRUPTIVE_AFTER"
-  "${BACKGROUND[@]}" "${units_bound[@]}" env "UNITS_DONE=$E2E_DISRUPTIVE_AFTER" bash hack/units.sh >"$units_log" 2>&1 &
-  units_pid=$!
-  trap 'background_stop "$cluster_build_pid"; background_stop "$units_pid"' EXIT
-else
-  stage "go test -race ./... ./test/..." "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
-  budget_run "go test -race ./... ./test/..." bash hack/units.sh
-fi
+# go test -race ./... ./test/... (hack/units.sh), in the foreground, warm or cold. Cold, the
+# cores are busy building the cluster's components behind it and nothing is idle to lend it.
+# Warm, it ran beside the first e2e run at nice 19 until c4e4825: there its integration tests
+# (real mounts, gcsfuse, timers of a few seconds) got what the e2e run's own tests and the
+# checks' arm64 build left, which was nothing for minutes at a time on a busy day (the stop
+# run of c4e4825: 8 integration tests failed in one 10-minute window, mounts not ready after
+# 20 s, a 2 s drain taking 3 s). A red run costs more than the minutes it saved.
+stage "go test -race ./... ./test/..." "go test -race (unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)"
+budget_run "go test -race ./... ./test/..." bash hack/units.sh
 # The checks that need only CPU (hack/checks.sh: vet, staticcheck, deadcode, each fuzz target
 # for 10 s, the release images of both architectures). Without the e2e stage, here; with it,
 # in the background at nice 19 while the first e2e run's tests leave the cores mostly idle
@@ -227,7 +197,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   fi
   "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 "CHECKS_AFTER='$lock_taken'" bash hack/checks.sh >"$checks_log" 2>&1 &
   checks_pid=$!
-  trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"; background_stop "$units_pid"' EXIT
+  trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"' EXIT
   # From the release artifacts of this tree (hack/release.sh for this machine's platform:
   # the packaged chart, images pinned by digest, and the images' OCI archives imported), under
   # a repository and tag other than the default, as a team installing from its own registry
@@ -239,9 +209,6 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # plugin restarted under live shared mounts.
   stage "e2e: every test, installed from the release artifacts, then the storage suite" "end-to-end tests on a local cluster, installed from release artifacts $CI_IMAGE_REPO/<name>:$CI_IMAGE_TAG, then Kubernetes' storage e2e suite (hack/conformance.sh), then the uninstall"
   IMAGE_REPO=$CI_IMAGE_REPO IMAGE_TAG=$CI_IMAGE_TAG E2E_LOCK_TAKEN=$lock_taken e2e_run release "the first e2e run"
-  # go test -race beside it (warm) is over by now, or waited for here: a failure fails the
-  # run before the next e2e run.
-  units_result
   # Upgrade from the previous release (its chart and images, built from its commit): running
   # pods keep their mounts and end correctly under the new node plugin (docs/upgrade.md);
   # then uninstalling it leaves nothing on the node (hack/uninstall-check.sh).

@@ -121,7 +121,6 @@ var Variables = []variable{
 var ScriptVariables = []string{
 	"E2E_RUN", "E2E_PARALLEL", "E2E_KEEP_CLUSTER", "E2E_UNINSTALL", "E2E_CONFORMANCE",
 	"E2E_GCSFUSE_ITESTS", "E2E_PREBUILD_PREVIOUS", "E2E_FROM_RELEASE", "E2E_LOCK_TAKEN",
-	"E2E_DISRUPTIVE_AFTER",
 }
 
 // FromEnv reads the suite's configuration from environ (os.Environ()'s form). It refuses an
