@@ -68,8 +68,7 @@ func nodesReady(within time.Duration) error {
 // mount served through the outage, and the pod whose app ended while no kubelet looked is
 // wound up when it is back; the native and legacy sidecars of those pods ended during the
 // outage, told by the node plugin from the runtime, not by the kubelet. Measured: the kubelet
-// back -> each pod seen terminal. Serial; go test -race beside the run (hack/test.sh) may
-// still mount: its mounts are not the kubelet's and nothing here reads the node's mounts.
+// back -> each pod seen terminal. Serial.
 func TestKubeletRestart(t *testing.T) {
 	needRoot(t)
 	if testing.Short() {
