@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 )
 
 // A pod's credential ConfigMap (the GKE driver's gke-gcsfuse/workload-identity-credential-configmap
@@ -36,12 +37,12 @@ var (
 	// configMapAudiencePattern is the audiences a credential ConfigMap may exchange for: a
 	// Workload Identity pool provider or a GKE cluster's identity namespace (providerPattern),
 	// or a fleet membership's identity namespace (GKE Enterprise clusters off Google Cloud).
-	configMapAudiencePattern = regexp.MustCompile(providerPattern.String() + `|` +
+	configMapAudiencePattern = lazyre.New(providerPattern.String() + `|` +
 		`^identitynamespace:[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog:https://gkehub\.googleapis\.com/projects/[a-z0-9-]{1,63}/locations/global/memberships/[a-z0-9-]{1,63}$`)
 	// identityNamespacePool is the pool of an identity namespace audience.
-	identityNamespacePool = regexp.MustCompile(`^identitynamespace:([^:]+):`)
+	identityNamespacePool = lazyre.New(`^identitynamespace:([^:]+):`)
 	// configFileName is a file name the kubelet can project a key to.
-	configFileName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,253}$`)
+	configFileName = lazyre.New(`^[A-Za-z0-9._-]{1,253}$`)
 )
 
 // The subject token types an external_account configuration may give for a Kubernetes token.
@@ -275,10 +276,10 @@ type sourceFormat struct {
 }
 
 // quotaProject is a project ID or number.
-var quotaProject = regexp.MustCompile(`^([a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})$`)
+var quotaProject = lazyre.New(`^([a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})$`)
 
 // impersonationURL is Google's impersonation endpoint; its group is the service account.
-var impersonationURL = regexp.MustCompile(`^https://iamcredentials\.googleapis\.com/v1/projects/-/serviceAccounts/([a-z0-9][a-z0-9-]{0,62}@[a-z0-9.-]{1,253}):generateAccessToken$`)
+var impersonationURL = lazyre.New(`^https://iamcredentials\.googleapis\.com/v1/projects/-/serviceAccounts/([a-z0-9][a-z0-9-]{0,62}@[a-z0-9.-]{1,253}):generateAccessToken$`)
 
 // CheckTokenURL reports whether raw can be a credential configuration's STS endpoint, as
 // the sidecar checks it: an absolute http or https URL with a host and no user.

@@ -29,12 +29,12 @@ import (
 	"log/slog"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -75,21 +75,21 @@ var (
 	// cluster's identity namespace ("identitynamespace:PROJECT.svc.id.goog:<the cluster's
 	// identity provider URL>", the audience GKE's own tools exchange a pod's token for, which
 	// serves hostNetwork pods that the metadata server cannot tell apart).
-	providerPattern = regexp.MustCompile(`^(//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}|` +
+	providerPattern = lazyre.New(`^(//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}|` +
 		`identitynamespace:[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog:https://container\.googleapis\.com/v1/projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63})$`)
 	// gkeClusterPattern is a GKE cluster's identity provider URL (the GKE driver's
 	// identityProvider); its first group is the cluster's project.
-	gkeClusterPattern = regexp.MustCompile(`^https://container\.googleapis\.com/v1/projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63}$`)
+	gkeClusterPattern = lazyre.New(`^https://container\.googleapis\.com/v1/projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/(locations|zones)/[a-z0-9-]{1,63}/clusters/[a-z0-9-]{1,63}$`)
 	// gkePoolPattern is a GKE identity pool, "PROJECT.svc.id.goog" (the GKE driver's identityPool).
-	gkePoolPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog$`)
+	gkePoolPattern = lazyre.New(`^[a-z][a-z0-9-]{4,28}[a-z0-9]\.svc\.id\.goog$`)
 	// iamProviderPattern is a Workload Identity pool provider's resource name.
-	iamProviderPattern = regexp.MustCompile(`^//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}$`)
+	iamProviderPattern = lazyre.New(`^//iam\.googleapis\.com/projects/[0-9]{1,20}/locations/global/workloadIdentityPools/[a-z0-9][a-z0-9-]{2,31}/providers/[a-z0-9][a-z0-9-]{2,31}$`)
 	// serviceAccountPattern is a Google service account's email.
-	serviceAccountPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}@[a-z0-9][a-z0-9-]{0,62}(\.[a-z0-9][a-z0-9-]{0,62}){0,4}\.gserviceaccount\.com$`)
+	serviceAccountPattern = lazyre.New(`^[a-z0-9][a-z0-9-]{0,62}@[a-z0-9][a-z0-9-]{0,62}(\.[a-z0-9][a-z0-9-]{0,62}){0,4}\.gserviceaccount\.com$`)
 	// keyIDPattern is a service account key's ID (hex), or an emulator's.
-	keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	keyIDPattern = lazyre.New(`^[A-Za-z0-9_-]{1,128}$`)
 	// tokenPattern: a JWT's characters (base64url and dots).
-	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_.=-]+$`)
+	tokenPattern = lazyre.New(`^[A-Za-z0-9_.=-]+$`)
 )
 
 // Config is the node plugin's provider configuration; volumes may override part of it
@@ -526,7 +526,7 @@ type keyFile struct {
 	UniverseDomain string `json:"universe_domain"`
 }
 
-var projectIDPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+var projectIDPattern = lazyre.New(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
 
 func buildKey(cfg Config, req Request, fail func(identity, format string, args ...any) (*Plan, error)) (*Plan, error) {
 	raw, ok := req.Secrets[contract.SecretKeyServiceAccount]

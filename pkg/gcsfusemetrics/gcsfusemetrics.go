@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -21,6 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 )
 
 // Prefix starts the name of every gcsfuse series once it left gcsfuse: "fs_ops_count" is
@@ -65,7 +66,7 @@ var Families = map[string]Family{
 
 // validValue is what a label value may look like: gcsfuse's enumerations, volume names
 // (DNS labels) and bucket names (lower case, digits, '-', '_', '.', up to 222).
-var validValue = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,222}$`)
+var validValue = lazyre.New(`^[A-Za-z0-9_.\-]{1,222}$`)
 
 // Reduce returns the families of in that are listed in Families, renamed with rename (the
 // sidecar adds Prefix to gcsfuse's names; the node plugin, reading a sidecar, keeps them), each

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -74,16 +74,16 @@ type spec struct {
 	kind     kind
 	min, max float64
 	enum     []string
-	pattern  *regexp.Regexp
+	pattern  *lazyre.Regexp
 }
 
 var (
-	pathPattern    = regexp.MustCompile(`^[A-Za-z0-9._~@+/-]+$`)
-	projectPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
-	regexPattern   = regexp.MustCompile(`^[^\s,]+$`)
+	pathPattern    = lazyre.New(`^[A-Za-z0-9._~@+/-]+$`)
+	projectPattern = lazyre.New(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+	regexPattern   = lazyre.New(`^[^\s,]+$`)
 	// machineTypePattern takes the instance types clouds put in a Node's
 	// node.kubernetes.io/instance-type label: n2-standard-4, m5.large, Standard_D2s_v3.
-	machineTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	machineTypePattern = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 )
 
 func intRange(min, max float64) spec   { return spec{kind: kInt, min: min, max: max} }
@@ -468,7 +468,7 @@ func capacityMiB(v string) (int64, error) {
 
 // handleSuffixPattern is what may follow the bucket in a volume handle: a label of
 // letters, digits, '-', '_' and '.', as a Kubernetes label value (without the empty one).
-var handleSuffixPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+var handleSuffixPattern = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
 // bucketFromHandle is the bucket a PersistentVolume's volume handle names: the handle
 // itself, or for "bucket:suffix" the part before the first ':'. The GKE driver reads

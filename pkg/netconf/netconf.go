@@ -18,11 +18,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 )
 
 // Bounds of what a node plugin accepts.
@@ -102,7 +103,7 @@ func validateURL(s string) error {
 
 // noProxyEntry is one NO_PROXY entry: a host name, a .domain suffix, an IP or CIDR (IPv6 in
 // brackets with a port), each with an optional :port; or *.
-var noProxyEntry = regexp.MustCompile(`^(\*|\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(:[0-9]{1,5})?|[0-9A-Fa-f.:]+(/[0-9]{1,3})?|\[[0-9A-Fa-f.:]+\](:[0-9]{1,5})?)$`)
+var noProxyEntry = lazyre.New(`^(\*|\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(:[0-9]{1,5})?|[0-9A-Fa-f.:]+(/[0-9]{1,3})?|\[[0-9A-Fa-f.:]+\](:[0-9]{1,5})?)$`)
 
 func validateNoProxy(s string) error {
 	if len(s) > MaxNoProxy {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	authcreds "cloud.google.com/go/auth/credentials"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/backoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/lazyre"
 )
 
 const (
@@ -113,7 +113,7 @@ func checkBucket(ctx context.Context, timeout time.Duration, r *route, endpoint,
 
 // tokenStatus finds the status in the errors of cloud.google.com/go/auth's STS exchange,
 // impersonation and credential URL ("credentials: status code 503: ..."), which are text only.
-var tokenStatus = regexp.MustCompile(`status code (\d{3})\b`)
+var tokenStatus = lazyre.New(`status code (\d{3})\b`)
 
 // tokenEndpointBusy says whether a token request failed with 429 or a 5xx: an *auth.Error
 // (a service account key's token endpoint) or one of the library's text errors.
