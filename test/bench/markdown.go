@@ -32,12 +32,16 @@ const (
 
 // results are the figures of one run, for -markdown.
 type results struct {
-	mount      []mountResult
-	exit       []exitResult
-	dataLoss   *dataLossResult
-	writing    *writingResult
-	throughput []throughputResult
-	rss        *rssResult
+	mount []mountResult
+	// mountAlone is standalone gcsfuse's exec -> first stat; mountPhases the p50 of each of
+	// mountPhases over the 1-volume rounds.
+	mountAlone  stats
+	mountPhases []time.Duration
+	exit        []exitResult
+	dataLoss    *dataLossResult
+	writing     *writingResult
+	throughput  []throughputResult
+	rss         *rssResult
 }
 
 type mountResult struct {
@@ -163,6 +167,17 @@ func (r *results) figureRows() (rows [][]string, after string) {
 		}
 		rows = append(rows, []string{fmt.Sprintf("same, %d volumes in one pod, all ready (n=%d)", m.volumes, len(m.s)),
 			quantiles(m.s), fmt.Sprintf("~%.0f s (%.1f s sleep each)", incumbentMountSleep*float64(m.volumes), incumbentMountSleep)})
+	}
+	if len(r.mountAlone) > 0 {
+		rows = append(rows, []string{fmt.Sprintf("standalone gcsfuse, same emulator and flags, exec -> first `stat` (n=%d)", len(r.mountAlone)),
+			quantiles(r.mountAlone), ""})
+	}
+	if len(r.mountPhases) == len(mountPhases) {
+		var parts []string
+		for i, p := range mountPhases {
+			parts = append(parts, fmt.Sprintf("%s %.1f ms", p.short, ms(r.mountPhases[i])))
+		}
+		after += " Where a 1-volume round's time goes (p50 of each step): " + strings.Join(parts, "; ") + "."
 	}
 	for _, e := range r.exit {
 		if len(e.s) == 0 {
