@@ -37,13 +37,22 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "mount,exit,dataloss,writing,throughput", "comma-separated: mount, exit, dataloss (writers closed their files), writing (writers mid-file at the trigger), throughput, rss (gcsfuse and sidecar memory: idle, streaming write, read with file cache)")
+	only := flag.String("only", "mount,exit,dataloss,writing,throughput", "comma-separated: mount, exit, dataloss (writers closed their files), writing (writers mid-file at the trigger), throughput, rss (gcsfuse and sidecar memory: idle, streaming write, read with file cache), datapath (the workloads users run, standalone gcsfuse, sidecar and shared mode side by side; not in the default)")
 	rounds := flag.Int("rounds", 10, "rounds for latency figures")
 	iterations := flag.Int("dataloss-iterations", 200, "iterations of each data-loss check")
 	offIterations := flag.Int("dataloss-off-iterations", 10, "writing: iterations per scenario with the sidecar's drain switched off")
 	sizeMiB := flag.Int("throughput-mib", 256, "file size for the throughput comparison")
 	tpRounds := flag.Int("throughput-rounds", 5, "rounds of the throughput comparison (medians are printed)")
 	tpRuns := flag.Int("throughput-runs", 1, "throughput comparisons back to back (each printed: the machine is noisy)")
+	var dp datapathConfig
+	flag.IntVar(&dp.largeMiB, "datapath-large-mib", 1024, "datapath: the sequential and random-read file's size")
+	flag.IntVar(&dp.randOps, "datapath-random-reads", 2000, "datapath: random 4 KiB reads (a tenth as many 1 MiB reads)")
+	flag.IntVar(&dp.smallFiles, "datapath-small-files", 10000, "datapath: files of the small-file workload, and objects of the listing")
+	flag.IntVar(&dp.ckptFiles, "datapath-checkpoint-files", 8, "datapath: files of the checkpoint-shaped write")
+	flag.IntVar(&dp.ckptMiB, "datapath-checkpoint-mib", 64, "datapath: size of each checkpoint file")
+	flag.IntVar(&dp.modelFiles, "datapath-model-files", 4, "datapath: files of the model-load-shaped read")
+	flag.IntVar(&dp.modelMiB, "datapath-model-mib", 128, "datapath: size of each model file")
+	flag.IntVar(&dp.rounds, "datapath-rounds", 3, "datapath: rounds (medians and spreads are printed)")
 	markdown := flag.String("markdown", "", "also write the figures as docs/performance.md's generated blocks to this file, when every benchmark that ran succeeded (go run ./hack/readme -file docs/performance.md < FILE)")
 	flag.Parse()
 	if miss := testenv.Prereqs(); miss != "" {
@@ -74,6 +83,8 @@ func main() {
 			}
 		case "rss":
 			err = b.rss(*sizeMiB, *tpRounds)
+		case "datapath":
+			err = b.datapath(dp)
 		default:
 			err = fmt.Errorf("unknown benchmark %q", what)
 		}

@@ -19,6 +19,9 @@ const (
 	blockFigures = "bench"
 	// blockRSS is "Sidecar resources": the memory and CPU the webhook's defaults come from.
 	blockRSS = "bench-rss"
+	// blockDatapath is "The data path": each workload through standalone gcsfuse, the
+	// sidecar mode and the shared mode, with the ratios to standalone.
+	blockDatapath = "bench-datapath"
 )
 
 // The incumbent driver's figures (the GKE driver, measured on its release of the day), printed beside ours.
@@ -42,6 +45,7 @@ type results struct {
 	writing     *writingResult
 	throughput  []throughputResult
 	rss         *rssResult
+	datapath    *datapathResult
 }
 
 type mountResult struct {
@@ -145,6 +149,20 @@ func (r *results) blocks(by string) ([]readmegen.Block, error) {
 				fmt.Sprintf("%.0f-%.0f m", 1000*p.cpuLo, 1000*p.cpuHi)})
 		}
 		b, err := readmegen.New(blockRSS, by, readmegen.Table([]string{"phase", "gcsfuse RSS", "sidecar RSS", "CPU"}, rows...))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	if d := r.datapath; d != nil && len(d.modes) == 3 {
+		var rows [][]string
+		for _, row := range d.rows {
+			rows = append(rows, []string{row.name, row.cell(0), row.cell(1), row.cell(2),
+				fmt.Sprintf("%.2f", row.medians[1]/row.medians[0]), fmt.Sprintf("%.2f", row.medians[2]/row.medians[0])})
+		}
+		content := readmegen.Table([]string{fmt.Sprintf("workload (median of %d, ± half the spread)", d.rounds),
+			d.modes[0], d.modes[1], d.modes[2], d.modes[1] + " / " + d.modes[0], d.modes[2] + " / " + d.modes[0]}, rows...)
+		b, err := readmegen.New(blockDatapath, by, content)
 		if err != nil {
 			return nil, err
 		}

@@ -107,3 +107,21 @@ func TestShort(t *testing.T) {
 		t.Errorf("shortRange across a second = %q", got)
 	}
 }
+
+// The data path's block: each workload's medians per mode, ± half the spread, and the ratios
+// to standalone gcsfuse.
+func TestDatapathBlock(t *testing.T) {
+	r := results{datapath: &datapathResult{rounds: 3, modes: []string{"standalone", "sidecar", "shared"}, rows: []datapathRow{
+		{name: "sequential read, cold", unit: "MiB/s", medians: []float64{320, 304, 336}, spread: []float64{0.1, 0.2, 0}},
+	}}}
+	blocks, err := r.blocks("x")
+	if err != nil || len(blocks) != 1 {
+		t.Fatalf("blocks %+v, %v", blocks, err)
+	}
+	want := "| workload (median of 3, ± half the spread) | standalone | sidecar | shared | sidecar / standalone | shared / standalone |\n" +
+		"|---|---|---|---|---|---|\n" +
+		"| sequential read, cold | 320 MiB/s ±5% | 304 MiB/s ±10% | 336 MiB/s ±0% | 0.95 | 1.05 |\n"
+	if blocks[0].Name != blockDatapath || !strings.Contains(blocks[0].Body, want) {
+		t.Errorf("block %s:\n%s\nwant it to hold:\n%s", blocks[0].Name, blocks[0].Body, want)
+	}
+}

@@ -11,7 +11,9 @@ func TestMountPhases(t *testing.T) {
 	at := func(ms int) time.Time {
 		return time.Date(2026, 12, 7, 7, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
 	}
-	line := func(ms int, rest string) string { return "time=" + at(ms).Format(time.RFC3339Nano) + " level=INFO " + rest + "\n" }
+	line := func(ms int, rest string) string {
+		return "time=" + at(ms).Format(time.RFC3339Nano) + " level=INFO " + rest + "\n"
+	}
 	out := line(30, `msg="sidecar ready" mode=native`) +
 		line(37, `msg="gcsfuse started" volume=v0`) +
 		line(107, `msg=gcsfuse volume=v0 severity=INFO msg="Start gcsfuse/3.13.0 (Go version go1.27.2)"`) +
