@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +52,9 @@ type dpMount struct {
 // workload is one measured job; run returns its figure (higher is better) and the unit.
 type workload struct {
 	name, unit string
-	run        func(m dpMount, round int) (float64, error)
+	// cached runs it on the mounts with gcsfuse's file cache on.
+	cached bool
+	run    func(m dpMount, round int) (float64, error)
 }
 
 // datapath runs each workload through standalone gcsfuse, the sidecar mode and the shared
@@ -59,11 +62,17 @@ type workload struct {
 // per mode and the ratio of each mode to standalone (the goal: >= 0.95).
 func (b *bench) datapath(c datapathConfig) error {
 	fmt.Printf("## data path: standalone gcsfuse, the sidecar mode and the shared mode side by side (%d rounds, medians)\n", c.rounds)
-	mounts, stop, err := b.datapathMounts()
+	mounts, stop, err := b.datapathMounts(0)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	cacheMiB := 2 * c.largeMiB
+	cachedMounts, stopCached, err := b.datapathMounts(cacheMiB)
+	if err != nil {
+		return err
+	}
+	defer stopCached()
 	for _, m := range mounts {
 		if err := b.seedListing(m.bucket, c.smallFiles); err != nil {
 			return err
@@ -71,41 +80,52 @@ func (b *bench) datapath(c datapathConfig) error {
 	}
 	large := int64(c.largeMiB) << 20
 	wls := []workload{
-		{"sequential write, 1 file", "MiB/s", func(m dpMount, r int) (float64, error) {
+		{"sequential write, 1 file", "MiB/s", false, func(m dpMount, r int) (float64, error) {
 			return timeIO(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, true)
 		}},
-		{"sequential read, cold", "MiB/s", func(m dpMount, r int) (float64, error) {
+		{"sequential read, cold", "MiB/s", false, func(m dpMount, r int) (float64, error) {
 			dropCaches()
 			return timeIO(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, false)
 		}},
-		{"random 4 KiB reads", "reads/s", func(m dpMount, r int) (float64, error) {
+		{"random 4 KiB reads", "reads/s", false, func(m dpMount, r int) (float64, error) {
 			dropCaches()
 			return randomReads(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, 4<<10, c.randOps)
 		}},
-		{"random 1 MiB reads", "reads/s", func(m dpMount, r int) (float64, error) {
+		{"random 1 MiB reads", "reads/s", false, func(m dpMount, r int) (float64, error) {
 			dropCaches()
 			return randomReads(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, 1<<20, max(1, c.randOps/10))
 		}},
-		{fmt.Sprintf("%d small files: create", c.smallFiles), "files/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("%d small files: create", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "create")
 		}},
-		{fmt.Sprintf("%d small files: stat", c.smallFiles), "files/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("%d small files: stat", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "stat")
 		}},
-		{fmt.Sprintf("%d small files: read", c.smallFiles), "files/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("%d small files: read", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
 			dropCaches()
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "read")
 		}},
-		{fmt.Sprintf("%d small files: delete", c.smallFiles), "files/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("%d small files: delete", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "delete")
 		}},
-		{fmt.Sprintf("list a directory of %d objects", c.smallFiles), "lists/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("list a directory of %d objects", c.smallFiles), "lists/s", false, func(m dpMount, r int) (float64, error) {
 			return listing(filepath.Join(m.dir, "listing"), c.smallFiles)
 		}},
-		{fmt.Sprintf("checkpoint: %d files x %d MiB, parallel, fsync", c.ckptFiles, c.ckptMiB), "MiB/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("file cache: re-read of a %d MiB file, cold page cache", c.largeMiB/4), "MiB/s", true, func(m dpMount, r int) (float64, error) {
+			p := filepath.Join(m.dir, fmt.Sprintf("cached-%d.bin", r))
+			if _, err := timeIO(p, large/4, true); err != nil {
+				return 0, fmt.Errorf("write: %w", err)
+			}
+			if _, err := timeIO(p, large/4, false); err != nil { // fills the file cache
+				return 0, fmt.Errorf("first read: %w", err)
+			}
+			dropCaches()
+			return timeIO(p, large/4, false)
+		}},
+		{fmt.Sprintf("checkpoint: %d files x %d MiB, parallel, fsync", c.ckptFiles, c.ckptMiB), "MiB/s", false, func(m dpMount, r int) (float64, error) {
 			return parallelFiles(filepath.Join(m.dir, fmt.Sprintf("ckpt-%d", r)), c.ckptFiles, int64(c.ckptMiB)<<20, true)
 		}},
-		{fmt.Sprintf("model load: %d files x %d MiB, parallel, cold", c.modelFiles, c.modelMiB), "MiB/s", func(m dpMount, r int) (float64, error) {
+		{fmt.Sprintf("model load: %d files x %d MiB, parallel, cold", c.modelFiles, c.modelMiB), "MiB/s", false, func(m dpMount, r int) (float64, error) {
 			dir := filepath.Join(m.dir, fmt.Sprintf("model-%d", r))
 			if _, err := parallelFiles(dir, c.modelFiles, int64(c.modelMiB)<<20, true); err != nil {
 				return 0, fmt.Errorf("write the model: %w", err)
@@ -121,8 +141,12 @@ func (b *bench) datapath(c datapathConfig) error {
 	}
 	for round := range c.rounds {
 		for i, w := range wls {
-			for k := range mounts {
-				m := mounts[(k+round+i)%len(mounts)] // who goes first turns
+			set := mounts
+			if w.cached {
+				set = cachedMounts
+			}
+			for k := range set {
+				m := set[(k+round+i)%len(set)] // who goes first turns
 				v, err := w.run(m, round)
 				if err != nil {
 					return fmt.Errorf("%s through %s: %w", w.name, m.name, err)
@@ -131,7 +155,7 @@ func (b *bench) datapath(c datapathConfig) error {
 			}
 		}
 		// The round's files go, so that the emulator's memory holds one round at a time.
-		for _, m := range mounts {
+		for _, m := range append(mounts, cachedMounts...) {
 			if err := b.emptyBucket(m.bucket, "listing/"); err != nil {
 				return err
 			}
@@ -155,8 +179,10 @@ func (b *bench) datapath(c datapathConfig) error {
 
 // datapathMounts mounts three buckets: standalone gcsfuse on a directory (root, the default
 // flags our sidecar gives it against an emulator), a pod's volume through the sidecar (native)
-// and a pod's volume through the shared mounter. stop unmounts them all.
-func (b *bench) datapathMounts() ([]dpMount, func(), error) {
+// and a pod's volume through the shared mounter, each with a file cache of cacheMiB when it
+// is not 0 (a cache directory each, the volume's file-cache-max-size-mb). stop unmounts them
+// all.
+func (b *bench) datapathMounts(cacheMiB int) ([]dpMount, func(), error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -165,15 +191,25 @@ func (b *bench) datapathMounts() ([]dpMount, func(), error) {
 	}
 	fail := func(err error) ([]dpMount, func(), error) { stop(); return nil, nil, err }
 
-	alone := dpMount{name: "standalone", dir: filepath.Join(b.dir, "datapath-standalone"), bucket: b.bucket()}
-	tmp := filepath.Join(b.dir, "datapath-standalone-tmp")
-	for _, d := range []string{alone.dir, tmp} {
+	base := filepath.Join(b.dir, fmt.Sprintf("datapath-%d", cacheMiB))
+	alone := dpMount{name: "standalone", dir: filepath.Join(base, "standalone"), bucket: b.bucket()}
+	tmp, cacheDir := filepath.Join(base, "standalone-tmp"), filepath.Join(base, "cache")
+	for _, d := range []string{alone.dir, tmp, cacheDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fail(err)
 		}
 	}
-	cmd := exec.Command(testenv.GcsfusePath(), "--foreground", "--anonymous-access", "--custom-endpoint="+b.emu.Endpoint,
-		"--temp-dir="+tmp, alone.bucket, alone.dir)
+	// The sidecar and the mounter run as 65534 and keep their caches below it.
+	if err := os.Chown(cacheDir, contract.SidecarUID, contract.SidecarGID); err != nil {
+		return fail(err)
+	}
+	args := []string{"--foreground", "--anonymous-access", "--custom-endpoint=" + b.emu.Endpoint, "--temp-dir=" + tmp}
+	options := ""
+	if cacheMiB > 0 {
+		options = "file-cache-max-size-mb=" + strconv.Itoa(cacheMiB)
+		args = append(args, "--cache-dir="+filepath.Join(base, "standalone-cache"), "--file-cache-max-size-mb="+strconv.Itoa(cacheMiB))
+	}
+	cmd := exec.Command(testenv.GcsfusePath(), append(args, alone.bucket, alone.dir)...)
 	if err := cmd.Start(); err != nil {
 		return fail(err)
 	}
@@ -196,17 +232,18 @@ func (b *bench) datapathMounts() ([]dpMount, func(), error) {
 		return fail(err)
 	}
 	sidecar := dpMount{name: "sidecar", dir: sidecarPod.Target("data"), bucket: b.bucket()}
-	if err := sidecarPod.Publish(ctx(), "data", sidecar.bucket, "", false); err != nil {
+	if err := sidecarPod.Publish(ctx(), "data", sidecar.bucket, options, false); err != nil {
 		return fail(err)
 	}
-	if _, err := sidecarPod.StartSidecar(contract.ModeNative, 30, nil); err != nil {
+	if _, err := sidecarPod.StartSidecarWith(testenv.SidecarOptions{Mode: contract.ModeNative, GraceSeconds: 30,
+		Args: []string{"--cache-dir=" + filepath.Join(cacheDir, "sidecar")}}); err != nil {
 		return fail(err)
 	}
 	if _, err := testenv.WaitReady(sidecar.dir, datapathMountWait); err != nil {
 		return fail(err)
 	}
 
-	if _, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30}); err != nil {
+	if _, err := e.StartMounter(testenv.SidecarOptions{GraceSeconds: 30, Args: []string{"--cache-dir=" + filepath.Join(cacheDir, "mounter")}}); err != nil {
 		return fail(err)
 	}
 	sharedPod, err := e.NewPod()
@@ -214,7 +251,7 @@ func (b *bench) datapathMounts() ([]dpMount, func(), error) {
 		return fail(err)
 	}
 	shared := dpMount{name: "shared", dir: sharedPod.Target("data"), bucket: b.bucket()}
-	req := sharedPod.PublishRequest("data", shared.bucket, "", false)
+	req := sharedPod.PublishRequest("data", shared.bucket, options, false)
 	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
 	if err := sharedPod.PublishReq(ctx(), req); err != nil {
 		return fail(err)
