@@ -26,7 +26,8 @@ import (
 type datapathConfig struct {
 	largeMiB   int // the sequential and random-read file
 	randOps    int // random 4 KiB reads; a tenth as many 1 MiB reads
-	smallFiles int // files of the small-file workload, and objects of the listing
+	smallFiles int // files of the small-file workload
+	listObjs   int // objects of the listed directory
 	ckptFiles  int // files of the checkpoint-shaped write
 	ckptMiB    int // size of each
 	modelFiles int // files of the model-load-shaped read, read in parallel
@@ -74,7 +75,7 @@ func (b *bench) datapath(c datapathConfig) error {
 	}
 	defer stopCached()
 	for _, m := range mounts {
-		if err := b.seedListing(m.bucket, c.smallFiles); err != nil {
+		if err := b.seedListing(m.bucket, c.listObjs); err != nil {
 			return err
 		}
 	}
@@ -108,8 +109,8 @@ func (b *bench) datapath(c datapathConfig) error {
 		{fmt.Sprintf("%d small files: delete", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "delete")
 		}},
-		{fmt.Sprintf("list a directory of %d objects", c.smallFiles), "lists/s", false, func(m dpMount, r int) (float64, error) {
-			return listing(filepath.Join(m.dir, "listing"), c.smallFiles)
+		{fmt.Sprintf("list a directory of %d objects", c.listObjs), "lists/s", false, func(m dpMount, r int) (float64, error) {
+			return listing(filepath.Join(m.dir, "listing"), c.listObjs)
 		}},
 		{fmt.Sprintf("file cache: re-read of a %d MiB file, cold page cache", c.largeMiB/4), "MiB/s", true, func(m dpMount, r int) (float64, error) {
 			p := filepath.Join(m.dir, fmt.Sprintf("cached-%d.bin", r))

@@ -47,7 +47,8 @@ func main() {
 	var dp datapathConfig
 	flag.IntVar(&dp.largeMiB, "datapath-large-mib", 1024, "datapath: the sequential and random-read file's size")
 	flag.IntVar(&dp.randOps, "datapath-random-reads", 2000, "datapath: random 4 KiB reads (a tenth as many 1 MiB reads)")
-	flag.IntVar(&dp.smallFiles, "datapath-small-files", 10000, "datapath: files of the small-file workload, and objects of the listing")
+	flag.IntVar(&dp.smallFiles, "datapath-small-files", 10000, "datapath: files of the small-file workload")
+	flag.IntVar(&dp.listObjs, "datapath-list-objects", 10000, "datapath: objects of the listed directory")
 	flag.IntVar(&dp.ckptFiles, "datapath-checkpoint-files", 8, "datapath: files of the checkpoint-shaped write")
 	flag.IntVar(&dp.ckptMiB, "datapath-checkpoint-mib", 64, "datapath: size of each checkpoint file")
 	flag.IntVar(&dp.modelFiles, "datapath-model-files", 4, "datapath: files of the model-load-shaped read")
