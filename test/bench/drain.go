@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,12 +20,16 @@ import (
 // trigger arrives; each then finishes its file, as a well-behaved app does within its
 // grace period.
 const (
-	drainWriters     = 4
-	drainFileSize    = 1 << 20
-	drainChunkDelay  = 10 * time.Millisecond // 16 chunks of 64 KiB: ~160 ms per file
-	slowChunkDelay   = 100 * time.Millisecond
-	drainTriggerWait = 60 * time.Millisecond // writers started -> trigger
-	drainExitBound   = 30 * time.Second
+	drainWriters    = 4
+	drainFileSize   = 1 << 20
+	drainChunkDelay = 10 * time.Millisecond // 16 chunks of 64 KiB: ~160 ms per file
+	slowChunkDelay  = 100 * time.Millisecond
+	// drainStartBound bounds the wait for every writer to have its file open: the trigger
+	// comes once all have (a writer SIGTERMed before it set its handler up would die without
+	// a file, a loss of the bench's timing, not of the driver's).
+	drainStartBound = 10 * time.Second
+	drainStartPoll  = 2 * time.Millisecond
+	drainExitBound  = 30 * time.Second
 )
 
 // drainScenario is one way a pod ends while its containers still write.
@@ -130,14 +136,27 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		return 0, 0, 0, fmt.Errorf("%w\n%s", err, side.Output())
 	}
 	writers := make([]*exec.Cmd, drainWriters)
+	outs := make([]*strings.Builder, drainWriters)
 	for i := range writers {
 		writers[i] = exec.Command(workload, "write", "-dir", target, "-name", fmt.Sprintf("part-%d.bin", i),
 			"-bytes", strconv.Itoa(drainFileSize), "-chunk-delay", sc.chunkDelay.String(), "-finish-on-term")
+		outs[i] = &strings.Builder{}
+		writers[i].Stdout, writers[i].Stderr = outs[i], outs[i]
 		if err := writers[i].Start(); err != nil {
 			return 0, 0, 0, err
 		}
 	}
-	time.Sleep(drainTriggerWait)
+	// Every writer mid-file: its file created (after its SIGTERM handler is set up).
+	for i, deadline := 0, time.Now().Add(drainStartBound); i < drainWriters; {
+		if _, err := os.Stat(filepath.Join(target, fmt.Sprintf("part-%d.bin", i))); err == nil {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, 0, fmt.Errorf("writer %d has no file after %s\n%s", i, drainStartBound, outs[i].String())
+		}
+		time.Sleep(drainStartPoll)
+	}
 	if sc.terminatingGrace > 0 {
 		dir, err := pod.OpenTmpDir()
 		if err != nil {
@@ -154,8 +173,9 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		_ = w.Process.Signal(syscall.SIGTERM)
 	}
 	_ = side.Signal(syscall.SIGTERM)
-	for _, w := range writers {
-		_ = w.Wait() // a failed write shows as a short object below
+	closed := make([]bool, drainWriters) // the writer exited 0: its close succeeded
+	for i, w := range writers {
+		closed[i] = w.Wait() == nil // a failed write shows as a short object below
 	}
 	if sc.exitFile {
 		if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "bench-writers-exited"}); err != nil {
@@ -169,6 +189,15 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		o, err := b.emu.GetObject(bucket, fmt.Sprintf("part-%d.bin", i))
 		if err != nil || len(o.Content) != drainFileSize {
 			lost++
+			if closed[i] && drain {
+				// The one outcome never acceptable: the app's close succeeded, the object is
+				// not whole.
+				return 0, 0, 0, fmt.Errorf("part-%d.bin: the writer exited 0 (its close succeeded) and the object is missing or short (%v)\nwriter:\n%s\nsidecar:\n%s",
+					i, err, outs[i].String(), side.Output())
+			}
+			if drain {
+				fmt.Printf("  lost part-%d.bin (%s), the writer failed:\n%s\n", i, sc.name, outs[i].String())
+			}
 		}
 	}
 	return drainWriters, lost, side.Exited.Sub(t0), nil
