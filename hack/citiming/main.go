@@ -128,7 +128,6 @@ type background struct {
 
 // backgroundWhat says what each background record's check is.
 var backgroundWhat = map[string]string{
-	"units":          "`hack/units.sh` (`go test -race ./... ./test/...`: unit, the Helm chart's checks, fuzz seeds, csi-sanity, integration with real mounts)",
 	"lint":           "`hack/lint.sh` (go vet, staticcheck, deadcode)",
 	"release-images": "`TestReleasePush` (release images for amd64 and arm64, pushed and pulled back)",
 }

@@ -1,6 +1,7 @@
 package lazyre
 
 import (
+	"strings"
 	"sync"
 	"testing"
 )
@@ -34,12 +35,23 @@ func TestConcurrentFirstUse(t *testing.T) {
 	wg.Wait()
 }
 
-func TestBadExpressionPanicsAtFirstUse(t *testing.T) {
+// A bad expression panics at its first use and at every later one, naming itself; CompileAll
+// reports it.
+func TestBadExpression(t *testing.T) {
 	r := New(`(`)
-	defer func() {
-		if recover() == nil {
-			t.Error("a bad expression did not panic at its first use")
-		}
-	}()
-	r.MatchString("x")
+	for i := range 2 {
+		func() {
+			defer func() {
+				v := recover()
+				if err, ok := v.(error); !ok || !strings.Contains(err.Error(), `"("`) {
+					t.Errorf("use %d: panic %v, want an error naming the expression", i, v)
+				}
+			}()
+			r.MatchString("x")
+		}()
+	}
+	n, err := CompileAll()
+	if n < 1 || err == nil || !strings.Contains(err.Error(), `"("`) {
+		t.Errorf("CompileAll = %d, %v; want the bad expression's error", n, err)
+	}
 }

@@ -49,6 +49,8 @@ func TestParse(t *testing.T) {
 		{name: "bad octal", in: []string{"file-mode=999"}, wantErr: "octal"},
 		{name: "octal too big", in: []string{"file-mode=7777"}, wantErr: "octal"},
 		{name: "bad enum", in: []string{"log-severity=loud"}, wantErr: "not one of"},
+		{name: "billing-project", in: []string{"billing-project=my-project-1"}, want: []string{"--billing-project=my-project-1"}},
+		{name: "billing-project bad", in: []string{"billing-project=My_Project"}, wantErr: "not allowed"},
 		{name: "only-dir escape", in: []string{"only-dir=../other"}, wantErr: "not allowed"},
 		{name: "only-dir dash", in: []string{"only-dir=-x"}, wantErr: "not allowed"},
 		{name: "duplicate", in: []string{"uid=1", "uid=2"}, wantErr: "more than once"},

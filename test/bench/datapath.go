@@ -48,6 +48,8 @@ const (
 // dpMount is one way to the bucket: its name, the directory it is mounted on, and its bucket.
 type dpMount struct {
 	name, dir, bucket string
+	// cache is gcsfuse's file cache directory ("" when the cache is off).
+	cache string
 }
 
 // workload is one measured job; run returns its figure (higher is better) and the unit.
@@ -62,6 +64,9 @@ type workload struct {
 // mode, on one emulator, the three alternating who goes first each round, and prints medians
 // per mode and the ratio of each mode to standalone (the goal: >= 0.95).
 func (b *bench) datapath(c datapathConfig) error {
+	if c.rounds < 1 || c.largeMiB < 4 || c.randOps < 10 || c.smallFiles < 1 || c.listObjs < 1 || c.ckptFiles < 1 || c.ckptMiB < 1 || c.modelFiles < 1 || c.modelMiB < 1 {
+		return fmt.Errorf("datapath: every -datapath-* figure must be at least 1 (-datapath-large-mib 4, -datapath-random-reads 10): %+v", c)
+	}
 	fmt.Printf("## data path: standalone gcsfuse, the sidecar mode and the shared mode side by side (%d rounds, medians)\n", c.rounds)
 	mounts, stop, err := b.datapathMounts(0)
 	if err != nil {
@@ -85,15 +90,21 @@ func (b *bench) datapath(c datapathConfig) error {
 			return timeIO(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, true)
 		}},
 		{"sequential read, cold", "MiB/s", false, func(m dpMount, r int) (float64, error) {
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return timeIO(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, false)
 		}},
 		{"random 4 KiB reads", "reads/s", false, func(m dpMount, r int) (float64, error) {
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return randomReads(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, 4<<10, c.randOps)
 		}},
 		{"random 1 MiB reads", "reads/s", false, func(m dpMount, r int) (float64, error) {
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return randomReads(filepath.Join(m.dir, fmt.Sprintf("large-%d.bin", r)), large, 1<<20, max(1, c.randOps/10))
 		}},
 		{fmt.Sprintf("%d small files: create", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
@@ -103,7 +114,9 @@ func (b *bench) datapath(c datapathConfig) error {
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "stat")
 		}},
 		{fmt.Sprintf("%d small files: read", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return smallFiles(filepath.Join(m.dir, fmt.Sprintf("small-%d", r)), c.smallFiles, "read")
 		}},
 		{fmt.Sprintf("%d small files: delete", c.smallFiles), "files/s", false, func(m dpMount, r int) (float64, error) {
@@ -120,7 +133,12 @@ func (b *bench) datapath(c datapathConfig) error {
 			if _, err := timeIO(p, large/4, false); err != nil { // fills the file cache
 				return 0, fmt.Errorf("first read: %w", err)
 			}
-			dropCaches()
+			if held := dirBytes(m.cache); held < large/4 {
+				return 0, fmt.Errorf("the file cache %s holds %d bytes after the first read of a %d-byte file: the re-read would not be a cache hit", m.cache, held, large/4)
+			}
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return timeIO(p, large/4, false)
 		}},
 		{fmt.Sprintf("checkpoint: %d files x %d MiB, parallel, fsync", c.ckptFiles, c.ckptMiB), "MiB/s", false, func(m dpMount, r int) (float64, error) {
@@ -131,7 +149,9 @@ func (b *bench) datapath(c datapathConfig) error {
 			if _, err := parallelFiles(dir, c.modelFiles, int64(c.modelMiB)<<20, true); err != nil {
 				return 0, fmt.Errorf("write the model: %w", err)
 			}
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 			return parallelFiles(dir, c.modelFiles, int64(c.modelMiB)<<20, false)
 		}},
 	}
@@ -222,6 +242,9 @@ func (b *bench) datapathMounts(cacheMiB int) ([]dpMount, func(), error) {
 	if _, err := waitMounted(alone.dir, datapathMountWait); err != nil {
 		return fail(err)
 	}
+	if cacheMiB > 0 {
+		alone.cache = filepath.Join(base, "standalone-cache")
+	}
 
 	e, err := testenv.New(testenv.Options{Emulator: b.emu, SidecarBin: b.sidecarBin, Shared: true})
 	if err != nil {
@@ -233,6 +256,9 @@ func (b *bench) datapathMounts(cacheMiB int) ([]dpMount, func(), error) {
 		return fail(err)
 	}
 	sidecar := dpMount{name: "sidecar", dir: sidecarPod.Target("data"), bucket: b.bucket()}
+	if cacheMiB > 0 {
+		sidecar.cache = filepath.Join(cacheDir, "sidecar")
+	}
 	if err := sidecarPod.Publish(ctx(), "data", sidecar.bucket, options, false); err != nil {
 		return fail(err)
 	}
@@ -252,6 +278,9 @@ func (b *bench) datapathMounts(cacheMiB int) ([]dpMount, func(), error) {
 		return fail(err)
 	}
 	shared := dpMount{name: "shared", dir: sharedPod.Target("data"), bucket: b.bucket()}
+	if cacheMiB > 0 {
+		shared.cache = filepath.Join(cacheDir, "mounter")
+	}
 	req := sharedPod.PublishRequest("data", shared.bucket, options, false)
 	req.VolumeContext[contract.AttrMountMode] = contract.MountModeShared
 	if err := sharedPod.PublishReq(ctx(), req); err != nil {
@@ -282,18 +311,25 @@ func (b *bench) seedListing(bucket string, n int) error {
 
 // emptyBucket deletes every object of bucket but those under keep.
 func (b *bench) emptyBucket(bucket, keep string) error {
-	objs, _, err := b.emu.ListObjectsWithOptions(bucket, fakestorage.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", bucket, err)
-	}
-	for _, o := range objs {
-		if !strings.HasPrefix(o.Name, keep) {
-			if err := b.emu.Client().Bucket(bucket).Object(o.Name).Delete(context.Background()); err != nil {
-				return fmt.Errorf("delete %s/%s: %w", bucket, o.Name, err)
+	// One page holds every object (no MaxResults); the loop is bounded all the same.
+	token := ""
+	for range 1000 {
+		page, err := b.emu.ListObjectsWithOptionsPaginated(bucket, fakestorage.ListOptions{PageToken: token})
+		if err != nil {
+			return fmt.Errorf("list %s: %w", bucket, err)
+		}
+		for _, o := range page.Objects {
+			if !strings.HasPrefix(o.Name, keep) {
+				if err := b.emu.Client().Bucket(bucket).Object(o.Name).Delete(context.Background()); err != nil {
+					return fmt.Errorf("delete %s/%s: %w", bucket, o.Name, err)
+				}
 			}
 		}
+		if token = page.NextPageToken; token == "" {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("list %s: more than 1000 pages", bucket)
 }
 
 // randomReads reads n blocks of size at random offsets of a file of fileSize.
@@ -413,6 +449,20 @@ func writeSynced(path string, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// dirBytes is the size of the regular files under dir (0 when there is none).
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // spread is the figures' (max-min)/median, the rounds' disagreement.

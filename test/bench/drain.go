@@ -6,10 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
@@ -136,11 +136,20 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 		return 0, 0, 0, fmt.Errorf("%w\n%s", err, side.Output())
 	}
 	writers := make([]*exec.Cmd, drainWriters)
-	outs := make([]*strings.Builder, drainWriters)
+	outs := make([]*syncbuf.Buffer, drainWriters)
+	waited := make([]bool, drainWriters)
+	defer func() { // a writer left by an early return
+		for i, w := range writers {
+			if w != nil && w.Process != nil && !waited[i] {
+				_ = w.Process.Kill()
+				_ = w.Wait()
+			}
+		}
+	}()
 	for i := range writers {
 		writers[i] = exec.Command(workload, "write", "-dir", target, "-name", fmt.Sprintf("part-%d.bin", i),
 			"-bytes", strconv.Itoa(drainFileSize), "-chunk-delay", sc.chunkDelay.String(), "-finish-on-term")
-		outs[i] = &strings.Builder{}
+		outs[i] = &syncbuf.Buffer{}
 		writers[i].Stdout, writers[i].Stderr = outs[i], outs[i]
 		if err := writers[i].Start(); err != nil {
 			return 0, 0, 0, err
@@ -176,6 +185,7 @@ func (b *bench) drainOnce(workload string, sc drainScenario, drain bool) (object
 	closed := make([]bool, drainWriters) // the writer exited 0: its close succeeded
 	for i, w := range writers {
 		closed[i] = w.Wait() == nil // a failed write shows as a short object below
+		waited[i] = true
 	}
 	if sc.exitFile {
 		if err := podfiles.Write(e.Root, pod.UID, podfiles.Reason{Rule: "bench-writers-exited"}); err != nil {

@@ -187,7 +187,7 @@ func (r *results) figureRows() (rows [][]string, after string) {
 			quantiles(m.s), fmt.Sprintf("~%.0f s (%.1f s sleep each)", incumbentMountSleep*float64(m.volumes), incumbentMountSleep)})
 	}
 	if len(r.mountAlone) > 0 {
-		rows = append(rows, []string{fmt.Sprintf("standalone gcsfuse, same emulator and flags, exec -> first `stat` (n=%d)", len(r.mountAlone)),
+		rows = append(rows, []string{fmt.Sprintf("standalone gcsfuse on the same emulator, mounting itself, exec -> first `stat` (n=%d)", len(r.mountAlone)),
 			quantiles(r.mountAlone), ""})
 	}
 	if len(r.mountPhases) == len(mountPhases) {

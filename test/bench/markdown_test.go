@@ -62,14 +62,14 @@ func TestMarkdownBlocks(t *testing.T) {
 		"|---|---|---|\n" +
 		"| NodePublishVolume -> first `stat` through the mount, 1 volume (n=20) | p50 105 ms, p90 159 ms, max 200 ms | 1.69-1.76 s |\n" +
 		"| same, 8 volumes in one pod, all ready (n=20) | p50 385 ms, p90 409 ms, max 410 ms | ~12 s (1.5 s sleep each) |\n" +
-		"| standalone gcsfuse, same emulator and flags, exec -> first `stat` (n=20) | p50 139 ms, p90 186 ms, max 234 ms | |\n" +
+		"| standalone gcsfuse on the same emulator, mounting itself, exec -> first `stat` (n=20) | p50 139 ms, p90 186 ms, max 234 ms | |\n" +
 		"| native: SIGTERM -> sidecar exit (n=20) | p50 19 ms, p90 25 ms, max 27 ms | 5.02 s |\n" +
 		"| legacy: exit file -> sidecar exit (n=20) | p50 17 ms, p90 27 ms, max 32 ms | 5.5-9.5 s after its exit file (+ republish delay) |\n" +
 		"| data loss: 4 writer processes close and exit, then the trigger, 200 iterations | 0 of 800 objects missing or short; trigger -> exit p50 21 ms, p90 27 ms, max 37 ms | |\n" +
 		"| data loss while writing: 4 writer processes are mid-file when the trigger arrives (native SIGTERM during the init phase, legacy deletion, `--grace-period` 4 > spec 1 s with no exit file, deadline kill), 200 iterations | 0 of 800 objects lost or short; trigger -> exit p50 258-297 ms (the writers finishing their files), 4.03 s for `--grace-period` 4 > spec 1 s with no exit file; the same with the drain off (`--drain=false`, 10 iterations each of the first 2): 80 of 80 lost | |\n" +
 		"| 256 MiB sequential, ours / standalone gcsfuse dir mount, medians of 5; 2 runs back to back | write 45.2 / 56.3 MiB/s (0.80) and 57.2 / 56.1 MiB/s (1.02); cold read 336.5 / 331.3 MiB/s (1.02) and 380.7 / 338.2 MiB/s (1.13) | |\n" +
 		"\nThe fastest 1-volume round took 47 ms. Where a 1-volume round's time goes (p50 of each step): NodePublishVolume 1.7 ms; " +
-		"the sidecar's start 28.4 ms; hand-off and bucket check 7.0 ms; gcsfuse's own start (exec to its first log line) 70.0 ms; " +
+		"the sidecar's start 28.4 ms; hand-off, bucket check, gcsfuse's exec and memory limit 7.0 ms; gcsfuse's own start (exec to its first log line) 70.0 ms; " +
 		"gcsfuse's set-up to \"successfully mounted\" 11.0 ms; the first stat 2.0 ms.\n\n" +
 		"<!-- END GENERATED: bench -->\n\n" +
 		"<!-- BEGIN GENERATED: bench-rss (by go run ./test/bench -markdown FILE) -->\n\n" +

@@ -20,12 +20,12 @@ type mountPhase struct {
 }
 
 // mountPhases: where a one-volume mount's time goes. The sidecar's and gcsfuse's lines carry
-// the sidecar's clock (slog's millisecond time=), the bench's marks its own: one machine, one
-// clock.
+// the sidecar's clock (slog's millisecond time=; gcsfuse's as the sidecar relays them), the
+// bench's marks its own: one machine, one clock.
 var mountPhases = []mountPhase{
 	{"NodePublishVolume (the node plugin: /dev/fuse mounted, offer made)", "NodePublishVolume", ""},
 	{"sidecar process start -> \"sidecar ready\"", "the sidecar's start", `msg="sidecar ready"`},
-	{"hand-off taken, bucket checked -> gcsfuse exec'd", "hand-off and bucket check", `msg="gcsfuse started"`},
+	{"hand-off, bucket check, gcsfuse's exec and memory limit", "hand-off, bucket check, gcsfuse's exec and memory limit", `msg="gcsfuse started"`},
 	{"gcsfuse's start -> its first log line", "gcsfuse's own start (exec to its first log line)", `msg="Start gcsfuse/`},
 	{"gcsfuse's set-up -> \"successfully mounted\"", "gcsfuse's set-up to \"successfully mounted\"", `File system has been successfully mounted`},
 	{"-> first stat through the mount returns", "the first stat", ""},
