@@ -98,11 +98,13 @@ func main() {
 		if *markdown != "" {
 			fmt.Fprintf(os.Stderr, "bench: %s not written: a benchmark failed\n", *markdown)
 		}
+		b.close() // os.Exit skips the deferred one: the emulator and the work directory go here
 		os.Exit(1)
 	}
 	if *markdown != "" {
 		if err := b.res.writeMarkdown(*markdown, byCommand()); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
+			b.close()
 			os.Exit(1)
 		}
 	}
