@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
 
@@ -229,21 +227,17 @@ func (b *bench) datapathMounts(cacheMiB int) ([]dpMount, func(), error) {
 	if err := os.Chown(cacheDir, contract.SidecarUID, contract.SidecarGID); err != nil {
 		return fail(err)
 	}
-	args := []string{"--foreground", "--anonymous-access", "--custom-endpoint=" + b.emu.Endpoint, "--temp-dir=" + tmp}
+	var extra []string
 	options := ""
 	if cacheMiB > 0 {
 		options = "file-cache-max-size-mb=" + strconv.Itoa(cacheMiB)
-		args = append(args, "--cache-dir="+filepath.Join(base, "standalone-cache"), "--file-cache-max-size-mb="+strconv.Itoa(cacheMiB))
+		extra = []string{"--cache-dir=" + filepath.Join(base, "standalone-cache"), "--file-cache-max-size-mb=" + strconv.Itoa(cacheMiB)}
 	}
-	cmd := exec.Command(testenv.GcsfusePath(), append(args, alone.bucket, alone.dir)...)
-	if err := cmd.Start(); err != nil {
+	stopAlone, err := b.startStandalone(alone.bucket, alone.dir, tmp, extra...)
+	if err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() {
-		_ = fusemount.Unmount(context.Background(), alone.dir, time.Second)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	stops = append(stops, stopAlone)
 	if _, err := waitMounted(alone.dir, datapathMountWait); err != nil {
 		return fail(err)
 	}

@@ -233,16 +233,11 @@ func (b *bench) standaloneMountOnce() (time.Duration, error) {
 	}
 	bucket := b.bucket()
 	t0 := time.Now()
-	cmd := exec.Command(testenv.GcsfusePath(), "--foreground", "--anonymous-access", "--custom-endpoint="+b.emu.Endpoint,
-		"--temp-dir="+tmp, bucket, mnt)
-	if err := cmd.Start(); err != nil {
+	stop, err := b.startStandalone(bucket, mnt, tmp)
+	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		_ = fusemount.Unmount(context.Background(), mnt, time.Second)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
+	defer stop()
 	if _, err := waitMountedEvery(mnt, 20*time.Second, 2*time.Millisecond); err != nil {
 		return 0, err
 	}
@@ -463,16 +458,11 @@ func (b *bench) throughput(sizeMiB, rounds int) error {
 	plain := b.bucket()
 	tmp := filepath.Join(b.dir, "standalone-tmp")
 	_ = os.MkdirAll(tmp, 0o755)
-	cmd := exec.Command(testenv.GcsfusePath(), "--foreground", "--anonymous-access", "--custom-endpoint="+b.emu.Endpoint,
-		"--temp-dir="+tmp, plain, plainDir)
-	if err := cmd.Start(); err != nil {
+	stop, err := b.startStandalone(plain, plainDir, tmp)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = fusemount.Unmount(context.Background(), plainDir, time.Second)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
+	defer stop()
 	if _, err := waitMounted(plainDir, 20*time.Second); err != nil {
 		return err
 	}
@@ -506,6 +496,22 @@ func (b *bench) throughput(sizeMiB, rounds int) error {
 	b.res.throughput = append(b.res.throughput, throughputResult{sizeMiB: sizeMiB, rounds: rounds,
 		write: [2]float64{median(w[o]), median(w[p])}, read: [2]float64{median(r[o]), median(r[p])}})
 	return nil
+}
+
+// startStandalone execs gcsfuse alone, as root, mounting bucket on dir itself, with the flags
+// our sidecar gives it against the emulator (tmp its temp dir) and extra ones; stop unmounts
+// it and ends the process. The caller waits for the mount.
+func (b *bench) startStandalone(bucket, dir, tmp string, extra ...string) (stop func(), err error) {
+	args := append([]string{"--foreground", "--anonymous-access", "--custom-endpoint=" + b.emu.Endpoint, "--temp-dir=" + tmp}, extra...)
+	cmd := exec.Command(testenv.GcsfusePath(), append(args, bucket, dir)...)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start standalone gcsfuse: %w", err)
+	}
+	return func() {
+		_ = fusemount.Unmount(context.Background(), dir, time.Second)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}, nil
 }
 
 func waitMounted(dir string, d time.Duration) (time.Duration, error) {
