@@ -1,0 +1,228 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
+)
+
+var (
+	buildOnce sync.Once
+	built     string
+	buildErr  error
+)
+
+// build builds nodeinit once for the test binary.
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeinit-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = filepath.Join(dir, "nodeinit")
+		if out, err := exec.Command("go", "build", "-o", built, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build nodeinit: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+// node is a nodeinit started as hack/cluster-up.sh starts it, in namespaces of its own.
+type node struct {
+	unshare *exec.Cmd
+	initPID int // on this machine
+	log     *syncbuf.Buffer
+	done    chan error
+}
+
+// startNode builds nodeinit and starts it under unshare, as cluster-up.sh does.
+func startNode(t *testing.T, grace time.Duration) *node {
+	t.Helper()
+	needs.Root(t)
+	for _, tool := range []string{"unshare", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s (util-linux) is needed to start a node: %v", tool, err)
+		}
+	}
+	bin := build(t)
+	n := &node{log: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	n.unshare = exec.Command("unshare", "--pid", "--mount", "--uts", "--ipc", "--fork", "--kill-child", "--mount-proc",
+		"--", bin, "-hostname", "testnode", "-grace", grace.String())
+	n.unshare.Stdout, n.unshare.Stderr = n.log, n.log
+	if err := n.unshare.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n.done <- n.unshare.Wait() }()
+	t.Cleanup(func() {
+		if n.unshare.ProcessState == nil {
+			_ = n.unshare.Process.Kill()
+			<-n.done
+		}
+	})
+	children := filepath.Join("/proc", strconv.Itoa(n.unshare.Process.Pid), "task", strconv.Itoa(n.unshare.Process.Pid), "children")
+	waitFor(t, 5*time.Second, "nodeinit to start", func() bool {
+		b, _ := os.ReadFile(children)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return false
+		}
+		n.initPID = pid
+		return strings.Contains(n.log.String(), "node up")
+	})
+	return n
+}
+
+// in runs a shell command inside the node, as `node_exec` does.
+func (n *node) in(t *testing.T, script string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.initPID), "-a", "--", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("in the node: %s: %v\n%s", script, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// exit waits for the node to end and returns unshare's exit code (nodeinit's).
+func (n *node) exit(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-n.done:
+		return n.unshare.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("the node did not end within %s; its log:\n%s", within, n.log)
+		return -1
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+	}
+}
+
+// TestNodeIsAMachineOfItsOwn: inside the node, PID 1 is nodeinit, the hostname is the
+// node's, and a privileged pod's way into the node's mounts (the storage testsuites'
+// hostexec pods: nsenter --mount=/proc/1/ns/mnt) works, which this machine's own PID 1
+// refuses.
+func TestNodeIsAMachineOfItsOwn(t *testing.T) {
+	n := startNode(t, 5*time.Second)
+	if got := n.in(t, "cat /proc/1/comm"); got != "nodeinit" {
+		t.Errorf("PID 1 in the node is %q, want nodeinit", got)
+	}
+	if got := n.in(t, "hostname"); got != "testnode" {
+		t.Errorf("hostname in the node is %q, want testnode", got)
+	}
+	if got := n.in(t, "nsenter --mount=/proc/1/ns/mnt -- echo entered"); got != "entered" {
+		t.Errorf("nsenter into PID 1's mount namespace from the node: %q", got)
+	}
+}
+
+// TestOrphansAreReaped: a process whose parent ended is re-parented to the init, which
+// must collect it when it ends (containerd's shims, units started from the host), or the
+// node fills with zombies.
+func TestOrphansAreReaped(t *testing.T) {
+	n := startNode(t, 5*time.Second)
+	// The subshell's sleep outlives its parent (nsenter's sh), then ends.
+	n.in(t, "(sleep 0.3 &) ; true")
+	waitFor(t, 5*time.Second, "the orphan to end and be reaped", func() bool {
+		// Each process of the node, "pid (comm) state ...": an orphan not reaped stays, a zombie.
+		for _, line := range strings.Split(n.in(t, "cat /proc/[0-9]*/stat 2>/dev/null || true"), "\n") {
+			if strings.Contains(line, "(sleep)") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestStopEndsEveryProcessOfTheNode: SIGTERM to the init stops the node: each process gets
+// SIGTERM and time to end (a unit that ends on it: exit 0), and one that ignores it is
+// killed past the grace period (exit 1, said in the log); nothing of the node is left.
+func TestStopEndsEveryProcessOfTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ignore   bool
+		wantCode int
+	}{
+		{name: "units end on SIGTERM", wantCode: 0},
+		{name: "a unit ignoring SIGTERM is killed past the grace", ignore: true, wantCode: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			grace := 10 * time.Second
+			if tc.ignore {
+				grace = 500 * time.Millisecond
+			}
+			n := startNode(t, grace)
+			dir := t.TempDir()
+			mark, ready := filepath.Join(dir, "terminated"), filepath.Join(dir, "ready")
+			trap := "echo term > " + mark + "; exit 0"
+			if tc.ignore {
+				trap = "echo term > " + mark
+			}
+			pid := n.in(t, "setsid sh -c 'trap \""+trap+"\" TERM; touch "+ready+"; while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo $!")
+			if pid == "" {
+				t.Fatal("no unit started")
+			}
+			waitFor(t, 5*time.Second, "the unit to set its trap", func() bool {
+				_, err := os.Stat(ready)
+				return err == nil
+			})
+			start := time.Now()
+			if err := syscall.Kill(n.initPID, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := n.exit(t, grace+10*time.Second); code != tc.wantCode {
+				t.Errorf("nodeinit exited %d, want %d; its log:\n%s", code, tc.wantCode, n.log)
+			}
+			if _, err := os.Stat(mark); err != nil {
+				t.Errorf("the unit never got SIGTERM: %v", err)
+			}
+			if tc.ignore {
+				if took := time.Since(start); took < grace {
+					t.Errorf("the node ended %s after SIGTERM, before its %s grace", took, grace)
+				}
+				if !strings.Contains(n.log.String(), "killed") {
+					t.Errorf("the log does not say a process was killed:\n%s", n.log)
+				}
+			}
+		})
+	}
+}
+
+// TestRefusesToRunAsAnOrdinaryProcess: outside a PID namespace of its own it would reap and
+// signal nothing of a node; it says so and exits 2.
+func TestRefusesToRunAsAnOrdinaryProcess(t *testing.T) {
+	bin := build(t)
+	out, err := exec.Command(bin).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "must be PID 1") {
+		t.Fatalf("nodeinit as an ordinary process: %v, %s", err, out)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != "" {
+		os.RemoveAll(filepath.Dir(built))
+	}
+	os.Exit(code)
+}
