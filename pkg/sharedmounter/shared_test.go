@@ -479,3 +479,120 @@ func withTable(t *testing.T, s *Mounter) *sharedmount.Table {
 	s.table = table
 	return table
 }
+
+// recoveredPodLookup is a pod watcher's cache knowing one pod, uid-b (ns/p-b): a user found
+// at start-up has only its UID and is named through it.
+func recoveredPodLookup(uid string) (*corev1.Pod, bool) {
+	if uid != "uid-b" {
+		return nil, false
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-b", UID: types.UID(uid)}}, true
+}
+
+// Every report of the mounter reaches the pods of the mount it names, and only them: a
+// serving gcsfuse is a Normal GcsfuseStarted; an end is a Warning, GcsfuseFailed for a
+// failed start and GcsfuseExited for an exit or a refusal, naming the volume, the bucket,
+// the identity, the mount and the mounter's words, and the mount is dead from then on. A
+// report ends the mount's start (Alive asks it again); a report about a replaced generation,
+// or a second end, tells nobody. A pod found at start-up is named through the pod watcher.
+func TestSharedStatusTellsTheMountsPods(t *testing.T) {
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	old, cur := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2)
+	other := sharedmount.MountName(sharedmount.Key{Bucket: "c"}.Name(), 3)
+	vol := handoff.Volume{VolumeName: cur, Bucket: "b", Identity: "ksa ns/reader"}
+	setup := func(t *testing.T) (*Mounter, *sharedmount.Table, *podevents.Recorder) {
+		s := bareMounter(t, t.TempDir())
+		rec := &podevents.Recorder{}
+		s.cfg.Events = rec
+		s.cfg.Pods = recoveredPodLookup
+		table := withTable(t, s)
+		table.Restore(old, []sharedmount.User{{Target: "/t/old", PodNamespace: "ns", PodName: "p-old", PodUID: "uid-old", Volume: "data"}})
+		table.Restore(cur, []sharedmount.User{
+			{Target: "/t/a", PodNamespace: "ns", PodName: "p-a", PodUID: "uid-a", Volume: "data"},
+			{Target: "/t/b", PodUID: "uid-b", Volume: "vol-b"}, // found at start-up
+		})
+		table.Restore(other, []sharedmount.User{{Target: "/t/c", PodNamespace: "ns", PodName: "p-c", PodUID: "uid-c", Volume: "data"}})
+		s.starting[cur] = time.Now()
+		return s, table, rec
+	}
+	for _, tc := range []struct {
+		state, reason string
+		warning, ends bool
+	}{
+		{handoff.StateStarted, contract.EventGcsfuseStarted, false, false},
+		{handoff.StateExited, contract.EventGcsfuseExited, true, true},
+		{handoff.StateFailed, contract.EventGcsfuseFailed, true, true},
+		{handoff.StateRefused, contract.EventGcsfuseExited, true, true},
+		{handoff.StateTerminating, "", false, false},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			s, table, rec := setup(t)
+			st := &handoff.Status{State: tc.state, Message: "gcsfuse said why", ElapsedMillis: 42}
+			s.onSharedStatus(cur, vol, st, s.cfg.Log)
+			events := rec.Events()
+			if tc.reason == "" {
+				if len(events) != 0 {
+					t.Fatalf("a %s report told %+v, want nobody", tc.state, events)
+				}
+			} else {
+				want := []nodevolume.PodRef{{Namespace: "ns", Name: "p-a", UID: "uid-a"}, {Namespace: "ns", Name: "p-b", UID: "uid-b"}}
+				if len(events) != 2 {
+					t.Fatalf("a %s report told %+v, want the two pods of %s", tc.state, events, cur)
+				}
+				for i, e := range events {
+					if e.Pod != want[i] || e.Reason != tc.reason || e.Warning != tc.warning {
+						t.Errorf("event %+v, want %s (warning %v) on %+v", e, tc.reason, tc.warning, want[i])
+					}
+					words := []string{"volume " + []string{"data", "vol-b"}[i], "bucket b"}
+					if tc.ends {
+						words = append(words, "identity ksa ns/reader", cur, "gcsfuse said why")
+					} else {
+						words = append(words, "after 42 ms")
+					}
+					for _, w := range words {
+						if !strings.Contains(e.Msg, w) {
+							t.Errorf("the %s message %q does not say %q", e.Reason, e.Msg, w)
+						}
+					}
+				}
+			}
+			s.mu.Lock()
+			_, starting := s.starting[cur]
+			ended := s.ended[cur]
+			s.mu.Unlock()
+			if starting != (tc.state == handoff.StateTerminating) {
+				t.Errorf("after a %s report the mount counts as starting: %v", tc.state, starting)
+			}
+			if tc.ends != (ended == st) || tc.ends != table.Dead(cur) {
+				t.Errorf("after a %s report: ended %+v, dead %v; want both %v", tc.state, ended, table.Dead(cur), tc.ends)
+			}
+			if table.Dead(old) || table.Dead(other) {
+				t.Error("another mount taken for dead")
+			}
+			if tc.ends { // a second end (the stream's after the report) tells nobody again
+				s.onSharedStatus(cur, vol, &handoff.Status{State: handoff.StateExited, Message: mounterGone}, s.cfg.Log)
+				if n := len(rec.Events()); n != 2 {
+					t.Errorf("a second end told the pods again: %d events", n)
+				}
+			}
+		})
+	}
+	t.Run("late report of a replaced generation", func(t *testing.T) {
+		s, table, rec := setup(t)
+		s.onSharedStatus(old, handoff.Volume{VolumeName: old, Bucket: "b"}, &handoff.Status{State: handoff.StateExited, Message: "late"}, s.cfg.Log)
+		for _, e := range rec.Events() {
+			if e.Pod.UID != "uid-old" {
+				t.Errorf("a report of %s told %+v", old, e)
+			}
+		}
+		if table.Dead(cur) || s.ended[cur] != nil || table.Users(cur) == nil {
+			t.Errorf("a report of the replaced %s touched its replacement %s", old, cur)
+		}
+		s.mu.Lock()
+		_, starting := s.starting[cur]
+		s.mu.Unlock()
+		if !starting {
+			t.Error("a report of the replaced generation ended the replacement's start")
+		}
+	})
+}
