@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -595,4 +597,62 @@ func TestSharedStatusTellsTheMountsPods(t *testing.T) {
 			t.Error("a report of the replaced generation ended the replacement's start")
 		}
 	})
+}
+
+// The shared mounts' metrics view: the mounter's directory, the live mounts (the volume its
+// gcsfuse series carry), and gcsfuse_csi_shared_mount_pods, 1 for each pod volume bound to a
+// live mount, labelled with the mount, the pod (one found at start-up named through the pod
+// watcher) and the volume. A dead mount's pods are not counted.
+func TestSharedMetricsCountEachPodOfALiveMount(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	s.cfg.Pods = recoveredPodLookup
+	table := withTable(t, s)
+	a := sharedmount.MountName(sharedmount.Key{Bucket: "a"}.Name(), 1)
+	b := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 2)
+	dead := sharedmount.MountName(sharedmount.Key{Bucket: "d"}.Name(), 3)
+	table.Restore(a, []sharedmount.User{
+		{Target: "/t/a", PodNamespace: "ns-a", PodName: "p-a", PodUID: "uid-a", Volume: "data"},
+		{Target: "/t/b", PodUID: "uid-b", Volume: "vol-b"}, // found at start-up, known to the pod watcher
+	})
+	table.Restore(b, []sharedmount.User{{Target: "/t/z", PodUID: "uid-z", Volume: "vol-z"}}) // found at start-up, pod unknown
+	table.Restore(dead, []sharedmount.User{{Target: "/t/d", PodNamespace: "ns", PodName: "p-d", PodUID: "uid-d", Volume: "data"}})
+	table.Died(dead)
+
+	dir, keys, users := s.Metrics()
+	if dir != s.mounterDir() {
+		t.Errorf("metrics directory %s, want the mounter's %s", dir, s.mounterDir())
+	}
+	got := keys()
+	slices.Sort(got)
+	if want := []string{a, b}; !slices.Equal(got, want) {
+		t.Errorf("keys %v, want the live mounts %v", got, want)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(users); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series []string
+	for _, mf := range mfs {
+		if mf.GetName() != metricscatalog.SharedMountPods.Name {
+			t.Errorf("family %s gathered", mf.GetName())
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			series = append(series, fmt.Sprintf("%s %s/%s %s = %g", l["key"], l["namespace"], l["pod"], l["volume"], m.GetGauge().GetValue()))
+		}
+	}
+	slices.Sort(series)
+	want := []string{a + " ns-a/p-a data = 1", a + " ns/p-b vol-b = 1", b + " / vol-z = 1"}
+	slices.Sort(want)
+	if !slices.Equal(series, want) {
+		t.Errorf("series\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
 }
