@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -339,14 +340,33 @@ func TestPublishWaitsOnlyForAStoppingMounter(t *testing.T) {
 	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.mounterNotStopping(r); status.Code(err) != codes.Unavailable {
+	err = s.mounterNotStopping(r)
+	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a mounter stopping for another minute: %v, want Unavailable", err)
 	}
-	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-staleStoppingAfter-time.Minute)); err != nil {
+	for _, w := range []string{"volume data", "bucket b", contract.SharedMounterContainerName, "until "} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	// Its deadline passed 25 s ago: within the 30 s a mounter is given to end after it.
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-25*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a mounter 25 s past its deadline: %v, want Unavailable", err)
+	}
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-35*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.mounterNotStopping(r); err != nil {
-		t.Fatalf("a stopping record long past its deadline (a dead mounter's): %v, want none", err)
+		t.Fatalf("a stopping record past its deadline and the 30 s after (a dead mounter's): %v, want none", err)
+	}
+	if err := os.RemoveAll(s.mounterDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "volume data") {
+		t.Fatalf("no mounter's directory: %v, want Internal naming the volume", err)
 	}
 }
 
@@ -654,5 +674,86 @@ func TestSharedMetricsCountEachPodOfALiveMount(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(series, want) {
 		t.Errorf("series\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The wait for the node's mounter to take a new mount ends at once when it is taken; past
+// Config.OfferWait it is Unavailable (the kubelet retries), and a call whose own deadline
+// passes or that is cancelled first answers with the context's code; each failure names the
+// volume, the bucket, the mounter's container and the mount.
+func TestWaitTakenCodes(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	s.cfg.OfferWait = 50 * time.Millisecond
+	r := &nodevolume.Request{Target: podfiles.Target{VolumeName: "data"}, Volume: handoff.Volume{Bucket: "b"}, Shared: "shared-k-1"}
+	taken := make(chan struct{})
+	close(taken)
+	if err := s.waitTaken(context.Background(), r, taken, s.cfg.Log); err != nil {
+		t.Fatalf("a mount taken: %v", err)
+	}
+	expired, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	for what, tc := range map[string]struct {
+		ctx       context.Context
+		offerWait time.Duration
+		code      codes.Code
+	}{
+		"offer wait passed":   {context.Background(), 50 * time.Millisecond, codes.Unavailable},
+		"the call's deadline": {expired, time.Minute, codes.DeadlineExceeded},
+		"the call cancelled":  {cancelled, time.Minute, codes.Canceled},
+	} {
+		s.cfg.OfferWait = tc.offerWait
+		start := time.Now()
+		err := s.waitTaken(tc.ctx, r, make(chan struct{}), s.cfg.Log)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", what, err, tc.code)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: answered after %s", what, d)
+		}
+		for _, w := range []string{"volume data", "bucket b", contract.SharedMounterContainerName, "shared-k-1"} {
+			if err != nil && !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", what, err, w)
+			}
+		}
+	}
+}
+
+// Alive takes a mount for dead on the errors of a gone gcsfuse (ENOTCONN, ECONNABORTED, and
+// EIO from the mounter answering in its place), for alive on an answer or any other error,
+// and a mount whose gcsfuse is still starting for alive without asking it, for
+// sharedStartGrace (two minutes) after the mounter took it.
+func TestSharedAliveErrnos(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	var answer error
+	asked := 0
+	s.statfs = func(string, *unix.Statfs_t) error { asked++; return answer }
+	for _, tc := range []struct {
+		err   error
+		alive bool
+	}{
+		{nil, true}, {unix.EACCES, true}, {unix.ENOENT, true},
+		{unix.ENOTCONN, false}, {unix.ECONNABORTED, false}, {unix.EIO, false},
+		{&os.PathError{Op: "statfs", Path: "x", Err: unix.ENOTCONN}, false},
+	} {
+		answer = tc.err
+		if got := (ops{s}).Alive("shared-k-1"); got != tc.alive {
+			t.Errorf("a statfs answering %v: alive %v, want %v", tc.err, got, tc.alive)
+		}
+	}
+	answer, asked = unix.ENOTCONN, 0
+	// The grace is two minutes: the time a gcsfuse may take to answer its INIT.
+	s.starting["shared-k-1"] = time.Now().Add(-2*time.Minute + 5*time.Second)
+	if !(ops{s}).Alive("shared-k-1") || asked != 0 {
+		t.Errorf("a mount within its start grace: asked %d times, want alive unasked", asked)
+	}
+	s.starting["shared-k-1"] = time.Now().Add(-2*time.Minute - time.Second)
+	if (ops{s}).Alive("shared-k-1") || asked != 1 {
+		t.Errorf("a mount starting for longer than its grace: asked %d times, want asked once and dead", asked)
+	}
+	s.starting["shared-k-1"] = time.Now()
+	if (ops{s}).Alive("shared-k-2") {
+		t.Error("another mount's start counted for a dead mount")
 	}
 }
