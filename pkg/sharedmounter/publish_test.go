@@ -94,7 +94,8 @@ func runningMount(table *sharedmount.Table, req *csi.NodePublishVolumeRequest, r
 
 // takenSilently offers mount to the node's mounter as a start does, and has a fake mounter
 // take its descriptor and say nothing after: its gcsfuse still starting. Until the test ends.
-func takenSilently(t *testing.T, s *Mounter, mount string) {
+// It returns the fake mounter's end of the status stream.
+func takenSilently(t *testing.T, s *Mounter, mount string) *net.UnixConn {
 	t.Helper()
 	dir, err := podpath.OpenDir(s.mounterDir())
 	if err != nil {
@@ -138,6 +139,7 @@ func takenSilently(t *testing.T, s *Mounter, mount string) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the hand-off was not seen")
 	}
+	return conn
 }
 
 // A pod published while its key's mount is starting (the node's mounter took it, its gcsfuse
@@ -236,5 +238,78 @@ func TestJoiningPodIsToldItShares(t *testing.T) {
 	}
 	if msg := events[0].Msg; !strings.Contains(msg, mount) || !strings.Contains(msg, "bucket b") {
 		t.Errorf("the %s message %q does not name the mount and the bucket", contract.EventSharedMountJoined, msg)
+	}
+}
+
+// statusLog is a nodevolume.StatusRecorder keeping the messages of the statuses recorded.
+type statusLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *statusLog) Status(st *handoff.Status, _ time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, st.Message)
+}
+
+func (l *statusLog) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.msgs...)
+}
+
+// A mounter that ends without a word about a mount (killed, crashed: its end of the status
+// stream closed) ends the mount: its pods are told once, a Warning naming the mounter's end,
+// and the mount is dead. After a reported end the stream's close tells nobody again, nor
+// counts as a second end in the metrics.
+func TestMounterGoneToldOnce(t *testing.T) {
+	for _, reported := range []bool{false, true} {
+		t.Run(map[bool]string{false: "silent", true: "reported"}[reported], func(t *testing.T) {
+			s, table, _, rec := publishableMounter(t)
+			statuses := &statusLog{}
+			s.cfg.Metrics = statuses
+			req1, r1 := podPublish(t, "uid-1")
+			mount := runningMount(table, req1, r1)
+			req2, r2 := podPublish(t, "uid-2")
+			if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err != nil {
+				t.Fatal(err)
+			}
+			conn := takenSilently(t, s, mount)
+			want := mounterGone
+			if reported {
+				want = "gcsfuse exited with status 1"
+				if err := handoff.SendStatus(conn, &handoff.Status{Version: handoff.Version, State: handoff.StateExited, Message: want}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			offer := s.cfg.Store.TakeOffer(mount)
+			s.cfg.Store.PutOffer(mount, offer) // the test's clean-up stops it
+			conn.Close()
+			select {
+			case <-offer.Done(): // after the stream's end was handled
+			case <-time.After(5 * time.Second):
+				t.Fatal("the offer did not see the mounter's end")
+			}
+			var told []string
+			for _, e := range rec.Events() {
+				if e.Reason == contract.EventSharedMountJoined {
+					continue
+				}
+				if e.Reason != contract.EventGcsfuseExited || !e.Warning || !strings.Contains(e.Msg, want) {
+					t.Errorf("event %+v, want a Warning %s saying %q", e, contract.EventGcsfuseExited, want)
+				}
+				told = append(told, e.Pod.UID)
+			}
+			if strings.Join(told, ",") != "uid-1,uid-2" {
+				t.Errorf("told %v, want each pod of the mount once", told)
+			}
+			if !table.Dead(mount) {
+				t.Error("the mount of a mounter gone is not dead")
+			}
+			if got := statuses.messages(); len(got) != 1 || got[0] != want {
+				t.Errorf("statuses recorded for metrics %q, want the one end %q", got, want)
+			}
+		})
 	}
 }
