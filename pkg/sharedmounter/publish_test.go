@@ -2,6 +2,7 @@ package sharedmounter
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -31,9 +34,14 @@ type fakeBinds struct {
 	ops
 	mu    sync.Mutex
 	bound map[string]string // by target: the mount it was bound to
+	// during, if set, runs in each Bind before it is recorded: what happens meanwhile.
+	during func(mount, target string)
 }
 
 func (f *fakeBinds) Bind(mount, target string) error {
+	if f.during != nil {
+		f.during(mount, target)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bound[target] = mount
@@ -236,9 +244,108 @@ func TestJoiningPodIsToldItShares(t *testing.T) {
 	if len(events) != 1 || events[0].Reason != contract.EventSharedMountJoined || events[0].Pod.UID != "uid-2" || events[0].Warning {
 		t.Fatalf("events %+v, want one normal %s on the joining pod uid-2", events, contract.EventSharedMountJoined)
 	}
-	if msg := events[0].Msg; !strings.Contains(msg, mount) || !strings.Contains(msg, "bucket b") {
-		t.Errorf("the %s message %q does not name the mount and the bucket", contract.EventSharedMountJoined, msg)
+	if msg := events[0].Msg; !strings.Contains(msg, mount) || !strings.Contains(msg, "bucket b") || !strings.Contains(msg, "volume data") {
+		t.Errorf("the %s message %q does not name the volume, the mount and the bucket", contract.EventSharedMountJoined, msg)
 	}
+	// Its credentials are remembered for the target: a republish's check and the token's
+	// hand-over when another pod of the mount leaves.
+	p, ok := s.cfg.Store.Plan(req2.TargetPath)
+	if !ok || p.Mount != mount || p.Plan != r2.Creds || p.Plan.Kind != credentials.KindFederation {
+		t.Errorf("the joining target's plan %+v (%v), want its federation plan on %s", p, ok, mount)
+	}
+	if p, ok := s.cfg.Store.Plan(req1.TargetPath); ok {
+		t.Errorf("the first pod's target got a plan from the second's publish: %+v", p)
+	}
+	// Its token is the mount's now, where the mounter reads it.
+	tok, err := os.ReadFile(podfiles.At(s.mounterDir()).CredentialsTokenFile(mount))
+	if err != nil || string(tok) != "a.b.uid-2" {
+		t.Errorf("the mount's token after the join: %q %v, want the joining pod's a.b.uid-2", tok, err)
+	}
+}
+
+// A pod whose key's mount ends while it is being bound (the mounter's report comes between
+// the join and the bind) is told as the pods bound before were, a Warning naming the end, and
+// never that it joined a running gcsfuse.
+func TestPodBoundAsItsMountEndsIsTold(t *testing.T) {
+	s, table, binds, rec := publishableMounter(t)
+	req1, r1 := podPublish(t, "uid-1")
+	mount := runningMount(table, req1, r1)
+	binds.during = func(m, _ string) {
+		s.onSharedStatus(m, handoff.Volume{VolumeName: m, Bucket: "b"}, &handoff.Status{State: handoff.StateFailed, Message: "out of memory"}, s.cfg.Log)
+	}
+	req2, r2 := podPublish(t, "uid-2")
+	if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	var told []string
+	for _, e := range rec.Events() {
+		if e.Reason != contract.EventGcsfuseFailed || !e.Warning || !strings.Contains(e.Msg, "out of memory") || !strings.Contains(e.Msg, mount) {
+			t.Errorf("event %+v, want only Warnings %s naming the mount and the end", e, contract.EventGcsfuseFailed)
+		}
+		told = append(told, e.Pod.UID)
+	}
+	if strings.Join(told, ",") != "uid-1,uid-2" {
+		t.Errorf("told %v, want the pod bound before, then the one bound as it ended", told)
+	}
+}
+
+// A shared publish that cannot go on answers with a code the kubelet acts on, naming the
+// volume: Unavailable once the table is closed (the node plugin stopping), the call's own
+// code when it was cancelled before its turn, and Internal, naming the bucket, when a new
+// mount fails to start; the new mount's files, written for its gcsfuse, are removed then,
+// and nothing is bound or remembered.
+func TestFailedPublishAnswers(t *testing.T) {
+	t.Run("table closed", func(t *testing.T) {
+		s, table, _, _ := publishableMounter(t)
+		table.Close()
+		req, r := podPublish(t, "uid-1")
+		if err := s.Publish(context.Background(), req, r, s.cfg.Log); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "volume data") {
+			t.Errorf("a publish on a closed table: %v, want Unavailable naming the volume", err)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		s, table, binds, _ := publishableMounter(t)
+		req1, r1 := podPublish(t, "uid-1")
+		mount := runningMount(table, req1, r1)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req2, r2 := podPublish(t, "uid-2")
+		if err := s.Publish(ctx, req2, r2, s.cfg.Log); status.Code(err) != codes.Canceled {
+			t.Errorf("a cancelled publish: %v, want Canceled", err)
+		}
+		if binds.boundTo(req2.TargetPath) != "" || table.NameOf(req2.TargetPath) != "" {
+			t.Errorf("a cancelled publish bound to %s", mount)
+		}
+		if _, err := os.Stat(podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a cancelled publish wrote the mount's token: %v", err)
+		}
+	})
+	t.Run("start failed", func(t *testing.T) {
+		s, table, binds, rec := publishableMounter(t)
+		req, r := podPublish(t, "uid-1")
+		key := sharedKey(r).Name()
+		err := s.Publish(context.Background(), req, r, s.cfg.Log) // no mnt/: the new mount cannot start
+		if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "volume data (bucket b): shared mount "+key) {
+			t.Fatalf("a publish whose mount cannot start: %v, want Internal naming the volume, the bucket and the mount", err)
+		}
+		dir, err := podpath.OpenDir(s.mounterDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		if vols, err := podfiles.CredentialVolumes(dir); err != nil || len(vols) != 0 {
+			t.Errorf("credential files left after a failed start: %v %v", vols, err)
+		}
+		if binds.boundTo(req.TargetPath) != "" || table.NameOf(req.TargetPath) != "" || len(table.Snapshot()) != 0 {
+			t.Error("a failed start left a mount or a bind")
+		}
+		if _, ok := s.cfg.Store.Plan(req.TargetPath); ok {
+			t.Error("a failed start's target remembered")
+		}
+		if len(rec.Events()) != 0 {
+			t.Errorf("events %+v after a failed start; the kubelet's FailedMount says it", rec.Events())
+		}
+	})
 }
 
 // statusLog is a nodevolume.StatusRecorder keeping the messages of the statuses recorded.
