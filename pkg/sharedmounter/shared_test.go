@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,6 +206,61 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	}
 	if _, ok := s.cfg.Store.Plan("/t/leaving"); ok {
 		t.Fatal("the leaving target's plan stayed")
+	}
+}
+
+// Only a Kubernetes token is handed over, to the mounter's user: a leaving pod that read with
+// a key or the mounter's credentials leaves the files as they are (no token of its pod to
+// outlive), a key's plan is never taken for a token, and with no other pod's token there is
+// nothing to write.
+func TestHandOverTokenOnlyBetweenFederationPlans(t *testing.T) {
+	mount := sharedmount.MountName(sharedmount.Key{Bucket: "a"}.Name(), 1)
+	plan := func(kind credentials.Kind, tok string, expiry time.Duration) *credentials.Plan {
+		return &credentials.Plan{Kind: kind, Identity: "id " + tok, Token: []byte(tok), TokenExpiry: time.Now().Add(expiry), Config: []byte("{}\n")}
+	}
+	for what, tc := range map[string]struct {
+		leaving *credentials.Plan
+		others  []*credentials.Plan
+		want    string // the token file after; "" when none is written
+	}{
+		"a key's pod leaving":             {plan(credentials.KindKey, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindFederation, "staying", time.Hour)}, ""},
+		"a key's fresher plan staying":    {plan(credentials.KindFederation, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindKey, "key", 3*time.Hour), plan(credentials.KindFederation, "staying", time.Hour)}, "staying"},
+		"only a key's plan staying":       {plan(credentials.KindFederation, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindKey, "key", 3*time.Hour)}, ""},
+		"no other pod":                    {plan(credentials.KindFederation, "leaving", time.Hour), nil, ""},
+		"the freshest of several staying": {plan(credentials.KindFederation, "leaving", 3*time.Hour), []*credentials.Plan{plan(credentials.KindFederation, "older", time.Minute), plan(credentials.KindFederation, "fresher", 2*time.Hour), plan(credentials.KindFederation, "old", time.Hour)}, "fresher"},
+	} {
+		t.Run(what, func(t *testing.T) {
+			s := bareMounter(t, t.TempDir())
+			if os.Getuid() == 0 {
+				s.cfg.UID, s.cfg.GID = 1234, 5678
+			}
+			if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			s.cfg.Store.PutPlan("/t/leaving", nodevolume.SharedPlan{Mount: mount, Plan: tc.leaving})
+			for i, p := range tc.others {
+				s.cfg.Store.PutPlan(fmt.Sprintf("/t/other-%d", i), nodevolume.SharedPlan{Mount: mount, Plan: p})
+			}
+			s.handOverToken("/t/leaving", mount)
+			tokenFile := podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)
+			tok, err := os.ReadFile(tokenFile)
+			if tc.want == "" {
+				if !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("token file %q %v, want none written", tok, err)
+				}
+				return
+			}
+			if err != nil || string(tok) != tc.want {
+				t.Fatalf("token %q %v, want %s", tok, err, tc.want)
+			}
+			st, err := os.Stat(tokenFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sys := st.Sys().(*syscall.Stat_t); int(sys.Uid) != s.cfg.UID || int(sys.Gid) != s.cfg.GID {
+				t.Errorf("the token file owned by %d:%d, want the mounter's %d:%d", sys.Uid, sys.Gid, s.cfg.UID, s.cfg.GID)
+			}
+		})
 	}
 }
 
