@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,6 +165,7 @@ func TestSharedOrphansRemoved(t *testing.T) {
 	for _, f := range []string{
 		filepath.Join(mounter, "credentials", gone, "token"), filepath.Join(mounter, "credentials", live, "token"),
 		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone)), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
+		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName("data")),
 	} {
 		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
@@ -176,7 +178,8 @@ func TestSharedOrphansRemoved(t *testing.T) {
 		}
 	}
 	for _, p := range []string{s.mountPath(live), filepath.Join(mounter, "credentials", live, "token"), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
-		filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data")} {
+		filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data"),
+		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName("data"))} {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s removed: %v", p, err)
 		}
@@ -811,5 +814,55 @@ func TestSharedAliveErrnos(t *testing.T) {
 	s.starting["shared-k-1"] = time.Now()
 	if (ops{s}).Alive("shared-k-2") {
 		t.Error("another mount's start counted for a dead mount")
+	}
+}
+
+// A node plugin restarted finds each shared mount it made and the pods' targets bound to it,
+// by device number, with the pod and volume the target's path names: a subPath's bind of a
+// target is no target, and a mount under mnt/ whose name is not a mount's is not counted.
+// The mounts found are watched (they have no status stream).
+func TestRecoverFindsEachMountsTargets(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := bareMounter(t, t.TempDir())
+	s.cfg.KubeletRoot = t.TempDir()
+	table := withTable(t, s)
+	t.Cleanup(s.Close)
+	live := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 4)
+	f := mountUnserved(t, s, live)
+	t.Cleanup(func() { f.Close() })
+	g := mountUnserved(t, s, "not-a-mount")
+	t.Cleanup(func() { g.Close() })
+	target := podfiles.CSITargetPath(s.cfg.KubeletRoot, "uid-1", "data")
+	subPath := filepath.Join(s.cfg.KubeletRoot, "pods", "uid-1", "volume-subpaths", "data", "app", "0")
+	for _, at := range []string{target, subPath} {
+		if err := os.MkdirAll(at, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(s.mountPath(live), at, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(at, unix.MNT_DETACH) })
+	}
+	if n, err := s.Recover(); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v; want the one shared mount", n, err)
+	}
+	want := []sharedmount.User{{Target: target, PodUID: "uid-1", Volume: "data"}}
+	if got := table.Users(live); !slices.Equal(got, want) {
+		t.Errorf("the mount's targets %+v, want %+v", got, want)
+	}
+	if table.NameOf(target) != live || table.NameOf(subPath) != "" {
+		t.Errorf("target bound to %q, subPath to %q", table.NameOf(target), table.NameOf(subPath))
+	}
+	s.mu.Lock()
+	w := s.recovered
+	s.mu.Unlock()
+	if w == nil {
+		t.Fatal("the mounts found are not watched")
+	}
+	w.mu.Lock()
+	watched := maps.Clone(w.mounts)
+	w.mu.Unlock()
+	if len(watched) != 1 || watched[live].VolumeName != live || watched[live].Bucket != "b" {
+		t.Errorf("watched %+v, want %s of bucket b alone", watched, live)
 	}
 }
