@@ -420,3 +420,61 @@ func TestMounterGoneToldOnce(t *testing.T) {
 		})
 	}
 }
+
+// The table's stop of a mount ends its offer, removes its mount point and its files, and
+// forgets its end and its start; another mount's are left. A mount whose files cannot all
+// be removed is not stopped (an error, the table tries again), and keeps what it knew.
+func TestSharedStopRemovesOnlyItsMount(t *testing.T) {
+	s, table, _, _ := publishableMounter(t)
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	stopped, other := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2)
+	paths := podfiles.At(s.mounterDir())
+	for _, name := range []string{stopped, other} {
+		if err := os.MkdirAll(s.mountPath(name), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(paths.CredentialsTokenFile(name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(paths.CredentialsTokenFile(name), []byte("tok"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.ended[name] = &handoff.Status{State: handoff.StateExited}
+		s.starting[name] = time.Now()
+	}
+	table.Restore(other, []sharedmount.User{{Target: "/t/other", PodUID: "uid-2", Volume: "data"}})
+	takenSilently(t, s, stopped)
+	if err := (ops{s}).Stop(stopped); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{s.mountPath(stopped), filepath.Dir(paths.CredentialsTokenFile(stopped)), paths.HandoffSocket(stopped)} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the mount's stop: %v", p, err)
+		}
+	}
+	if o := s.cfg.Store.TakeOffer(stopped); o != nil {
+		t.Error("the stopped mount's offer kept")
+	}
+	if _, ok := s.starting[stopped]; ok || s.ended[stopped] != nil {
+		t.Error("the stopped mount's start or end remembered")
+	}
+	for _, p := range []string{s.mountPath(other), paths.CredentialsTokenFile(other)} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("another mount's %s: %v", p, err)
+		}
+	}
+	if _, ok := s.starting[other]; !ok || s.ended[other] == nil {
+		t.Error("another mount's start or end forgotten")
+	}
+
+	// Something in the way of its files' directory: the stop fails and keeps its record.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(paths.CredentialsTokenFile(other)), "stray"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := (ops{s}).Stop(other); err == nil {
+		t.Fatal("a stop whose files stay answered no error: the table would not try again")
+	}
+	if s.ended[other] == nil {
+		t.Error("a failed stop forgot the mount's end")
+	}
+}
