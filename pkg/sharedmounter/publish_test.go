@@ -478,3 +478,36 @@ func TestSharedStopRemovesOnlyItsMount(t *testing.T) {
 		t.Error("a failed stop forgot the mount's end")
 	}
 }
+
+// Unpublish unbinds the target from its mount and hands the mount the token of a pod that
+// stays: the leaving pod's token, bound to its pod, stops working once the pod is gone.
+func TestUnpublishHandsTheTokenToAPodThatStays(t *testing.T) {
+	s, table, _, _ := publishableMounter(t)
+	req1, r1 := podPublish(t, "uid-1")
+	mount := runningMount(table, req1, r1)
+	s.cfg.Store.PutPlan(req1.TargetPath, nodevolume.SharedPlan{Mount: mount, Plan: &credentials.Plan{Kind: credentials.KindFederation,
+		Identity: "Kubernetes service account ns/reader", Token: []byte("a.b.uid-1"), TokenExpiry: time.Now().Add(time.Hour), Config: []byte("{}\n")}})
+	req2, r2 := podPublish(t, "uid-2")
+	if err := s.Publish(context.Background(), req2, r2, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Owns(req2.TargetPath) || s.Owns(filepath.Join(t.TempDir(), "another")) {
+		t.Fatal("Owns does not say which targets the table binds")
+	}
+	token := podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)
+	if tok, _ := os.ReadFile(token); string(tok) != "a.b.uid-2" {
+		t.Fatalf("the mount's token after the second pod joined: %q", tok)
+	}
+	if err := s.Unpublish(context.Background(), req2.TargetPath, s.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	if s.Owns(req2.TargetPath) || table.NameOf(req1.TargetPath) != mount {
+		t.Errorf("after the unpublish: the target still owned %v, the staying pod's mount %q", s.Owns(req2.TargetPath), table.NameOf(req1.TargetPath))
+	}
+	if tok, err := os.ReadFile(token); err != nil || string(tok) != "a.b.uid-1" {
+		t.Errorf("the mount's token after the second pod left: %q %v, want the staying pod's a.b.uid-1", tok, err)
+	}
+	if _, ok := s.cfg.Store.Plan(req2.TargetPath); ok {
+		t.Error("the leaving target's plan kept")
+	}
+}

@@ -355,6 +355,15 @@ func TestAdmitChecksSharedADC(t *testing.T) {
 	if err := s.Admit(r("batch")); err != nil {
 		t.Errorf("ADC in batch, allowed: %v", err)
 	}
+	notShared, federation := r("ns"), r("ns")
+	notShared.Opts.Shared = false
+	federation.Creds.Kind = credentials.KindFederation
+	if err := s.Admit(notShared); err != nil {
+		t.Errorf("ADC in ns for a volume not shared (its pod's sidecar reads): %v, want admitted", err)
+	}
+	if err := s.Admit(federation); err != nil {
+		t.Errorf("the pod's own identity in ns: %v, want admitted", err)
+	}
 	s.cfg.Pods = func(uid string) (*corev1.Pod, bool) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, true
 	}
@@ -448,6 +457,17 @@ func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
 		contract.CtxSATokens: `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`}}
 	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
 		Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Volume: handoff.Volume{Bucket: "b"}}
+	// The target's first publish read as this service account: a republish reading as
+	// another is refused and writes nothing; one as the same account goes on.
+	r.Creds = &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/writer"}
+	s.cfg.Store.PutPlan(target, nodevolume.SharedPlan{Mount: mount, Plan: &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/reader"}})
+	if _, err := s.Refresh(context.Background(), req, r); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "ns/writer") || !strings.Contains(err.Error(), "ns/reader") {
+		t.Fatalf("a republish as another service account: %v, want AlreadyExists naming both", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.mounterDir(), "credentials", mount, "token")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused republish wrote the mount's token: %v", err)
+	}
+	r.Creds = &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/reader"}
 	w, err := s.Refresh(context.Background(), req, r)
 	if err != nil {
 		t.Fatal(err)
@@ -864,5 +884,21 @@ func TestRecoverFindsEachMountsTargets(t *testing.T) {
 	w.mu.Unlock()
 	if len(watched) != 1 || watched[live].VolumeName != live || watched[live].Bucket != "b" {
 		t.Errorf("watched %+v, want %s of bucket b alone", watched, live)
+	}
+}
+
+// Who reads with a plan: its kind and identity, a key's ID left out (a rotated key of the
+// same service account reads as the same one, another account does not).
+func TestPrincipalLeavesOutTheKeysID(t *testing.T) {
+	key := func(id string) *credentials.Plan { return &credentials.Plan{Kind: credentials.KindKey, Identity: id} }
+	if a, b := principal(key("sa@p.iam (key 1111)")), principal(key("sa@p.iam (key 2222)")); a != b || a != string(credentials.KindKey)+": sa@p.iam" {
+		t.Errorf("two keys of one account: %q, %q; want both %q", a, b, string(credentials.KindKey)+": sa@p.iam")
+	}
+	if principal(key("sa@p.iam (key 1)")) == principal(key("other@p.iam (key 1)")) {
+		t.Error("two accounts' keys read as one")
+	}
+	fed := &credentials.Plan{Kind: credentials.KindFederation, Identity: "sa@p.iam (key 1)"}
+	if principal(fed) == principal(key("sa@p.iam (key 1)")) || principal(fed) != string(credentials.KindFederation)+": sa@p.iam (key 1)" {
+		t.Errorf("a federation plan's principal %q: its identity is kept whole, its kind apart", principal(fed))
 	}
 }
