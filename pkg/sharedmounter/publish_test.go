@@ -3,6 +3,7 @@ package sharedmounter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,9 +18,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
@@ -509,5 +512,145 @@ func TestUnpublishHandsTheTokenToAPodThatStays(t *testing.T) {
 	}
 	if _, ok := s.cfg.Store.Plan(req2.TargetPath); ok {
 		t.Error("the leaving target's plan kept")
+	}
+}
+
+// TestFreshOffer (a short name: the hand-off socket's path is bounded): the first pod of a key
+// starts its mount: a FUSE connection at the mount's own mount point
+// (read-only as its volume is, the bucket its source), offered to the node's mounter under
+// the mount's name, and the target bound once the mounter took it; the pod is not told it
+// joined anything. When the mounter reports its gcsfuse serving, the pod is told, the
+// mount's start ends and its read-ahead is set.
+func TestFreshOffer(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s, table, binds, rec := publishableMounter(t)
+	if err := os.MkdirAll(filepath.Join(s.cfg.Dir, sharedMountDir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	req, r := podPublish(t, "uid-1")
+	r.Volume.ReadOnly = true
+	kb := 1234
+	r.Opts.ReadAheadKB = &kb
+	key := sharedKey(r).Name()
+
+	type took struct {
+		vol  *handoff.Volume
+		conn *net.UnixConn
+		err  error
+	}
+	mounter := make(chan took, 1)
+	go func() { // the node's mounter: takes the first offer that appears
+		hd := filepath.Join(s.mounterDir(), podfiles.HandoffDir)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			socks, _ := filepath.Glob(filepath.Join(hd, "shared-*.sock"))
+			if len(socks) == 1 {
+				conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socks[0], Net: "unix"})
+				if err != nil {
+					mounter <- took{err: err}
+					return
+				}
+				v, f, err := handoff.RecvVolume(conn)
+				if f != nil {
+					t.Cleanup(func() { f.Close() }) // aborts the connection before the unmount
+				}
+				mounter <- took{v, conn, err}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mounter <- took{err: errors.New("no offer appeared")}
+	}()
+	err := s.Publish(context.Background(), req, r, s.cfg.Log)
+	got := <-mounter
+	if got.conn != nil {
+		defer got.conn.Close()
+	}
+	mount := table.NameOf(req.TargetPath)
+	if mount != "" {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.stopSharedOffer(ctx, mount)
+			_ = fusemount.Unmount(ctx, s.mountPath(mount), 100*time.Millisecond)
+		})
+	}
+	if err != nil || got.err != nil {
+		t.Fatalf("publish: %v; the mounter: %v", err, got.err)
+	}
+	if !strings.HasPrefix(mount, key) || binds.boundTo(req.TargetPath) != mount {
+		t.Fatalf("the target bound to %q in the table, %q by the bind; want a mount of key %s", mount, binds.boundTo(req.TargetPath), key)
+	}
+	if got.vol.VolumeName != mount || got.vol.Bucket != "b" || !got.vol.ReadOnly {
+		t.Errorf("the mounter was offered %+v, want read-only %s of bucket b", got.vol, mount)
+	}
+	info, err := fusemount.Lookup(s.mountPath(mount))
+	if err != nil || info == nil || !info.ReadOnly || info.Source != "b" {
+		t.Fatalf("the mount at %s: %+v %v; want a read-only FUSE mount of b", s.mountPath(mount), info, err)
+	}
+	if _, err := os.Stat(podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)); err != nil {
+		t.Errorf("the new mount's token: %v", err)
+	}
+	if n := len(rec.Events()); n != 0 {
+		t.Errorf("%d events on the first pod of a key before its gcsfuse serves, want none: %+v", n, rec.Events())
+	}
+	s.mu.Lock()
+	_, starting := s.starting[mount]
+	s.mu.Unlock()
+	if !starting {
+		t.Error("a mount the mounter took is not starting")
+	}
+
+	if err := handoff.SendStatus(got.conn, &handoff.Status{Version: handoff.Version, State: handoff.StateStarted, ElapsedMillis: 7}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for rec.Count(contract.EventGcsfuseStarted) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pod was not told its gcsfuse serves")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := rec.Events()[0]; e.Pod.UID != "uid-1" || e.Warning {
+		t.Errorf("event %+v, want a Normal one on uid-1", e)
+	}
+	s.mu.Lock()
+	_, starting = s.starting[mount]
+	s.mu.Unlock()
+	if starting {
+		t.Error("a mount whose gcsfuse serves still counts as starting")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", info.Major, info.Minor))
+	if err != nil || strings.TrimSpace(string(b)) != "1232" && strings.TrimSpace(string(b)) != "1234" {
+		t.Errorf("the mount's read_ahead_kb: %q %v, want about 1234", b, err)
+	}
+}
+
+// TestUntakenOffer (a short name: the hand-off socket's path is bounded): a new mount the
+// node's mounter does not take within the offer's wait fails its publish, Unavailable, and
+// leaves nothing: its FUSE mount and mount point, its offer and socket, its files.
+func TestUntakenOffer(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s, table, binds, _ := publishableMounter(t)
+	s.cfg.OfferWait = 100 * time.Millisecond
+	mnt := filepath.Join(s.cfg.Dir, sharedMountDir)
+	if err := os.MkdirAll(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	req, r := podPublish(t, "uid-1")
+	err := s.Publish(context.Background(), req, r, s.cfg.Log)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a publish no mounter took: %v, want Unavailable", err)
+	}
+	if mounts, err := fusemount.MountsUnder(s.cfg.Dir); err != nil || len(mounts) != 0 {
+		t.Errorf("mounts left under the shared directory: %v %v", mounts, err)
+	}
+	for _, dir := range []string{mnt, filepath.Join(s.mounterDir(), podfiles.HandoffDir), filepath.Join(s.mounterDir(), "credentials")} {
+		if entries, err := os.ReadDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) || len(entries) != 0 {
+			t.Errorf("%s after the failed start: %v %v, want empty", dir, entries, err)
+		}
+	}
+	if binds.boundTo(req.TargetPath) != "" || table.NameOf(req.TargetPath) != "" || len(table.Snapshot()) != 0 {
+		t.Error("the failed start left a mount or a bind")
 	}
 }
