@@ -480,6 +480,14 @@ func TestSharedStopRemovesOnlyItsMount(t *testing.T) {
 	if s.ended[other] == nil {
 		t.Error("a failed stop forgot the mount's end")
 	}
+
+	// The mounter's directory gone (the shared directory removed): nothing left to remove.
+	if err := os.RemoveAll(s.mounterDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := (ops{s}).Stop(other); err != nil {
+		t.Errorf("a stop with the mounter's directory gone: %v, want done", err)
+	}
 }
 
 // Unpublish unbinds the target from its mount and hands the mount the token of a pod that
@@ -637,6 +645,12 @@ func TestUntakenOffer(t *testing.T) {
 	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // what a failed undo left, detached: the temporary directory's removal would hang on it
+		mounts, _ := fusemount.MountsUnder(s.cfg.Dir)
+		for _, m := range mounts {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
 	req, r := podPublish(t, "uid-1")
 	err := s.Publish(context.Background(), req, r, s.cfg.Log)
 	if status.Code(err) != codes.Unavailable {
