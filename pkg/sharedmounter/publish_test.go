@@ -526,7 +526,8 @@ func TestUnpublishHandsTheTokenToAPodThatStays(t *testing.T) {
 // TestFreshOffer (a short name: the hand-off socket's path is bounded): the first pod of a key
 // starts its mount: a FUSE connection at the mount's own mount point
 // (read-only as its volume is, the bucket its source), offered to the node's mounter under
-// the mount's name, and the target bound once the mounter took it; the pod is not told it
+// the mount's name with its token already written, and the target bound once the mounter
+// took it; the pod is not told it
 // joined anything. When the mounter reports its gcsfuse serving, the pod is told, the
 // mount's start ends and its read-ahead is set.
 func TestFreshOffer(t *testing.T) {
@@ -542,9 +543,10 @@ func TestFreshOffer(t *testing.T) {
 	key := sharedKey(r).Name()
 
 	type took struct {
-		vol  *handoff.Volume
-		conn *net.UnixConn
-		err  error
+		vol   *handoff.Volume
+		conn  *net.UnixConn
+		err   error
+		token error // the mount's token file when its offer appeared: its gcsfuse reads it at once
 	}
 	mounter := make(chan took, 1)
 	go func() { // the node's mounter: takes the first offer that appears
@@ -553,6 +555,11 @@ func TestFreshOffer(t *testing.T) {
 		for time.Now().Before(deadline) {
 			socks, _ := filepath.Glob(filepath.Join(hd, "shared-*.sock"))
 			if len(socks) == 1 {
+				// Before the mounter takes it, the offer waiting: its token must be there.
+				tokenErr := error(os.ErrNotExist)
+				if name, err := podfiles.HandoffSocketVolume(filepath.Base(socks[0])); err == nil {
+					_, tokenErr = os.Stat(podfiles.At(s.mounterDir()).CredentialsTokenFile(name))
+				}
 				conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socks[0], Net: "unix"})
 				if err != nil {
 					mounter <- took{err: err}
@@ -562,7 +569,7 @@ func TestFreshOffer(t *testing.T) {
 				if f != nil {
 					t.Cleanup(func() { f.Close() }) // aborts the connection before the unmount
 				}
-				mounter <- took{v, conn, err}
+				mounter <- took{v, conn, err, tokenErr}
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -596,8 +603,8 @@ func TestFreshOffer(t *testing.T) {
 	if err != nil || info == nil || !info.ReadOnly || info.Source != "b" {
 		t.Fatalf("the mount at %s: %+v %v; want a read-only FUSE mount of b", s.mountPath(mount), info, err)
 	}
-	if _, err := os.Stat(podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)); err != nil {
-		t.Errorf("the new mount's token: %v", err)
+	if got.token != nil {
+		t.Errorf("the new mount's token when its offer appeared: %v; its gcsfuse reads it at start", got.token)
 	}
 	if n := len(rec.Events()); n != 0 {
 		t.Errorf("%d events on the first pod of a key before its gcsfuse serves, want none: %+v", n, rec.Events())
