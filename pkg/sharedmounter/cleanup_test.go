@@ -238,3 +238,57 @@ func TestCleanUpSharedWaitsForPublishes(t *testing.T) {
 		t.Errorf("a publish after the cleanup: %v, want Unavailable", err)
 	}
 }
+
+// The shared directory's removal stops, keeping the mounter's files, at a mount point that
+// does not go (a publish still running mounted it after the check: here, one not empty) and
+// at a mount that appeared anywhere under it; what is not the shared mode's own is left, and
+// the removal reported as not whole.
+func TestRemoveSharedDirStops(t *testing.T) {
+	kept := func(t *testing.T, shared string) {
+		t.Helper()
+		if _, err := os.Stat(filepath.Join(shared, "mounter", "k1-1.token")); err != nil {
+			t.Errorf("the mounter's files: %v", err)
+		}
+	}
+	t.Run("a mount point that does not go", func(t *testing.T) {
+		shared, _ := sharedLayout(t)
+		if err := os.WriteFile(filepath.Join(shared, "mnt", "k2-3", "object"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if removeSharedDir(shared, slog.New(slog.DiscardHandler)) {
+			t.Fatal("removed with a mount point that does not go")
+		}
+		kept(t, shared)
+	})
+	t.Run("a mount that appeared", func(t *testing.T) {
+		needs.Root(t)
+		shared, _ := sharedLayout(t)
+		at := filepath.Join(shared, "mounter", "k1-1", "tmp")
+		if err := unix.Mount("tmpfs", at, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Unmount(at, unix.MNT_DETACH)
+		if removeSharedDir(shared, slog.New(slog.DiscardHandler)) {
+			t.Fatal("removed with a mount under it")
+		}
+		kept(t, shared)
+	})
+	t.Run("something else there", func(t *testing.T) {
+		shared, _ := sharedLayout(t)
+		other := filepath.Join(shared, "not-ours")
+		if err := os.WriteFile(other, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if removeSharedDir(shared, slog.New(slog.DiscardHandler)) {
+			t.Fatal("reported removed whole with something else left in it")
+		}
+		if _, err := os.Stat(other); err != nil {
+			t.Errorf("what is not the shared mode's: %v", err)
+		}
+		for _, gone := range []string{"mnt", "mounter"} {
+			if _, err := os.Lstat(filepath.Join(shared, gone)); !os.IsNotExist(err) {
+				t.Errorf("%s left: %v", gone, err)
+			}
+		}
+	})
+}

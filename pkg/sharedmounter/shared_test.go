@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +28,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -160,6 +165,7 @@ func TestSharedOrphansRemoved(t *testing.T) {
 	for _, f := range []string{
 		filepath.Join(mounter, "credentials", gone, "token"), filepath.Join(mounter, "credentials", live, "token"),
 		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(gone)), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
+		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName("data")),
 	} {
 		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
@@ -172,7 +178,8 @@ func TestSharedOrphansRemoved(t *testing.T) {
 		}
 	}
 	for _, p := range []string{s.mountPath(live), filepath.Join(mounter, "credentials", live, "token"), filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName(live)),
-		filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data")} {
+		filepath.Join(s.cfg.Dir, sharedMountDir, "not-a-mount"), filepath.Join(mounter, "credentials", "data"),
+		filepath.Join(mounter, podfiles.HandoffDir, podfiles.HandoffSocketName("data"))} {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s removed: %v", p, err)
 		}
@@ -202,6 +209,61 @@ func TestHandOverTokenStaysWithinTheMount(t *testing.T) {
 	}
 	if _, ok := s.cfg.Store.Plan("/t/leaving"); ok {
 		t.Fatal("the leaving target's plan stayed")
+	}
+}
+
+// Only a Kubernetes token is handed over, to the mounter's user: a leaving pod that read with
+// a key or the mounter's credentials leaves the files as they are (no token of its pod to
+// outlive), a key's plan is never taken for a token, and with no other pod's token there is
+// nothing to write.
+func TestHandOverTokenOnlyBetweenFederationPlans(t *testing.T) {
+	mount := sharedmount.MountName(sharedmount.Key{Bucket: "a"}.Name(), 1)
+	plan := func(kind credentials.Kind, tok string, expiry time.Duration) *credentials.Plan {
+		return &credentials.Plan{Kind: kind, Identity: "id " + tok, Token: []byte(tok), TokenExpiry: time.Now().Add(expiry), Config: []byte("{}\n")}
+	}
+	for what, tc := range map[string]struct {
+		leaving *credentials.Plan
+		others  []*credentials.Plan
+		want    string // the token file after; "" when none is written
+	}{
+		"a key's pod leaving":             {plan(credentials.KindKey, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindFederation, "staying", time.Hour)}, ""},
+		"a key's fresher plan staying":    {plan(credentials.KindFederation, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindKey, "key", 3*time.Hour), plan(credentials.KindFederation, "staying", time.Hour)}, "staying"},
+		"only a key's plan staying":       {plan(credentials.KindFederation, "leaving", time.Hour), []*credentials.Plan{plan(credentials.KindKey, "key", 3*time.Hour)}, ""},
+		"no other pod":                    {plan(credentials.KindFederation, "leaving", time.Hour), nil, ""},
+		"the freshest of several staying": {plan(credentials.KindFederation, "leaving", 3*time.Hour), []*credentials.Plan{plan(credentials.KindFederation, "older", time.Minute), plan(credentials.KindFederation, "fresher", 2*time.Hour), plan(credentials.KindFederation, "old", time.Hour)}, "fresher"},
+	} {
+		t.Run(what, func(t *testing.T) {
+			s := bareMounter(t, t.TempDir())
+			if os.Getuid() == 0 {
+				s.cfg.UID, s.cfg.GID = 1234, 5678
+			}
+			if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			s.cfg.Store.PutPlan("/t/leaving", nodevolume.SharedPlan{Mount: mount, Plan: tc.leaving})
+			for i, p := range tc.others {
+				s.cfg.Store.PutPlan(fmt.Sprintf("/t/other-%d", i), nodevolume.SharedPlan{Mount: mount, Plan: p})
+			}
+			s.handOverToken("/t/leaving", mount)
+			tokenFile := podfiles.At(s.mounterDir()).CredentialsTokenFile(mount)
+			tok, err := os.ReadFile(tokenFile)
+			if tc.want == "" {
+				if !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("token file %q %v, want none written", tok, err)
+				}
+				return
+			}
+			if err != nil || string(tok) != tc.want {
+				t.Fatalf("token %q %v, want %s", tok, err, tc.want)
+			}
+			st, err := os.Stat(tokenFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sys := st.Sys().(*syscall.Stat_t); int(sys.Uid) != s.cfg.UID || int(sys.Gid) != s.cfg.GID {
+				t.Errorf("the token file owned by %d:%d, want the mounter's %d:%d", sys.Uid, sys.Gid, s.cfg.UID, s.cfg.GID)
+			}
+		})
 	}
 }
 
@@ -293,6 +355,15 @@ func TestAdmitChecksSharedADC(t *testing.T) {
 	if err := s.Admit(r("batch")); err != nil {
 		t.Errorf("ADC in batch, allowed: %v", err)
 	}
+	notShared, federation := r("ns"), r("ns")
+	notShared.Opts.Shared = false
+	federation.Creds.Kind = credentials.KindFederation
+	if err := s.Admit(notShared); err != nil {
+		t.Errorf("ADC in ns for a volume not shared (its pod's sidecar reads): %v, want admitted", err)
+	}
+	if err := s.Admit(federation); err != nil {
+		t.Errorf("the pod's own identity in ns: %v, want admitted", err)
+	}
 	s.cfg.Pods = func(uid string) (*corev1.Pod, bool) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, true
 	}
@@ -337,14 +408,33 @@ func TestPublishWaitsOnlyForAStoppingMounter(t *testing.T) {
 	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.mounterNotStopping(r); status.Code(err) != codes.Unavailable {
+	err = s.mounterNotStopping(r)
+	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a mounter stopping for another minute: %v, want Unavailable", err)
 	}
-	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-staleStoppingAfter-time.Minute)); err != nil {
+	for _, w := range []string{"volume data", "bucket b", contract.SharedMounterContainerName, "until "} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	// Its deadline passed 25 s ago: within the 30 s a mounter is given to end after it.
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-25*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a mounter 25 s past its deadline: %v, want Unavailable", err)
+	}
+	if err := podfiles.WriteMounterStopping(dir, time.Now().Add(-35*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.mounterNotStopping(r); err != nil {
-		t.Fatalf("a stopping record long past its deadline (a dead mounter's): %v, want none", err)
+		t.Fatalf("a stopping record past its deadline and the 30 s after (a dead mounter's): %v, want none", err)
+	}
+	if err := os.RemoveAll(s.mounterDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mounterNotStopping(r); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "volume data") {
+		t.Fatalf("no mounter's directory: %v, want Internal naming the volume", err)
 	}
 }
 
@@ -367,6 +457,17 @@ func TestRefreshOfABoundTargetWritesTheMountsToken(t *testing.T) {
 		contract.CtxSATokens: `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`}}
 	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
 		Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Volume: handoff.Volume{Bucket: "b"}}
+	// The target's first publish read as this service account: a republish reading as
+	// another is refused and writes nothing; one as the same account goes on.
+	r.Creds = &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/writer"}
+	s.cfg.Store.PutPlan(target, nodevolume.SharedPlan{Mount: mount, Plan: &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/reader"}})
+	if _, err := s.Refresh(context.Background(), req, r); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "ns/writer") || !strings.Contains(err.Error(), "ns/reader") {
+		t.Fatalf("a republish as another service account: %v, want AlreadyExists naming both", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.mounterDir(), "credentials", mount, "token")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused republish wrote the mount's token: %v", err)
+	}
+	r.Creds = &credentials.Plan{Kind: credentials.KindFederation, Identity: "Kubernetes service account ns/reader"}
 	w, err := s.Refresh(context.Background(), req, r)
 	if err != nil {
 		t.Fatal(err)
@@ -478,4 +579,326 @@ func withTable(t *testing.T, s *Mounter) *sharedmount.Table {
 	t.Cleanup(table.Close)
 	s.table = table
 	return table
+}
+
+// recoveredPodLookup is a pod watcher's cache knowing one pod, uid-b (ns/p-b): a user found
+// at start-up has only its UID and is named through it.
+func recoveredPodLookup(uid string) (*corev1.Pod, bool) {
+	if uid != "uid-b" {
+		return nil, false
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-b", UID: types.UID(uid)}}, true
+}
+
+// Every report of the mounter reaches the pods of the mount it names, and only them: a
+// serving gcsfuse is a Normal GcsfuseStarted; an end is a Warning, GcsfuseFailed for a
+// failed start and GcsfuseExited for an exit or a refusal, naming the volume, the bucket,
+// the identity, the mount and the mounter's words, and the mount is dead from then on. A
+// report ends the mount's start (Alive asks it again); a report about a replaced generation,
+// or a second end, tells nobody. A pod found at start-up is named through the pod watcher.
+func TestSharedStatusTellsTheMountsPods(t *testing.T) {
+	key := sharedmount.Key{Bucket: "b"}.Name()
+	old, cur := sharedmount.MountName(key, 1), sharedmount.MountName(key, 2)
+	other := sharedmount.MountName(sharedmount.Key{Bucket: "c"}.Name(), 3)
+	vol := handoff.Volume{VolumeName: cur, Bucket: "b", Identity: "ksa ns/reader"}
+	setup := func(t *testing.T) (*Mounter, *sharedmount.Table, *podevents.Recorder) {
+		s := bareMounter(t, t.TempDir())
+		rec := &podevents.Recorder{}
+		s.cfg.Events = rec
+		s.cfg.Pods = recoveredPodLookup
+		table := withTable(t, s)
+		table.Restore(old, []sharedmount.User{{Target: "/t/old", PodNamespace: "ns", PodName: "p-old", PodUID: "uid-old", Volume: "data"}})
+		table.Restore(cur, []sharedmount.User{
+			{Target: "/t/a", PodNamespace: "ns", PodName: "p-a", PodUID: "uid-a", Volume: "data"},
+			{Target: "/t/b", PodUID: "uid-b", Volume: "vol-b"}, // found at start-up
+		})
+		table.Restore(other, []sharedmount.User{{Target: "/t/c", PodNamespace: "ns", PodName: "p-c", PodUID: "uid-c", Volume: "data"}})
+		s.starting[cur] = time.Now()
+		return s, table, rec
+	}
+	for _, tc := range []struct {
+		state, reason string
+		warning, ends bool
+	}{
+		{handoff.StateStarted, contract.EventGcsfuseStarted, false, false},
+		{handoff.StateExited, contract.EventGcsfuseExited, true, true},
+		{handoff.StateFailed, contract.EventGcsfuseFailed, true, true},
+		{handoff.StateRefused, contract.EventGcsfuseExited, true, true},
+		{handoff.StateTerminating, "", false, false},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			s, table, rec := setup(t)
+			st := &handoff.Status{State: tc.state, Message: "gcsfuse said why", ElapsedMillis: 42}
+			s.onSharedStatus(cur, vol, st, s.cfg.Log)
+			events := rec.Events()
+			if tc.reason == "" {
+				if len(events) != 0 {
+					t.Fatalf("a %s report told %+v, want nobody", tc.state, events)
+				}
+			} else {
+				want := []nodevolume.PodRef{{Namespace: "ns", Name: "p-a", UID: "uid-a"}, {Namespace: "ns", Name: "p-b", UID: "uid-b"}}
+				if len(events) != 2 {
+					t.Fatalf("a %s report told %+v, want the two pods of %s", tc.state, events, cur)
+				}
+				for i, e := range events {
+					if e.Pod != want[i] || e.Reason != tc.reason || e.Warning != tc.warning {
+						t.Errorf("event %+v, want %s (warning %v) on %+v", e, tc.reason, tc.warning, want[i])
+					}
+					words := []string{"volume " + []string{"data", "vol-b"}[i], "bucket b"}
+					if tc.ends {
+						words = append(words, "identity ksa ns/reader", cur, "gcsfuse said why")
+					} else {
+						words = append(words, "after 42 ms")
+					}
+					for _, w := range words {
+						if !strings.Contains(e.Msg, w) {
+							t.Errorf("the %s message %q does not say %q", e.Reason, e.Msg, w)
+						}
+					}
+				}
+			}
+			s.mu.Lock()
+			_, starting := s.starting[cur]
+			ended := s.ended[cur]
+			s.mu.Unlock()
+			if starting != (tc.state == handoff.StateTerminating) {
+				t.Errorf("after a %s report the mount counts as starting: %v", tc.state, starting)
+			}
+			if tc.ends != (ended == st) || tc.ends != table.Dead(cur) {
+				t.Errorf("after a %s report: ended %+v, dead %v; want both %v", tc.state, ended, table.Dead(cur), tc.ends)
+			}
+			if table.Dead(old) || table.Dead(other) {
+				t.Error("another mount taken for dead")
+			}
+			if tc.ends { // a second end (the stream's after the report) tells nobody again
+				s.onSharedStatus(cur, vol, &handoff.Status{State: handoff.StateExited, Message: mounterGone}, s.cfg.Log)
+				if n := len(rec.Events()); n != 2 {
+					t.Errorf("a second end told the pods again: %d events", n)
+				}
+			}
+		})
+	}
+	t.Run("late report of a replaced generation", func(t *testing.T) {
+		s, table, rec := setup(t)
+		s.onSharedStatus(old, handoff.Volume{VolumeName: old, Bucket: "b"}, &handoff.Status{State: handoff.StateExited, Message: "late"}, s.cfg.Log)
+		for _, e := range rec.Events() {
+			if e.Pod.UID != "uid-old" {
+				t.Errorf("a report of %s told %+v", old, e)
+			}
+		}
+		if table.Dead(cur) || s.ended[cur] != nil || table.Users(cur) == nil {
+			t.Errorf("a report of the replaced %s touched its replacement %s", old, cur)
+		}
+		s.mu.Lock()
+		_, starting := s.starting[cur]
+		s.mu.Unlock()
+		if !starting {
+			t.Error("a report of the replaced generation ended the replacement's start")
+		}
+	})
+}
+
+// The shared mounts' metrics view: the mounter's directory, the live mounts (the volume its
+// gcsfuse series carry), and gcsfuse_csi_shared_mount_pods, 1 for each pod volume bound to a
+// live mount, labelled with the mount, the pod (one found at start-up named through the pod
+// watcher) and the volume. A dead mount's pods are not counted.
+func TestSharedMetricsCountEachPodOfALiveMount(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	s.cfg.Pods = recoveredPodLookup
+	table := withTable(t, s)
+	a := sharedmount.MountName(sharedmount.Key{Bucket: "a"}.Name(), 1)
+	b := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 2)
+	dead := sharedmount.MountName(sharedmount.Key{Bucket: "d"}.Name(), 3)
+	table.Restore(a, []sharedmount.User{
+		{Target: "/t/a", PodNamespace: "ns-a", PodName: "p-a", PodUID: "uid-a", Volume: "data"},
+		{Target: "/t/b", PodUID: "uid-b", Volume: "vol-b"}, // found at start-up, known to the pod watcher
+	})
+	table.Restore(b, []sharedmount.User{{Target: "/t/z", PodUID: "uid-z", Volume: "vol-z"}}) // found at start-up, pod unknown
+	table.Restore(dead, []sharedmount.User{{Target: "/t/d", PodNamespace: "ns", PodName: "p-d", PodUID: "uid-d", Volume: "data"}})
+	table.Died(dead)
+
+	dir, keys, users := s.Metrics()
+	if dir != s.mounterDir() {
+		t.Errorf("metrics directory %s, want the mounter's %s", dir, s.mounterDir())
+	}
+	got := keys()
+	slices.Sort(got)
+	if want := []string{a, b}; !slices.Equal(got, want) {
+		t.Errorf("keys %v, want the live mounts %v", got, want)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(users); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series []string
+	for _, mf := range mfs {
+		if mf.GetName() != metricscatalog.SharedMountPods.Name {
+			t.Errorf("family %s gathered", mf.GetName())
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			series = append(series, fmt.Sprintf("%s %s/%s %s = %g", l["key"], l["namespace"], l["pod"], l["volume"], m.GetGauge().GetValue()))
+		}
+	}
+	slices.Sort(series)
+	want := []string{a + " ns-a/p-a data = 1", a + " ns/p-b vol-b = 1", b + " / vol-z = 1"}
+	slices.Sort(want)
+	if !slices.Equal(series, want) {
+		t.Errorf("series\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The wait for the node's mounter to take a new mount ends at once when it is taken; past
+// Config.OfferWait it is Unavailable (the kubelet retries), and a call whose own deadline
+// passes or that is cancelled first answers with the context's code; each failure names the
+// volume, the bucket, the mounter's container and the mount.
+func TestWaitTakenCodes(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	s.cfg.OfferWait = 50 * time.Millisecond
+	r := &nodevolume.Request{Target: podfiles.Target{VolumeName: "data"}, Volume: handoff.Volume{Bucket: "b"}, Shared: "shared-k-1"}
+	taken := make(chan struct{})
+	close(taken)
+	if err := s.waitTaken(context.Background(), r, taken, s.cfg.Log); err != nil {
+		t.Fatalf("a mount taken: %v", err)
+	}
+	expired, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	for what, tc := range map[string]struct {
+		ctx       context.Context
+		offerWait time.Duration
+		code      codes.Code
+	}{
+		"offer wait passed":   {context.Background(), 50 * time.Millisecond, codes.Unavailable},
+		"the call's deadline": {expired, time.Minute, codes.DeadlineExceeded},
+		"the call cancelled":  {cancelled, time.Minute, codes.Canceled},
+	} {
+		s.cfg.OfferWait = tc.offerWait
+		start := time.Now()
+		err := s.waitTaken(tc.ctx, r, make(chan struct{}), s.cfg.Log)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", what, err, tc.code)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: answered after %s", what, d)
+		}
+		for _, w := range []string{"volume data", "bucket b", contract.SharedMounterContainerName, "shared-k-1"} {
+			if err != nil && !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", what, err, w)
+			}
+		}
+	}
+}
+
+// Alive takes a mount for dead on the errors of a gone gcsfuse (ENOTCONN, ECONNABORTED, and
+// EIO from the mounter answering in its place), for alive on an answer or any other error,
+// and a mount whose gcsfuse is still starting for alive without asking it, for
+// sharedStartGrace (two minutes) after the mounter took it.
+func TestSharedAliveErrnos(t *testing.T) {
+	s := bareMounter(t, t.TempDir())
+	var answer error
+	asked := 0
+	s.statfs = func(string, *unix.Statfs_t) error { asked++; return answer }
+	for _, tc := range []struct {
+		err   error
+		alive bool
+	}{
+		{nil, true}, {unix.EACCES, true}, {unix.ENOENT, true},
+		{unix.ENOTCONN, false}, {unix.ECONNABORTED, false}, {unix.EIO, false},
+		{&os.PathError{Op: "statfs", Path: "x", Err: unix.ENOTCONN}, false},
+	} {
+		answer = tc.err
+		if got := (ops{s}).Alive("shared-k-1"); got != tc.alive {
+			t.Errorf("a statfs answering %v: alive %v, want %v", tc.err, got, tc.alive)
+		}
+	}
+	answer, asked = unix.ENOTCONN, 0
+	// The grace is two minutes: the time a gcsfuse may take to answer its INIT.
+	s.starting["shared-k-1"] = time.Now().Add(-2*time.Minute + 5*time.Second)
+	if !(ops{s}).Alive("shared-k-1") || asked != 0 {
+		t.Errorf("a mount within its start grace: asked %d times, want alive unasked", asked)
+	}
+	s.starting["shared-k-1"] = time.Now().Add(-2*time.Minute - time.Second)
+	if (ops{s}).Alive("shared-k-1") || asked != 1 {
+		t.Errorf("a mount starting for longer than its grace: asked %d times, want asked once and dead", asked)
+	}
+	s.starting["shared-k-1"] = time.Now()
+	if (ops{s}).Alive("shared-k-2") {
+		t.Error("another mount's start counted for a dead mount")
+	}
+}
+
+// A node plugin restarted finds each shared mount it made and the pods' targets bound to it,
+// by device number, with the pod and volume the target's path names: a subPath's bind of a
+// target is no target, and a mount under mnt/ whose name is not a mount's is not counted.
+// The mounts found are watched (they have no status stream).
+func TestRecoverFindsEachMountsTargets(t *testing.T) {
+	needs.RootAndFUSE(t)
+	s := bareMounter(t, t.TempDir())
+	s.cfg.KubeletRoot = t.TempDir()
+	table := withTable(t, s)
+	t.Cleanup(s.Close)
+	live := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 4)
+	f := mountUnserved(t, s, live)
+	t.Cleanup(func() { f.Close() })
+	g := mountUnserved(t, s, "not-a-mount")
+	t.Cleanup(func() { g.Close() })
+	target := podfiles.CSITargetPath(s.cfg.KubeletRoot, "uid-1", "data")
+	subPath := filepath.Join(s.cfg.KubeletRoot, "pods", "uid-1", "volume-subpaths", "data", "app", "0")
+	for _, at := range []string{target, subPath} {
+		if err := os.MkdirAll(at, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(s.mountPath(live), at, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(at, unix.MNT_DETACH) })
+	}
+	if n, err := s.Recover(); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v; want the one shared mount", n, err)
+	}
+	want := []sharedmount.User{{Target: target, PodUID: "uid-1", Volume: "data"}}
+	if got := table.Users(live); !slices.Equal(got, want) {
+		t.Errorf("the mount's targets %+v, want %+v", got, want)
+	}
+	if table.NameOf(target) != live || table.NameOf(subPath) != "" {
+		t.Errorf("target bound to %q, subPath to %q", table.NameOf(target), table.NameOf(subPath))
+	}
+	s.mu.Lock()
+	w := s.recovered
+	s.mu.Unlock()
+	if w == nil {
+		t.Fatal("the mounts found are not watched")
+	}
+	w.mu.Lock()
+	watched := maps.Clone(w.mounts)
+	w.mu.Unlock()
+	if len(watched) != 1 || watched[live].VolumeName != live || watched[live].Bucket != "b" {
+		t.Errorf("watched %+v, want %s of bucket b alone", watched, live)
+	}
+}
+
+// Who reads with a plan: its kind and identity, a key's ID left out (a rotated key of the
+// same service account reads as the same one, another account does not).
+func TestPrincipalLeavesOutTheKeysID(t *testing.T) {
+	key := func(id string) *credentials.Plan { return &credentials.Plan{Kind: credentials.KindKey, Identity: id} }
+	if a, b := principal(key("sa@p.iam (key 1111)")), principal(key("sa@p.iam (key 2222)")); a != b || a != string(credentials.KindKey)+": sa@p.iam" {
+		t.Errorf("two keys of one account: %q, %q; want both %q", a, b, string(credentials.KindKey)+": sa@p.iam")
+	}
+	if principal(key("sa@p.iam (key 1)")) == principal(key("other@p.iam (key 1)")) {
+		t.Error("two accounts' keys read as one")
+	}
+	fed := &credentials.Plan{Kind: credentials.KindFederation, Identity: "sa@p.iam (key 1)"}
+	if principal(fed) == principal(key("sa@p.iam (key 1)")) || principal(fed) != string(credentials.KindFederation)+": sa@p.iam (key 1)" {
+		t.Errorf("a federation plan's principal %q: its identity is kept whole, its kind apart", principal(fed))
+	}
 }
