@@ -88,8 +88,7 @@ func (m *Mounter) Owns(string) bool { return true }
 
 // Publish writes the volume's files, mounts the target and offers its descriptor.
 func (m *Mounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) error {
-	rec := &offerRecord{Target: req.GetTargetPath(), VolumeID: req.GetVolumeId(), PodUID: r.Target.PodUID, Pod: r.Pod,
-		Volume: r.Volume, NoExec: r.Opts.NoExec, NoAtime: r.Opts.NoAtime, ReadAheadKB: r.Opts.ReadAheadKB}
+	rec := newOfferRecord(req, r)
 	// The credential files and the CA bundle exist before the sidecar can be offered the
 	// volume.
 	if _, err := m.cfg.Files.WriteCredentials(r); err != nil {
