@@ -2,20 +2,29 @@ package sidecarmounter
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
@@ -313,5 +322,116 @@ func TestUnpublishOfATargetThatCannotBeRemoved(t *testing.T) {
 	}
 	if err := m.Unpublish(context.Background(), target("data"), m.cfg.Log); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), target("data")) {
 		t.Fatalf("Unpublish = %v, want Internal naming the target", err)
+	}
+}
+
+// waitUntil polls cond every few milliseconds for at most 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A publish mounts the target with the volume's bucket and kernel options, records the
+// pending offer, and offers the descriptor on the volume's socket; the sidecar that takes
+// it gets the volume, the record goes, and its reports reach the metrics (with the publish
+// time) and the pod's Events.
+func TestPublishMountsRecordsAndOffers(t *testing.T) {
+	needs.RootAndFUSE(t)
+	rec := &podevents.Recorder{}
+	spy := &statusSpy{}
+	m, tmp, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers"), UID: os.Getuid(), GID: os.Getgid(), Events: rec, Metrics: spy})
+	tp := target("data")
+	if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(tp, unix.MNT_DETACH) })
+	pod := nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}
+	req := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: tp}
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: pod,
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt", ReadOnly: true, Flags: []string{"--implicit-dirs"}, KeyFile: true},
+		Opts:   &mountopts.Volume{Result: mountopts.Result{NoExec: true, NoAtime: true}}, Creds: testPlan("tok")}
+	before := time.Now()
+	if err := m.Publish(context.Background(), req, r, m.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(tp))
+	if err != nil || len(mounts) != 1 {
+		t.Fatalf("mounts at the target: %+v, %v", mounts, err)
+	}
+	if mi := mounts[0]; mi.FSType != fusemount.FSType || mi.Source != "bkt" || !slices.Contains(strings.Split(mi.Options, ","), "ro") ||
+		!slices.Contains(strings.Split(mi.Options, ","), "noexec") || !slices.Contains(strings.Split(mi.Options, ","), "noatime") {
+		t.Errorf("the target's mount: %s of %s with %s; want a ro,noexec,noatime %s of bkt", mi.FSType, mi.Source, mi.Options, fusemount.FSType)
+	}
+	want, err := json.Marshal(newOfferRecord(req, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(m.recordPath(tp)); err != nil || string(b) != string(want) {
+		t.Errorf("the pending offer's record: %s, %v; want %s", b, err, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmp, "credentials", "data", "token")); err != nil || string(b) != "tok" {
+		t.Errorf("the volume's token: %q, %v", b, err)
+	}
+
+	offer := m.cfg.Store.TakeOffer(tp)
+	if offer == nil {
+		t.Fatal("the offer is not kept for the target's unpublish")
+	}
+	m.cfg.Store.PutOffer(tp, offer)
+
+	// The sidecar takes the descriptor.
+	handoffDir, err := podpath.OpenDir(podfiles.At(tmp).HandoffDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handoffDir.Close()
+	sock := podpath.ProcPath(handoffDir, podfiles.HandoffSocketName("data")) // the temporary path is too long for a socket's
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatalf("the offer's socket: %v", err)
+	}
+	defer conn.Close()
+	vol, fuse, err := handoff.RecvVolume(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse.Close() // no gcsfuse here: the mount goes dead, as at a sidecar's crash
+	if !reflect.DeepEqual(vol, &r.Volume) {
+		t.Errorf("the sidecar got %+v, want %+v", vol, r.Volume)
+	}
+	waitUntil(t, "the taken offer's record to go", func() bool {
+		_, err := os.Stat(m.recordPath(tp))
+		return os.IsNotExist(err)
+	})
+	if err := handoff.SendStatus(conn, &handoff.Status{State: handoff.StateStarted, ElapsedMillis: 7}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the GcsfuseStarted Event", func() bool { return rec.Count(contract.EventGcsfuseStarted) == 1 })
+	if e := rec.Events()[0]; e.Pod != pod || e.Msg != "volume data: gcsfuse serving after 7 ms" {
+		t.Errorf("event = %+v", e)
+	}
+	spy.mu.Lock()
+	if len(spy.states) != 1 || spy.states[0] != handoff.StateStarted || spy.publishedAt[0].Before(before) || spy.publishedAt[0].After(after) {
+		t.Errorf("metrics got %q at %v, want started published between %v and %v", spy.states, spy.publishedAt, before, after)
+	}
+	spy.mu.Unlock()
+
+	if err := m.Unpublish(context.Background(), tp, m.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-offer.Done():
+	default:
+		t.Error("the offer still relays the sidecar's reports after the unpublish")
+	}
+	if info, err := fusemount.Lookup(tp); err != nil || info != nil {
+		t.Errorf("the target after the unpublish: %+v, %v", info, err)
 	}
 }

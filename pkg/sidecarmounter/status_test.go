@@ -2,6 +2,7 @@ package sidecarmounter
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,13 +194,16 @@ func TestOnStatusTerminatingWithoutTheHook(t *testing.T) {
 	}
 }
 
-// statusSpy is a StatusRecorder that keeps what it is given.
+// statusSpy is a StatusRecorder that keeps what it is given; safe for concurrent use.
 type statusSpy struct {
+	mu          sync.Mutex
 	states      []string
 	publishedAt []time.Time
 }
 
 func (s *statusSpy) Status(st *handoff.Status, publishedAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.states = append(s.states, st.State)
 	s.publishedAt = append(s.publishedAt, publishedAt)
 }
