@@ -435,3 +435,56 @@ func TestPublishMountsRecordsAndOffers(t *testing.T) {
 		t.Errorf("the target after the unpublish: %+v, %v", info, err)
 	}
 }
+
+// A pod whose hand-off directory cannot be made fails the publish (Internal) before the
+// target is made.
+func TestPublishWithoutAHandoffDirectory(t *testing.T) {
+	m, tmp, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers")})
+	if err := os.WriteFile(filepath.Join(tmp, "handoff"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tp := target("data")
+	if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"},
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt"}, Opts: &mountopts.Volume{}, Creds: &credentials.Plan{Kind: credentials.KindADC}}
+	err := m.Publish(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: tp}, r, m.cfg.Log)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "hand-off directory") {
+		t.Fatalf("publish = %v, want Internal about the hand-off directory", err)
+	}
+	if _, err := os.Stat(tp); !os.IsNotExist(err) {
+		t.Errorf("target made: %v", err)
+	}
+}
+
+// A descriptor that cannot be offered (here the socket's name is taken by a directory)
+// fails the publish naming the volume, and undoes it: the mount, the record and the offer
+// are gone.
+func TestPublishThatCannotOfferUndoesTheMount(t *testing.T) {
+	needs.RootAndFUSE(t)
+	m, tmp, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers"), UID: os.Getuid(), GID: os.Getgid()})
+	if err := os.MkdirAll(filepath.Join(tmp, "handoff", podfiles.HandoffSocketName("data"), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tp := target("data")
+	if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(tp, unix.MNT_DETACH) })
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"},
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt"}, Opts: &mountopts.Volume{}, Creds: &credentials.Plan{Kind: credentials.KindADC}}
+	err := m.Publish(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: tp}, r, m.cfg.Log)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "volume data: offer descriptor to sidecar") {
+		t.Fatalf("publish = %v, want Internal naming the volume's offer", err)
+	}
+	if info, err := fusemount.Lookup(tp); err != nil || info != nil {
+		t.Errorf("the target's mount after the failed offer: %+v, %v", info, err)
+	}
+	if _, err := os.Stat(m.recordPath(tp)); !os.IsNotExist(err) {
+		t.Errorf("the failed offer's record: %v", err)
+	}
+	if m.cfg.Store.TakeOffer(tp) != nil {
+		t.Error("the failed offer is kept")
+	}
+}
