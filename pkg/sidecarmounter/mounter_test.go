@@ -22,6 +22,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -271,13 +272,17 @@ func TestUnpublishStopsTheOfferAndForgetsTheTarget(t *testing.T) {
 		offers[v] = o
 		m.cfg.Store.PutOffer(tp, o)
 	}
-	if err := m.Unpublish(context.Background(), target("data"), m.cfg.Log); err != nil {
+	logs := &syncbuf.Buffer{}
+	if err := m.Unpublish(context.Background(), target("data"), slog.New(slog.NewTextHandler(logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-offers["data"].Done():
 	default:
 		t.Error("the unpublished target's offer still runs")
+	}
+	if strings.Contains(logs.String(), "did not stop") {
+		t.Errorf("an idle offer's stop took longer than its bound: %s", logs)
 	}
 	handoffDir := podfiles.At(tmp).HandoffDir()
 	if _, err := os.Stat(filepath.Join(handoffDir, podfiles.HandoffSocketName("data"))); !os.IsNotExist(err) {
