@@ -88,8 +88,7 @@ func (m *Mounter) Owns(string) bool { return true }
 
 // Publish writes the volume's files, mounts the target and offers its descriptor.
 func (m *Mounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) error {
-	rec := &offerRecord{Target: req.GetTargetPath(), VolumeID: req.GetVolumeId(), PodUID: r.Target.PodUID, Pod: r.Pod,
-		Volume: r.Volume, NoExec: r.Opts.NoExec, NoAtime: r.Opts.NoAtime, ReadAheadKB: r.Opts.ReadAheadKB}
+	rec := newOfferRecord(req, r)
 	// The credential files and the CA bundle exist before the sidecar can be offered the
 	// volume.
 	if _, err := m.cfg.Files.WriteCredentials(r); err != nil {
@@ -169,14 +168,8 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: m.cfg.UID, GID: m.cfg.GID,
 		OnHandedOff: func() { m.dropRecord(rec.Target) },
-		OnStatus: func(st *handoff.Status) {
-			m.cfg.Metrics.Status(st, publishedAt)
-			if st.State == handoff.StateStarted {
-				nodevolume.ApplyReadAhead(rec.Target, rec.ReadAheadKB, rec.Pod, rec.Volume.VolumeName, m.cfg.Events, log)
-			}
-			m.onStatus(rec.Pod, vol, st, log)
-		},
-		Log: log,
+		OnStatus:    m.statusHandler(rec, publishedAt, log),
+		Log:         log,
 	})
 	if err != nil {
 		fuse.Close()
@@ -187,4 +180,18 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog
 	}
 	m.cfg.Store.PutOffer(rec.Target, offer)
 	return nil
+}
+
+// statusHandler is the offer's OnStatus for rec's volume, published at publishedAt: each
+// report goes to the metrics, a start applies the volume's read-ahead, and onStatus makes
+// it logs and Events.
+func (m *Mounter) statusHandler(rec *offerRecord, publishedAt time.Time, log *slog.Logger) func(*handoff.Status) {
+	vol := rec.Volume
+	return func(st *handoff.Status) {
+		m.cfg.Metrics.Status(st, publishedAt)
+		if st.State == handoff.StateStarted {
+			nodevolume.ApplyReadAhead(rec.Target, rec.ReadAheadKB, rec.Pod, vol.VolumeName, m.cfg.Events, log)
+		}
+		m.onStatus(rec.Pod, vol, st, log)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
@@ -30,6 +32,12 @@ type offerRecord struct {
 	NoAtime  bool              `json:"noAtime,omitempty"`
 	// ReadAheadKB is the mount's kernel read-ahead (nil: the kernel's default).
 	ReadAheadKB *int `json:"readAheadKB,omitempty"`
+}
+
+// newOfferRecord is what a publish of r records, to mount and offer it again.
+func newOfferRecord(req *csi.NodePublishVolumeRequest, r *nodevolume.Request) *offerRecord {
+	return &offerRecord{Target: req.GetTargetPath(), VolumeID: req.GetVolumeId(), PodUID: r.Target.PodUID, Pod: r.Pod,
+		Volume: r.Volume, NoExec: r.Opts.NoExec, NoAtime: r.Opts.NoAtime, ReadAheadKB: r.Opts.ReadAheadKB}
 }
 
 // recordDetachWait bounds the unmount of a dead mount found at start-up: nothing can be
