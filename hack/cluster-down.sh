@@ -3,7 +3,7 @@
 # CONTAINERD=1.6; the ctr of the one that runs is used) and returns the machine to how it was:
 # workload pods are deleted first (so the CSI driver unmounts their volumes while it still
 # runs), then every process is stopped by its pid, in order (the API server before etcd, or
-# it hangs for minutes), containers are killed, mounts under the kubelet and containerd state
+# it hangs for minutes), containers are killed, the node's init stopped, mounts under the kubelet and containerd state
 # dirs are unmounted, the cluster's network namespace is deleted, the saved iptables rules
 # and sysctls are restored, and the cluster
 # state (etcd data, kubelet dir, CNI state, logs are kept in $CLUSTER_DIR/logs.last) removed.
@@ -89,6 +89,22 @@ if running containerd; then
   stop containerd
 fi
 rm -f "$RUN/ctr"
+# The node itself (cluster-lib.sh): its init sends what is left in it SIGTERM, then SIGKILL
+# past NODE_STOP_GRACE, and exits. Its mounts' copies on this side outlive it: unmounted below.
+if node_running; then
+  init=$(node_init_pid)
+  kill -TERM "$init" 2>/dev/null
+  for ((i = 0; i < (${NODE_STOP_GRACE%s} + NODE_STOP_SLACK) * 5; i++)); do
+    kill -0 "$init" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$init" 2>/dev/null; then
+    echo "the node's init ($init) still running past its grace; SIGKILL" >&2
+    kill -KILL "$init" 2>/dev/null
+  fi
+  step "stopped the node"
+fi
+rm -f "$RUN/nodeinit.pid" "$RUN/node-unshare.pid"
 # A shim of this containerd (1.6 or 2.x: they serve $CONTAINERD_SOCK) still alive, e.g. whose
 # task could not be removed, is stopped by its pid, and the containers it ran with it.
 shims() {

@@ -94,6 +94,47 @@ nsexec() { "${NSEXEC[@]}" "$@"; }
 netns_exists() { [ -e "/run/netns/$NETNS" ]; }
 
 kctl() { "$K8S_BIN/kubectl" "$@"; }
+
+# The node: its kubelet, containerd and kube-proxy run in PID, mount, UTS and IPC namespaces
+# of their own (and the cluster's network namespace) under hack/nodeinit as PID 1, the way
+# kind's node containers run under their init: a privileged pod's
+# `nsenter --mount=/proc/1/ns/mnt` then reaches the node's mounts (this machine's own PID 1
+# refuses that open) and the node can be stopped whole. hack/cluster-up.sh starts it
+# (node_up); $RUN/nodeinit.pid holds its init's pid on this machine. The node's mounts under
+# the directories of NODE_SHARED_DIRS propagate to this machine (cluster-up.sh makes them
+# shared, then this side a slave), so whatever reads them here (tests, scripts) sees them.
+NODE_SHARED_DIRS=(/var/lib/kubelet /var/lib/containerd /run/containerd /run/crio)
+# NODE_STOP_GRACE: how long the node's processes get between SIGTERM and SIGKILL when the
+# node stops (cluster-down.sh); the wait for the init is bounded by it plus NODE_STOP_SLACK.
+NODE_STOP_GRACE=30s
+NODE_STOP_SLACK=10
+node_init_pid() { cat "$RUN/nodeinit.pid" 2>/dev/null; }
+node_running() { local p; p=$(node_init_pid) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+# node_exec CMD...: runs CMD as a process of the node (all of its init's namespaces).
+node_exec() { nsenter -t "$(node_init_pid)" -a -- "$@"; }
+# node_start NAME LOG CMD...: starts CMD in the background as a process of the node, in a
+# session of its own (an interrupt of the script that started it must not stop it), and
+# writes its pid on this machine to $RUN/NAME.pid, so that kill, kill -0 and /proc work from
+# here as for any other process. nsenter forks CMD into the node's PID namespace and waits
+# for it: CMD is nsenter's only child.
+node_start() {
+  local n=$1 log=$2 launcher pid="" i
+  shift 2
+  node_running || { echo "$n: the node is not running (hack/cluster-up.sh starts it)" >&2; return 1; }
+  setsid nohup nsenter -t "$(node_init_pid)" -a -- "$@" >>"$log" 2>&1 &
+  launcher=$!
+  for ((i = 0; i < 100; i++)); do
+    pid=$(pgrep -P "$launcher" | head -1 || true)
+    [ -n "$pid" ] && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -z "$pid" ]; then
+    echo "$n did not start in the node (nsenter $launcher; log $log)" >&2
+    return 1
+  fi
+  echo "$pid" >"$RUN/$n.pid"
+}
 # ctr ARGS...: the ctr of the containerd that cluster-up.sh started (it records it in
 # $RUN/ctr), else the one of the runtime chosen by $CONTAINERD. Without the cgroup v1
 # deprecation warning that 2.x's ctr prints on every call (containerd logs it once).

@@ -314,13 +314,17 @@ containerd_state() {
   echo "$want" > "$CTRD_MARK"
 }
 
-# The runtimes' state dirs, which the node plugin mounts with HostToContainer propagation
-# (deploy/base/node), must be shared (or slave) mounts, or the runtime refuses the container.
-# They are on a systemd host, where / is shared; where it is private, as on this VM, each is
-# made a shared mount of its own (a bind mount onto itself), undone by cluster-down.sh.
+# The node's state dirs (NODE_SHARED_DIRS: the kubelet's, the runtimes') are shared mounts
+# on this side before the node starts (a bind mount of each onto itself where it is not one:
+# / is private on this VM), so that the node's copies are their peers; once the node runs,
+# this side's copies become slaves (node_up), receiving every mount the node makes (the
+# volumes, the driver's FUSE mounts, the containers' root file systems) while nothing mounted
+# here reaches the node. Undone by cluster-down.sh. Inside the node every mount is shared, as
+# on a systemd host, which the node plugin's HostToContainer and Bidirectional mounts of the
+# runtimes' dirs and the kubelet's need.
 shared_dirs() {
   local d
-  for d in /run/containerd /run/crio; do
+  for d in "${NODE_SHARED_DIRS[@]}"; do
     [ -d "$d" ] || { mkdir -p "$d" && echo "$d" >> "$RUN/created-dirs"; }
     findmnt -n -o PROPAGATION --target "$d" | grep -qE 'shared|slave' && continue
     mount --bind "$d" "$d"
@@ -329,12 +333,45 @@ shared_dirs() {
     step "$d: a shared mount (/ is $(findmnt -n -o PROPAGATION /))"
   done
 }
+
+# node_up starts the node (cluster-lib.sh): hack/nodeinit as PID 1 of new PID, mount, UTS and
+# IPC namespaces inside the cluster's network namespace, in a session of its own.
+node_up() {
+  node_running && return 0
+  (cd "$REPO_ROOT" && go build -o "$RUN/nodeinit" ./hack/nodeinit)
+  step "start the node: PID, mount, UTS, IPC namespaces of its own under hack/nodeinit"
+  setsid nohup "${NSEXEC[@]}" unshare --pid --mount --uts --ipc --fork --kill-child --mount-proc --propagation shared \
+    -- "$RUN/nodeinit" -hostname "$NODE_NAME" -grace "$NODE_STOP_GRACE" >"$LOGS/node.log" 2>&1 &
+  local unshare=$! init="" i d
+  echo "$unshare" >"$RUN/node-unshare.pid"
+  for ((i = 0; i < 100; i++)); do
+    init=$(tr -d ' ' <"/proc/$unshare/task/$unshare/children" 2>/dev/null)
+    [ -n "$init" ] && grep -q "node up" "$LOGS/node.log" && break
+    kill -0 "$unshare" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -z "$init" ] || ! grep -q "node up" "$LOGS/node.log"; then
+    echo "the node did not start: $(cat "$LOGS/node.log")" >&2
+    exit 1
+  fi
+  echo "$init" >"$RUN/nodeinit.pid"
+  for d in "${NODE_SHARED_DIRS[@]}"; do
+    findmnt -n -o PROPAGATION --mountpoint "$d" | grep -q shared && mount --make-rslave "$d"
+  done
+  # What the node is for: a privileged pod's way into the node's mounts works there.
+  if ! node_exec nsenter --mount=/proc/1/ns/mnt -- true; then
+    echo "the node's PID 1 refuses nsenter --mount=/proc/1/ns/mnt" >&2
+    exit 1
+  fi
+  step "node up: init pid $init here, $(node_exec hostname); PID 1 of the node is $(node_exec cat /proc/1/comm)"
+}
 running containerd || containerd_state
 shared_dirs
+node_up
 versions
 step "start containerd ($CTRD_DIR/containerd)"
 # Its own directory first on PATH, for anything it resolves by name.
-start containerd "${NSEXEC[@]}" env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$ETC/containerd.toml"
+running containerd || node_start containerd "$LOGS/containerd.log" env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$ETC/containerd.toml"
 echo "$CTRD_DIR/ctr" > "$RUN/ctr"
 waitfor containerd 30 ctr version
 # The CRI container event stream (GetContainerEvents): served by 2.x, unimplemented in 1.6.
@@ -430,12 +467,12 @@ start kube-scheduler "${NSEXEC[@]}" "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI
 # The kubelet's command is kept in $RUN/kubelet.sh, so that hack/node-systemctl.sh (the
 # storage testsuites' disruptive tests stop and start the kubelet over SSH) starts it again
 # the same way.
-kubelet_cmd=("${NSEXEC[@]}" "$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig"
+kubelet_cmd=("$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig"
   --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet)
 printf 'exec' >"$RUN/kubelet.sh"
 printf ' %q' "${kubelet_cmd[@]}" >>"$RUN/kubelet.sh"
 echo >>"$RUN/kubelet.sh"
-start kubelet bash "$RUN/kubelet.sh"
+running kubelet || node_start kubelet "$LOGS/kubelet.log" bash "$RUN/kubelet.sh"
 # The node's SSH endpoint for those tests (hack/nodessh): NODE_IP:22 inside the cluster's
 # network namespace, the key in $RUN/ssh (KUBE_SSH_KEY_PATH for storage-e2e.test), systemctl
 # and sudo standing in from $RUN/ssh/bin.
@@ -444,7 +481,7 @@ ln -sf "$REPO_ROOT/hack/node-systemctl.sh" "$RUN/ssh/bin/systemctl"
 ln -sf "$REPO_ROOT/hack/node-systemctl.sh" "$RUN/ssh/bin/sudo"
 (cd "$REPO_ROOT" && go build -o "$RUN/nodessh" ./hack/nodessh)
 start nodessh "${NSEXEC[@]}" "$RUN/nodessh" -listen "$NODE_IP:22" -key "$RUN/ssh/id_ed25519" -path "$RUN/ssh/bin"
-start kube-proxy "${NSEXEC[@]}" "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
+running kube-proxy || node_start kube-proxy "$LOGS/kube-proxy.log" "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
   --cluster-cidr=10.88.0.0/16 --proxy-mode=iptables --conntrack-max-per-core=0 \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
 node_ready() {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # systemctl for the local cluster's node, as hack/nodessh runs it for the storage testsuites'
 # disruptive tests (`systemctl stop|start|restart kubelet`, `systemctl show kubelet --property
-# ActiveState --value`, `systemctl is-active kubelet`): the kubelet here is a process that
-# hack/cluster-up.sh started from $RUN/kubelet.sh, with its pid in $RUN/kubelet.pid, not a
-# unit. Anything else is refused (exit 1, saying so). Also sudo (a link named sudo): runs its
+# ActiveState --value`, `systemctl is-active kubelet`): the kubelet here is a process of the
+# node (its namespaces under hack/nodeinit) that hack/cluster-up.sh started from
+# $RUN/kubelet.sh, with its pid on this machine in $RUN/kubelet.pid, not a unit. Anything else is refused (exit 1, saying so). Also sudo (a link named sudo): runs its
 # arguments as they are, with this PATH.
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 source "$(dirname "$(readlink -f "$0")")/cluster-lib.sh"
@@ -28,14 +28,13 @@ stop_kubelet() {
   echo "kubelet (pid $pid) still running ${KUBELET_STOP_TIMEOUT}s after SIGTERM" >&2
   return 1
 }
-# A session of its own: a kubelet started from a test must not be in the test run's process
+# As hack/cluster-up.sh starts it: a process of the node (cluster-lib.sh's node_start), in a
+# session of its own: a kubelet started from a test must not be in the test run's process
 # group, which hack/e2e.sh stops on an interrupt before cluster-down.sh needs the kubelet to
-# delete the pods. (setsid execs in place here, not a job-control leader, so $! is the
-# kubelet's pid: kubelet.sh execs it.)
+# delete the pods.
 start_kubelet() {
   active && return 0
-  setsid nohup bash "$RUN/kubelet.sh" >>"$LOGS/kubelet.log" 2>&1 &
-  echo $! >"$RUN/kubelet.pid"
+  node_start kubelet "$LOGS/kubelet.log" bash "$RUN/kubelet.sh"
 }
 
 case "$*" in

@@ -5,9 +5,11 @@
 // other way to offer. hack/cluster-up.sh starts it inside the cluster's network namespace on
 // NODE_IP:22 (and only there: nothing listens on this machine's own addresses).
 //
-// It runs each "exec" request as `bash -c COMMAND` in this machine's mount namespace, with
-// -path first in PATH, where hack/node-systemctl.sh stands in for systemctl (the kubelet is a
-// process that cluster-up.sh started, not a unit) and sudo runs its arguments as they are.
+// It runs each "exec" request as `bash -c COMMAND` in this machine's mount namespace, which
+// receives every mount the node makes (its state directories propagate here: hack/cluster-up.sh),
+// with -path first in PATH, where hack/node-systemctl.sh stands in for systemctl (the kubelet
+// is a process of the node that cluster-up.sh started, not a unit) and sudo runs its
+// arguments as they are.
 // Only the public key of -key (made on first use) is accepted; shells, terminals and port
 // forwarding are refused. Each command is bounded by commandTimeout.
 //
