@@ -2,10 +2,13 @@ package csidriver
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +25,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmounter"
 )
 
 // fakeMounter records what the Node service asks of a mounter; nothing is mounted.
@@ -383,5 +387,58 @@ func TestOnlyTheSidecarModeNeedsTheSidecar(t *testing.T) {
 	}
 	if slices.Contains(side.called(), "sidecar publish "+target) || !slices.Contains(shared.called(), "shared publish "+target) {
 		t.Errorf("calls: sidecar %q, shared %q", side.called(), shared.called())
+	}
+}
+
+// What the node plugin asks of the modes at start and stop reaches the right mounter: the
+// sidecar's offer records are recovered (an unusable one is reported and removed), and the
+// shared mode's recovery, clean-up and metrics are its mounter's; a node without the shared
+// mode answers that it has none (nothing recovered, nothing removed, no metrics).
+func TestStartAndStopReachTheirMounters(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newServer := func(sharedDir string) (*NodeServer, string) {
+		stateDir := t.TempDir()
+		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: t.TempDir(), SidecarUID: os.Getuid(), SidecarGID: os.Getgid(),
+			StateDir: stateDir, SharedDir: sharedDir}, nil, log), stateDir
+	}
+	for _, withShared := range []bool{false, true} {
+		sharedDir := ""
+		if withShared {
+			sharedDir = filepath.Join(t.TempDir(), "shared")
+		}
+		s, stateDir := newServer(sharedDir)
+		bad := filepath.Join(stateDir, "bad.json")
+		if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.RecoverOffers(context.Background()); n != 0 || err == nil || !strings.Contains(err.Error(), "bad.json") {
+			t.Errorf("shared=%v: RecoverOffers with an unusable record = %d, %v; want 0 and an error naming it", withShared, n, err)
+		}
+		if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("shared=%v: the unusable offer record is still there: %v", withShared, err)
+		}
+		if n, err := s.RecoverShared(); n != 0 || err != nil {
+			t.Errorf("shared=%v: RecoverShared with no mount = %d, %v", withShared, n, err)
+		}
+		dir, keys, users, ok := s.SharedMetrics()
+		if ok != withShared {
+			t.Errorf("shared=%v: SharedMetrics ok = %v", withShared, ok)
+		}
+		if withShared {
+			if dir != sharedmounter.MounterDir(sharedDir) || keys == nil || len(keys()) != 0 || users == nil {
+				t.Errorf("SharedMetrics = %q, keys %v, %v; want the mounter's directory %q, no key, a collector", dir, keys != nil, users, sharedmounter.MounterDir(sharedDir))
+			}
+		} else if dir != "" || keys != nil || users != nil {
+			t.Errorf("SharedMetrics without the shared mode = %q, keys %v, %v", dir, keys != nil, users)
+		}
+		s.Close()
+		if got := s.CleanUpShared(); got != withShared {
+			t.Errorf("shared=%v: CleanUpShared = %v", withShared, got)
+		}
+		if withShared {
+			if _, err := os.Stat(sharedDir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the unused shared directory is still there after CleanUpShared: %v", err)
+			}
+		}
 	}
 }
