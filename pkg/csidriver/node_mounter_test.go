@@ -41,6 +41,8 @@ type fakeMounter struct {
 	// entered.
 	gate, entered chan struct{}
 	fresh         credentials.Written
+	// flags are the gcsfuse flags of the last publish.
+	flags []string
 }
 
 func newFake(name string) *fakeMounter { return &fakeMounter{name: name, owned: map[string]bool{}} }
@@ -63,6 +65,9 @@ func (f *fakeMounter) NeedsSidecar() bool              { return f.name == "sidec
 
 func (f *fakeMounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) error {
 	f.record("publish", req.GetTargetPath())
+	f.mu.Lock()
+	f.flags = slices.Clone(r.Volume.Flags)
+	f.mu.Unlock()
 	if f.entered != nil {
 		close(f.entered)
 	}
@@ -102,11 +107,16 @@ func (f *fakeMounter) Unpublish(_ context.Context, target string, _ *slog.Logger
 type mounted struct {
 	mu sync.Mutex
 	at map[string]*fusemount.Info
+	// err, when set, is every lookup's answer (mountinfo unreadable).
+	err error
 }
 
 func (m *mounted) lookup(path string) (*fusemount.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
 	return m.at[path], nil
 }
 
@@ -230,13 +240,20 @@ func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 	if got := shared.called(); !slices.Equal(got, []string{"shared refresh " + target}) || len(side.called()) != 0 {
 		t.Errorf("calls: shared %q, sidecar %q", got, side.called())
 	}
+	// The credentials the republish could not write fail it with the mounter's code: the
+	// kubelet retries, and gcsfuse must not read an expired token meanwhile unsaid.
+	m.set(target, gcsfuseMount)
+	shared.refreshErr = status.Error(codes.Unavailable, "cannot write the token")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a republish whose credentials could not be refreshed: %v, want Unavailable", err)
+	}
 }
 
 // The mounter's refusals and failures reach the kubelet with their codes; nothing is
 // recorded, so the kubelet's retry publishes again.
 func TestPublishFailuresKeepTheirCode(t *testing.T) {
 	ctx := context.Background()
-	s, side, _, _ := fakeServer(t, false)
+	s, side, _, m := fakeServer(t, false)
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("a shared volume on a node without the shared mode: %v, want FailedPrecondition", err)
 	}
@@ -259,6 +276,15 @@ func TestPublishFailuresKeepTheirCode(t *testing.T) {
 	if _, err := s.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "v1", TargetPath: "/elsewhere/mount",
 		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a target outside the kubelet's pods: %v, want InvalidArgument", err)
+	}
+	// A mount table that cannot be read says nothing of the target: Internal, and nothing
+	// is mounted over what may be there.
+	m.err = errors.New("mountinfo unreadable")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), target) {
+		t.Errorf("an unreadable mount table: %v, want Internal naming the target", err)
+	}
+	if got := side.called(); !slices.Equal(got, want) {
+		t.Errorf("calls after an unreadable mount table %q, want %q", got, want)
 	}
 }
 
@@ -440,5 +466,44 @@ func TestStartAndStopReachTheirMounters(t *testing.T) {
 				t.Errorf("the unused shared directory is still there after CleanUpShared: %v", err)
 			}
 		}
+	}
+}
+
+// The mount is owned for the pod: its fsGroup (volume_mount_group) and the uid its
+// containers run as reach the mounter as gcsfuse flags; a volume_mount_group that is not a
+// group ID is InvalidArgument naming the volume, and nothing is mounted.
+func TestPublishOwnsTheMountForThePod(t *testing.T) {
+	ctx := context.Background()
+	s, side, _, _ := fakeServer(t, false)
+	uid, sidecarUID := int64(1000), int64(65534)
+	s.cfg.Pods = func(string) (*corev1.Pod, bool) {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+			// The sidecar's own user does not count: the mount is the app's.
+			{Name: contract.SidecarContainerName, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/gcsfuse-data"}},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &sidecarUID}},
+			{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &uid}},
+		}}}, true
+	}
+	req := publishReq("v1", "bkt", false)
+	req.VolumeCapability.GetMount().VolumeMountGroup = "3000"
+	if _, err := s.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--gid=3000", "--uid=1000"} {
+		if !slices.Contains(side.flags, f) {
+			t.Errorf("flags of the mount %q lack %s", side.flags, f)
+		}
+	}
+	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	req.VolumeCapability.GetMount().VolumeMountGroup = "staff"
+	before := len(side.called())
+	if _, err := s.NodePublishVolume(ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "volume data") {
+		t.Errorf("volume_mount_group staff: %v, want InvalidArgument naming the volume", err)
+	}
+	if got := side.called()[before:]; slices.Contains(got, "sidecar publish "+target) {
+		t.Errorf("mounted with a bad volume_mount_group: %q", got)
 	}
 }

@@ -54,7 +54,8 @@ func newTestServer() *NodeServer {
 // a message that names the bad field.
 func TestValidatePublish(t *testing.T) {
 	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-	inline := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1"}
+	inline := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1",
+		contract.CtxPodNamespace: "ns", contract.CtxPodName: "p"}
 	tests := []struct {
 		name    string
 		req     *csi.NodePublishVolumeRequest
@@ -66,11 +67,17 @@ func TestValidatePublish(t *testing.T) {
 				if r.Volume.Bucket != "bkt" || r.Volume.VolumeName != "data" || r.Volume.Endpoint != "http://emu/storage/v1/" || r.Volume.ReadOnly {
 					t.Fatalf("volume = %+v", r.Volume)
 				}
+				if want := (PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}); r.Pod != want {
+					t.Fatalf("pod = %+v, want %+v", r.Pod, want)
+				}
 			}},
 		{name: "pv handle is bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket", TargetPath: target, VolumeCapability: mountCap(rw, "implicit-dirs")},
 			check: func(t *testing.T, r *nodevolume.Request) {
 				if r.Volume.Bucket != "pv-bucket" || len(r.Volume.Flags) != 1 {
 					t.Fatalf("volume = %+v", r.Volume)
+				}
+				if r.Pod.UID != "uid-1" {
+					t.Fatalf("pod UID %q, want the target's (no pod info in the volume context)", r.Pod.UID)
 				}
 			}},
 		{name: "pv handle bucket:suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:second", TargetPath: target, VolumeCapability: mountCap(rw)},
@@ -84,6 +91,12 @@ func TestValidatePublish(t *testing.T) {
 		{name: "pv handle all buckets", req: &csi.NodePublishVolumeRequest{VolumeId: "_", TargetPath: target, VolumeCapability: mountCap(rw)},
 			wantErr: `bucket name "_" (gcsfuse's all-buckets mode) is not supported`},
 		{name: "reader-only access is read-only", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)},
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if !r.Volume.ReadOnly {
+					t.Fatal("not read-only")
+				}
+			}},
+		{name: "readonly request", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(rw), Readonly: true},
 			check: func(t *testing.T, r *nodevolume.Request) {
 				if !r.Volume.ReadOnly {
 					t.Fatal("not read-only")
@@ -291,7 +304,16 @@ func TestValidatePublishCredentialCodes(t *testing.T) {
 	req.VolumeContext[contract.CtxSATokens] = `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
 	r, err := s.validatePublish(req)
 	if err != nil || !r.Volume.KeyFile || !strings.Contains(r.Volume.Identity, "through //iam.googleapis.com") {
-		t.Errorf("federation: %+v %v", r, err)
+		t.Fatalf("federation: %+v %v", r, err)
+	}
+	// The configuration points gcsfuse at the volume's token file where the pod's sidecar
+	// sees its emptyDir.
+	s.cfg.SidecarTmpPath = func(uid string) string { return "/sidecar-tmp-of-" + uid }
+	if r, err = s.validatePublish(req); err != nil {
+		t.Fatal(err)
+	}
+	if want := podfiles.At("/sidecar-tmp-of-uid-1").CredentialsTokenFile("data"); !strings.Contains(string(r.Creds.Config), `"`+want+`"`) {
+		t.Errorf("external_account configuration %s does not name the token file %s", r.Creds.Config, want)
 	}
 	// The kubelet's keys stay accepted, the credential attributes too; others are refused.
 	req.VolumeContext["serviceAcount"] = "typo"
