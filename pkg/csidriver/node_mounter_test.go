@@ -233,7 +233,7 @@ func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("a mount of another bucket: %v, want AlreadyExists", err)
 	}
-	m.set(target, &fusemount.Info{FSType: "ext4", Source: "/dev/sda1"})
+	m.set(target, &fusemount.Info{FSType: "ext4", Source: "bkt"})
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("a target another file system mounts: %v, want AlreadyExists", err)
 	}

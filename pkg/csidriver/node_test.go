@@ -115,6 +115,8 @@ func TestValidatePublish(t *testing.T) {
 			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "block"},
 		{name: "fs type", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "fs_type"},
+		{name: "no access type", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "mount access type"},
 		{name: "unknown access mode", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_UNKNOWN)}, wantErr: "access_mode"},
 		{name: "target outside kubelet", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: "/tmp/x", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
 		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "Bad_Name"), VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
@@ -236,10 +238,16 @@ func TestNewNodeServerValidates(t *testing.T) {
 		{func(c *Config) { c.NodeID = "" }, "node ID"},
 		{func(c *Config) { c.KubeletRoot = "var/lib/kubelet" }, "kubelet root"},
 		{func(c *Config) { c.SidecarUID = -1 }, "uid"},
-		{func(c *Config) { c.UnmountBusyWait = -time.Second }, "busy wait"},
+		{func(c *Config) { c.SidecarGID = -1 }, "gid"},
+		{func(c *Config) { c.UnmountBusyWait = -time.Nanosecond }, "busy wait"},
 		{func(c *Config) { c.StateDir = "offers" }, "state directory"},
+		{func(c *Config) { c.SharedDir = "shared" }, "shared directory"},
+		{func(c *Config) { c.SharedLinger = -1 }, "shared linger"},
+		{func(c *Config) { c.SharedOfferWait = -1 }, "shared offer wait"},
+		{func(c *Config) { c.Credentials.Provider = "not-a-provider" }, "credentials"},
 		{func(c *Config) { c.GCSEndpoint = "emulator:8080" }, "GCS endpoint"},
 		{func(c *Config) { c.GCSEndpoint = "ftp://emu/storage/v1/" }, "GCS endpoint"},
+		{func(c *Config) { c.GCSEndpoint = "http:///storage/v1/" }, "GCS endpoint"},
 		{func(c *Config) { c.MachineType = "n2 standard" }, "machine type"},
 		{func(c *Config) { c.MachineType = "n2,implicit-dirs" }, "machine type"},
 	} {
@@ -247,6 +255,10 @@ func TestNewNodeServerValidates(t *testing.T) {
 		tt.mutate(&cfg)
 		if _, err := NewNodeServer(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewNodeServer(%+v) error = %v, want one naming %q", cfg, err, tt.want)
+		}
+		// Validate alone refuses it too: the node plugin calls it before building anything.
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %q", cfg, err, tt.want)
 		}
 	}
 }
@@ -424,5 +436,37 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 	}
 	if r, err := publish(s, sidecar); err != nil || r.Creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume, shared provider only: %v; want ADC (the pod's own, in its sidecar)", err)
+	}
+}
+
+// Every CSI access mode is served: the reader-only ones mount read-only, the writer ones
+// read-write; an unknown one is refused at validation.
+func TestAccessModes(t *testing.T) {
+	s := newTestServer()
+	for mode := range csi.VolumeCapability_AccessMode_Mode_name {
+		m := csi.VolumeCapability_AccessMode_Mode(mode)
+		r, err := s.validatePublish(&csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(m)})
+		switch m {
+		case csi.VolumeCapability_AccessMode_UNKNOWN:
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%v: %v, want InvalidArgument", m, err)
+			}
+		case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+			if err != nil || !r.Volume.ReadOnly {
+				t.Errorf("%v: %v, want a read-only volume", m, err)
+			}
+		default:
+			if err != nil || r.Volume.ReadOnly {
+				t.Errorf("%v: %v, want a read-write volume", m, err)
+			}
+		}
+	}
+}
+
+// The kubelet learns the node's ID from NodeGetInfo (it names the node in the CSINode).
+func TestNodeGetInfoNamesTheNode(t *testing.T) {
+	resp, err := newTestServer().NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if err != nil || resp.GetNodeId() != "n1" {
+		t.Fatalf("NodeGetInfo = %v, %v; want node ID n1", resp, err)
 	}
 }
