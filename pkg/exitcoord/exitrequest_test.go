@@ -602,3 +602,21 @@ func TestClaimExitOncePerEffort(t *testing.T) {
 		t.Fatal("a settled request (sidecar told or gone) is claimed again")
 	}
 }
+
+// An ExitCoordinator built without retry timings retries with the documented ones; timings
+// a test gives are kept, and an effort never ends before its budget.
+func TestExitRetryDefaults(t *testing.T) {
+	want := exitRetryPolicy{first: ExitRetryFirst, max: ExitRetryMax, total: ExitRetryFor, late: ExitRetryLate,
+		longest: ExitRetryLongest, apiTimeout: ExitAPITimeout}
+	if got := (exitRetryPolicy{}).orDefaults(); got != want {
+		t.Errorf("zero policy = %+v, want %+v", got, want)
+	}
+	given := exitRetryPolicy{first: 1, max: 1, total: 1, late: 1, longest: 1, apiTimeout: 1}
+	if got := given.orDefaults(); got != given {
+		t.Errorf("given policy %+v became %+v", given, got)
+	}
+	long := exitRetryPolicy{total: 48 * time.Hour, longest: time.Hour}
+	if got := long.orDefaults(); got.longest != 48*time.Hour || got.total != 48*time.Hour {
+		t.Errorf("a budget longer than the longest effort: %+v, want the effort as long as the budget", got)
+	}
+}
