@@ -218,6 +218,18 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			time.Sleep(5 * quietWait) // retries (every 20 ms at most) find it and cannot write: from then on its end is the pod's
 			tearDown(t, emptyDirPath(root, pod))
 		}},
+		{name: "emptyDir path unopenable (not a directory), then removed", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			// Something is there that cannot be opened as the emptyDir: the volume
+			// exists, and its removal is the pod's, as for a read-only one.
+			if err := os.WriteFile(emptyDirPath(root, pod), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return pod, nil
+		}, whileRetrying: func(t *testing.T, root string, pod *corev1.Pod) {
+			if err := os.Remove(emptyDirPath(root, pod)); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{name: "API: pod deleted", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return pod, fake.NewClientset()
 		}},
