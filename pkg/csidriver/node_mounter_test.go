@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -505,5 +506,24 @@ func TestPublishOwnsTheMountForThePod(t *testing.T) {
 	}
 	if got := side.called()[before:]; slices.Contains(got, "sidecar publish "+target) {
 		t.Errorf("mounted with a bad volume_mount_group: %q", got)
+	}
+}
+
+// An unpublish of a target that was never published (the kubelet's retry after the
+// volume went, or a restart's leftovers) is a success through the real sidecar mounter, and
+// the node service logs it on the logger it was given.
+func TestUnpublishOfAnAbsentTargetSucceeds(t *testing.T) {
+	kroot := t.TempDir()
+	var buf syncbuf.Buffer
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: kroot, SidecarUID: os.Getuid(), SidecarGID: os.Getgid()},
+		nil, slog.New(slog.NewTextHandler(&buf, nil)))
+	tgt := podfiles.CSITargetPath(kroot, "uid-1", "data")
+	for range 2 {
+		if _, err := s.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: tgt}); err != nil {
+			t.Fatalf("unpublish of a target never published: %v", err)
+		}
+	}
+	if out := buf.String(); !strings.Contains(out, "volume unpublished") || !strings.Contains(out, tgt) {
+		t.Errorf("log %q does not say the target was unpublished", out)
 	}
 }

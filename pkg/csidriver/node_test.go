@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,28 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := Listen("tcp://127.0.0.1:5000"); err == nil {
 		t.Fatal("tcp endpoint accepted")
+	}
+	// A stale socket (or anything) left at the path by a previous run is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen("unix://" + stale)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	ln.Close()
+	// unix://csi.sock names a path relative to the working directory (host and path).
+	t.Chdir(dir)
+	if err := os.Mkdir("sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ln, err = Listen("unix://sub/c.sock"); err != nil {
+		t.Fatalf("Listen(unix://sub/c.sock): %v", err)
+	}
+	defer ln.Close()
+	if fi, err := os.Stat(filepath.Join(dir, "sub", "c.sock")); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("no socket at sub/c.sock: %v", err)
 	}
 }
 
