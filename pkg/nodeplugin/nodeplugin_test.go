@@ -223,3 +223,86 @@ func TestKubeletCSIEndpoint(t *testing.T) {
 		t.Errorf("a relative kubelet CSI endpoint: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// Run recovers what the previous node plugin left before it serves (an offer record it
+// cannot use is removed), and at its stop removes the shared directory nothing uses.
+func TestRunRecoversAtStartAndCleansUpAtStop(t *testing.T) {
+	c := minimal(t)
+	c.StateDir = filepath.Join(t.TempDir(), "offers")
+	// The shared directory is given to the sidecar's uid (contract.SidecarUID): root only.
+	shared := os.Geteuid() == 0
+	if shared {
+		c.SharedDir = filepath.Join(t.TempDir(), "shared")
+	} else {
+		t.Log("not root: the shared directory's clean-up is not checked (New gives it to the sidecar's uid)")
+	}
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(c.StateDir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.SharedDir); shared && err != nil {
+		t.Fatalf("no shared directory after New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run recovers, serves and stops at once
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unusable offer record is still there: %v", err)
+	}
+	if _, err := os.Stat(c.SharedDir); shared && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unused shared directory is still there after Run: %v", err)
+	}
+}
+
+// An endpoint Run cannot listen on ends it with an error naming the endpoint.
+func TestRunFailsOnAnEndpointItCannotListenOn(t *testing.T) {
+	c := minimal(t)
+	c.Endpoint = "unix://" + filepath.Join(t.TempDir(), "missing-dir", "csi.sock")
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), c.Endpoint) {
+		t.Fatalf("Run = %v, want an error naming %s", err, c.Endpoint)
+	}
+}
+
+// goUntil runs f in its own goroutine when on, and its channel closes once f returned; off,
+// f never runs and the channel is closed at once.
+func TestGoUntil(t *testing.T) {
+	p := &Plugin{}
+	ran := make(chan struct{})
+	release := make(chan struct{})
+	done := p.goUntil(true, func() { close(ran); <-release })
+	select {
+	case <-ran:
+	case <-time.After(waitBound):
+		t.Fatal("f never ran")
+	}
+	select {
+	case <-done:
+		t.Fatal("done closed before f returned")
+	default:
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(waitBound):
+		t.Fatal("done not closed after f returned")
+	}
+	off := p.goUntil(false, func() { t.Error("f ran although off") })
+	select {
+	case <-off:
+	default:
+		t.Fatal("off: the channel is not closed at once")
+	}
+}
