@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -304,5 +305,44 @@ func TestGoUntil(t *testing.T) {
 	case <-off:
 	default:
 		t.Fatal("off: the channel is not closed at once")
+	}
+}
+
+// With a container runtime endpoint the exit coordinator follows pods through its watch
+// (and close releases the client); without one it has no runtime; an endpoint it cannot
+// use is refused at start.
+func TestNewConnectsTheRuntime(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	c := minimal(t)
+	c.RuntimeEndpoint = srv.Endpoint
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if p.runtime == nil || p.rtWatch == nil || p.coordinator.Runtime != p.rtWatch || p.criEndpoint != srv.Endpoint {
+		t.Errorf("with a runtime endpoint: runtime %v, watch %v, coordinator's runtime %v, endpoint %q", p.runtime, p.rtWatch, p.coordinator.Runtime, p.criEndpoint)
+	}
+	var names []string
+	for _, x := range p.parts() {
+		names = append(names, x.name)
+	}
+	if !slices.Contains(names, "runtime") {
+		t.Errorf("close stops %q, not the runtime's client", names)
+	}
+
+	none, err := New(minimal(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer none.close()
+	if none.runtime != nil || none.rtWatch != nil || none.coordinator.Runtime != nil {
+		t.Errorf("without a runtime endpoint: runtime %v, watch %v, coordinator's runtime %v", none.runtime, none.rtWatch, none.coordinator.Runtime)
+	}
+
+	c = minimal(t)
+	c.RuntimeEndpoint = "tcp://127.0.0.1:1"
+	if _, err := New(c); err == nil || !strings.Contains(err.Error(), "tcp://127.0.0.1:1") {
+		t.Errorf("New with a tcp runtime endpoint = %v, want an error naming it", err)
 	}
 }
