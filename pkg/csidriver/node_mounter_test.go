@@ -178,7 +178,10 @@ func TestPublishThroughTheMounter(t *testing.T) {
 		"sidecar refresh " + target, "sidecar refresh " + target, "sidecar refresh " + target}; !slices.Equal(got, want) {
 		t.Errorf("sidecar mounter calls %q, want %q", got, want)
 	}
+	readOnly := publishReq("v1", "bkt", false)
+	readOnly.Readonly = true
 	for name, req := range map[string]*csi.NodePublishVolumeRequest{
+		"read-only":         readOnly,
 		"another volume ID": publishReq("v2", "bkt", false),
 		"another bucket":    publishReq("v1", "other", false),
 		"the shared mode":   publishReq("v1", "bkt", true),
