@@ -19,3 +19,14 @@ func TestGetPluginInfoName(t *testing.T) {
 		}
 	}
 }
+
+// The version the node plugin was built as is reported (kubectl get csinode shows what the
+// kubelet logged); a build without one says dev.
+func TestGetPluginInfoVersion(t *testing.T) {
+	for version, want := range map[string]string{"": "dev", "v1.2.3": "v1.2.3"} {
+		resp, err := (&IdentityServer{Version: version}).GetPluginInfo(context.Background(), &csi.GetPluginInfoRequest{})
+		if err != nil || resp.VendorVersion != want {
+			t.Errorf("Version %q: GetPluginInfo = %v, %v; want %s", version, resp, err, want)
+		}
+	}
+}

@@ -59,9 +59,29 @@ func TestMetricsRecordCallsAndStatuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	found := false
 	for _, mf := range mfs {
-		if mf.GetName() == metricscatalog.VolumesPublished.Name && mf.Metric[0].GetGauge().GetValue() != 1 {
-			t.Errorf("%s = %v, want 1", metricscatalog.VolumesPublished.Name, mf.Metric[0].GetGauge().GetValue())
+		if mf.GetName() == metricscatalog.VolumesPublished.Name {
+			found = true
+			if v := mf.Metric[0].GetGauge().GetValue(); v != 1 {
+				t.Errorf("%s = %v, want 1", metricscatalog.VolumesPublished.Name, v)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s not exported", metricscatalog.VolumesPublished.Name)
+	}
+	// Without a count of published volumes, the gauge is left out (and a scrape works).
+	reg = prometheus.NewRegistry()
+	if _, err := NewMetrics(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if mfs, err = reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == metricscatalog.VolumesPublished.Name {
+			t.Errorf("%s exported without a count", mf.GetName())
 		}
 	}
 }

@@ -2,10 +2,13 @@ package csidriver
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,11 +20,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/sharedmounter"
 )
 
 // fakeMounter records what the Node service asks of a mounter; nothing is mounted.
@@ -37,6 +42,8 @@ type fakeMounter struct {
 	// entered.
 	gate, entered chan struct{}
 	fresh         credentials.Written
+	// flags are the gcsfuse flags of the last publish.
+	flags []string
 }
 
 func newFake(name string) *fakeMounter { return &fakeMounter{name: name, owned: map[string]bool{}} }
@@ -59,6 +66,9 @@ func (f *fakeMounter) NeedsSidecar() bool              { return f.name == "sidec
 
 func (f *fakeMounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) error {
 	f.record("publish", req.GetTargetPath())
+	f.mu.Lock()
+	f.flags = slices.Clone(r.Volume.Flags)
+	f.mu.Unlock()
 	if f.entered != nil {
 		close(f.entered)
 	}
@@ -98,11 +108,16 @@ func (f *fakeMounter) Unpublish(_ context.Context, target string, _ *slog.Logger
 type mounted struct {
 	mu sync.Mutex
 	at map[string]*fusemount.Info
+	// err, when set, is every lookup's answer (mountinfo unreadable).
+	err error
 }
 
 func (m *mounted) lookup(path string) (*fusemount.Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
 	return m.at[path], nil
 }
 
@@ -163,7 +178,10 @@ func TestPublishThroughTheMounter(t *testing.T) {
 		"sidecar refresh " + target, "sidecar refresh " + target, "sidecar refresh " + target}; !slices.Equal(got, want) {
 		t.Errorf("sidecar mounter calls %q, want %q", got, want)
 	}
+	readOnly := publishReq("v1", "bkt", false)
+	readOnly.Readonly = true
 	for name, req := range map[string]*csi.NodePublishVolumeRequest{
+		"read-only":         readOnly,
 		"another volume ID": publishReq("v2", "bkt", false),
 		"another bucket":    publishReq("v1", "other", false),
 		"the shared mode":   publishReq("v1", "bkt", true),
@@ -219,12 +237,19 @@ func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("a mount of another bucket: %v, want AlreadyExists", err)
 	}
-	m.set(target, &fusemount.Info{FSType: "ext4", Source: "/dev/sda1"})
+	m.set(target, &fusemount.Info{FSType: "ext4", Source: "bkt"})
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("a target another file system mounts: %v, want AlreadyExists", err)
 	}
 	if got := shared.called(); !slices.Equal(got, []string{"shared refresh " + target}) || len(side.called()) != 0 {
 		t.Errorf("calls: shared %q, sidecar %q", got, side.called())
+	}
+	// The credentials the republish could not write fail it with the mounter's code: the
+	// kubelet retries, and gcsfuse must not read an expired token meanwhile unsaid.
+	m.set(target, gcsfuseMount)
+	shared.refreshErr = status.Error(codes.Unavailable, "cannot write the token")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a republish whose credentials could not be refreshed: %v, want Unavailable", err)
 	}
 }
 
@@ -232,7 +257,7 @@ func TestRepublishOfATargetFromBeforeARestart(t *testing.T) {
 // recorded, so the kubelet's retry publishes again.
 func TestPublishFailuresKeepTheirCode(t *testing.T) {
 	ctx := context.Background()
-	s, side, _, _ := fakeServer(t, false)
+	s, side, _, m := fakeServer(t, false)
 	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", true)); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("a shared volume on a node without the shared mode: %v, want FailedPrecondition", err)
 	}
@@ -255,6 +280,15 @@ func TestPublishFailuresKeepTheirCode(t *testing.T) {
 	if _, err := s.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "v1", TargetPath: "/elsewhere/mount",
 		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a target outside the kubelet's pods: %v, want InvalidArgument", err)
+	}
+	// A mount table that cannot be read says nothing of the target: Internal, and nothing
+	// is mounted over what may be there.
+	m.err = errors.New("mountinfo unreadable")
+	if _, err := s.NodePublishVolume(ctx, publishReq("v1", "bkt", false)); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), target) {
+		t.Errorf("an unreadable mount table: %v, want Internal naming the target", err)
+	}
+	if got := side.called(); !slices.Equal(got, want) {
+		t.Errorf("calls after an unreadable mount table %q, want %q", got, want)
 	}
 }
 
@@ -383,5 +417,116 @@ func TestOnlyTheSidecarModeNeedsTheSidecar(t *testing.T) {
 	}
 	if slices.Contains(side.called(), "sidecar publish "+target) || !slices.Contains(shared.called(), "shared publish "+target) {
 		t.Errorf("calls: sidecar %q, shared %q", side.called(), shared.called())
+	}
+}
+
+// What the node plugin asks of the modes at start and stop reaches the right mounter: the
+// sidecar's offer records are recovered (an unusable one is reported and removed), and the
+// shared mode's recovery, clean-up and metrics are its mounter's; a node without the shared
+// mode answers that it has none (nothing recovered, nothing removed, no metrics).
+func TestStartAndStopReachTheirMounters(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newServer := func(sharedDir string) (*NodeServer, string) {
+		stateDir := t.TempDir()
+		return mustNodeServer(Config{NodeID: "n1", KubeletRoot: t.TempDir(), SidecarUID: os.Getuid(), SidecarGID: os.Getgid(),
+			StateDir: stateDir, SharedDir: sharedDir}, nil, log), stateDir
+	}
+	for _, withShared := range []bool{false, true} {
+		sharedDir := ""
+		if withShared {
+			sharedDir = filepath.Join(t.TempDir(), "shared")
+		}
+		s, stateDir := newServer(sharedDir)
+		bad := filepath.Join(stateDir, "bad.json")
+		if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.RecoverOffers(context.Background()); n != 0 || err == nil || !strings.Contains(err.Error(), "bad.json") {
+			t.Errorf("shared=%v: RecoverOffers with an unusable record = %d, %v; want 0 and an error naming it", withShared, n, err)
+		}
+		if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("shared=%v: the unusable offer record is still there: %v", withShared, err)
+		}
+		if n, err := s.RecoverShared(); n != 0 || err != nil {
+			t.Errorf("shared=%v: RecoverShared with no mount = %d, %v", withShared, n, err)
+		}
+		dir, keys, users, ok := s.SharedMetrics()
+		if ok != withShared {
+			t.Errorf("shared=%v: SharedMetrics ok = %v", withShared, ok)
+		}
+		if withShared {
+			if dir != sharedmounter.MounterDir(sharedDir) || keys == nil || len(keys()) != 0 || users == nil {
+				t.Errorf("SharedMetrics = %q, keys %v, %v; want the mounter's directory %q, no key, a collector", dir, keys != nil, users, sharedmounter.MounterDir(sharedDir))
+			}
+		} else if dir != "" || keys != nil || users != nil {
+			t.Errorf("SharedMetrics without the shared mode = %q, keys %v, %v", dir, keys != nil, users)
+		}
+		s.Close()
+		if got := s.CleanUpShared(); got != withShared {
+			t.Errorf("shared=%v: CleanUpShared = %v", withShared, got)
+		}
+		if withShared {
+			if _, err := os.Stat(sharedDir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the unused shared directory is still there after CleanUpShared: %v", err)
+			}
+		}
+	}
+}
+
+// The mount is owned for the pod: its fsGroup (volume_mount_group) and the uid its
+// containers run as reach the mounter as gcsfuse flags; a volume_mount_group that is not a
+// group ID is InvalidArgument naming the volume, and nothing is mounted.
+func TestPublishOwnsTheMountForThePod(t *testing.T) {
+	ctx := context.Background()
+	s, side, _, _ := fakeServer(t, false)
+	uid, sidecarUID := int64(1000), int64(65534)
+	s.cfg.Pods = func(string) (*corev1.Pod, bool) {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+			// The sidecar's own user does not count: the mount is the app's.
+			{Name: contract.SidecarContainerName, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/gcsfuse-data"}},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &sidecarUID}},
+			{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &uid}},
+		}}}, true
+	}
+	req := publishReq("v1", "bkt", false)
+	req.VolumeCapability.GetMount().VolumeMountGroup = "3000"
+	if _, err := s.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--gid=3000", "--uid=1000"} {
+		if !slices.Contains(side.flags, f) {
+			t.Errorf("flags of the mount %q lack %s", side.flags, f)
+		}
+	}
+	if _, err := s.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	req.VolumeCapability.GetMount().VolumeMountGroup = "staff"
+	before := len(side.called())
+	if _, err := s.NodePublishVolume(ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "volume data") {
+		t.Errorf("volume_mount_group staff: %v, want InvalidArgument naming the volume", err)
+	}
+	if got := side.called()[before:]; slices.Contains(got, "sidecar publish "+target) {
+		t.Errorf("mounted with a bad volume_mount_group: %q", got)
+	}
+}
+
+// An unpublish of a target that was never published (the kubelet's retry after the
+// volume went, or a restart's leftovers) is a success through the real sidecar mounter, and
+// the node service logs it on the logger it was given.
+func TestUnpublishOfAnAbsentTargetSucceeds(t *testing.T) {
+	kroot := t.TempDir()
+	var buf syncbuf.Buffer
+	s := mustNodeServer(Config{NodeID: "n1", KubeletRoot: kroot, SidecarUID: os.Getuid(), SidecarGID: os.Getgid()},
+		nil, slog.New(slog.NewTextHandler(&buf, nil)))
+	tgt := podfiles.CSITargetPath(kroot, "uid-1", "data")
+	for range 2 {
+		if _, err := s.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: "v1", TargetPath: tgt}); err != nil {
+			t.Fatalf("unpublish of a target never published: %v", err)
+		}
+	}
+	if out := buf.String(); !strings.Contains(out, "volume unpublished") || !strings.Contains(out, tgt) {
+		t.Errorf("log %q does not say the target was unpublished", out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,8 @@ func newTestServer() *NodeServer {
 // a message that names the bad field.
 func TestValidatePublish(t *testing.T) {
 	rw := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-	inline := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1"}
+	inline := map[string]string{contract.AttrBucketName: "bkt", contract.CtxEphemeral: "true", contract.CtxPodUID: "uid-1",
+		contract.CtxPodNamespace: "ns", contract.CtxPodName: "p"}
 	tests := []struct {
 		name    string
 		req     *csi.NodePublishVolumeRequest
@@ -66,11 +68,17 @@ func TestValidatePublish(t *testing.T) {
 				if r.Volume.Bucket != "bkt" || r.Volume.VolumeName != "data" || r.Volume.Endpoint != "http://emu/storage/v1/" || r.Volume.ReadOnly {
 					t.Fatalf("volume = %+v", r.Volume)
 				}
+				if want := (PodRef{Namespace: "ns", Name: "p", UID: "uid-1"}); r.Pod != want {
+					t.Fatalf("pod = %+v, want %+v", r.Pod, want)
+				}
 			}},
 		{name: "pv handle is bucket", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket", TargetPath: target, VolumeCapability: mountCap(rw, "implicit-dirs")},
 			check: func(t *testing.T, r *nodevolume.Request) {
 				if r.Volume.Bucket != "pv-bucket" || len(r.Volume.Flags) != 1 {
 					t.Fatalf("volume = %+v", r.Volume)
+				}
+				if r.Pod.UID != "uid-1" {
+					t.Fatalf("pod UID %q, want the target's (no pod info in the volume context)", r.Pod.UID)
 				}
 			}},
 		{name: "pv handle bucket:suffix", req: &csi.NodePublishVolumeRequest{VolumeId: "pv-bucket:second", TargetPath: target, VolumeCapability: mountCap(rw)},
@@ -89,6 +97,12 @@ func TestValidatePublish(t *testing.T) {
 					t.Fatal("not read-only")
 				}
 			}},
+		{name: "readonly request", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(rw), Readonly: true},
+			check: func(t *testing.T, r *nodevolume.Request) {
+				if !r.Volume.ReadOnly {
+					t.Fatal("not read-only")
+				}
+			}},
 		{name: "ro mount option", req: &csi.NodePublishVolumeRequest{VolumeId: "b-1", TargetPath: target, VolumeCapability: mountCap(rw, "ro")},
 			check: func(t *testing.T, r *nodevolume.Request) {
 				if !r.Volume.ReadOnly {
@@ -102,6 +116,8 @@ func TestValidatePublish(t *testing.T) {
 			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "block"},
 		{name: "fs type", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}, AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "fs_type"},
+		{name: "no access type", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: &csi.VolumeCapability{
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, wantErr: "mount access type"},
 		{name: "unknown access mode", req: &csi.NodePublishVolumeRequest{VolumeId: "b", TargetPath: target, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_UNKNOWN)}, wantErr: "access_mode"},
 		{name: "target outside kubelet", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: "/tmp/x", VolumeCapability: mountCap(rw)}, wantErr: "target_path"},
 		{name: "bad volume name", req: &csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: podfiles.CSITargetPath(root, "u", "Bad_Name"), VolumeCapability: mountCap(rw)}, wantErr: "DNS-1123"},
@@ -177,6 +193,28 @@ func TestListen(t *testing.T) {
 	if _, err := Listen("tcp://127.0.0.1:5000"); err == nil {
 		t.Fatal("tcp endpoint accepted")
 	}
+	// A stale socket (or anything) left at the path by a previous run is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen("unix://" + stale)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	ln.Close()
+	// unix://csi.sock names a path relative to the working directory (host and path).
+	t.Chdir(dir)
+	if err := os.Mkdir("sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ln, err = Listen("unix://sub/c.sock"); err != nil {
+		t.Fatalf("Listen(unix://sub/c.sock): %v", err)
+	}
+	defer ln.Close()
+	if fi, err := os.Stat(filepath.Join(dir, "sub", "c.sock")); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("no socket at sub/c.sock: %v", err)
+	}
 }
 
 // An identical second NodePublishVolume of a published target must succeed (CSI
@@ -223,10 +261,16 @@ func TestNewNodeServerValidates(t *testing.T) {
 		{func(c *Config) { c.NodeID = "" }, "node ID"},
 		{func(c *Config) { c.KubeletRoot = "var/lib/kubelet" }, "kubelet root"},
 		{func(c *Config) { c.SidecarUID = -1 }, "uid"},
-		{func(c *Config) { c.UnmountBusyWait = -time.Second }, "busy wait"},
+		{func(c *Config) { c.SidecarGID = -1 }, "gid"},
+		{func(c *Config) { c.UnmountBusyWait = -time.Nanosecond }, "busy wait"},
 		{func(c *Config) { c.StateDir = "offers" }, "state directory"},
+		{func(c *Config) { c.SharedDir = "shared" }, "shared directory"},
+		{func(c *Config) { c.SharedLinger = -1 }, "shared linger"},
+		{func(c *Config) { c.SharedOfferWait = -1 }, "shared offer wait"},
+		{func(c *Config) { c.Credentials.Provider = "not-a-provider" }, "credentials"},
 		{func(c *Config) { c.GCSEndpoint = "emulator:8080" }, "GCS endpoint"},
 		{func(c *Config) { c.GCSEndpoint = "ftp://emu/storage/v1/" }, "GCS endpoint"},
+		{func(c *Config) { c.GCSEndpoint = "http:///storage/v1/" }, "GCS endpoint"},
 		{func(c *Config) { c.MachineType = "n2 standard" }, "machine type"},
 		{func(c *Config) { c.MachineType = "n2,implicit-dirs" }, "machine type"},
 	} {
@@ -234,6 +278,10 @@ func TestNewNodeServerValidates(t *testing.T) {
 		tt.mutate(&cfg)
 		if _, err := NewNodeServer(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewNodeServer(%+v) error = %v, want one naming %q", cfg, err, tt.want)
+		}
+		// Validate alone refuses it too: the node plugin calls it before building anything.
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %q", cfg, err, tt.want)
 		}
 	}
 }
@@ -291,7 +339,16 @@ func TestValidatePublishCredentialCodes(t *testing.T) {
 	req.VolumeContext[contract.CtxSATokens] = `{"gcsfuse.csi.storage":{"token":"a.b.c","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
 	r, err := s.validatePublish(req)
 	if err != nil || !r.Volume.KeyFile || !strings.Contains(r.Volume.Identity, "through //iam.googleapis.com") {
-		t.Errorf("federation: %+v %v", r, err)
+		t.Fatalf("federation: %+v %v", r, err)
+	}
+	// The configuration points gcsfuse at the volume's token file where the pod's sidecar
+	// sees its emptyDir.
+	s.cfg.SidecarTmpPath = func(uid string) string { return "/sidecar-tmp-of-" + uid }
+	if r, err = s.validatePublish(req); err != nil {
+		t.Fatal(err)
+	}
+	if want := podfiles.At("/sidecar-tmp-of-uid-1").CredentialsTokenFile("data"); !strings.Contains(string(r.Creds.Config), `"`+want+`"`) {
+		t.Errorf("external_account configuration %s does not name the token file %s", r.Creds.Config, want)
 	}
 	// The kubelet's keys stay accepted, the credential attributes too; others are refused.
 	req.VolumeContext["serviceAcount"] = "typo"
@@ -402,5 +459,37 @@ func TestSharedADCOnlyWhereAllowed(t *testing.T) {
 	}
 	if r, err := publish(s, sidecar); err != nil || r.Creds.Kind != credentials.KindADC {
 		t.Errorf("sidecar volume, shared provider only: %v; want ADC (the pod's own, in its sidecar)", err)
+	}
+}
+
+// Every CSI access mode is served: the reader-only ones mount read-only, the writer ones
+// read-write; an unknown one is refused at validation.
+func TestAccessModes(t *testing.T) {
+	s := newTestServer()
+	for mode := range csi.VolumeCapability_AccessMode_Mode_name {
+		m := csi.VolumeCapability_AccessMode_Mode(mode)
+		r, err := s.validatePublish(&csi.NodePublishVolumeRequest{VolumeId: "bkt", TargetPath: target, VolumeCapability: mountCap(m)})
+		switch m {
+		case csi.VolumeCapability_AccessMode_UNKNOWN:
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%v: %v, want InvalidArgument", m, err)
+			}
+		case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+			if err != nil || !r.Volume.ReadOnly {
+				t.Errorf("%v: %v, want a read-only volume", m, err)
+			}
+		default:
+			if err != nil || r.Volume.ReadOnly {
+				t.Errorf("%v: %v, want a read-write volume", m, err)
+			}
+		}
+	}
+}
+
+// The kubelet learns the node's ID from NodeGetInfo (it names the node in the CSINode).
+func TestNodeGetInfoNamesTheNode(t *testing.T) {
+	resp, err := newTestServer().NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if err != nil || resp.GetNodeId() != "n1" {
+		t.Fatalf("NodeGetInfo = %v, %v; want node ID n1", resp, err)
 	}
 }

@@ -218,6 +218,18 @@ func TestNoEventWhenTheSidecarIsGone(t *testing.T) {
 			time.Sleep(5 * quietWait) // retries (every 20 ms at most) find it and cannot write: from then on its end is the pod's
 			tearDown(t, emptyDirPath(root, pod))
 		}},
+		{name: "emptyDir path unopenable (not a directory), then removed", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
+			// Something is there that cannot be opened as the emptyDir: the volume
+			// exists, and its removal is the pod's, as for a read-only one.
+			if err := os.WriteFile(emptyDirPath(root, pod), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return pod, nil
+		}, whileRetrying: func(t *testing.T, root string, pod *corev1.Pod) {
+			if err := os.Remove(emptyDirPath(root, pod)); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{name: "API: pod deleted", setup: func(t *testing.T, root string, pod *corev1.Pod) (*corev1.Pod, *fake.Clientset) {
 			return pod, fake.NewClientset()
 		}},
@@ -600,5 +612,23 @@ func TestClaimExitOncePerEffort(t *testing.T) {
 	l.endExit(uid, true)
 	if l.claimExit(uid) {
 		t.Fatal("a settled request (sidecar told or gone) is claimed again")
+	}
+}
+
+// An ExitCoordinator built without retry timings retries with the documented ones; timings
+// a test gives are kept, and an effort never ends before its budget.
+func TestExitRetryDefaults(t *testing.T) {
+	want := exitRetryPolicy{first: ExitRetryFirst, max: ExitRetryMax, total: ExitRetryFor, late: ExitRetryLate,
+		longest: ExitRetryLongest, apiTimeout: ExitAPITimeout}
+	if got := (exitRetryPolicy{}).orDefaults(); got != want {
+		t.Errorf("zero policy = %+v, want %+v", got, want)
+	}
+	given := exitRetryPolicy{first: 1, max: 1, total: 1, late: 1, longest: 1, apiTimeout: 1}
+	if got := given.orDefaults(); got != given {
+		t.Errorf("given policy %+v became %+v", given, got)
+	}
+	long := exitRetryPolicy{total: 48 * time.Hour, longest: time.Hour}
+	if got := long.orDefaults(); got.longest != 48*time.Hour || got.total != 48*time.Hour {
+		t.Errorf("a budget longer than the longest effort: %+v, want the effort as long as the budget", got)
 	}
 }

@@ -579,3 +579,26 @@ func TestFollowStartedBySidecarTerminatingReleasesWithoutAbsentContainers(t *tes
 	e.l.SidecarTerminating(csidriver.PodRef{Namespace: "ns", Name: pod.Name, UID: uid})
 	e.waitExit(uid, releaseBound)
 }
+
+// A pod without the driver's sidecar has nothing to release: it is not followed (no
+// follower, no runtime call), while a pod with one is.
+func TestPodWithoutTheSidecarIsNotFollowed(t *testing.T) {
+	e := newEnv(t)
+	const uid, other = "uid-plain", "uid-with-sidecar"
+	plain := deletedAt(legacyPod(uid), 30)
+	plain.Spec.Containers = plain.Spec.Containers[1:] // "app" alone
+	if e.l.Follow(plain, WhyDeleted) {
+		t.Error("Follow started a follower for a pod without the sidecar")
+	}
+	e.l.pods.mu.Lock()
+	r := e.l.pods.pods[uid]
+	e.l.pods.mu.Unlock()
+	if r != nil && r.follower != nil {
+		t.Error("the pod without the sidecar has a follower")
+	}
+	e.mkEmptyDir(other)
+	e.rt.Set(ctr(other, contract.SidecarContainerName, 0, running), ctr(other, "app", 0, running))
+	if !e.l.Follow(deletedAt(legacyPod(other), 30), WhyDeleted) {
+		t.Error("Follow started no follower for a pod with the sidecar")
+	}
+}

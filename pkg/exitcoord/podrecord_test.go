@@ -3,6 +3,7 @@ package exitcoord
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,28 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 	if n := events.Count(contract.EventSidecarExitRequested); n != 1 {
 		t.Errorf("%s recorded %d times, want 1", contract.EventSidecarExitRequested, n)
 	}
+	// Each Event is on the pod, of the right type, and says why.
+	for _, e := range events.Events() {
+		if e.Pod != ref {
+			t.Errorf("%s recorded on %+v, want %+v", e.Reason, e.Pod, ref)
+		}
+		switch e.Reason {
+		case contract.EventSidecarExitRequested:
+			if e.Warning || !strings.Contains(e.Msg, decision.Reason) {
+				t.Errorf("%s: warning=%v %q; want Normal, saying %q", e.Reason, e.Warning, e.Msg, decision.Reason)
+			}
+		case contract.EventSidecarFailed:
+			if !e.Warning || !strings.Contains(e.Msg, contract.SidecarContainerName+" exited with code 1: bucket") {
+				t.Errorf("%s: warning=%v %q; want a Warning naming the sidecar, its exit code and message", e.Reason, e.Warning, e.Msg)
+			}
+		}
+	}
+	// The exit request written is settled: the record holds no work, and goes with the pod.
+	l.pods.mu.Lock()
+	if r := l.pods.pods[pod.UID]; r == nil || r.exit != exitSettled || r.busy() {
+		t.Errorf("record after the exit file was written: %+v, want settled and not busy", r)
+	}
+	l.pods.mu.Unlock()
 	if n := events.Count(contract.EventSidecarFailed); n != 2 {
 		t.Errorf("%s recorded %d times for two failed runs, want 2", contract.EventSidecarFailed, n)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/containerexittest"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/testpki"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/csidriver"
@@ -221,5 +222,127 @@ func TestKubeletCSIEndpoint(t *testing.T) {
 	c.RegistrationSocket, c.KubeletCSIEndpoint = filepath.Join(t.TempDir(), "reg.sock"), "csi.sock"
 	if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a relative kubelet CSI endpoint: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Run recovers what the previous node plugin left before it serves (an offer record it
+// cannot use is removed), and at its stop removes the shared directory nothing uses.
+func TestRunRecoversAtStartAndCleansUpAtStop(t *testing.T) {
+	c := minimal(t)
+	c.StateDir = filepath.Join(t.TempDir(), "offers")
+	// The shared directory is given to the sidecar's uid (contract.SidecarUID): root only.
+	shared := os.Geteuid() == 0
+	if shared {
+		c.SharedDir = filepath.Join(t.TempDir(), "shared")
+	} else {
+		t.Log("not root: the shared directory's clean-up is not checked (New gives it to the sidecar's uid)")
+	}
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(c.StateDir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.SharedDir); shared && err != nil {
+		t.Fatalf("no shared directory after New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run recovers, serves and stops at once
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unusable offer record is still there: %v", err)
+	}
+	if _, err := os.Stat(c.SharedDir); shared && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unused shared directory is still there after Run: %v", err)
+	}
+}
+
+// An endpoint Run cannot listen on ends it with an error naming the endpoint.
+func TestRunFailsOnAnEndpointItCannotListenOn(t *testing.T) {
+	c := minimal(t)
+	c.Endpoint = "unix://" + filepath.Join(t.TempDir(), "missing-dir", "csi.sock")
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), c.Endpoint) {
+		t.Fatalf("Run = %v, want an error naming %s", err, c.Endpoint)
+	}
+}
+
+// goUntil runs f in its own goroutine when on, and its channel closes once f returned; off,
+// f never runs and the channel is closed at once.
+func TestGoUntil(t *testing.T) {
+	p := &Plugin{}
+	ran := make(chan struct{})
+	release := make(chan struct{})
+	done := p.goUntil(true, func() { close(ran); <-release })
+	select {
+	case <-ran:
+	case <-time.After(waitBound):
+		t.Fatal("f never ran")
+	}
+	select {
+	case <-done:
+		t.Fatal("done closed before f returned")
+	default:
+	}
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(waitBound):
+		t.Fatal("done not closed after f returned")
+	}
+	off := p.goUntil(false, func() { t.Error("f ran although off") })
+	select {
+	case <-off:
+	default:
+		t.Fatal("off: the channel is not closed at once")
+	}
+}
+
+// With a container runtime endpoint the exit coordinator follows pods through its watch
+// (and close releases the client); without one it has no runtime; an endpoint it cannot
+// use is refused at start.
+func TestNewConnectsTheRuntime(t *testing.T) {
+	srv := containerexittest.NewServer(t)
+	c := minimal(t)
+	c.RuntimeEndpoint = srv.Endpoint
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if p.runtime == nil || p.rtWatch == nil || p.coordinator.Runtime != p.rtWatch || p.criEndpoint != srv.Endpoint {
+		t.Errorf("with a runtime endpoint: runtime %v, watch %v, coordinator's runtime %v, endpoint %q", p.runtime, p.rtWatch, p.coordinator.Runtime, p.criEndpoint)
+	}
+	var names []string
+	for _, x := range p.parts() {
+		names = append(names, x.name)
+	}
+	if !slices.Contains(names, "runtime") {
+		t.Errorf("close stops %q, not the runtime's client", names)
+	}
+
+	none, err := New(minimal(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer none.close()
+	if none.runtime != nil || none.rtWatch != nil || none.coordinator.Runtime != nil {
+		t.Errorf("without a runtime endpoint: runtime %v, watch %v, coordinator's runtime %v", none.runtime, none.rtWatch, none.coordinator.Runtime)
+	}
+
+	c = minimal(t)
+	c.RuntimeEndpoint = "tcp://127.0.0.1:1"
+	if _, err := New(c); err == nil || !strings.Contains(err.Error(), "tcp://127.0.0.1:1") {
+		t.Errorf("New with a tcp runtime endpoint = %v, want an error naming it", err)
 	}
 }
