@@ -49,6 +49,7 @@ type node struct {
 	initPID int // on this machine
 	log     *syncbuf.Buffer
 	done    chan error
+	ended   bool // done received
 }
 
 // startNode builds nodeinit and starts it under unshare, as cluster-up.sh does.
@@ -63,14 +64,16 @@ func startNode(t *testing.T, grace time.Duration) *node {
 	bin := build(t)
 	n := &node{log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	n.unshare = exec.Command("unshare", "--pid", "--mount", "--uts", "--ipc", "--fork", "--kill-child", "--mount-proc",
-		"--", bin, "-hostname", "testnode", "-grace", grace.String())
+		"--propagation", "unchanged", "--", bin, "-hostname", "testnode", "-grace", grace.String())
 	n.unshare.Stdout, n.unshare.Stderr = n.log, n.log
+	// A test binary killed by its timeout takes the node with it (unshare --kill-child).
+	n.unshare.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.unshare.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { n.done <- n.unshare.Wait() }()
 	t.Cleanup(func() {
-		if n.unshare.ProcessState == nil {
+		if !n.ended {
 			_ = n.unshare.Process.Kill()
 			<-n.done
 		}
@@ -103,6 +106,7 @@ func (n *node) exit(t *testing.T, within time.Duration) int {
 	t.Helper()
 	select {
 	case <-n.done:
+		n.ended = true
 		return n.unshare.ProcessState.ExitCode()
 	case <-time.After(within):
 		t.Fatalf("the node did not end within %s; its log:\n%s", within, n.log)
@@ -154,50 +158,81 @@ func TestOrphansAreReaped(t *testing.T) {
 	})
 }
 
+// startUnit starts a shell loop in the node that traps SIGTERM (trap: its command) and
+// returns once the trap is set. fromHost starts it as cluster-lib.sh's node_start does: the
+// child of an nsenter on this machine, which the init cannot wait for; otherwise it is
+// started from inside the node, orphaned to the init.
+func (n *node) startUnit(t *testing.T, fromHost bool, trap string) {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	loop := "trap '" + trap + "' TERM; touch " + ready + "; while :; do sleep 0.05; done"
+	if fromHost {
+		cmd := exec.Command("nsenter", "-t", strconv.Itoa(n.initPID), "-a", "--", "sh", "-c", loop)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(waited) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill() // nsenter; the unit ends with the node
+			<-waited
+		})
+	} else {
+		n.in(t, "setsid sh -c \""+loop+"\" </dev/null >/dev/null 2>&1 &")
+	}
+	waitFor(t, 5*time.Second, "the unit to set its trap", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
+}
+
 // TestStopEndsEveryProcessOfTheNode: SIGTERM to the init stops the node: each process gets
-// SIGTERM and time to end (a unit that ends on it: exit 0), and one that ignores it is
-// killed past the grace period (exit 1, said in the log); nothing of the node is left.
+// SIGTERM and its time to end, those the host started (node_start: nsenter's children there)
+// as well as the init's own, and the init exits only once they have (0); one that ignores
+// SIGTERM is killed past the grace period (exit 1, said in the log).
 func TestStopEndsEveryProcessOfTheNode(t *testing.T) {
+	// unitTakes is how long a unit takes to end after SIGTERM (a kubelet flushing its state).
+	const unitTakes = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
+		fromHost bool
 		ignore   bool
 		wantCode int
 	}{
-		{name: "units end on SIGTERM", wantCode: 0},
-		{name: "a unit ignoring SIGTERM is killed past the grace", ignore: true, wantCode: 1},
+		{name: "a unit started from the host gets its time", fromHost: true, wantCode: 0},
+		{name: "a unit orphaned in the node gets its time", wantCode: 0},
+		{name: "a unit ignoring SIGTERM is killed past the grace", fromHost: true, ignore: true, wantCode: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			grace := 10 * time.Second
 			if tc.ignore {
-				grace = 500 * time.Millisecond
+				grace = time.Second
 			}
 			n := startNode(t, grace)
-			dir := t.TempDir()
-			mark, ready := filepath.Join(dir, "terminated"), filepath.Join(dir, "ready")
-			trap := "echo term > " + mark + "; exit 0"
+			mark := filepath.Join(t.TempDir(), "terminated")
+			trap := "sleep " + strconv.FormatFloat(unitTakes.Seconds(), 'f', 1, 64) + "; echo term > " + mark + "; exit 0"
 			if tc.ignore {
 				trap = "echo term > " + mark
 			}
-			pid := n.in(t, "setsid sh -c 'trap \""+trap+"\" TERM; touch "+ready+"; while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo $!")
-			if pid == "" {
-				t.Fatal("no unit started")
-			}
-			waitFor(t, 5*time.Second, "the unit to set its trap", func() bool {
-				_, err := os.Stat(ready)
-				return err == nil
-			})
+			n.startUnit(t, tc.fromHost, trap)
 			start := time.Now()
 			if err := syscall.Kill(n.initPID, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if code := n.exit(t, grace+10*time.Second); code != tc.wantCode {
+			code := n.exit(t, grace+10*time.Second)
+			took := time.Since(start)
+			if code != tc.wantCode {
 				t.Errorf("nodeinit exited %d, want %d; its log:\n%s", code, tc.wantCode, n.log)
 			}
 			if _, err := os.Stat(mark); err != nil {
-				t.Errorf("the unit never got SIGTERM: %v", err)
+				t.Errorf("the unit did not end by its SIGTERM trap before the node ended (%s after SIGTERM): %v", took, err)
+			}
+			if !tc.ignore && took < unitTakes {
+				t.Errorf("the node ended %s after SIGTERM, before its unit's %s", took, unitTakes)
 			}
 			if tc.ignore {
-				if took := time.Since(start); took < grace {
+				if took < grace {
 					t.Errorf("the node ended %s after SIGTERM, before its %s grace", took, grace)
 				}
 				if !strings.Contains(n.log.String(), "killed") {
@@ -205,6 +240,26 @@ func TestStopEndsEveryProcessOfTheNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOtherSignalsLeaveTheNodeUp: a PID 1 ignores what it has no use for; SIGHUP, SIGUSR1 or
+// SIGQUIT (Go's default: end the program) must not power the node off.
+func TestOtherSignalsLeaveTheNodeUp(t *testing.T) {
+	n := startNode(t, 5*time.Second)
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGALRM, syscall.SIGPIPE} {
+		if err := syscall.Kill(n.initPID, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-n.done:
+		n.ended = true
+		t.Fatalf("the node ended on a signal it should ignore; its log:\n%s", n.log)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if got := n.in(t, "cat /proc/1/comm"); got != "nodeinit" {
+		t.Errorf("PID 1 in the node is %q after the signals", got)
 	}
 }
 
