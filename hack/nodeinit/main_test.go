@@ -15,6 +15,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 )
 
 var (
@@ -79,7 +80,7 @@ func startNode(t *testing.T, grace time.Duration) *node {
 		}
 	})
 	children := filepath.Join("/proc", strconv.Itoa(n.unshare.Process.Pid), "task", strconv.Itoa(n.unshare.Process.Pid), "children")
-	waitFor(t, 5*time.Second, "nodeinit to start", func() bool {
+	waitfor.Until(t, 5*time.Second, "nodeinit to start", func() bool {
 		b, _ := os.ReadFile(children)
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil {
@@ -114,15 +115,6 @@ func (n *node) exit(t *testing.T, within time.Duration) int {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("waited %s for %s", d, what)
-		}
-	}
-}
-
 // TestNodeIsAMachineOfItsOwn: inside the node, PID 1 is nodeinit, the hostname is the
 // node's, and a privileged pod's way into the node's mounts (the storage testsuites'
 // hostexec pods: nsenter --mount=/proc/1/ns/mnt) works, which this machine's own PID 1
@@ -147,7 +139,7 @@ func TestOrphansAreReaped(t *testing.T) {
 	n := startNode(t, 5*time.Second)
 	// The subshell's sleep outlives its parent (nsenter's sh), then ends.
 	n.in(t, "(sleep 0.3 &) ; true")
-	waitFor(t, 5*time.Second, "the orphan to end and be reaped", func() bool {
+	waitfor.Until(t, 5*time.Second, "the orphan to end and be reaped", func() bool {
 		// Each process of the node, "pid (comm) state ...": an orphan not reaped stays, a zombie.
 		for _, line := range strings.Split(n.in(t, "cat /proc/[0-9]*/stat 2>/dev/null || true"), "\n") {
 			if strings.Contains(line, "(sleep)") {
@@ -181,7 +173,7 @@ func (n *node) startUnit(t *testing.T, fromHost bool, trap string) {
 	} else {
 		n.in(t, "setsid sh -c \""+loop+"\" </dev/null >/dev/null 2>&1 &")
 	}
-	waitFor(t, 5*time.Second, "the unit to set its trap", func() bool {
+	waitfor.Until(t, 5*time.Second, "the unit to set its trap", func() bool {
 		_, err := os.Stat(ready)
 		return err == nil
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/metricscatalog"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus"
@@ -334,18 +335,6 @@ func TestWatcherReportsEachPodUID(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond until it holds, failing the test after the deadline.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s did not happen within %s", what, deadline)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	return findMetric(t, reg, name, nil).GetGauge().GetValue()
@@ -423,10 +412,10 @@ func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
 	errCh, cancel := runInBackground(w)
 	defer cancel()
 
-	waitUntil(t, "the not-synced warning", func() bool { return strings.Contains(logs.String(), "pod cache not synced") })
+	waitfor.Until(t, deadline, "the not-synced warning", func() bool { return strings.Contains(logs.String(), "pod cache not synced") })
 	// The reflector retries with a backoff of about a second: a second failed list shows
 	// that the watch goes on retrying past the sync timeout.
-	waitUntil(t, "a second failed list", func() bool { return errorCount(reg, "list") >= 2 })
+	waitfor.Until(t, deadline, "a second failed list", func() bool { return errorCount(reg, "list") >= 2 })
 	requireRunning(t, errCh, "while the API server was down")
 	if g := gaugeValue(t, reg, metricscatalog.WatchSynced.Name); g != 0 {
 		t.Errorf("%s = %v while the API server is down, want 0", metricscatalog.WatchSynced.Name, g)
@@ -437,7 +426,7 @@ func TestRunWaitsForTheAPIServerThenProcessesPods(t *testing.T) {
 
 	apiUp.Store(true)
 	h.waitFor(t, "done", "job", "uid-1")
-	waitUntil(t, "the synced log line", func() bool { return strings.Contains(logs.String(), "pod cache synced") })
+	waitfor.Until(t, deadline, "the synced log line", func() bool { return strings.Contains(logs.String(), "pod cache synced") })
 	if g := gaugeValue(t, reg, metricscatalog.WatchSynced.Name); g != 1 {
 		t.Errorf("%s = %v once synced, want 1", metricscatalog.WatchSynced.Name, g)
 	}
@@ -486,15 +475,15 @@ func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
 	w := New(client, node, h, WithLogger(slog.New(slog.NewTextHandler(logs, nil))), WithMetrics(m))
 	errCh, cancel := runInBackground(w)
 	defer cancel()
-	waitUntil(t, "the watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
-	waitUntil(t, "the synced gauge", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
+	waitfor.Until(t, deadline, "the watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
+	waitfor.Until(t, deadline, "the synced gauge", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
 
 	// The API server goes away: its watch connection ends, and it answers nothing.
 	apiUp.Store(false)
 	mu.Lock()
 	current.Stop()
 	mu.Unlock()
-	waitUntil(t, "the outage to show", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 0 })
+	waitfor.Until(t, deadline, "the outage to show", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 0 })
 	done := setState(jobPod("job", "uid-1", node), "main", exited(0, ""))
 	if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), done, ns); err != nil {
 		t.Fatal(err)
@@ -509,7 +498,7 @@ func TestRunEvaluatesPodsThatFinishedWhileTheAPIServerWasDown(t *testing.T) {
 
 	apiUp.Store(true)
 	h.waitFor(t, "done", "job", "uid-1")
-	waitUntil(t, "the synced gauge after the outage", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
+	waitfor.Until(t, deadline, "the synced gauge after the outage", func() bool { return gaugeValue(t, reg, metricscatalog.WatchSynced.Name) == 1 })
 	if errorCount(reg, "list")+errorCount(reg, "watch") == 0 {
 		t.Errorf("no failed request counted in %s", metricscatalog.WatchErrors.Name)
 	}
@@ -600,7 +589,7 @@ func TestEventsDoNotBlockWhileTheAPIServerHangs(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("recording %d Events took %s with the API server hanging", events, el)
 	}
-	waitUntil(t, "the first Event write", func() bool { return writes.Load() > 0 })
+	waitfor.Until(t, deadline, "the first Event write", func() bool { return writes.Load() > 0 })
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	select {

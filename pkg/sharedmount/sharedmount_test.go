@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 )
 
 // fakeOps records the effects asked for, and checks the rules a kernel would make hurt: no
@@ -119,17 +121,6 @@ func (f *fakeOps) checkRules(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Keys' names, as Key.Name gives them.
 var (
 	kk = Key{Bucket: "k"}.Name()
@@ -153,7 +144,7 @@ func newTable(t *testing.T, linger time.Duration) (*fakeOps, *Table) {
 // holding a key's lock.
 func waitKeysForgotten(t *testing.T, tb *Table) {
 	t.Helper()
-	waitFor(t, "every key forgotten", func() bool {
+	waitfor.Until(t, 5*time.Second, "every key forgotten", func() bool {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
 		return len(tb.keys) == 0
@@ -257,7 +248,7 @@ func TestOneMountPerKeyAndLinger(t *testing.T) {
 		t.Fatalf("calls %v: a target bound within the linger must keep the mount", ops.calls)
 	}
 	tb.Unbound("/t/next", ops.unbound)
-	waitFor(t, "stop after the linger", func() bool { return ops.count("stop") == 1 })
+	waitfor.Until(t, 5*time.Second, "stop after the linger", func() bool { return ops.count("stop") == 1 })
 	second, started := publish(t, tb, ops, kk, "/t/later")
 	if !started || second == first {
 		t.Fatalf("after the stop: started %v, mount %s (first %s): want a new generation", started, second, first)
@@ -300,7 +291,7 @@ func TestDiedIsReplaced(t *testing.T) {
 	for _, tg := range []string{"/t/1", "/t/2"} {
 		tb.Unbound(tg, ops.unbound)
 	}
-	waitFor(t, "stop of the dead mount", func() bool { return ops.count("stop "+old) == 1 })
+	waitfor.Until(t, 5*time.Second, "stop of the dead mount", func() bool { return ops.count("stop "+old) == 1 })
 	time.Sleep(150 * time.Millisecond)
 	if ops.count("stop "+repl) != 0 {
 		t.Fatalf("the dead mount's last unbind stopped its replacement: %v", ops.calls)
@@ -348,7 +339,7 @@ func TestFailuresLeaveNothingBound(t *testing.T) {
 		t.Fatal("a failed bind bound the target")
 	}
 	// The mount started for nobody is stopped after the linger, and the key forgotten.
-	waitFor(t, "stop of a mount no target uses", func() bool { return ops.count("stop") == 1 })
+	waitfor.Until(t, 5*time.Second, "stop of a mount no target uses", func() bool { return ops.count("stop") == 1 })
 	waitKeysForgotten(t, tb)
 }
 
@@ -362,7 +353,7 @@ func TestStopRetried(t *testing.T) {
 	ops.stopErrs = 2
 	name, _ := publish(t, tb, ops, kk, "/t/1")
 	tb.Unbound("/t/1", ops.unbound)
-	waitFor(t, "three stops", func() bool { return ops.count("stop "+name) == 3 })
+	waitfor.Until(t, 5*time.Second, "three stops", func() bool { return ops.count("stop "+name) == 3 })
 	waitKeysForgotten(t, tb)
 	ops.mu.Lock()
 	stopped := ops.stopped[name]
@@ -385,7 +376,7 @@ func TestRestore(t *testing.T) {
 	if tb.NameOf("/t/1") != MountName(used, 3) || tb.NameOf("/t/0") != MountName(used, 0) || tb.NameOf("/t/x") != "" {
 		t.Fatal("restored targets not known")
 	}
-	waitFor(t, "stop of the unused restored mount", func() bool { return ops.count("stop "+MountName(unused, 2)) == 1 })
+	waitfor.Until(t, 5*time.Second, "stop of the unused restored mount", func() bool { return ops.count("stop "+MountName(unused, 2)) == 1 })
 	if name, started := publish(t, tb, ops, used, "/t/2"); started || name != MountName(used, 3) {
 		t.Fatalf("publish on a restored key: %s started %v, want the newest generation bound", name, started)
 	}
@@ -418,7 +409,7 @@ func TestKeysLockedApart(t *testing.T) {
 		_, _, err := tb.Publish(ka, User{Target: "/t/slow"}, ops.use)
 		slow <- err
 	}()
-	waitFor(t, "the slow start to begin", func() bool {
+	waitfor.Until(t, 5*time.Second, "the slow start to begin", func() bool {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
 		return tb.keys[ka] != nil
@@ -488,7 +479,7 @@ func TestPublishesRacingTheLinger(t *testing.T) {
 	name, _ := publish(t, tb, ops, kk, "/t/last")
 	ops.checkRules(t)
 	tb.Unbound("/t/last", ops.unbound)
-	waitFor(t, "every mount stopped", func() bool {
+	waitfor.Until(t, 5*time.Second, "every mount stopped", func() bool {
 		ops.mu.Lock()
 		defer ops.mu.Unlock()
 		for m := range ops.started {

@@ -23,6 +23,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/syncbuf"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -330,18 +331,6 @@ func TestUnpublishOfATargetThatCannotBeRemoved(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond every few milliseconds for at most 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A publish mounts the target with the volume's bucket and kernel options, records the
 // pending offer, and offers the descriptor on the volume's socket; the sidecar that takes
 // it gets the volume, the record goes, and its reports reach the metrics (with the publish
@@ -411,14 +400,14 @@ func TestPublishMountsRecordsAndOffers(t *testing.T) {
 	if !reflect.DeepEqual(vol, &r.Volume) {
 		t.Errorf("the sidecar got %+v, want %+v", vol, r.Volume)
 	}
-	waitUntil(t, "the taken offer's record to go", func() bool {
+	waitfor.Until(t, 5*time.Second, "the taken offer's record to go", func() bool {
 		_, err := os.Stat(m.recordPath(tp))
 		return os.IsNotExist(err)
 	})
 	if err := handoff.SendStatus(conn, &handoff.Status{State: handoff.StateStarted, ElapsedMillis: 7}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the GcsfuseStarted Event", func() bool { return rec.Count(contract.EventGcsfuseStarted) == 1 })
+	waitfor.Until(t, 5*time.Second, "the GcsfuseStarted Event", func() bool { return rec.Count(contract.EventGcsfuseStarted) == 1 })
 	if e := rec.Events()[0]; e.Pod != pod || e.Msg != "volume data: gcsfuse serving after 7 ms" {
 		t.Errorf("event = %+v", e)
 	}
