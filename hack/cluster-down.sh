@@ -88,19 +88,29 @@ if running containerd; then
   # Sandboxes' network namespaces are released by containerd; the shims exit with their tasks.
   stop containerd
 fi
-rm -f "$RUN/ctr"
+# A containerd that died with its node (a power cut) leaves its pid file; a new node refuses
+# to start over a previous one's.
+rm -f "$RUN/ctr" "$RUN/containerd.pid"
 # The node itself (cluster-lib.sh): its init sends what is left in it SIGTERM, then SIGKILL
-# past NODE_STOP_GRACE, and exits. Its mounts' copies on this side outlive it: unmounted below.
+# past NODE_STOP_GRACE_SECONDS, and exits. A node whose init's pid was never written (its
+# cluster-up stopped half way) ends with its unshare (--kill-child). Its mounts' copies on
+# this side outlive it: unmounted below.
+node_pid=""
 if node_running; then
-  init=$(node_init_pid)
-  kill -TERM "$init" 2>/dev/null
-  for ((i = 0; i < (${NODE_STOP_GRACE%s} + NODE_STOP_SLACK) * 5; i++)); do
-    kill -0 "$init" 2>/dev/null || break
+  node_pid=$(node_init_pid)
+elif [ -f "$RUN/node-unshare.pid" ] && [ "$(readlink "/proc/$(cat "$RUN/node-unshare.pid")/exe" 2>/dev/null)" = "$(command -v unshare)" ]; then
+  node_pid=$(cat "$RUN/node-unshare.pid")
+fi
+if [ -n "$node_pid" ]; then
+  kill -TERM "$node_pid" 2>/dev/null
+  for ((i = 0; i < (NODE_STOP_GRACE_SECONDS + NODE_STOP_SLACK_SECONDS) * 5; i++)); do
+    kill -0 "$node_pid" 2>/dev/null || break
     sleep 0.2
   done
-  if kill -0 "$init" 2>/dev/null; then
-    echo "the node's init ($init) still running past its grace; SIGKILL" >&2
-    kill -KILL "$init" 2>/dev/null
+  if kill -0 "$node_pid" 2>/dev/null; then
+    echo "the node ($node_pid) still running past its grace; SIGKILL" >&2
+    kill -KILL "$node_pid" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do kill -0 "$node_pid" 2>/dev/null || break; sleep 0.2; done
   fi
   step "stopped the node"
 fi

@@ -104,12 +104,18 @@ kctl() { "$K8S_BIN/kubectl" "$@"; }
 # the directories of NODE_SHARED_DIRS propagate to this machine (cluster-up.sh makes them
 # shared, then this side a slave), so whatever reads them here (tests, scripts) sees them.
 NODE_SHARED_DIRS=(/var/lib/kubelet /var/lib/containerd /run/containerd /run/crio)
-# NODE_STOP_GRACE: how long the node's processes get between SIGTERM and SIGKILL when the
-# node stops (cluster-down.sh); the wait for the init is bounded by it plus NODE_STOP_SLACK.
-NODE_STOP_GRACE=30s
-NODE_STOP_SLACK=10
-node_init_pid() { cat "$RUN/nodeinit.pid" 2>/dev/null; }
-node_running() { local p; p=$(node_init_pid) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+# NODE_STOP_GRACE_SECONDS: how long the node's processes get between SIGTERM and SIGKILL
+# when the node stops (cluster-down.sh); the wait for the init is bounded by it plus
+# NODE_STOP_SLACK_SECONDS.
+NODE_STOP_GRACE_SECONDS=30
+NODE_STOP_SLACK_SECONDS=10
+node_init_pid() { cat "$RUN/nodeinit.pid" 2>/dev/null || true; }
+# node_running: the init of $RUN/nodeinit.pid runs, and is ours (not a pid reused since).
+node_running() {
+  local p
+  p=$(node_init_pid)
+  [ -n "$p" ] && [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$RUN/nodeinit" ]
+}
 # node_exec CMD...: runs CMD as a process of the node (all of its init's namespaces).
 node_exec() { nsenter -t "$(node_init_pid)" -a -- "$@"; }
 # node_start NAME LOG CMD...: starts CMD in the background as a process of the node, in a

@@ -315,13 +315,15 @@ containerd_state() {
 }
 
 # The node's state dirs (NODE_SHARED_DIRS: the kubelet's, the runtimes') are shared mounts
-# on this side before the node starts (a bind mount of each onto itself where it is not one:
-# / is private on this VM), so that the node's copies are their peers; once the node runs,
-# this side's copies become slaves (node_up), receiving every mount the node makes (the
-# volumes, the driver's FUSE mounts, the containers' root file systems) while nothing mounted
-# here reaches the node. Undone by cluster-down.sh. Inside the node every mount is shared, as
-# on a systemd host, which the node plugin's HostToContainer and Bidirectional mounts of the
-# runtimes' dirs and the kubelet's need.
+# on this side before the node starts (a bind mount of each onto itself where it is not in a
+# shared or slave mount: / is private on this VM), so that the node's copies are their peers;
+# once the node runs, this side's copies of those binds become slaves (node_up), receiving
+# every mount the node makes there (the volumes, the driver's FUSE mounts, the containers'
+# root file systems) while nothing mounted here under them reaches the node. Undone by
+# cluster-down.sh. On a host whose / is shared (systemd), nothing is bound and the node's
+# mounts stay two-way peers of this side's, as they were when the node shared its mount
+# namespace. Inside the node every other mount keeps its propagation (unshare --propagation
+# unchanged): the node plugin's HostToContainer and Bidirectional mounts are all under them.
 shared_dirs() {
   local d
   for d in "${NODE_SHARED_DIRS[@]}"; do
@@ -334,18 +336,36 @@ shared_dirs() {
   done
 }
 
+# A node that ended without cluster-down.sh (killed, or this machine's processes stopped)
+# leaves its pid files, this side's binds (private once the node's copies are gone) and the
+# mounts they received: a new node on them would inherit stale mounts and pids.
+node_leftovers() {
+  local f left=""
+  for f in nodeinit.pid node-unshare.pid containerd.pid kubelet.pid kube-proxy.pid shared-mounts; do
+    [ -e "$RUN/$f" ] && left+=" $f"
+  done
+  echo "$left"
+}
+
 # node_up starts the node (cluster-lib.sh): hack/nodeinit as PID 1 of new PID, mount, UTS and
 # IPC namespaces inside the cluster's network namespace, in a session of its own.
 node_up() {
   node_running && return 0
+  local left unshare init="" i d
+  left=$(node_leftovers)
+  if [ -n "$left" ]; then
+    echo "the node is not running but a previous one left its state in $RUN:$left; run hack/cluster-down.sh first" >&2
+    exit 1
+  fi
+  shared_dirs
   (cd "$REPO_ROOT" && go build -o "$RUN/nodeinit" ./hack/nodeinit)
   step "start the node: PID, mount, UTS, IPC namespaces of its own under hack/nodeinit"
-  setsid nohup "${NSEXEC[@]}" unshare --pid --mount --uts --ipc --fork --kill-child --mount-proc --propagation shared \
-    -- "$RUN/nodeinit" -hostname "$NODE_NAME" -grace "$NODE_STOP_GRACE" >"$LOGS/node.log" 2>&1 &
-  local unshare=$! init="" i d
+  setsid nohup "${NSEXEC[@]}" unshare --pid --mount --uts --ipc --fork --kill-child --mount-proc --propagation unchanged \
+    -- "$RUN/nodeinit" -hostname "$NODE_NAME" -grace "${NODE_STOP_GRACE_SECONDS}s" >"$LOGS/node.log" 2>&1 &
+  unshare=$!
   echo "$unshare" >"$RUN/node-unshare.pid"
   for ((i = 0; i < 100; i++)); do
-    init=$(tr -d ' ' <"/proc/$unshare/task/$unshare/children" 2>/dev/null)
+    init=$(tr -d ' ' <"/proc/$unshare/task/$unshare/children" 2>/dev/null || true)
     [ -n "$init" ] && grep -q "node up" "$LOGS/node.log" && break
     kill -0 "$unshare" 2>/dev/null || break
     sleep 0.05
@@ -355,9 +375,11 @@ node_up() {
     exit 1
   fi
   echo "$init" >"$RUN/nodeinit.pid"
-  for d in "${NODE_SHARED_DIRS[@]}"; do
-    findmnt -n -o PROPAGATION --mountpoint "$d" | grep -q shared && mount --make-rslave "$d"
-  done
+  if [ -f "$RUN/shared-mounts" ]; then
+    while read -r d; do
+      mount --make-rslave "$d"
+    done <"$RUN/shared-mounts"
+  fi
   # What the node is for: a privileged pod's way into the node's mounts works there.
   if ! node_exec nsenter --mount=/proc/1/ns/mnt -- true; then
     echo "the node's PID 1 refuses nsenter --mount=/proc/1/ns/mnt" >&2
@@ -366,7 +388,6 @@ node_up() {
   step "node up: init pid $init here, $(node_exec hostname); PID 1 of the node is $(node_exec cat /proc/1/comm)"
 }
 running containerd || containerd_state
-shared_dirs
 node_up
 versions
 step "start containerd ($CTRD_DIR/containerd)"

@@ -6,7 +6,8 @@
 // NODE_IP:22 (and only there: nothing listens on this machine's own addresses).
 //
 // It runs each "exec" request as `bash -c COMMAND` in this machine's mount namespace, which
-// receives every mount the node makes (its state directories propagate here: hack/cluster-up.sh),
+// receives every mount the node makes under its state directories (/var/lib/kubelet, the
+// runtimes': hack/cluster-up.sh),
 // with -path first in PATH, where hack/node-systemctl.sh stands in for systemctl (the kubelet
 // is a process of the node that cluster-up.sh started, not a unit) and sudo runs its
 // arguments as they are.
