@@ -180,6 +180,46 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
+// mounterDeps are what the node service gives both mounters besides its Config.
+type mounterDeps struct {
+	store   nodevolume.Store
+	files   *nodevolume.Files
+	metrics nodevolume.StatusRecorder
+	events  EventSink
+	log     *slog.Logger
+	unbound func(target string) // the shared mounter's: a target it does not bind
+}
+
+// filesConfig, sidecarConfig and sharedConfig are the parts of cfg each piece of the node
+// service is given, one function each so that a test can check every field lands where it
+// belongs (a wait given as another, a uid as the gid, shows nowhere else without root).
+func filesConfig(cfg Config, log *slog.Logger) nodevolume.Files {
+	var mounterDir string
+	if cfg.SharedDir != "" {
+		mounterDir = sharedmounter.MounterDir(cfg.SharedDir)
+	}
+	return nodevolume.Files{KubeletRoot: cfg.KubeletRoot, MounterDir: mounterDir,
+		UID: cfg.SidecarUID, GID: cfg.SidecarGID, CABundle: cfg.CABundle, Log: log}
+}
+
+func sidecarConfig(cfg Config, d mounterDeps) sidecarmounter.Config {
+	return sidecarmounter.Config{
+		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait, StateDir: cfg.StateDir,
+		OnTerminating: cfg.OnTerminating, Store: d.store, Files: d.files, Metrics: d.metrics, Events: d.events, Log: d.log,
+	}
+}
+
+func sharedConfig(cfg Config, d mounterDeps) sharedmounter.Config {
+	return sharedmounter.Config{
+		Dir: cfg.SharedDir, MounterTmpPath: cfg.MounterTmpPath, KubeletRoot: cfg.KubeletRoot,
+		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait,
+		Linger: cfg.SharedLinger, OfferWait: cfg.SharedOfferWait, ADC: cfg.SharedADC,
+		Credentials: cfg.Credentials.ForShared(), Pods: cfg.Pods,
+		Store: d.store, Files: d.files, Metrics: d.metrics, Events: d.events, Log: d.log,
+		Unbound: d.unbound,
+	}
+}
+
 // NewNodeServer validates cfg and returns a Node service. events and log may be nil.
 func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer, error) {
 	if err := cfg.Validate(); err != nil {
@@ -200,12 +240,7 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	}
 	ns := &NodeServer{cfg: cfg, log: log, store: nodevolume.NewStore(), lookup: fusemount.Lookup}
 	ns.machineType.Store(&cfg.MachineType)
-	var mounterDir string
-	if cfg.SharedDir != "" {
-		mounterDir = sharedmounter.MounterDir(cfg.SharedDir)
-	}
-	files, err := nodevolume.NewFiles(nodevolume.Files{KubeletRoot: cfg.KubeletRoot, MounterDir: mounterDir,
-		UID: cfg.SidecarUID, GID: cfg.SidecarGID, CABundle: cfg.CABundle, Log: log})
+	files, err := nodevolume.NewFiles(filesConfig(cfg, log))
 	if err != nil {
 		return nil, fmt.Errorf("node service: %w", err)
 	}
@@ -214,25 +249,17 @@ func NewNodeServer(cfg Config, events EventSink, log *slog.Logger) (*NodeServer,
 	if cfg.Metrics != nil {
 		metrics = cfg.Metrics
 	}
-	ns.sidecar, err = sidecarmounter.New(sidecarmounter.Config{
-		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait, StateDir: cfg.StateDir,
-		OnTerminating: cfg.OnTerminating, Store: ns.store, Files: files, Metrics: metrics, Events: events, Log: log,
-	})
+	deps := mounterDeps{store: ns.store, files: files, metrics: metrics, events: events, log: log}
+	ns.sidecar, err = sidecarmounter.New(sidecarConfig(cfg, deps))
 	if err != nil {
 		return nil, fmt.Errorf("node service: %w", err)
 	}
 	ns.sidecarMounter = ns.sidecar
 	if cfg.SharedDir != "" {
-		ns.shared, err = sharedmounter.New(sharedmounter.Config{
-			Dir: cfg.SharedDir, MounterTmpPath: cfg.MounterTmpPath, KubeletRoot: cfg.KubeletRoot,
-			UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait,
-			Linger: cfg.SharedLinger, OfferWait: cfg.SharedOfferWait, ADC: cfg.SharedADC,
-			Credentials: cfg.Credentials.ForShared(), Pods: cfg.Pods,
-			Store: ns.store, Files: files, Metrics: metrics, Events: events, Log: log,
-			// A target it does not bind (it never is: the caller asked Owns under the
-			// target's lock) is cleaned up as any other: its offer record and files.
-			Unbound: ns.sidecar.Forget,
-		})
+		// A target it does not bind (it never is: the caller asked Owns under the target's
+		// lock) is cleaned up as any other: its offer record and files.
+		deps.unbound = ns.sidecar.Forget
+		ns.shared, err = sharedmounter.New(sharedConfig(cfg, deps))
 		if err != nil {
 			return nil, fmt.Errorf("node service: %w", err)
 		}

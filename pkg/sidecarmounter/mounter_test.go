@@ -331,6 +331,34 @@ func TestUnpublishOfATargetThatCannotBeRemoved(t *testing.T) {
 	}
 }
 
+// TestPublishMountsForTheSidecarsUser: the FUSE mount is made for the sidecar's uid and gid
+// (user_id, group_id), which the kernel lets serve and use it; a mount for another user (the
+// uid given as the gid, say) fails the sidecar's gcsfuse or its pod's reads.
+func TestPublishMountsForTheSidecarsUser(t *testing.T) {
+	needs.RootAndFUSE(t)
+	const sidecarUID, sidecarGID = 1234, 5678
+	m, _, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers"), UID: sidecarUID, GID: sidecarGID})
+	tp := target("data")
+	if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(tp, unix.MNT_DETACH) })
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt", KeyFile: true},
+		Opts:   &mountopts.Volume{}, Creds: testPlan("tok")}
+	if err := m.Publish(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: tp}, r, m.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unpublish(context.Background(), tp, m.cfg.Log) })
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(tp))
+	if err != nil || len(mounts) != 1 {
+		t.Fatalf("mounts at the target: %+v, %v", mounts, err)
+	}
+	if super := strings.Split(mounts[0].VFSOptions, ","); !slices.Contains(super, "user_id=1234") || !slices.Contains(super, "group_id=5678") {
+		t.Errorf("the target's mount is for %s; want user_id=%d,group_id=%d (the sidecar's)", mounts[0].VFSOptions, sidecarUID, sidecarGID)
+	}
+}
+
 // A publish mounts the target with the volume's bucket and kernel options, records the
 // pending offer, and offers the descriptor on the volume's socket; the sidecar that takes
 // it gets the volume, the record goes, and its reports reach the metrics (with the publish
