@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -658,10 +660,28 @@ func TestUntakenOffer(t *testing.T) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
 	})
+	// The mounter's uid and gid differ, so that a mount made for one as the other shows.
+	s.cfg.UID, s.cfg.GID = 1234, 5678
+	// While the offer waits, its FUSE mount is there to be seen: for the mounter's user.
+	super := make(chan string, 1)
+	go func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if mounts, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(mnt)); len(mounts) == 1 {
+				super <- mounts[0].VFSOptions
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		super <- "no mount appeared"
+	}()
 	req, r := podPublish(t, "uid-1")
 	err := s.Publish(context.Background(), req, r, s.cfg.Log)
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a publish no mounter took: %v, want Unavailable", err)
+	}
+	if opts := strings.Split(<-super, ","); !slices.Contains(opts, "user_id=1234") || !slices.Contains(opts, "group_id=5678") {
+		t.Errorf("the offered mount is for %s; want user_id=1234,group_id=5678 (the mounter's)", strings.Join(opts, ","))
 	}
 	if mounts, err := fusemount.MountsUnder(s.cfg.Dir); err != nil || len(mounts) != 0 {
 		t.Errorf("mounts left under the shared directory: %v %v", mounts, err)
