@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,7 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 )
 
@@ -121,5 +123,50 @@ func TestPodEventTo(t *testing.T) {
 	want := []podevents.Event{{Pod: pod, Warning: true, Reason: "R1", Msg: "m1"}, {Pod: pod, Reason: "R2", Msg: "m2"}}
 	if got := rec.Events(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events = %+v, want %+v", got, want)
+	}
+}
+
+// TestApplyReadAheadSetsEveryValue: the mount's kernel read-ahead becomes what the volume
+// asks, 0 (no read-ahead, for random reads) as well as more than the default; nil leaves it.
+func TestApplyReadAheadSetsEveryValue(t *testing.T) {
+	needs.RootAndFUSE(t)
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fuse, err := fusemount.Mount(mnt, fusemount.Options{Source: "bkt", UserID: os.Getuid(), GroupID: os.Getgid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		fuse.Close() // aborts the connection: nothing serves it
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+	})
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
+	if err != nil || len(mounts) != 1 {
+		t.Fatalf("the FUSE mount: %v %v", mounts, err)
+	}
+	bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", mounts[0].Major, mounts[0].Minor)
+	readAhead := func() string {
+		b, err := os.ReadFile(bdi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rec := &podevents.Recorder{}
+	for _, kb := range []int{4096, 0} {
+		nodevolume.ApplyReadAhead(mnt, &kb, nodevolume.PodRef{Name: "p"}, "data", rec, log)
+		if got := readAhead(); got != fmt.Sprint(kb) {
+			t.Errorf("read_ahead_kb=%d: the mount's read-ahead is %s", kb, got)
+		}
+	}
+	nodevolume.ApplyReadAhead(mnt, nil, nodevolume.PodRef{Name: "p"}, "data", rec, log)
+	if got := readAhead(); got != "0" {
+		t.Errorf("no read_ahead_kb changed the mount's read-ahead to %s", got)
+	}
+	if n := len(rec.Events()); n != 0 {
+		t.Errorf("%d Events for read-aheads that were applied: %+v", n, rec.Events())
 	}
 }
