@@ -2,6 +2,11 @@ package sharedmounter
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -900,5 +905,69 @@ func TestPrincipalLeavesOutTheKeysID(t *testing.T) {
 	fed := &credentials.Plan{Kind: credentials.KindFederation, Identity: "sa@p.iam (key 1)"}
 	if principal(fed) == principal(key("sa@p.iam (key 1)")) || principal(fed) != string(credentials.KindFederation)+": sa@p.iam (key 1)" {
 		t.Errorf("a federation plan's principal %q: its identity is kept whole, its kind apart", principal(fed))
+	}
+}
+
+// testKeySecret is a Secret's service-account key of account sa, with key ID id.
+func testKeySecret(t *testing.T, sa, id string) map[string]string {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "my-project", "private_key_id": id,
+		"private_key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), "client_email": sa,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{contract.SecretKeyServiceAccount: string(b)}
+}
+
+// TestRefreshWithARotatedKey: a shared target first published with one key of a service
+// account takes the kubelet's republish with a new key of the same account (a rotation: the
+// same reader, whose mount's key file is rewritten), and refuses one of another account,
+// AlreadyExists, writing nothing: that would change who reads for every pod of the mount.
+func TestRefreshWithARotatedKey(t *testing.T) {
+	const sa, other = "reader@my-project.iam.gserviceaccount.com", "writer@my-project.iam.gserviceaccount.com"
+	s := bareMounter(t, t.TempDir())
+	if err := os.MkdirAll(s.mounterDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Credentials = credentials.Config{}.WithDefaults().ForShared()
+	table := withTable(t, s)
+	mount := sharedmount.MountName(sharedmount.Key{Bucket: "b"}.Name(), 1)
+	target := podfiles.CSITargetPath("/var/lib/kubelet", "uid-1", "data")
+	table.Restore(mount, []sharedmount.User{{Target: target, PodUID: "uid-1", Volume: "data"}})
+	s.cfg.Store.PutPlan(target, nodevolume.SharedPlan{Mount: mount, Plan: &credentials.Plan{Kind: credentials.KindKey, Identity: "service account " + sa + " (key aaaa1111)"}})
+	publish := func(account, id string) (*nodevolume.Request, error) {
+		req := &csi.NodePublishVolumeRequest{TargetPath: target, Secrets: testKeySecret(t, account, id), VolumeContext: map[string]string{
+			contract.AttrBucketName: "b", contract.AttrMountMode: contract.MountModeShared}}
+		r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
+			Opts: &mountopts.Volume{Bucket: "b", Shared: true}, Volume: handoff.Volume{Bucket: "b"},
+			Creds: &credentials.Plan{Kind: credentials.KindKey, Identity: "service account " + account + " (key " + id + ")"}}
+		_, err := s.Refresh(context.Background(), req, r)
+		return r, err
+	}
+	if _, err := publish(other, "cccc3333"); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("a republish with another account's key: %v, want AlreadyExists", err)
+	}
+	keyDir := filepath.Join(s.mounterDir(), "credentials", mount)
+	if entries, _ := os.ReadDir(keyDir); len(entries) != 0 {
+		t.Fatalf("a refused republish wrote the mount's files: %v", entries)
+	}
+	if _, err := publish(sa, "bbbb2222"); err != nil {
+		t.Fatalf("a republish with a rotated key of the same account: %v", err)
+	}
+	if entries, _ := os.ReadDir(keyDir); len(entries) == 0 {
+		t.Error("the rotated key was not written into the mount's files")
+	}
+	if p, ok := s.cfg.Store.Plan(target); !ok || p.Plan.Identity != "service account "+sa+" (key bbbb2222)" {
+		t.Errorf("the target's plan after the rotation: %+v, want the new key's", p.Plan)
 	}
 }
