@@ -6,10 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
 	corev1 "k8s.io/api/core/v1"
 )
+
+// wiredMetrics is a recorder of its own identity, to see it reach each mounter.
+type wiredMetrics struct {
+	nodevolume.NoStatus
+	id int // not zero-sized: its pointer is its own
+}
 
 // TestEachSettingReachesItsMounter: every setting of the node service lands in the field of
 // the piece that uses it, each given a value of its own so that one passed as another (the
@@ -31,7 +38,8 @@ func TestEachSettingReachesItsMounter(t *testing.T) {
 	log := slog.Default()
 	store := nodevolume.NewStore()
 	files := &nodevolume.Files{KubeletRoot: "/files"}
-	d := mounterDeps{store: store, files: files, log: log, unbound: func(string) { unbound++ }}
+	metrics, events := &wiredMetrics{}, &podevents.Recorder{}
+	d := mounterDeps{store: store, files: files, metrics: metrics, events: events, log: log, unbound: func(string) { unbound++ }}
 
 	f := filesConfig(cfg, log)
 	if f.KubeletRoot != "/kubelet" || f.MounterDir != "/shared/mounter" || f.UID != 1001 || f.GID != 2002 || string(f.CABundle) != "ca" || f.Log != log {
@@ -43,7 +51,7 @@ func TestEachSettingReachesItsMounter(t *testing.T) {
 
 	sc := sidecarConfig(cfg, d)
 	if sc.UID != 1001 || sc.GID != 2002 || sc.UnmountBusyWait != 3*time.Second || sc.StateDir != "/state" ||
-		sc.Store != store || sc.Files != files || sc.Log != log {
+		sc.Store != store || sc.Files != files || sc.Log != log || sc.Metrics != metrics || sc.Events != events {
 		t.Errorf("the sidecar mounter got %+v", sc)
 	}
 	if sc.OnTerminating == nil {
@@ -55,7 +63,8 @@ func TestEachSettingReachesItsMounter(t *testing.T) {
 	sh := sharedConfig(cfg, d)
 	if sh.Dir != "/shared" || sh.MounterTmpPath != "/mounter-tmp" || sh.KubeletRoot != "/kubelet" || sh.UID != 1001 || sh.GID != 2002 ||
 		sh.UnmountBusyWait != 3*time.Second || sh.Linger != 4*time.Second || sh.OfferWait != 5*time.Second ||
-		!reflect.DeepEqual(sh.ADC, credentials.SharedADC{"adc-ns"}) || sh.Store != store || sh.Files != files || sh.Log != log {
+		!reflect.DeepEqual(sh.ADC, credentials.SharedADC{"adc-ns"}) || sh.Store != store || sh.Files != files || sh.Log != log ||
+		sh.Metrics != metrics || sh.Events != events {
 		t.Errorf("the shared mounter got %+v", sh)
 	}
 	if sh.Credentials.Provider != "shared-provider" {

@@ -5,13 +5,13 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/exitcoord"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podmetrics"
@@ -72,16 +72,10 @@ func TestCurrentWatcherAnswersFromTheRunningWatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := c.PodByUID("uid-2"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the running watch's pods never reached PodByUID")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, waitBound, "the running watch's pods to reach PodByUID", func() bool {
+		_, ok := c.PodByUID("uid-2")
+		return ok
+	})
 	if p, ok := c.PodByUID("uid-1"); !ok || p.Name != "p" {
 		t.Errorf("PodByUID(uid-1) = %v, %v; want pod p", p, ok)
 	}

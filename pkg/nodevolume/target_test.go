@@ -156,15 +156,15 @@ func TestApplyReadAheadSetsEveryValue(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := &podevents.Recorder{}
-	for _, kb := range []int{4096, 0} {
+	for _, kb := range []int{0, 4096} {
 		nodevolume.ApplyReadAhead(mnt, &kb, nodevolume.PodRef{Name: "p"}, "data", rec, log)
 		if got := readAhead(); got != fmt.Sprint(kb) {
 			t.Errorf("read_ahead_kb=%d: the mount's read-ahead is %s", kb, got)
 		}
 	}
 	nodevolume.ApplyReadAhead(mnt, nil, nodevolume.PodRef{Name: "p"}, "data", rec, log)
-	if got := readAhead(); got != "0" {
-		t.Errorf("no read_ahead_kb changed the mount's read-ahead to %s", got)
+	if got := readAhead(); got != "4096" {
+		t.Errorf("no read_ahead_kb changed the mount's read-ahead from 4096 to %s", got)
 	}
 	if n := len(rec.Events()); n != 0 {
 		t.Errorf("%d Events for read-aheads that were applied: %+v", n, rec.Events())

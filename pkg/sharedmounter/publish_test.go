@@ -22,6 +22,7 @@ import (
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/podevents"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
@@ -525,6 +526,17 @@ func TestUnpublishHandsTheTokenToAPodThatStays(t *testing.T) {
 	}
 }
 
+// detachUnder detaches, at the test's end, every mount left under dir (a failed start's or
+// undo's): the temporary directory's removal would hang on a FUSE mount nobody serves.
+func detachUnder(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		mounts, _ := fusemount.MountsUnder(dir)
+		for _, m := range mounts {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+}
+
 // TestFreshOffer (a short name: the hand-off socket's path is bounded): the first pod of a key
 // starts its mount: a FUSE connection at the mount's own mount point
 // (read-only as its volume is, the bucket its source), offered to the node's mounter under
@@ -538,6 +550,8 @@ func TestFreshOffer(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(s.cfg.Dir, sharedMountDir), 0o750); err != nil {
 		t.Fatal(err)
 	}
+	detachUnder(t, s.cfg.Dir)
+	s.cfg.OfferWait = 30 * time.Second // a passing test does not wait for it
 	req, r := podPublish(t, "uid-1")
 	r.Volume.ReadOnly = true
 	kb := 1234
@@ -621,13 +635,7 @@ func TestFreshOffer(t *testing.T) {
 	if err := handoff.SendStatus(got.conn, &handoff.Status{Version: handoff.Version, State: handoff.StateStarted, ElapsedMillis: 7}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for rec.Count(contract.EventGcsfuseStarted) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pod was not told its gcsfuse serves")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, 5*time.Second, "the pod to be told its gcsfuse serves", func() bool { return rec.Count(contract.EventGcsfuseStarted) > 0 })
 	if e := rec.Events()[0]; e.Pod.UID != "uid-1" || e.Warning {
 		t.Errorf("event %+v, want a Normal one on uid-1", e)
 	}
@@ -649,23 +657,20 @@ func TestFreshOffer(t *testing.T) {
 func TestUntakenOffer(t *testing.T) {
 	needs.RootAndFUSE(t)
 	s, table, binds, _ := publishableMounter(t)
-	s.cfg.OfferWait = 100 * time.Millisecond
 	mnt := filepath.Join(s.cfg.Dir, sharedMountDir)
 	if err := os.MkdirAll(mnt, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // what a failed undo left, detached: the temporary directory's removal would hang on it
-		mounts, _ := fusemount.MountsUnder(s.cfg.Dir)
-		for _, m := range mounts {
-			_ = unix.Unmount(m, unix.MNT_DETACH)
-		}
-	})
-	// The mounter's uid and gid differ, so that a mount made for one as the other shows.
+	detachUnder(t, s.cfg.Dir)
+	// The mounter's uid and gid differ, so that a mount made for one as the other shows
+	// (a mounter of that uid alone could take the offer: none does here).
 	s.cfg.UID, s.cfg.GID = 1234, 5678
-	// While the offer waits, its FUSE mount is there to be seen: for the mounter's user.
+	// While the offer waits (long enough to be seen on a busy machine), its FUSE mount is
+	// there: for the mounter's user.
+	s.cfg.OfferWait = 2 * time.Second
 	super := make(chan string, 1)
 	go func() {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			if mounts, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(mnt)); len(mounts) == 1 {
 				super <- mounts[0].VFSOptions

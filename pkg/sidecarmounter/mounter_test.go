@@ -382,6 +382,7 @@ func TestPublishMountsRecordsAndOffers(t *testing.T) {
 	if err := m.Publish(context.Background(), req, r, m.cfg.Log); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = m.Unpublish(context.Background(), tp, m.cfg.Log) }) // its offer too, on a failure below
 	after := time.Now()
 	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(tp))
 	if err != nil || len(mounts) != 1 {
