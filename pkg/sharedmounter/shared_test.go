@@ -369,6 +369,15 @@ func TestAdmitChecksSharedADC(t *testing.T) {
 	if err := s.Admit(federation); err != nil {
 		t.Errorf("the pod's own identity in ns: %v, want admitted", err)
 	}
+	// Every identity of the volume's own is admitted anywhere: only the mounter's ADC is
+	// confined to the allowed namespaces.
+	for _, kind := range []credentials.Kind{credentials.KindFederation, credentials.KindKey} {
+		own := r("ns")
+		own.Creds.Kind = kind
+		if err := s.Admit(own); err != nil {
+			t.Errorf("a %s volume in ns: %v, want admitted", kind, err)
+		}
+	}
 	s.cfg.Pods = func(uid string) (*corev1.Pod, bool) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", UID: types.UID(uid)}}, true
 	}
