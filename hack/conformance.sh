@@ -37,8 +37,9 @@ start=$(date +%s)
 DRIVER=gcsfuse.csi.storage
 # Every test of this driver's...
 FOCUS=${CONFORMANCE_FOCUS:-'\[Driver: gcsfuse\.csi\.storage\]'}
-# ...but those that disrupt the node (they stop the kubelet with systemctl over SSH, which
-# the local cluster has neither of), need it alone ([Serial]: shards run at once), and
+# ...but those that disrupt the node (they stop the kubelet with systemctl over SSH: run
+# apart, below, through hack/nodessh and hack/node-systemctl.sh), need it alone ([Serial]:
+# shards run at once), and
 # those of alpha/beta features or feature gates the local cluster does not turn on. [Slow]
 # ones run: on a bucket they take seconds to two minutes, not the disks' many minutes.
 SKIP=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Serial\]|\[Flaky\]|\[Feature:[^]]+\]|\[FeatureGate:[^]]+\]|\[Alpha\]|\[Beta\]'}
