@@ -12,11 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// wiredMetrics is a recorder of its own identity, to see it reach each mounter.
-type wiredMetrics struct {
-	nodevolume.NoStatus
-	id int // not zero-sized: its pointer is its own
-}
+// wiredMetrics is a recorder of a type of its own, to see it reach each mounter.
+type wiredMetrics struct{ nodevolume.NoStatus }
 
 // TestEachSettingReachesItsMounter: every setting of the node service lands in the field of
 // the piece that uses it, each given a value of its own so that one passed as another (the
