@@ -3,8 +3,9 @@
 # disruptive tests (`systemctl stop|start|restart kubelet`, `systemctl show kubelet --property
 # ActiveState --value`, `systemctl is-active kubelet`): the kubelet here is a process of the
 # node (its namespaces under hack/nodeinit) that hack/cluster-up.sh started from
-# $RUN/kubelet.sh, with its pid on this machine in $RUN/kubelet.pid, not a unit. Anything else is refused (exit 1, saying so). Also sudo (a link named sudo): runs its
-# arguments as they are, with this PATH.
+# $RUN/kubelet.sh, with its pid on this machine in $RUN/kubelet.pid, not a unit. Anything
+# else is refused (exit 1, saying so). Also sudo (a link named sudo): runs its arguments as
+# they are, with this PATH.
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 source "$(dirname "$(readlink -f "$0")")/cluster-lib.sh"
 # KUBELET_STOP_TIMEOUT bounds the wait for a stopped kubelet to exit, in seconds.

@@ -2,11 +2,7 @@ package credentials
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,6 +17,7 @@ import (
 
 	authcreds "cloud.google.com/go/auth/credentials"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/sakey"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
@@ -32,26 +29,8 @@ const (
 	sidecarTokenFile = "/gcsfuse-tmp/credentials/data/token"
 )
 
-var (
-	keyOnce sync.Once
-	keyPEM  string
-)
-
-// testKeyPEM is one RSA key for the whole package (generating one costs ~100 ms).
-func testKeyPEM(t testing.TB) string {
-	keyOnce.Do(func() {
-		k, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			panic(err)
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			panic(err)
-		}
-		keyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	})
-	return keyPEM
-}
+// testKeyPEM is one RSA key for the whole package.
+func testKeyPEM(t testing.TB) string { return sakey.PEM(t) }
 
 func tokensAttr(aud, tok string) string {
 	b, _ := json.Marshal(map[string]any{aud: map[string]any{"token": tok, "expirationTimestamp": "2030-01-02T03:04:05Z"}})

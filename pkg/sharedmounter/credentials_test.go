@@ -2,11 +2,6 @@ package sharedmounter
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/sakey"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
@@ -228,23 +224,7 @@ func TestPrincipalLeavesOutTheKeysID(t *testing.T) {
 
 // testKeySecret is a Secret's service-account key of account sa, with key ID id.
 func testKeySecret(t *testing.T, sa, id string) map[string]string {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(map[string]string{
-		"type": "service_account", "project_id": "my-project", "private_key_id": id,
-		"private_key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), "client_email": sa,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string]string{contract.SecretKeyServiceAccount: string(b)}
+	return map[string]string{contract.SecretKeyServiceAccount: sakey.JSON(t, sa, id)}
 }
 
 // TestRefreshWithARotatedKey: a shared target first published with one key of a service
