@@ -24,6 +24,7 @@ require (
 	k8s.io/apimachinery v0.34.4
 	k8s.io/apiserver v0.34.4
 	k8s.io/client-go v0.34.4
+	k8s.io/component-helpers v0.34.4
 	k8s.io/cri-api v0.34.4
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubelet v0.34.4

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops the local cluster started by cluster-up.sh (either runtime: containerd 2.x or
+# Stops the local cluster started by cluster-up.sh, every node (either runtime: containerd 2.x or
 # CONTAINERD=1.6; the ctr of the one that runs is used) and returns the machine to how it was:
 # workload pods are deleted first (so the CSI driver unmounts their volumes while it still
 # runs), then every process is stopped by its pid, in order (the API server before etcd, or
@@ -40,7 +40,9 @@ stop() {
 }
 
 step "cluster down"
-if running kube-apiserver && running kubelet; then
+# The kubelet asked by its health endpoint, not its pid file: pods are deleted whenever it
+# runs to unmount their volumes.
+if running kube-apiserver && node_running && node_exec curl -sf --max-time 5 http://127.0.0.1:10248/healthz >/dev/null 2>&1; then
   step "delete workload pods (the driver unmounts their volumes)"
   for ns in $(kctl get ns -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
     case $ns in kube-system | kube-public | kube-node-lease | gcsfuse-csi) continue ;; esac
@@ -61,6 +63,9 @@ if running kube-apiserver && running kubelet; then
   # kill every container of the node, the driver's with them.
   sleep 1 # let the kubelet tear down the last sandboxes (CNI DEL)
 fi
+
+# The nodes above 1 (hack/node-up.sh), whole: their init stops what runs in them.
+for n in $(extra_nodes); do "$REPO_ROOT/hack/node-down.sh" --remove "$n"; done
 
 step "stop processes"
 # The node agents and controllers first (together), then the API server, then etcd: an API
@@ -91,29 +96,9 @@ fi
 # A containerd that died with its node (a power cut) leaves its pid file; a new node refuses
 # to start over a previous one's.
 rm -f "$RUN/ctr" "$RUN/containerd.pid"
-# The node itself (cluster-lib.sh): its init sends what is left in it SIGTERM, then SIGKILL
-# past NODE_STOP_GRACE_SECONDS, and exits. A node whose init's pid was never written (its
-# cluster-up stopped half way) ends with its unshare (--kill-child). Its mounts' copies on
-# this side outlive it: unmounted below.
-node_pid=""
-if node_running; then
-  node_pid=$(node_init_pid)
-elif [ -f "$RUN/node-unshare.pid" ] && [ "$(readlink "/proc/$(cat "$RUN/node-unshare.pid")/exe" 2>/dev/null)" = "$(command -v unshare)" ]; then
-  node_pid=$(cat "$RUN/node-unshare.pid")
-fi
-if [ -n "$node_pid" ]; then
-  kill -TERM "$node_pid" 2>/dev/null
-  for ((i = 0; i < (NODE_STOP_GRACE_SECONDS + NODE_STOP_SLACK_SECONDS) * 5; i++)); do
-    kill -0 "$node_pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  if kill -0 "$node_pid" 2>/dev/null; then
-    echo "the node ($node_pid) still running past its grace; SIGKILL" >&2
-    kill -KILL "$node_pid" 2>/dev/null
-    for ((i = 0; i < 50; i++)); do kill -0 "$node_pid" 2>/dev/null || break; sleep 0.2; done
-  fi
-  step "stopped the node"
-fi
+# The node itself (cluster-lib.sh's node_power_off). Its mounts' copies on this side outlive
+# it: unmounted below.
+node_power_off
 rm -f "$RUN/nodeinit.pid" "$RUN/node-unshare.pid"
 # A shim of this containerd (1.6 or 2.x: they serve $CONTAINERD_SOCK) still alive, e.g. whose
 # task could not be removed, is stopped by its pid, and the containers it ran with it.
@@ -140,6 +125,7 @@ if netns_exists; then
   rm -f "/run/netns/$NETNS"
 fi
 ip link del "$HOST_VETH" 2>/dev/null
+ip link del "$HOST_BRIDGE" 2>/dev/null
 ip route del unreachable "$SERVICE_CIDR" 2>/dev/null
 # Deepest first. FUSE mounts of killed sidecars answer "transport endpoint is not connected":
 # a lazy unmount detaches them anyway.

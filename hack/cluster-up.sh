@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Starts a single-node Kubernetes cluster on this machine: containerd, etcd $ETCD_VERSION (the
+# Starts a Kubernetes cluster on this machine (NODES nodes, 1 by default; cluster-lib.sh):
+# containerd, etcd $ETCD_VERSION (the
 # one Kubernetes $K8S_VERSION pins, built by etcd-build.sh), kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kube-proxy (built by k8s-build.sh at
 # $K8S_VERSION). Imports the images from images.sh. Prints the versions of every component,
 # then the KUBECONFIG. Fails if the API server's watch cache lags behind etcd ("Too large
-# resource version", the symptom of an etcd too old for it).
+# resource version", the symptom of an etcd too old for it). Nodes 2 and up are
+# hack/node-up.sh's, started once node 1 is Ready.
 #
 # Runtime: containerd $CONTAINERD_VERSION (lib.sh; built by containerd-build.sh, configuration
 # version 3) by default; `CONTAINERD=1.6 hack/cluster-up.sh` runs Debian's containerd 1.6 with
@@ -33,6 +35,7 @@ done
 [ -x "$ETCD_BIN/etcd" ] || { echo "missing $ETCD_BIN/etcd: run hack/cluster-deps.sh" >&2; exit 1; }
 command -v iptables-save >/dev/null || { echo "missing iptables-save: run hack/cluster-deps.sh" >&2; exit 1; }
 command -v ip >/dev/null || { echo "missing ip (iproute2)" >&2; exit 1; }
+nodes_check || exit 1
 disk_preflight || exit 1
 
 up_ok=0
@@ -60,34 +63,14 @@ pki() {
     cd "$PKI" || exit 1
     openssl genrsa -out ca.key 2048 2>/dev/null
     openssl req -x509 -new -nodes -key ca.key -subj "/CN=gcsfuse-csi-local-ca" -days 3650 -out ca.crt
-    # cert NAME CN [O] [SANs]: a client certificate, or a serving+client one when SANs are given.
-    cert() {
-      local subj="/CN=$2"
-      [ -n "${3:-}" ] && subj="/O=$3/CN=$2"
-      openssl genrsa -out "$1.key" 2048 2>/dev/null
-      openssl req -new -key "$1.key" -subj "$subj" -out "$1.csr"
-      {
-        echo "basicConstraints=CA:FALSE"
-        echo "keyUsage=critical,digitalSignature,keyEncipherment"
-        if [ -n "${4:-}" ]; then
-          echo "extendedKeyUsage=serverAuth,clientAuth"
-          echo "subjectAltName=$4"
-        else
-          echo "extendedKeyUsage=clientAuth"
-        fi
-      } > "$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"
-    }
-    cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP"
-    cert admin admin system:masters
-    cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
-    cert kubelet-client "system:node:$NODE_NAME" system:nodes
-    cert kubelet-server "$NODE_NAME" "" "DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
-    cert controller-manager system:kube-controller-manager
-    cert scheduler system:kube-scheduler
-    cert kube-proxy system:kube-proxy
+    pki_cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP"
+    pki_cert admin admin system:masters
+    pki_cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+    pki_cert kubelet-client "system:node:$NODE_NAME" system:nodes
+    pki_cert kubelet-server "$NODE_NAME" "" "DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
+    pki_cert controller-manager system:kube-controller-manager
+    pki_cert scheduler system:kube-scheduler
+    pki_cert kube-proxy system:kube-proxy
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     # The components reach the API server on the namespace's loopback; kubectl and the tests,
@@ -95,14 +78,7 @@ pki() {
     for u in admin:admin kubelet:kubelet-client controller-manager:controller-manager scheduler:scheduler kube-proxy:kube-proxy; do
       server=https://127.0.0.1:6443
       [ "${u%%:*}" = admin ] && server=https://$NODE_IP:6443
-      cat > "${u%%:*}.kubeconfig" <<EOK
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: "$server", certificate-authority: $PKI/ca.crt}}]
-users: [{name: u, user: {client-certificate: $PKI/${u#*:}.crt, client-key: $PKI/${u#*:}.key}}]
-contexts: [{name: local, context: {cluster: local, user: u}}]
-current-context: local
-EOK
+      pki_kubeconfig "${u%%:*}" "${u#*:}" "$server"
     done
     touch ".node-$NODE_IP"
   )
@@ -170,13 +146,7 @@ $grpc
       conf_dir = "$ETC/cni"
 EOF2
   fi
-  cat > "$ETC/cni/10-bridge.conflist" <<'EOF2'
-{"cniVersion": "0.4.0", "name": "gcsfuse-csi-bridge", "plugins": [
-  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "portmap", "capabilities": {"portMappings": true}},
-  {"type": "loopback"}]}
-EOF2
+  cni_conf "$ETC/cni" "$N_POD_CIDR"
   # No cluster DNS: pods reach the API server by the kubernetes Service IP (kube-proxy).
   printf 'nameserver 127.0.0.1\n' > "$ETC/resolv.conf"
   # Fields by release: failCgroupV1 exists from 1.31 on (cgroup v1 in maintenance mode; this
@@ -220,25 +190,6 @@ start() { # NAME CMD...: start in the background, remember the pid
   echo $! > "$RUN/$n.pid"
 }
 
-# The cluster's network namespace: a veth pair, NODE_IP inside, HOST_IP on this side; no
-# default route inside, so nothing the cluster sends can leave the machine.
-netns_up() {
-  netns_exists && return
-  step "network namespace $NETNS: node $NODE_IP, host end $HOST_IP"
-  ip netns add "$NETNS"
-  ip link add "$HOST_VETH" type veth peer name "$NODE_VETH"
-  ip link set "$NODE_VETH" netns "$NETNS"
-  ip addr add "$HOST_IP/$NET_PREFIX" dev "$HOST_VETH"
-  ip link set "$HOST_VETH" up
-  nsexec ip link set lo up
-  nsexec ip addr add "$NODE_IP/$NET_PREFIX" dev "$NODE_VETH"
-  nsexec ip link set "$NODE_VETH" up
-  # Locally sent packets need a route before kube-proxy's DNAT rewrites them: Service IPs
-  # route to the host end, where an unreachable route drops any that no rule rewrote.
-  nsexec ip route add "$SERVICE_CIDR" via "$HOST_IP"
-  ip route replace unreachable "$SERVICE_CIDR"
-}
-
 # Host state the kubelet and kube-proxy change, saved once so cluster-down.sh restores it.
 save_host_state() {
   [ -f "$RUN/sysctl.saved" ] && return
@@ -263,9 +214,15 @@ if running containerd && [ "$(cat "$RUN/ctr" 2>/dev/null)" != "$CTRD_DIR/ctr" ];
   up_ok=1 # leave that cluster alone
   exit 1
 fi
+# A cluster started before the nodes' bridge (HOST_IP on node 1's veth itself) is left alone.
+if netns_exists && ! ip -o link show "$HOST_VETH" 2>/dev/null | grep -q "master $HOST_BRIDGE"; then
+  echo "the running cluster's network predates the nodes' bridge ($HOST_VETH is not a port of $HOST_BRIDGE): run hack/cluster-down.sh first" >&2
+  up_ok=1 # leave that cluster alone
+  exit 1
+fi
 pki
 configs
-netns_up
+node_netns_up
 if ! running kube-apiserver; then
   for port in 2379 2380 6443 10250 10257 10259; do
     if nsexec ss -Hltn "sport = :$port" | grep -q .; then
@@ -336,59 +293,23 @@ shared_dirs() {
   done
 }
 
-# A node that ended without cluster-down.sh (killed, or this machine's processes stopped)
-# leaves its pid files, this side's binds (private once the node's copies are gone) and the
-# mounts they received: a new node on them would inherit stale mounts and pids.
-node_leftovers() {
-  local f left=""
-  for f in nodeinit.pid node-unshare.pid containerd.pid kubelet.pid kube-proxy.pid shared-mounts; do
-    [ -e "$RUN/$f" ] && left+=" $f"
-  done
-  echo "$left"
-}
-
-# node_up starts the node (cluster-lib.sh): hack/nodeinit as PID 1 of new PID, mount, UTS and
-# IPC namespaces inside the cluster's network namespace, in a session of its own.
-node_up() {
-  node_running && return 0
-  local left unshare init="" i d
+running containerd || containerd_state
+if ! node_running; then
   left=$(node_leftovers)
   if [ -n "$left" ]; then
     echo "the node is not running but a previous one left its state in $RUN:$left; run hack/cluster-down.sh first" >&2
     exit 1
   fi
   shared_dirs
-  (cd "$REPO_ROOT" && go build -o "$RUN/nodeinit" ./hack/nodeinit)
-  step "start the node: PID, mount, UTS, IPC namespaces of its own under hack/nodeinit"
-  setsid nohup "${NSEXEC[@]}" unshare --pid --mount --uts --ipc --fork --kill-child --mount-proc --propagation unchanged \
-    -- "$RUN/nodeinit" -hostname "$NODE_NAME" -grace "${NODE_STOP_GRACE_SECONDS}s" >"$LOGS/node.log" 2>&1 &
-  unshare=$!
-  echo "$unshare" >"$RUN/node-unshare.pid"
-  for ((i = 0; i < 100; i++)); do
-    init=$(tr -d ' ' <"/proc/$unshare/task/$unshare/children" 2>/dev/null || true)
-    [ -n "$init" ] && grep -q "node up" "$LOGS/node.log" && break
-    kill -0 "$unshare" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [ -z "$init" ] || ! grep -q "node up" "$LOGS/node.log"; then
-    echo "the node did not start: $(cat "$LOGS/node.log")" >&2
-    exit 1
-  fi
-  echo "$init" >"$RUN/nodeinit.pid"
+  node_boot
+  # This side's copies of the node's state dirs receive what the node mounts there (and
+  # send nothing).
   if [ -f "$RUN/shared-mounts" ]; then
     while read -r d; do
       mount --make-rslave "$d"
     done <"$RUN/shared-mounts"
   fi
-  # What the node is for: a privileged pod's way into the node's mounts works there.
-  if ! node_exec nsenter --mount=/proc/1/ns/mnt -- true; then
-    echo "the node's PID 1 refuses nsenter --mount=/proc/1/ns/mnt" >&2
-    exit 1
-  fi
-  step "node up: init pid $init here, $(node_exec hostname); PID 1 of the node is $(node_exec cat /proc/1/comm)"
-}
-running containerd || containerd_state
-node_up
+fi
 versions
 step "start containerd ($CTRD_DIR/containerd)"
 # Its own directory first on PATH, for anything it resolves by name.
@@ -485,15 +406,9 @@ start kube-controller-manager "${NSEXEC[@]}" "$K8S_BIN/kube-controller-manager" 
 start kube-scheduler "${NSEXEC[@]}" "$K8S_BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
   --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --leader-elect=false
-# The kubelet's command is kept in $RUN/kubelet.sh, so that hack/node-systemctl.sh (the
-# storage testsuites' disruptive tests stop and start the kubelet over SSH) starts it again
-# the same way.
-kubelet_cmd=("$K8S_BIN/kubelet" --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig"
-  --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet)
-printf 'exec' >"$RUN/kubelet.sh"
-printf ' %q' "${kubelet_cmd[@]}" >>"$RUN/kubelet.sh"
-echo >>"$RUN/kubelet.sh"
-running kubelet || node_start kubelet "$LOGS/kubelet.log" bash "$RUN/kubelet.sh"
+# The kubelet (cluster-lib.sh's kubelet_up keeps its command for hack/node-systemctl.sh).
+kubelet_up --config="$ETC/kubelet.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
+  --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --root-dir=/var/lib/kubelet
 # The node's SSH endpoint for those tests (hack/nodessh): NODE_IP:22 inside the cluster's
 # network namespace, the key in $RUN/ssh (KUBE_SSH_KEY_PATH for storage-e2e.test), systemctl
 # and sudo standing in from $RUN/ssh/bin.
@@ -503,12 +418,17 @@ ln -sf "$REPO_ROOT/hack/node-systemctl.sh" "$RUN/ssh/bin/sudo"
 (cd "$REPO_ROOT" && go build -o "$RUN/nodessh" ./hack/nodessh)
 start nodessh "${NSEXEC[@]}" "$RUN/nodessh" -listen "$NODE_IP:22" -key "$RUN/ssh/id_ed25519" -path "$RUN/ssh/bin"
 running kube-proxy || node_start kube-proxy "$LOGS/kube-proxy.log" "$K8S_BIN/kube-proxy" --kubeconfig="$PKI/kube-proxy.kubeconfig" --hostname-override="$NODE_NAME" \
-  --cluster-cidr=10.88.0.0/16 --proxy-mode=iptables --conntrack-max-per-core=0 \
+  --cluster-cidr="$CLUSTER_CIDR" --proxy-mode=iptables --conntrack-max-per-core=0 \
   --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
 node_ready() {
   kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -q True
 }
 waitfor "node $NODE_NAME" 180 node_ready
+# Nodes above NODES from an earlier run go (the tests count the nodes they are given).
+for n in $(extra_nodes); do
+  [ "$n" -le "$NODES" ] || "$REPO_ROOT/hack/node-down.sh" --remove "$n"
+done
+for ((n = 2; n <= NODES; n++)); do "$REPO_ROOT/hack/node-up.sh" "$n"; done
 waitfor "default service account" 60 kctl -n default get serviceaccount default
 watch_cache_check
 up_ok=1

@@ -93,7 +93,7 @@ printf 'promoterE2eRegistry: %s\n' "$TEST_REGISTRY" > "$out/repo-list.yaml"
 
 if [ -S "$CONTAINERD_SOCK" ] && ctr version >/dev/null 2>&1; then
   step "import test images into containerd (k8s.io namespace)"
-  for t in "$out"/*.tar; do ctr -n k8s.io images import "$t" >/dev/null; done
+  for t in "$out"/*.tar; do ctr_each -n k8s.io images import "$t" >/dev/null; done
 fi
 ls -la "$out"
 step "test images ready"

@@ -90,14 +90,15 @@ if [ "${DEPLOY_WITH:-helm}" = helm ]; then
     chart=$DEPLOY_RELEASE_DIR/gcsfuse-csi-${RELEASE_VERSION#v}.tgz
     step "the release's images (${DEPLOY_RELEASE_DIR}/images), imported with their digest names"
     (cd "$DEPLOY_RELEASE_DIR" && sha256sum -c --quiet SHA256SUMS)
-    for a in "$DEPLOY_RELEASE_DIR"/images/*.oci.tar; do ctr -n k8s.io images import "$a" >/dev/null; done
+    for a in "$DEPLOY_RELEASE_DIR"/images/*.oci.tar; do ctr_each -n k8s.io images import "$a" >/dev/null; done
     # Named after each archive's io.containerd.image.name (repo:tag); the kubelet asks for
-    # repo:tag@digest, which the runtime looks up as repo@digest: that name too.
+    # repo:tag@digest, which the runtime looks up as repo@digest: that name too (on every
+    # node; the digest is the archive's, the same on each).
     for img in node webhook sidecar controller; do
       ref=$RELEASE_REPO/$img:$RELEASE_VERSION
       digest=$(ctr -n k8s.io images ls | awk -v r="$ref" '$1 == r { print $3 }')
       [ -n "$digest" ] || { echo "$ref was not imported from $DEPLOY_RELEASE_DIR/images" >&2; exit 1; }
-      ctr -n k8s.io images tag --force "$ref" "$RELEASE_REPO/$img@$digest" >/dev/null
+      ctr_each -n k8s.io images tag --force "$ref" "$RELEASE_REPO/$img@$digest" >/dev/null
     done
     # The packaged chart pins each image by digest; its repository and tag are the
     # release's, which the local values' (the source tree's images) must not replace.
@@ -190,8 +191,12 @@ fi
 if kctl -n "$ns" get deployment gcs-emulator >/dev/null 2>&1; then
   kctl -n "$ns" rollout status deployment/gcs-emulator --timeout=120s
 fi
+# On every node: each kubelet lists the driver in its CSINode.
 registered() {
-  kctl get csinode "$NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' | grep -qw gcsfuse.csi.storage
+  local node
+  for node in $(kctl get nodes -o jsonpath='{.items[*].metadata.name}'); do
+    kctl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | grep -qw gcsfuse.csi.storage || return 1
+  done
 }
-waitfor "driver gcsfuse.csi.storage registered with the kubelet (CSINode $NODE_NAME)" 60 registered
+waitfor "driver gcsfuse.csi.storage registered with every node's kubelet (CSINode)" 60 registered
 step "driver deployed"

@@ -178,7 +178,7 @@ run_tests() {
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
     fi
-    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" E2E_NODE_SYSTEMCTL="$hack/node-systemctl.sh" go test "${args[@]}" ./test/e2e
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" E2E_NODE_SYSTEMCTL="$hack/node-systemctl.sh" E2E_NODES="$NODES" go test "${args[@]}" ./test/e2e
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   ci_record_tests test "$CLUSTER_DIR/e2e-test.log"
@@ -193,9 +193,11 @@ run_tests() {
   fi
   # Pods the kubelet evicted (disk or memory short on the node) fail tests that say nothing of
   # why; name the resource and the pods, and fail the run even if every test passed.
-  if grep -q "Eviction manager: must evict" "$LOGS/kubelet.log" 2>/dev/null; then
-    echo "the kubelet evicted pods during the run (the node ran short of a resource; see disk_preflight in hack/cluster-lib.sh):" >&2
-    grep -h -E "Eviction manager: (must evict|pod is evicted)" "$LOGS/kubelet.log" | head -6 | cut -c1-300 >&2
+  # Every node's kubelet (node 1's log, then those of hack/node-up.sh's nodes).
+  local kubelet_logs=("$LOGS/kubelet.log" "$LOGS"/node[0-9]/kubelet.log)
+  if grep -q "Eviction manager: must evict" "${kubelet_logs[@]}" 2>/dev/null; then
+    echo "a kubelet evicted pods during the run (its node ran short of a resource; see disk_preflight in hack/cluster-lib.sh):" >&2
+    grep -E "Eviction manager: (must evict|pod is evicted)" "${kubelet_logs[@]}" 2>/dev/null | head -6 | cut -c1-300 >&2
     [ "$rc" = 0 ] && rc=1
   fi
   return "$rc"

@@ -32,6 +32,6 @@ ls -la "$IMAGES_DIR"
 
 if [ -S /run/containerd/containerd.sock ] && ctr version >/dev/null 2>&1; then
   step "import images into containerd (k8s.io namespace)"
-  import_images "$IMAGES_DIR"/*.tar
+  import_images_each "$IMAGES_DIR"/*.tar
 fi
 step "images ready"

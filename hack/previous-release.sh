@@ -47,7 +47,7 @@ ls "$dir/cache/images/"{node,sidecar,webhook}.tar >/dev/null
 if [ "${PREVIOUS_RELEASE_IMPORT:-1}" = 1 ] && ctr version >/dev/null 2>&1; then
   step "previous release $PREVIOUS_RELEASE: import its node, sidecar and webhook images"
   for img in node sidecar webhook; do
-    ctr -n k8s.io images import "$dir/cache/images/$img.tar" >/dev/null
+    ctr_each -n k8s.io images import "$dir/cache/images/$img.tar" >/dev/null
   done
 fi
 step "previous release $PREVIOUS_RELEASE ready: chart $dir/src/deploy/chart/gcsfuse-csi, images tag $PREVIOUS_RELEASE"

@@ -218,9 +218,10 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   e2e_run upgrade "the upgrade run"
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
-  # there with the kustomize overlay, the first run having installed the Helm chart.
+  # there with the kustomize overlay, the first run having installed the Helm chart, on two
+  # nodes: a Job of each mode on each, and the second node rebooted under Deployments.
   checks_if_done
-  stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize"
+  stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes (TestEveryNode, TestNodeReboot)"
   budget_check "the containerd 1.6 run" "$LEAST_FROM_POLLING"
   e2e_run polling "the containerd 1.6 run"
   # Waited for last: the later e2e runs leave the cores idle too (cold, the checks need all of

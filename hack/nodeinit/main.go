@@ -15,6 +15,15 @@
 //
 //	nsenter --net=/run/netns/NS -- unshare --pid --mount --uts --ipc --fork --kill-child \
 //	  --mount-proc --propagation unchanged -- nodeinit -hostname vm
+//
+// A second node on the same machine (hack/node-up.sh) needs state directories of its own
+// where the first node has its: -private makes every mount of the node a slave of this
+// machine's (what the node mounts stays in it, as on a machine of its own), then -bind
+// SRC:DST puts a directory of this machine on DST and -tmpfs DST an empty tmpfs (gone with
+// the node, like /run on a reboot), each made shared inside the node, as the kubelet's
+// Bidirectional mounts need:
+//
+//	nodeinit -hostname vm-2 -private -bind /cache/node2/kubelet:/var/lib/kubelet -tmpfs /run/containerd
 package main
 
 import (
@@ -24,7 +33,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,10 +49,27 @@ const reapPoll = 100 * time.Millisecond
 func main() {
 	hostname := flag.String("hostname", "", "the node's hostname (its UTS namespace's own); unset leaves it")
 	grace := flag.Duration("grace", 30*time.Second, "how long the node's processes get between SIGTERM and SIGKILL when it stops")
+	private := flag.Bool("private", false, "make every mount of the node a slave of this machine's first: nothing the node mounts reaches this machine")
+	var fsys []mountSpec
+	flag.Func("bind", "SRC:DST: bind this machine's directory SRC on the node's DST, shared in the node (repeatable; needs -private)", func(v string) error {
+		src, dst, ok := strings.Cut(v, ":")
+		if !ok || !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
+			return fmt.Errorf("%q: want SRC:DST, both absolute", v)
+		}
+		fsys = append(fsys, mountSpec{src: src, dst: dst})
+		return nil
+	})
+	flag.Func("tmpfs", "DST: an empty tmpfs on the node's DST, shared in the node (repeatable; needs -private)", func(v string) error {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%q: want an absolute path", v)
+		}
+		fsys = append(fsys, mountSpec{dst: v})
+		return nil
+	})
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "nodeinit")
-	if flag.NArg() > 0 || *grace <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: nodeinit [-hostname NAME] [-grace DURATION>0]")
+	if flag.NArg() > 0 || *grace <= 0 || (len(fsys) > 0 && !*private) {
+		fmt.Fprintln(os.Stderr, "usage: nodeinit [-hostname NAME] [-grace DURATION>0] [-private [-bind SRC:DST]... [-tmpfs DST]...]")
 		os.Exit(2)
 	}
 	if os.Getpid() != 1 {
@@ -51,6 +79,12 @@ func main() {
 	if *hostname != "" {
 		if err := unix.Sethostname([]byte(*hostname)); err != nil {
 			fmt.Fprintf(os.Stderr, "nodeinit: set hostname %q: %v\n", *hostname, err)
+			os.Exit(1)
+		}
+	}
+	if *private {
+		if err := ownFilesystem(fsys); err != nil {
+			fmt.Fprintf(os.Stderr, "nodeinit: %v\n", err)
 			os.Exit(1)
 		}
 	}
@@ -150,4 +184,58 @@ func others() []int {
 		}
 	}
 	return pids
+}
+
+// maxStacked bounds the mounts of this machine taken off a node directory before its own.
+const maxStacked = 16
+
+// mountSpec is one of the node's own directories: this machine's src bound on dst, or an
+// empty tmpfs on dst when src is empty.
+type mountSpec struct{ src, dst string }
+
+// ownFilesystem gives the node its own view of the file system: every mount a slave of this
+// machine's (the node still sees what this machine mounts, and this machine nothing the node
+// mounts), then fsys in order, each made shared inside the node. Only in the node's mount
+// namespace: unshare --mount made it, so nothing here touches this machine's mounts.
+func ownFilesystem(fsys []mountSpec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make the node's mounts slaves of this machine's: %w", err)
+	}
+	for _, m := range fsys {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return fmt.Errorf("node directory %s: %w", m.dst, err)
+		}
+		// What this machine has mounted there (the first node's bind of its own state
+		// directory) goes first, in the node only (its mounts are slaves now): a mount
+		// stacked on it would hide it, but not from a runtime that reads the lower one in
+		// mountinfo (containerd refuses a Bidirectional volume under /var/lib/kubelet: "not
+		// a shared mount").
+		for i := 0; ; i++ {
+			err := unix.Unmount(m.dst, unix.MNT_DETACH)
+			if errors.Is(err, unix.EINVAL) {
+				break // not a mount point (any more)
+			}
+			if err != nil {
+				return fmt.Errorf("unmount this machine's mount on the node's %s: %w", m.dst, err)
+			}
+			if i == maxStacked {
+				return fmt.Errorf("the node's %s: still a mount point after %d unmounts", m.dst, maxStacked)
+			}
+		}
+		what := "tmpfs"
+		var err error
+		if m.src == "" {
+			err = unix.Mount("tmpfs", m.dst, "tmpfs", 0, "mode=0755")
+		} else {
+			what = m.src
+			err = unix.Mount(m.src, m.dst, "", unix.MS_BIND|unix.MS_REC, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mount %s on the node's %s: %w", what, m.dst, err)
+		}
+		if err := unix.Mount("", m.dst, "", unix.MS_SHARED, ""); err != nil {
+			return fmt.Errorf("make the node's %s shared: %w", m.dst, err)
+		}
+	}
+	return nil
 }

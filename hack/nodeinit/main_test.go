@@ -53,8 +53,9 @@ type node struct {
 	ended   bool // done received
 }
 
-// startNode builds nodeinit and starts it under unshare, as cluster-up.sh does.
-func startNode(t *testing.T, grace time.Duration) *node {
+// startNode builds nodeinit and starts it under unshare, as cluster-up.sh does, with
+// nodeinit's flags extra after its hostname and grace.
+func startNode(t *testing.T, grace time.Duration, extra ...string) *node {
 	t.Helper()
 	needs.Root(t)
 	for _, tool := range []string{"unshare", "nsenter"} {
@@ -66,6 +67,7 @@ func startNode(t *testing.T, grace time.Duration) *node {
 	n := &node{log: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	n.unshare = exec.Command("unshare", "--pid", "--mount", "--uts", "--ipc", "--fork", "--kill-child", "--mount-proc",
 		"--propagation", "unchanged", "--", bin, "-hostname", "testnode", "-grace", grace.String())
+	n.unshare.Args = append(n.unshare.Args, extra...)
 	n.unshare.Stdout, n.unshare.Stderr = n.log, n.log
 	// A test binary killed by its timeout takes the node with it (unshare --kill-child).
 	n.unshare.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -252,6 +254,99 @@ func TestOtherSignalsLeaveTheNodeUp(t *testing.T) {
 	}
 	if got := n.in(t, "cat /proc/1/comm"); got != "nodeinit" {
 		t.Errorf("PID 1 in the node is %q after the signals", got)
+	}
+}
+
+// TestAFilesystemOfItsOwn: a second node (-private, -bind, -tmpfs) sees its own directory
+// where this machine has another, shared inside the node as the kubelet needs, and what it
+// mounts there stays in it: this machine (and the first node, which shares its mounts)
+// sees none of it, neither on the directory the node was given nor on the one it hides.
+func TestAFilesystemOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	src, dst, run := filepath.Join(dir, "node2-kubelet"), filepath.Join(dir, "kubelet"), filepath.Join(dir, "run")
+	for _, d := range []string{src, dst} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(src, "which"), []byte("node2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "which"), []byte("this machine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// As cluster-up.sh leaves the first node's directories on a host whose / is private: a
+	// shared mount, which the first node's copy is a peer of.
+	for _, args := range [][]string{{"--bind", dst, dst}, {"--make-shared", dst}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v\n%s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-R", dst).Run() })
+	n := startNode(t, 5*time.Second, "-private", "-bind", src+":"+dst, "-tmpfs", run)
+	if got := n.in(t, "cat "+dst+"/which"); got != "node2" {
+		t.Errorf("the node reads %q in %s, want its own directory's node2", got, dst)
+	}
+	// One mount each, shared: containerd reads the first of a mount point's entries, and
+	// refuses a Bidirectional volume on one that is not shared.
+	for _, d := range []string{dst, run} {
+		if got := n.in(t, "findmnt -n -o PROPAGATION --mountpoint "+d); got != "shared" {
+			t.Errorf("%s in the node is %q, want one mount, shared (the kubelet's Bidirectional mounts)", d, got)
+		}
+	}
+	if got := n.in(t, "findmnt -n -o FSTYPE --mountpoint "+run); got != "tmpfs" {
+		t.Errorf("%s in the node is %q, want tmpfs", run, got)
+	}
+	n.in(t, "mkdir "+dst+"/vol && mount -t tmpfs vol "+dst+"/vol && touch "+dst+"/vol/x "+run+"/y")
+	for _, p := range []string{filepath.Join(src, "vol", "x"), filepath.Join(dst, "vol"), filepath.Join(run, "y")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is on this machine: what the node wrote in its own directories reached it", p)
+		}
+	}
+	if out, err := exec.Command("findmnt", "-rn", "-o", "TARGET").Output(); err != nil {
+		t.Fatal(err)
+	} else {
+		var ours []string
+		for _, m := range strings.Fields(string(out)) {
+			if strings.HasPrefix(m, dir) {
+				ours = append(ours, m)
+			}
+		}
+		if len(ours) != 1 || ours[0] != dst {
+			t.Errorf("this machine's mounts under %s are %q, want only its own bind of %s: the node's reached it", dir, ours, dst)
+		}
+	}
+	if err := syscall.Kill(n.initPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := n.exit(t, 10*time.Second); code != 0 {
+		t.Errorf("nodeinit exited %d; its log:\n%s", code, n.log)
+	}
+}
+
+// TestRefusesAFilesystemItCannotMake: a directory it cannot bind fails the node's start,
+// naming it (exit 1), and -bind without -private is refused (exit 2): it would mount on this
+// machine's peers.
+func TestRefusesAFilesystemItCannotMake(t *testing.T) {
+	needs.Root(t)
+	bin := build(t)
+	dir := t.TempDir()
+	missing, dst := filepath.Join(dir, "missing"), filepath.Join(dir, "dst")
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{args: []string{"-private", "-bind", missing + ":" + dst}, wantCode: 1, want: missing},
+		{args: []string{"-bind", dir + ":" + dst}, wantCode: 2, want: "usage"},
+		{args: []string{"-private", "-bind", "relative:" + dst}, wantCode: 2, want: "absolute"},
+	} {
+		args := append([]string{"--pid", "--mount", "--fork", "--kill-child", "--mount-proc", "--propagation", "unchanged", "--", bin}, tc.args...)
+		out, err := exec.Command("unshare", args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != tc.wantCode || !strings.Contains(string(out), tc.want) {
+			t.Errorf("nodeinit %v: %v, %s; want exit %d naming %q", tc.args, err, out, tc.wantCode, tc.want)
+		}
 	}
 }
 

@@ -50,7 +50,7 @@ func annotations() []annotation {
 			"Opts the pod in to the sidecar, or out. Not needed with a volume of the driver: such a pod gets the sidecar anyway.",
 			[]podExample{{annotations: map[string]string{contract.AnnotationInject: "true"}}, vol(contract.AnnotationInject, "false"), vol(contract.AnnotationInject, "yes")}},
 		{"AnnotationSidecarMode", contract.AnnotationSidecarMode,
-			"The sidecar's mode: `" + contract.ModeNative + "` (an init container with restartPolicy Always) or `" + contract.ModeLegacy + "` (a regular container); absent: native where every kubelet is at least 1.29.",
+			"The sidecar's mode: `" + contract.ModeNative + "` (an init container with restartPolicy Always) or `" + contract.ModeLegacy + "` (a regular container); absent: native where every kubelet the pod may run on is at least 1.29 (its spec.nodeName's, else those its nodeSelector and required node affinity admit, else every node); a node of an older kubelet that joins the selection later would not start such a pod: set legacy where a selection may get one.",
 			[]podExample{vol(contract.AnnotationSidecarMode, contract.ModeLegacy), vol(contract.AnnotationSidecarMode, "sometimes")}},
 		{"AnnotationIgnoreContainers", contract.AnnotationIgnoreContainers,
 			"Containers, comma separated, that are not workload (a legacy istio-proxy): the sidecar does not wait for them to exit.",
@@ -77,8 +77,8 @@ func (fixedVersions) ServerVersion() (*version.Version, error) {
 	return version.MustParseGeneric("1.34.4"), nil
 }
 
-func (fixedVersions) MinKubeletVersion(string) (*version.Version, error) {
-	return version.MustParseGeneric("1.34.4"), nil
+func (fixedVersions) MinKubeletVersion(*corev1.Pod) (*version.Version, string, error) {
+	return version.MustParseGeneric("1.34.4"), "every node", nil
 }
 
 // mutators are the examples' webhooks: installed under the driver's own name, and under

@@ -39,8 +39,10 @@ type nativeVersions struct{}
 
 var assumedVersion = version.MajorMinor(1, 29)
 
-func (nativeVersions) ServerVersion() (*version.Version, error)           { return assumedVersion, nil }
-func (nativeVersions) MinKubeletVersion(string) (*version.Version, error) { return assumedVersion, nil }
+func (nativeVersions) ServerVersion() (*version.Version, error) { return assumedVersion, nil }
+func (nativeVersions) MinKubeletVersion(*corev1.Pod) (*version.Version, string, error) {
+	return assumedVersion, "every node", nil
+}
 
 // Options are the installed driver's settings that change a verdict: those of its webhook
 // that a default chart does not have.

@@ -38,14 +38,16 @@ func (f fakeVersions) ServerVersion() (*version.Version, error) {
 	return version.ParseGeneric(f.server)
 }
 
-func (f fakeVersions) MinKubeletVersion(nodeName string) (*version.Version, error) {
+func (f fakeVersions) MinKubeletVersion(pod *corev1.Pod) (*version.Version, string, error) {
 	if f.nodeErr != nil {
-		return nil, f.nodeErr
+		return nil, "", f.nodeErr
 	}
-	if v, ok := f.nodes[nodeName]; ok && nodeName != "" {
-		return version.ParseGeneric(v)
+	if v, ok := f.nodes[pod.Spec.NodeName]; ok && pod.Spec.NodeName != "" {
+		parsed, err := version.ParseGeneric(v)
+		return parsed, "node " + pod.Spec.NodeName, err
 	}
-	return lowestVersion(slices.Collect(maps.Values(f.nodes)), version.ParseGeneric)
+	v, err := lowestVersion(slices.Collect(maps.Values(f.nodes)), version.ParseGeneric)
+	return v, anyNode, err
 }
 
 // modern is a cluster where native sidecars work everywhere; old one where they do not.

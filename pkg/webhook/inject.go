@@ -285,7 +285,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		image = lent.image
 	}
 
-	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
+	choice := chooseMode(m.versions, pod, opts.forcedMode)
 	mode := choice.mode
 	warnings = append(warnings, choice.warnings...)
 
@@ -328,7 +328,7 @@ func (m *Mutator) inject(ctx context.Context, pod *corev1.Pod, namespace string)
 		ops = append(ops, insertOp("/spec/initContainers", len(pod.Spec.InitContainers) == 0, at, sidecar))
 		initWith = slices.Insert(slices.Clone(initAfter), at, sidecar)
 	} else {
-		initWarnings, err := checkLegacyInit(initAfter, u.sidecar, choice, m.versions, pod.Spec.NodeName)
+		initWarnings, err := checkLegacyInit(pod, initAfter, u.sidecar, choice, m.versions)
 		if err != nil {
 			return decision{}, err
 		}

@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
@@ -18,10 +19,11 @@ func supportsNative(v *version.Version) bool {
 	return version.MajorMinor(v.Major(), v.Minor()).AtLeast(nativeSidecarMinVersion)
 }
 
-// nativeSupported tells whether every node the pod can land on (only nodeName when set) and
-// the API server run at least nativeSidecarMinVersion. reason explains a "no"; err is set
-// when the versions could not be read at all.
-func nativeSupported(cv ClusterVersions, nodeName string) (ok bool, reason string, err error) {
+// nativeSupported tells whether every node the pod can land on (its spec.nodeName's when
+// set, else those its nodeSelector and node affinity admit: ClusterVersions) and the API
+// server run at least nativeSidecarMinVersion. reason explains a "no"; err is set when the
+// versions could not be read at all.
+func nativeSupported(cv ClusterVersions, pod *corev1.Pod) (ok bool, reason string, err error) {
 	server, err := cv.ServerVersion()
 	if err != nil {
 		return false, "", fmt.Errorf("API server version: %w", err)
@@ -29,15 +31,11 @@ func nativeSupported(cv ClusterVersions, nodeName string) (ok bool, reason strin
 	if !supportsNative(server) {
 		return false, fmt.Sprintf("the API server is %s, older than %s", server, nativeSidecarMinVersion), nil
 	}
-	kubelet, err := cv.MinKubeletVersion(nodeName)
+	kubelet, where, err := cv.MinKubeletVersion(pod)
 	if err != nil {
 		return false, "", fmt.Errorf("kubelet versions: %w", err)
 	}
 	if !supportsNative(kubelet) {
-		where := "a node that the pod may run on"
-		if nodeName != "" {
-			where = "node " + nodeName
-		}
 		return false, fmt.Sprintf("%s runs kubelet %s, older than %s", where, kubelet, nativeSidecarMinVersion), nil
 	}
 	return true, "", nil
@@ -62,11 +60,11 @@ type modeChoice struct {
 // cluster seems not to support it. Without a forced mode, native is chosen only when it is
 // known to work; if the versions cannot be read the legacy mode, which works everywhere
 // (except for init containers that read the bucket), is the fallback.
-func chooseMode(cv ClusterVersions, nodeName, forced string) modeChoice {
+func chooseMode(cv ClusterVersions, pod *corev1.Pod, forced string) modeChoice {
 	if forced == contract.ModeLegacy {
 		return modeChoice{mode: contract.ModeLegacy, forced: true}
 	}
-	ok, reason, err := nativeSupported(cv, nodeName)
+	ok, reason, err := nativeSupported(cv, pod)
 	if forced == contract.ModeNative {
 		c := modeChoice{mode: contract.ModeNative, forced: true}
 		switch {

@@ -23,14 +23,14 @@ func (m *Mutator) reinvoked(pod *corev1.Pod, opts podOptions, ours driverVolumes
 			return usersEnvOps(i, c, pod.Spec.InitContainers[i+1:], ours), nil
 		}
 	}
-	choice := chooseMode(m.versions, pod.Spec.NodeName, opts.forcedMode)
+	choice := chooseMode(m.versions, pod, opts.forcedMode)
 	if choice.mode != contract.ModeLegacy {
 		// A copy of a legacy pod, made where native sidecars were not supported.
 		choice = modeChoice{mode: contract.ModeLegacy, legacyReason: fmt.Sprintf(
 			"the pod already has a regular %s container (annotation %s: %s)",
 			contract.SidecarContainerName, contract.AnnotationInjected, opts.injected)}
 	}
-	_, err := checkLegacyInit(pod.Spec.InitContainers, ours, choice, m.versions, pod.Spec.NodeName)
+	_, err := checkLegacyInit(pod, pod.Spec.InitContainers, ours, choice, m.versions)
 	return nil, err
 }
 
@@ -194,7 +194,7 @@ func legacyIndex(containers []corev1.Container) int {
 // of a StorageClass it provisions. A claim not bound yet without such a volume or class
 // (none, or one that provisions nothing) cannot be told apart and is admitted (with a
 // warning from usage.injectedWarnings when an init container mounts it).
-func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions, nodeName string) ([]string, error) {
+func checkLegacyInit(pod *corev1.Pod, init []corev1.Container, ours driverVolumes, choice modeChoice, cv ClusterVersions) ([]string, error) {
 	var blocked, warnings []string
 	for _, c := range init {
 		vols := mountedOf(c, ours)
@@ -218,7 +218,7 @@ func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeCho
 			contract.AnnotationSidecarMode, contract.ModeLegacy)
 		remedy = fmt.Sprintf("Remove the annotation %s (or set it to %s): a native sidecar starts before the init containers and serves them.",
 			contract.AnnotationSidecarMode, contract.ModeNative)
-		if ok, reason, err := nativeSupported(cv, nodeName); err == nil && !ok {
+		if ok, reason, err := nativeSupported(cv, pod); err == nil && !ok {
 			remedy += fmt.Sprintf(" But %s, and native sidecars need Kubernetes %s or newer: until then, move the bucket access out of the init containers into a regular container.",
 				reason, nativeSidecarMinVersion)
 		}
@@ -226,8 +226,9 @@ func checkLegacyInit(init []corev1.Container, ours driverVolumes, choice modeCho
 		cause = "the sidecar has to be a regular (legacy) container because " + choice.legacyReason
 		remedy = fmt.Sprintf("Move the bucket access out of the init containers into a regular container, "+
 			"or run the pod on nodes at Kubernetes %[1]s or newer (the API server too), where the sidecar is native and serves init containers: "+
-			"the webhook picks native by itself when every node, or the pod's spec.nodeName, is at %[1]s or newer; "+
-			"the annotation %[2]s: %[3]s forces it when a nodeSelector or affinity guarantees such a node.",
+			"the webhook picks native by itself when every node the pod may run on is at %[1]s or newer "+
+			"(its spec.nodeName's, else those its nodeSelector and required node affinity admit, else every node); "+
+			"the annotation %[2]s: %[3]s forces it.",
 			nativeSidecarMinVersion, contract.AnnotationSidecarMode, contract.ModeNative)
 		if choice.versionsUnknown {
 			remedy += " Creating the pod again may also work once the webhook can read the versions."

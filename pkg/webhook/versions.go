@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // ClusterVersions tells which Kubernetes versions a pod can meet, to decide whether native
@@ -28,8 +29,10 @@ type ClusterVersions interface {
 	// ServerVersion is the API server's version.
 	ServerVersion() (*version.Version, error)
 	// MinKubeletVersion is the lowest kubelet version among the nodes the pod can run on:
-	// the named node when nodeName is not empty, every node otherwise.
-	MinKubeletVersion(nodeName string) (*version.Version, error)
+	// its spec.nodeName's node when set, else those its nodeSelector and required node
+	// affinity admit (podNodes), every node when they admit none; where says which, in
+	// words for the user ("node n1", "a node that the pod may run on").
+	MinKubeletVersion(pod *corev1.Pod) (v *version.Version, where string, err error)
 }
 
 // KubeClusterVersions is the ClusterVersions of a live cluster. Node versions come from an
@@ -82,14 +85,15 @@ func NewKubeClusterVersions(client kubernetes.Interface, disco discovery.ServerV
 	}
 }
 
-// trimNode keeps the parts of a node that KubeClusterVersions reads.
+// trimNode keeps the parts of a node that KubeClusterVersions reads: its name and labels
+// (nodeSelector, node affinity) and its kubelet version.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
 		Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: n.Status.NodeInfo.KubeletVersion}},
 	}, nil
 }
@@ -205,28 +209,65 @@ func trimPlus(s string) string {
 // errNoNodes is returned when the cache holds no node: the next node may be of any version.
 var errNoNodes = errors.New("no node is known")
 
-// MinKubeletVersion implements ClusterVersions. When nodeName names a node absent from the
-// cache (not registered yet, or just deleted) the minimum over all nodes is returned, the
-// conservative answer. A node whose kubelet version does not parse is an error: it is not
-// known to support native sidecars.
-func (k *KubeClusterVersions) MinKubeletVersion(nodeName string) (*version.Version, error) {
+// MinKubeletVersion implements ClusterVersions. When spec.nodeName names a node absent from
+// the cache (not registered yet, or just deleted) the pod's selection is used as when it
+// names none. A node whose kubelet version does not parse is an error: it is not known to
+// support native sidecars.
+func (k *KubeClusterVersions) MinKubeletVersion(pod *corev1.Pod) (*version.Version, string, error) {
 	if !k.nodesSynced() {
-		return nil, errors.New("the node cache has not synced yet")
+		return nil, "", errors.New("the node cache has not synced yet")
 	}
-	if nodeName != "" {
-		n, err := k.nodes.Get(nodeName)
+	if name := pod.Spec.NodeName; name != "" {
+		n, err := k.nodes.Get(name)
 		switch {
 		case err == nil:
-			return kubeletVersion(n)
+			v, err := kubeletVersion(n)
+			return v, "node " + name, err
 		case !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("looking up node %s: %w", nodeName, err)
+			return nil, "", fmt.Errorf("looking up node %s: %w", name, err)
 		}
 	}
 	nodes, err := k.nodes.List(labels.Everything())
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, "", fmt.Errorf("listing nodes: %w", err)
 	}
-	return lowestVersion(nodes, kubeletVersion)
+	admitted, selected := podNodes(pod, nodes)
+	where := anyNode
+	if selected {
+		where = "a node that the pod's nodeSelector and node affinity admit"
+	}
+	v, err := lowestVersion(admitted, kubeletVersion)
+	return v, where, err
+}
+
+// anyNode is MinKubeletVersion's where when every node counts.
+const anyNode = "a node that the pod may run on"
+
+// podNodes are the nodes that the pod's nodeSelector and required node affinity admit (as
+// the scheduler reads them; selected true), or all of nodes when it has neither or they
+// admit none: a pool of the selected label may be scaling up from zero, with any version,
+// so the answer stays conservative. It is not conservative where a selection admits some
+// nodes now and a node of an older kubelet joins it later (a pool of the same label scaled
+// up from zero, a label added): that pod, already given a native sidecar, would not start
+// there (the reference's sidecar-mode says so; the annotation forces legacy). Taints are
+// not read: a node can be tainted for a while (node.kubernetes.io/not-ready until its
+// kubelet reports) and take the pod once the taint is gone, sidecar and all.
+func podNodes(pod *corev1.Pod, nodes []*corev1.Node) (admitted []*corev1.Node, selected bool) {
+	if len(pod.Spec.NodeSelector) == 0 && (pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil ||
+		pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
+		return nodes, false
+	}
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	for _, n := range nodes {
+		// An error is a selector the API server would not have accepted; the node counts.
+		if ok, err := required.Match(n); ok || err != nil {
+			admitted = append(admitted, n)
+		}
+	}
+	if len(admitted) == 0 {
+		return nodes, false
+	}
+	return admitted, true
 }
 
 // lowestVersion is the lowest of the versions parse reads from items; errNoNodes for none.

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 )
 
 // stubDiscovery is a discovery.ServerVersionInterface whose answer the test changes.
@@ -48,7 +51,7 @@ func (s *stubDiscovery) set(info apiversion.Info, err error) {
 
 func node(name, kubelet string) *corev1.Node {
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name, corev1.LabelHostname: name}},
 		Status: corev1.NodeStatus{
 			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubelet, OSImage: "cos"},
 			Images:   []corev1.ContainerImage{{Names: []string{"big"}}},
@@ -97,7 +100,7 @@ func TestKubeClusterVersionsKubelets(t *testing.T) {
 		{"not-registered-yet", "1.28.5"},
 	}
 	for _, tt := range tests {
-		v, err := kv.MinKubeletVersion(tt.node)
+		v, _, err := kv.MinKubeletVersion(onNode(tt.node))
 		if err != nil {
 			t.Fatalf("MinKubeletVersion(%q): %v", tt.node, err)
 		}
@@ -111,30 +114,92 @@ func TestKubeClusterVersionsKubelets(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		v, err := kv.MinKubeletVersion("")
+		v, _, err := kv.MinKubeletVersion(onNode(""))
 		return err == nil && v.String() == "1.30.2"
 	})
 
-	// Only the kubelet version is kept in the cache.
+	// Only the labels and the kubelet version are kept in the cache.
 	n, err := kv.nodes.Get("new")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(n.Labels) > 0 || len(n.Status.Images) > 0 || n.Status.NodeInfo.OSImage != "" {
-		t.Errorf("cached node not trimmed: %+v", n)
+	if len(n.Status.Images) > 0 || n.Status.NodeInfo.OSImage != "" || n.Labels["pool"] != "new" {
+		t.Errorf("cached node not trimmed to its labels and kubelet version: %+v", n)
+	}
+}
+
+// onNode is a pod with spec.nodeName name ("": not scheduled).
+func onNode(name string) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{NodeName: name}} }
+
+// TestKubeClusterVersionsFollowThePodsSelection: on a cluster of old and new kubelets, a pod
+// whose nodeSelector or required node affinity admits only new nodes is judged by those
+// (the webhook can then give it a native sidecar), one that admits an old node by the
+// oldest it admits, and one whose selection matches no node yet by every node.
+func TestKubeClusterVersionsFollowThePodsSelection(t *testing.T) {
+	client := fake.NewClientset(node("new", "v1.30.2"), node("newer", "v1.31.0"), node("old", "v1.28.5"))
+	kv := startVersions(t, client, &stubDiscovery{info: apiversion.Info{GitVersion: "v1.30.0"}})
+	affinity := func(op corev1.NodeSelectorOperator, values ...string) *corev1.Affinity {
+		return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: op, Values: values}}}},
+		}}}
+	}
+	preferredOnly := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight: 1, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"new"}}}},
+	}}}}
+	const selected = "a node that the pod's nodeSelector and node affinity admit"
+	for _, tc := range []struct {
+		name      string
+		selector  map[string]string
+		affinity  *corev1.Affinity
+		want      string
+		wantWhere string
+	}{
+		{name: "nodeSelector of a new node", selector: map[string]string{corev1.LabelHostname: "new"}, want: "1.30.2", wantWhere: selected},
+		{name: "nodeSelector of the old node", selector: map[string]string{"pool": "old"}, want: "1.28.5", wantWhere: selected},
+		{name: "affinity for the new nodes", affinity: affinity(corev1.NodeSelectorOpIn, "new", "newer"), want: "1.30.2", wantWhere: selected},
+		{name: "affinity away from the old node", affinity: affinity(corev1.NodeSelectorOpNotIn, "old"), want: "1.30.2", wantWhere: selected},
+		{name: "affinity that admits the old node", affinity: affinity(corev1.NodeSelectorOpIn, "old", "newer"), want: "1.28.5", wantWhere: selected},
+		{name: "selection and affinity together", selector: map[string]string{"pool": "newer"}, affinity: affinity(corev1.NodeSelectorOpNotIn, "old"), want: "1.31.0", wantWhere: selected},
+		{name: "a selection no node matches yet", selector: map[string]string{"pool": "gpu"}, want: "1.28.5", wantWhere: anyNode},
+		{name: "a preferred affinity only", affinity: preferredOnly, want: "1.28.5", wantWhere: anyNode},
+		{name: "no selection", want: "1.28.5", wantWhere: anyNode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: tc.selector, Affinity: tc.affinity}}
+			v, where, err := kv.MinKubeletVersion(pod)
+			if err != nil || v.String() != tc.want || where != tc.wantWhere {
+				t.Fatalf("MinKubeletVersion = %v, %q, %v; want %s, %q", v, where, err, tc.want, tc.wantWhere)
+			}
+		})
+	}
+
+	// The mode follows: native where only new nodes are admitted, legacy naming why where
+	// the old one is.
+	newOnly := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"pool": "new"}}}
+	if c := chooseMode(kv, newOnly, ""); c.mode != contract.ModeNative {
+		t.Errorf("a pod selecting a new node: mode %q (%s), want native", c.mode, c.legacyReason)
+	}
+	oldToo := &corev1.Pod{Spec: corev1.PodSpec{Affinity: affinity(corev1.NodeSelectorOpIn, "old", "new")}}
+	if c := chooseMode(kv, oldToo, ""); c.mode != contract.ModeLegacy || !strings.Contains(c.legacyReason, selected) ||
+		!strings.Contains(c.legacyReason, "1.28.5") {
+		t.Errorf("a pod whose affinity admits the old node: mode %q, reason %q; want legacy, naming the admitted node's kubelet", c.mode, c.legacyReason)
+	}
+	nowhere := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"pool": "gpu"}}}
+	if c := chooseMode(kv, nowhere, ""); c.mode != contract.ModeLegacy || !strings.Contains(c.legacyReason, anyNode) {
+		t.Errorf("a pod whose selection admits no node yet: mode %q, reason %q; want legacy, over every node", c.mode, c.legacyReason)
 	}
 }
 
 func TestKubeClusterVersionsKubeletErrors(t *testing.T) {
 	t.Run("no nodes", func(t *testing.T) {
 		kv := startVersions(t, fake.NewClientset(), &stubDiscovery{})
-		if _, err := kv.MinKubeletVersion(""); !errors.Is(err, errNoNodes) {
+		if _, _, err := kv.MinKubeletVersion(onNode("")); !errors.Is(err, errNoNodes) {
 			t.Errorf("err = %v, want errNoNodes", err)
 		}
 	})
 	t.Run("unparseable kubelet version", func(t *testing.T) {
 		kv := startVersions(t, fake.NewClientset(node("a", "v1.30.0"), node("weird", "")), &stubDiscovery{})
-		if _, err := kv.MinKubeletVersion(""); err == nil {
+		if _, _, err := kv.MinKubeletVersion(onNode("")); err == nil {
 			t.Error("a node with no kubelet version did not make the answer unknown")
 		}
 	})
@@ -143,7 +208,7 @@ func TestKubeClusterVersionsKubeletErrors(t *testing.T) {
 		if kv.Ready() {
 			t.Error("ready before Run")
 		}
-		if _, err := kv.MinKubeletVersion(""); err == nil {
+		if _, _, err := kv.MinKubeletVersion(onNode("")); err == nil {
 			t.Error("answered before the cache synced")
 		}
 	})

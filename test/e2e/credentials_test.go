@@ -712,9 +712,23 @@ func componentLog(t *testing.T, selector string) string {
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("pods %s: %v", selector, err)
 	}
-	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	// A DaemonSet's pod on the primary node, where the tests' pods run.
+	pod := pods.Items[0]
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == primaryNode {
+			pod = p
+			break
+		}
+	}
+	return podLog(t, pod.Name)
+}
+
+// podLog is the log of a pod of the driver's namespace.
+func podLog(t *testing.T, name string) string {
+	t.Helper()
+	b, err := cs.CoreV1().Pods("gcsfuse-csi").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
 	if err != nil {
-		t.Fatalf("logs of %s: %v", pods.Items[0].Name, err)
+		t.Fatalf("logs of %s: %v", name, err)
 	}
 	return string(b)
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,32 @@ func gcsfusePID(t *testing.T, bucket string) int {
 // procsNamed lists the pids of the processes whose program is named name.
 func procsNamed(name string) []int {
 	return testenv.ProcessPIDs(func(args []string) bool { return filepath.Base(args[0]) == name })
+}
+
+// onPrimaryNode keeps the processes of pids that run in the primary node: every process of
+// hack/'s nodes shows in this machine's /proc, and each node is a PID namespace of its own
+// under a hack/nodeinit started with -hostname <its name> (all of pids when no such init
+// runs: a cluster not of hack/).
+func onPrimaryNode(t *testing.T, pids []int) []int {
+	t.Helper()
+	var ns string
+	for _, pid := range testenv.ProcessPIDs(func(args []string) bool {
+		return filepath.Base(args[0]) == "nodeinit" && slices.Contains(args, primaryNode)
+	}) {
+		if ns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); ns != "" {
+			break
+		}
+	}
+	if ns == "" {
+		return pids
+	}
+	var kept []int
+	for _, pid := range pids {
+		if got, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); got == ns {
+			kept = append(kept, pid)
+		}
+	}
+	return kept
 }
 
 // parentPID is the PPid of a process (0 when gone).
@@ -426,7 +453,7 @@ func upgradeNodePlugin(t *testing.T) {
 	waitNewNodePlugin(t, old)
 }
 
-// nodePluginPod is the node plugin's pod (the local cluster has one node).
+// nodePluginPod is the node plugin's pod on the primary node.
 func nodePluginPod(t *testing.T) corev1.Pod {
 	t.Helper()
 	return driverPod(t, "gcsfuse-csi-node")
@@ -438,24 +465,25 @@ func waitNewNodePlugin(t *testing.T, old string) {
 	waitNewDriverPod(t, "gcsfuse-csi-node", old)
 }
 
-// driverPod is the one pod labelled app=<app> in the driver's namespace (a DaemonSet's, on
-// the local cluster's one node).
+// driverPod is the one pod labelled app=<app> in the driver's namespace on the primary node
+// (a DaemonSet's).
 func driverPod(t *testing.T, app string) corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onPrimary("app="+app))
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("%s pods: %v %v", app, pods, err)
 	}
 	return pods.Items[0]
 }
 
-// waitNewDriverPod waits until the one pod labelled app=<app> is another than old, and ready.
+// waitNewDriverPod waits until the one pod labelled app=<app> on the primary node is another
+// than old, and ready.
 func waitNewDriverPod(t *testing.T, app, old string) {
 	t.Helper()
 	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=" + app}
+	sel := onPrimary("app=" + app)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, sel)
@@ -468,6 +496,16 @@ func waitNewDriverPod(t *testing.T, app, old string) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// onPrimary lists the pods of a label selector on the primary node.
+func onPrimary(selector string) metav1.ListOptions {
+	return onNodeSel(selector, primaryNode)
+}
+
+// onNodeSel lists the pods of a label selector on node.
+func onNodeSel(selector, node string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: selector, FieldSelector: "spec.nodeName=" + node}
 }
 
 // TestAPIServerOutage (item 10): the API server stops answering (SIGSTOP) for longer than
@@ -507,12 +545,12 @@ func TestAPIServerOutage(t *testing.T) {
 		waitPod(t, r.name, 60*time.Second, "started by the kubelet", func(p *corev1.Pod) bool { return p.Status.StartTime != nil })
 	}
 	ctx := context.Background()
-	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	np, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onPrimary("app=gcsfuse-csi-node"))
 	if err != nil || len(np.Items) != 1 || len(np.Items[0].Status.ContainerStatuses) != 1 {
 		t.Fatalf("node plugin pods: %v %v", np, err)
 	}
 	restartsBefore := np.Items[0].Status.ContainerStatuses[0].RestartCount
-	plugins := procsNamed("gcsfuse-csi-node")
+	plugins := onPrimaryNode(t, procsNamed("gcsfuse-csi-node"))
 	if len(plugins) != 1 {
 		t.Fatalf("node plugin processes: %v", plugins)
 	}
@@ -548,7 +586,7 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		expectObject(t, r.bucket, "out.bin", 2*mib)
 	}
-	np, err = cs.CoreV1().Pods("gcsfuse-csi").List(ctx, metav1.ListOptions{LabelSelector: "app=gcsfuse-csi-node"})
+	np, err = cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onPrimary("app=gcsfuse-csi-node"))
 	if err != nil || len(np.Items) != 1 {
 		t.Fatalf("node plugin pods: %v %v", np, err)
 	}

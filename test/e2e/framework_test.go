@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +72,17 @@ var (
 	// the release artifacts (E2E_FROM_RELEASE=1): those images then run as
 	// $IMAGE_REPO/<name>:$IMAGE_TAG@<digest>.
 	releaseDigests map[string]string
+	// primaryNode is node 1 of hack/'s cluster, the one node where pods that name none run:
+	// every node without extraNodeTaint, the first by name (the only one on one node).
+	// extraNodes are the others (hack/node-up.sh's), which run the driver's DaemonSets and
+	// the pods of the tests written for them (podOpts.node), tolerating extraNodeTaint.
+	primaryNode string
+	extraNodes  []string
 )
+
+// extraNodeTaint is the taint (NoSchedule) of hack/'s nodes above the first
+// (cluster-lib.sh's EXTRA_NODE_TAINT_KEY).
+const extraNodeTaint = "gcsfuse-csi.local/extra-node"
 
 // image is the reference of one of the project's images on the cluster.
 func image(name string) string { return imageRepo + "/" + name + ":" + imageTag }
@@ -88,7 +99,8 @@ func installed(name string) string {
 // nativeSidecarMinVersion is the first Kubernetes release with native sidecars on by default.
 var nativeSidecarMinVersion = version.MajorMinor(1, 29)
 
-// clusterVersions reads the oldest kubelet version of the nodes.
+// clusterVersions reads the oldest kubelet version of the nodes, and which is the primary
+// node and which are extra ones.
 func clusterVersions(ctx context.Context) error {
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -96,6 +108,19 @@ func clusterVersions(ctx context.Context) error {
 	}
 	if len(nodes.Items) == 0 {
 		return fmt.Errorf("no nodes")
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
+	for _, n := range nodes.Items {
+		extra := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == extraNodeTaint })
+		switch {
+		case extra:
+			extraNodes = append(extraNodes, n.Name)
+		case primaryNode == "":
+			primaryNode = n.Name
+		}
+	}
+	if primaryNode == "" {
+		return fmt.Errorf("every node has the taint %s: no node for the tests' pods", extraNodeTaint)
 	}
 	for _, n := range nodes.Items {
 		v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion)
@@ -195,8 +220,8 @@ func setup(kubeconfig string, m *testing.M) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	fmt.Printf("e2e: namespace %s, emulator %s, kubelet v%s (native sidecar tests: %s)\n", ns, gcsURL, kubeletVersion,
-		map[bool]string{true: "run", false: "skipped, kubelet older than " + nativeSidecarMinVersion.String()}[nativeOK])
+	fmt.Printf("e2e: namespace %s, emulator %s, kubelet v%s (native sidecar tests: %s), node %s, extra nodes %v\n", ns, gcsURL, kubeletVersion,
+		map[bool]string{true: "run", false: "skipped, kubelet older than " + nativeSidecarMinVersion.String()}[nativeOK], primaryNode, extraNodes)
 	code := m.Run()
 	if summary, failed := ordering.Verdict(); summary != "" {
 		fmt.Println(summary)
@@ -365,6 +390,9 @@ type podOpts struct {
 	// security is the pod's security context; appLifecycle the app container's hooks.
 	security     *corev1.PodSecurityContext
 	appLifecycle *corev1.Lifecycle
+	// node pins the pod to that node (its hostname label), tolerating extraNodeTaint; ""
+	// leaves it to the scheduler, which puts it on the primary node.
+	node string
 }
 
 func inlineVolume(v volume, extra map[string]string, secret string) corev1.Volume {
@@ -417,6 +445,10 @@ func podTemplate(o podOpts) (map[string]string, corev1.PodSpec) {
 	spec.ServiceAccountName = o.serviceAccount
 	if o.gate != "" {
 		spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: o.gate}}
+	}
+	if o.node != "" {
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: o.node}
+		spec.Tolerations = []corev1.Toleration{{Key: extraNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	}
 	for _, v := range o.volumes {
 		spec.Volumes = append(spec.Volumes, inlineVolume(v, o.attrs, o.secret))

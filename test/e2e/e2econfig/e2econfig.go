@@ -39,6 +39,10 @@ type Suite struct {
 	// and starts its kubelet as the storage suites' disruptive tests do; empty: the tests that
 	// restart the kubelet skip (fail with Require).
 	NodeSystemctl string
+	// Nodes is how many nodes the cluster was started with (hack/'s NODES; 0: unsaid). The
+	// tests that need two nodes (TestEveryNode) run when it is 2 or more, and fail when the
+	// cluster has fewer nodes Ready; below 2 they skip, saying so.
+	Nodes int
 	// PreviousRelease and UpgradeCmd: the release installed before the upgrade test and the
 	// command that upgrades it to this tree; both or neither.
 	PreviousRelease, UpgradeCmd string
@@ -97,6 +101,17 @@ var Variables = []variable{
 	{"E2E_PROMETHEUS", "a Prometheus binary, for the dashboard's queries", str(func(s *Suite) *string { return &s.Prometheus })},
 	{"E2E_NETNS", "the cluster's network namespace (/run/netns/...)", str(func(s *Suite) *string { return &s.NetNS })},
 	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet", str(func(s *Suite) *string { return &s.NodeSystemctl })},
+	{"E2E_NODES", "how many nodes the cluster was started with (hack/'s NODES)", func(s *Suite, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("E2E_NODES=%q: want a positive number", v)
+		}
+		s.Nodes = n
+		return nil
+	}},
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},
 	{"E2E_PARALLEL_STARTED", "a file written when the first parallel test starts", str(func(s *Suite) *string { return &s.ParallelStarted })},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 )
 
 // Run is one run of hack/e2e.sh: the cluster it brings up, how the driver is installed, which
@@ -15,6 +16,10 @@ type Run struct {
 	Name string
 	// K8sVersion is the cluster's Kubernetes (K8S_VERSION; "": hack/cluster-lib.sh's default).
 	K8sVersion string
+	// Nodes is how many nodes the cluster has (NODES; 0: hack/cluster-lib.sh's default, one).
+	// Nodes above the first run only the pods that tolerate their taint (the tests written
+	// for them) and the driver's DaemonSets.
+	Nodes int
 	// Containerd is the runtime: "2" (default, built from its module) or "1.6" (Debian's,
 	// the polling path: no broadcast event stream) (CONTAINERD).
 	Containerd string
@@ -41,8 +46,9 @@ type Run struct {
 }
 
 // PollingTests are the lifecycle tests CI runs on containerd 1.6, whose kubelet learns of a
-// container's exit by polling: the path a runtime without a broadcast event stream takes.
-const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod)$"
+// container's exit by polling: the path a runtime without a broadcast event stream takes;
+// with them, on that run's second node, TestEveryNode and TestNodeReboot.
+const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot)$"
 
 // CI are hack/test.sh's e2e runs, in the order it runs them.
 var CI = []Run{
@@ -51,8 +57,9 @@ var CI = []Run{
 	{Name: "release", FromRelease: true, Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true},
 	// The previous release upgraded to this tree under running pods, then the uninstall.
 	{Name: "upgrade", UpgradeFrom: "previous", Tests: "^TestUpgradeFromPreviousRelease$", Uninstall: true},
-	// The lifecycle tests on containerd 1.6 (the polling path), installed with kustomize.
-	{Name: "polling", Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests},
+	// The lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on
+	// a cluster of two nodes, where TestEveryNode runs a Job of each mode on each.
+	{Name: "polling", Nodes: 2, Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests},
 }
 
 // Validate refuses a run hack/e2e.sh would refuse or could not mean.
@@ -75,6 +82,14 @@ func (r Run) Validate() error {
 	}
 	if r.GcsfuseItests && !r.Conformance {
 		errs = append(errs, errors.New("gcsfuse's integration tests run beside the storage suites: set Conformance too"))
+	}
+	if r.Nodes < 0 || r.Nodes > 4 {
+		errs = append(errs, fmt.Errorf("nodes %d: want 1 to 4 (hack/cluster-lib.sh's MAX_NODES)", r.Nodes))
+	}
+	if r.Nodes > 1 && r.Conformance {
+		// The storage suites count only untainted nodes as schedulable, and the extra nodes'
+		// taint keeps the one-node tests off them.
+		errs = append(errs, errors.New("the storage suites run on one node: not with Nodes above 1"))
 	}
 	if _, err := regexp.Compile(r.Tests); err != nil {
 		errs = append(errs, fmt.Errorf("tests %q: %w", r.Tests, err))
@@ -101,6 +116,9 @@ func (r Run) Env() []string {
 	}
 	add("K8S_VERSION", r.K8sVersion)
 	add("CONTAINERD", r.Containerd)
+	if r.Nodes != 0 {
+		add("NODES", strconv.Itoa(r.Nodes))
+	}
 	add("DEPLOY_WITH", r.DeployWith)
 	flag("E2E_FROM_RELEASE", r.FromRelease)
 	add("UPGRADE_FROM", r.UpgradeFrom)

@@ -60,6 +60,8 @@ func TestRunValidateRefuses(t *testing.T) {
 		{Run{Name: "x", FromRelease: true, UpgradeFrom: "previous"}, "not with kustomize or an upgrade"},
 		{Run{Name: "x", GcsfuseItests: true}, "set Conformance too"},
 		{Run{Name: "x", Containerd: "1.7"}, "want 2 or 1.6"},
+		{Run{Name: "x", Nodes: 5}, "want 1 to 4"},
+		{Run{Name: "x", Nodes: 2, Conformance: true}, "storage suites run on one node"},
 		{Run{Name: "x", DeployWith: "kubectl"}, "want helm or kustomize"},
 		{Run{Name: "x", UpgradeFrom: "v0.1.0"}, "want previous"},
 		{Run{Name: "x", Tests: "^(Test"}, "tests"},
@@ -123,7 +125,7 @@ func TestCIRunsAreTheScriptsRuns(t *testing.T) {
 		}
 		scripts.Write(b)
 	}
-	every := Run{Name: "all", K8sVersion: "1", Containerd: "1.6", DeployWith: "helm", FromRelease: true, UpgradeFrom: "previous",
+	every := Run{Name: "all", K8sVersion: "1", Nodes: 2, Containerd: "1.6", DeployWith: "helm", FromRelease: true, UpgradeFrom: "previous",
 		Tests: "x", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true}
 	for _, kv := range every.Env() {
 		name, _, _ := strings.Cut(kv, "=")
