@@ -55,26 +55,26 @@ func procsNamed(name string) []int {
 }
 
 // onPrimaryNode keeps the processes of pids that run in the primary node: every process of
-// hack/'s nodes shows in this machine's /proc, and each node is a PID namespace of its own
-// under a hack/nodeinit started with -hostname <its name> (all of pids when no such init
-// runs: a cluster not of hack/).
+// hack/'s nodes shows in this machine's /proc, each node's under its own hack/nodeinit
+// (started with -hostname <its name>), whose descendants they are, containers included
+// (their PID namespaces are nested in the node's). All of pids when no such init runs (a
+// cluster not of hack/).
 func onPrimaryNode(t *testing.T, pids []int) []int {
 	t.Helper()
-	var ns string
-	for _, pid := range testenv.ProcessPIDs(func(args []string) bool {
+	inits := testenv.ProcessPIDs(func(args []string) bool {
 		return filepath.Base(args[0]) == "nodeinit" && slices.Contains(args, primaryNode)
-	}) {
-		if ns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); ns != "" {
-			break
-		}
-	}
-	if ns == "" {
+	})
+	if len(inits) == 0 {
 		return pids
 	}
 	var kept []int
 	for _, pid := range pids {
-		if got, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); got == ns {
-			kept = append(kept, pid)
+		// Up the parents to the node's init or this machine's PID 1; bounded.
+		for p, depth := pid, 0; p > 1 && depth < 64; p, depth = parentPID(p), depth+1 {
+			if p == inits[0] {
+				kept = append(kept, pid)
+				break
+			}
 		}
 	}
 	return kept

@@ -57,8 +57,9 @@ func needNodes(t *testing.T, n int) []string {
 // other pods and the emulator run on. On every node, a Job of each mode (a native sidecar,
 // a legacy one, the node's shared mounter) writes its object across the nodes' network to
 // the emulator and completes with every byte, its volume published by that node's own plugin
-// (its log names the pod); a pod that names no mode gets the mode of the node it selects
-// (the webhook reads that node's kubelet, not the oldest of the cluster).
+// (its log names the pod); a pod that names no mode gets the mode its node's kubelet allows
+// (with every node at one version here, that the webhook reads the selected node's kubelet
+// rather than the oldest of the cluster is TestKubeClusterVersionsFollowThePodsSelection's).
 func TestEveryNode(t *testing.T) {
 	parallel(t)
 	nodes := needNodes(t, 2)
