@@ -69,6 +69,21 @@ func str(f func(*Suite) *string) func(*Suite, string) error {
 
 // flag reads "1" as true and "" as false; anything else is refused, so that E2E_REQUIRE=true
 // cannot be read as false.
+// positive sets an int that must be a positive number when set.
+func positive(name string, f func(*Suite) *int) func(*Suite, string) error {
+	return func(s *Suite, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s=%q: want a positive number", name, v)
+		}
+		*f(s) = n
+		return nil
+	}
+}
+
 func flag(name string, f func(*Suite) *bool) func(*Suite, string) error {
 	return func(s *Suite, v string) error {
 		switch v {
@@ -101,32 +116,12 @@ var Variables = []variable{
 	{"E2E_PROMETHEUS", "a Prometheus binary, for the dashboard's queries", str(func(s *Suite) *string { return &s.Prometheus })},
 	{"E2E_NETNS", "the cluster's network namespace (/run/netns/...)", str(func(s *Suite) *string { return &s.NetNS })},
 	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet", str(func(s *Suite) *string { return &s.NodeSystemctl })},
-	{"E2E_NODES", "how many nodes the cluster was started with (hack/'s NODES)", func(s *Suite, v string) error {
-		if v == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("E2E_NODES=%q: want a positive number", v)
-		}
-		s.Nodes = n
-		return nil
-	}},
+	{"E2E_NODES", "how many nodes the cluster was started with (hack/'s NODES)", positive("E2E_NODES", func(s *Suite) *int { return &s.Nodes })},
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},
 	{"E2E_PARALLEL_STARTED", "a file written when the first parallel test starts", str(func(s *Suite) *string { return &s.ParallelStarted })},
 	{"E2E_DEMO", "1: run TestDemo", flag("E2E_DEMO", func(s *Suite) *bool { return &s.Demo })},
-	{"E2E_DEMO_RUNS", "TestDemo's runs per case (a positive number)", func(s *Suite, v string) error {
-		if v == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("E2E_DEMO_RUNS=%q: want a positive number", v)
-		}
-		s.DemoRuns = n
-		return nil
-	}},
+	{"E2E_DEMO_RUNS", "TestDemo's runs per case (a positive number)", positive("E2E_DEMO_RUNS", func(s *Suite) *int { return &s.DemoRuns })},
 	{"E2E_DEMO_MARKDOWN", "a file for TestDemo's table", str(func(s *Suite) *string { return &s.DemoMarkdown })},
 }
 
