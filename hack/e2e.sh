@@ -178,7 +178,7 @@ run_tests() {
     if [ "${UPGRADE_FROM:-}" = previous ]; then
       helm_env+=(E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" E2E_UPGRADE_CMD="bash $hack/deploy.sh")
     fi
-    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" E2E_NODE_SYSTEMCTL="$hack/node-systemctl.sh" E2E_NODES="$NODES" go test "${args[@]}" ./test/e2e
+    env "${helm_env[@]}" E2E_REQUIRE=1 E2E_IMAGE_REPO="$IMAGE_REPO" E2E_IMAGE_TAG="$IMAGE_TAG" E2E_KUBECONFIG="$KUBECONFIG" E2E_GCS_URL="http://$NODE_IP:14443" E2E_PROMETHEUS="$(command -v prometheus)" E2E_NETNS="/run/netns/$NETNS" E2E_NODE_SYSTEMCTL="$hack/node-systemctl.sh" E2E_KUBECTL="$K8S_BIN/kubectl" E2E_NODES="$NODES" go test "${args[@]}" ./test/e2e
   ) 2>&1 | tee "$CLUSTER_DIR/e2e-test.log"
   local rc=${PIPESTATUS[0]}
   ci_record_tests test "$CLUSTER_DIR/e2e-test.log"

@@ -29,8 +29,11 @@ if [ "$(basename "$0")" = sudo ]; then
 fi
 
 # One verb at a time per node: a start racing a stop would leave a pid file naming no kubelet.
+# The wait is bounded (a verb takes at most KUBELET_STOP_TIMEOUT), and the kubelet a start
+# launches does not inherit the lock (9>&- below): it would hold it for its life.
+LOCK_TIMEOUT=60
 exec 9>>"$N_RUN/systemctl.lock"
-flock 9
+flock -w "$LOCK_TIMEOUT" 9 || { echo "systemctl $*: node $N_INDEX's lock ($N_RUN/systemctl.lock) still held after ${LOCK_TIMEOUT}s (by: $(fuser "$N_RUN/systemctl.lock" 2>&1 | tr -s ' '))" >&2; exit 1; }
 # active: the pid file names a live kubelet (not a pid reused since).
 active() {
   [ -f "$N_RUN/kubelet.pid" ] && [ "$(basename "$(readlink "/proc/$(cat "$N_RUN/kubelet.pid")/exe" 2>/dev/null)")" = kubelet ]
@@ -53,7 +56,7 @@ stop_kubelet() {
 # delete the pods.
 start_kubelet() {
   active && return 0
-  node_start kubelet "$N_LOGS/kubelet.log" bash "$N_RUN/kubelet.sh"
+  node_start kubelet "$N_LOGS/kubelet.log" bash "$N_RUN/kubelet.sh" 9>&-
 }
 
 case "$*" in

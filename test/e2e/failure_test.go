@@ -469,11 +469,17 @@ func waitNewNodePlugin(t *testing.T, old string) {
 // (a DaemonSet's).
 func driverPod(t *testing.T, app string) corev1.Pod {
 	t.Helper()
+	return driverPodOn(t, app, primaryNode)
+}
+
+// driverPodOn is the one pod labelled app=<app> on node.
+func driverPodOn(t *testing.T, app, node string) corev1.Pod {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onPrimary("app="+app))
+	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onNodeSel("app="+app, node))
 	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("%s pods: %v %v", app, pods, err)
+		t.Fatalf("%s pods on %s: %v %v", app, node, pods, err)
 	}
 	return pods.Items[0]
 }

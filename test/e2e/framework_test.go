@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -603,6 +604,31 @@ func (tr *tracker) final(pod string) *corev1.Pod {
 			return nil
 		}
 	}
+}
+
+// last is the pod as the watch last saw it, deleted or not (nil if never seen).
+func (tr *tracker) last(pod string) *corev1.Pod {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.pods[pod]
+}
+
+// summary is a line per pod seen: its node, phase and conditions, for a failure's message.
+func (tr *tracker) summary() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(tr.pods)) {
+		p := tr.pods[name]
+		fmt.Fprintf(&b, "pod %s on %q: %s", name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				fmt.Fprintf(&b, " %s", c.Type)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // trackerLag bounds how far a tracker's watch may trail a poll of the same pod.

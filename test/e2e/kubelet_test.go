@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,15 +29,30 @@ const (
 	nodeBackWithin = 2 * time.Minute
 )
 
-// nodeSystemctl runs `systemctl VERB kubelet` through the node's stand-in (suite.NodeSystemctl).
-func nodeSystemctl(t *testing.T, verb string) error {
+// nodeSystemctl runs `systemctl VERB kubelet` through the stand-in (suite.NodeSystemctl) of
+// hack/'s node index.
+func nodeSystemctl(t *testing.T, verb, index string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "bash", suite.NodeSystemctl, verb, "kubelet").CombinedOutput(); err != nil {
-		return fmt.Errorf("systemctl %s kubelet on the node: %v\n%s", verb, err, out)
+	cmd := exec.CommandContext(ctx, "bash", suite.NodeSystemctl, verb, "kubelet")
+	cmd.Env = append(os.Environ(), "GCSFUSE_CSI_NODE="+index)
+	// A child the timeout's kill leaves behind must not hold the output open for ever.
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("systemctl %s kubelet on node %s: %v\n%s", verb, index, err, out)
 	}
 	return nil
+}
+
+// lastNode is the node a test that stops a node's parts runs on: the cluster's last (on two
+// nodes, one of its own, its pods pinned there with podOpts.node), and hack/'s index of it.
+func lastNode() (name, index string) {
+	if len(extraNodes) == 0 {
+		return primaryNode, "1"
+	}
+	name = extraNodes[len(extraNodes)-1]
+	return name, strings.TrimPrefix(name, primaryNode+"-") // hack/'s node N is <node 1>-N
 }
 
 // nodesReady waits until every node is Ready.
@@ -68,7 +85,8 @@ func nodesReady(within time.Duration) error {
 // mount served through the outage, and the pod whose app ended while no kubelet looked is
 // wound up when it is back; the native and legacy sidecars of those pods ended during the
 // outage, told by the node plugin from the runtime, not by the kubelet. Measured: the kubelet
-// back -> each pod seen terminal. Serial.
+// back -> each pod seen terminal. On a cluster of two nodes (CI's polling run) it stops the
+// second's kubelet, the pods pinned there; else the one node's. Serial.
 func TestKubeletRestart(t *testing.T) {
 	needRoot(t)
 	if testing.Short() {
@@ -79,6 +97,11 @@ func TestKubeletRestart(t *testing.T) {
 			t.Fatal("E2E_NODE_SYSTEMCTL is not set: hack/e2e.sh sets it to hack/node-systemctl.sh")
 		}
 		t.Skip("E2E_NODE_SYSTEMCTL is not set: no way to stop the node's kubelet")
+	}
+	node, index := lastNode()
+	pinned := ""
+	if node != primaryNode {
+		pinned = node
 	}
 	type run struct {
 		name, bucket, mode string
@@ -104,7 +127,7 @@ func TestKubeletRestart(t *testing.T) {
 				mode = ""
 			}
 			createPod(t, r.name, podOpts{
-				mode: mode, restart: corev1.RestartPolicyNever, attrs: m.attrs,
+				mode: mode, restart: corev1.RestartPolicyNever, attrs: m.attrs, node: pinned,
 				volumes: []volume{{"bucket", r.bucket, mountPath}},
 				args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.FormatInt(r.bytes, 10), "-chunk-delay", delay.String()},
 			})
@@ -133,23 +156,23 @@ func TestKubeletRestart(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	mounterBefore := driverPod(t, "gcsfuse-csi-mounter")
+	mounterBefore := driverPodOn(t, "gcsfuse-csi-mounter", node)
 	// Started again whatever happens from here (idempotent), and the node Ready before the
 	// next test: a kubelet left stopped would fail every test after this one.
 	t.Cleanup(func() {
-		if err := nodeSystemctl(t, "start"); err != nil {
+		if err := nodeSystemctl(t, "start", index); err != nil {
 			t.Errorf("%v", err)
 		}
 		if err := nodesReady(nodeBackWithin); err != nil {
 			t.Errorf("%v", err)
 		}
 	})
-	if err := nodeSystemctl(t, "stop"); err != nil {
+	if err := nodeSystemctl(t, "stop", index); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
 	time.Sleep(kubeletOutage)
-	if err := nodeSystemctl(t, "start"); err != nil {
+	if err := nodeSystemctl(t, "start", index); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()
@@ -195,7 +218,7 @@ func TestKubeletRestart(t *testing.T) {
 		}
 		t.Logf("timing %s: kubelet back -> pod seen terminal: %s", what, seen[r.name].Sub(back).Round(100*time.Millisecond))
 	}
-	if after := driverPod(t, "gcsfuse-csi-mounter"); after.UID != mounterBefore.UID || restarts(after) != restarts(mounterBefore) {
+	if after := driverPodOn(t, "gcsfuse-csi-mounter", node); after.UID != mounterBefore.UID || restarts(after) != restarts(mounterBefore) {
 		t.Errorf("the shared mounter was replaced or restarted across the kubelet's restart")
 	}
 }

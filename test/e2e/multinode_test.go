@@ -187,12 +187,11 @@ func nodeReady(name string) bool {
 // are deleted, no volume mount is left on the node. Serial: it powers off the node that
 // TestEveryNode uses.
 func TestNodeReboot(t *testing.T) {
-	nodes := needNodes(t, 2)
+	needNodes(t, 2)
 	if suite.NodeSystemctl == "" {
 		t.Fatal("E2E_NODE_SYSTEMCTL is not set: hack/e2e.sh sets it to hack/node-systemctl.sh")
 	}
-	node := nodes[1]
-	index := strings.TrimPrefix(node, primaryNode+"-") // hack/'s node N is <node 1>-N
+	node, index := lastNode()
 	type run struct{ mode, bucket, name string }
 	var runs []run
 	ctx := context.Background()
@@ -335,4 +334,204 @@ func nodeMounts(t *testing.T, node, part string) []string {
 		}
 	}
 	return found
+}
+
+// TestNodeDrain's bounds: drainWithin bounds `kubectl drain` (its --timeout; the slowest
+// evicted pod finishes its file inside its grace), drainGrace is the workload pods' grace,
+// and drainedJobsWithin the wait for every Job to complete once the drain has ended (a
+// replacement pod on the other node writes its file whole).
+const (
+	drainWithin       = 150 * time.Second
+	drainGrace        = 60
+	drainedJobsWithin = 120 * time.Second
+	// drainFile is each Job's file: drainChunks 64 KiB chunks drainChunkDelay apart (~26 s),
+	// long enough that the drain strikes in the middle of every write (the six start within seconds of each other).
+	drainChunks, drainChunkDelay = 256, 100 * time.Millisecond
+)
+
+// TestNodeDrain: `kubectl drain` (the real kubectl, --ignore-daemonsets) of a node while Jobs
+// of each mode (native, legacy, shared) write on it. Of each mode, one Job's app finishes
+// its file on SIGTERM (its sidecar, or the shared mounter, keeps serving through the
+// eviction's grace: its pod ends Succeeded there and the Job Complete), the other's app gives
+// up at SIGTERM (its pod ends Failed with the eviction's DisruptionTarget condition, which
+// the Job's podFailurePolicy ignores, and a replacement on the other node writes the file
+// whole). The drain ends inside its timeout; the driver's node plugin and shared mounter are
+// not evicted and not restarted (DaemonSets: the workload leaves first and they serve it to
+// its end); every object is whole (size and MD5), the node is left with no volume mount.
+// Serial: it cordons the node TestEveryNode uses.
+func TestNodeDrain(t *testing.T) {
+	nodes := needNodes(t, 2)
+	if suite.Kubectl == "" {
+		t.Fatal("E2E_KUBECTL is not set: hack/e2e.sh sets it to the cluster's kubectl")
+	}
+	node, other := nodes[1], nodes[0]
+	ctx := context.Background()
+	size := int64(drainChunks * 64 << 10)
+	driverBefore := map[string]corev1.Pod{}
+	for _, app := range []string{"gcsfuse-csi-node", "gcsfuse-csi-mounter"} {
+		list, err := cs.CoreV1().Pods(driverNamespace).List(ctx, onNodeSel("app="+app, node))
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("%s on %s: %v %v", app, node, list, err)
+		}
+		driverBefore[app] = list.Items[0]
+	}
+
+	type run struct {
+		mode, name, bucket string
+		finish             bool // the app finishes its file on SIGTERM
+		tr                 *tracker
+	}
+	var runs []*run
+	// A failure half way must not leave the node cordoned for the tests after this one.
+	t.Cleanup(func() {
+		if out, err := exec.Command(suite.Kubectl, "--kubeconfig", suite.Kubeconfig, "uncordon", node).CombinedOutput(); err != nil {
+			t.Errorf("uncordon %s: %v\n%s", node, err, out)
+		}
+	})
+	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy, contract.MountModeShared} {
+		for _, finish := range []bool{true, false} {
+			r := &run{mode: mode, finish: finish, bucket: newBucket(t), name: podName(t, mode+map[bool]string{true: "-finish", false: "-abort"}[finish])}
+			args := []string{"write", "-dir", mountPath, "-name", "out.bin", "-marker", "writer-started",
+				"-bytes", strconv.FormatInt(size, 10), "-chunk-delay", drainChunkDelay.String()}
+			if finish {
+				args = append(args, "-finish-on-term")
+			}
+			o := podOpts{restart: corev1.RestartPolicyNever, grace: ptr(int64(drainGrace)),
+				volumes: []volume{{"bucket", r.bucket, mountPath}}, args: args}
+			if mode == contract.MountModeShared {
+				o.attrs = sharedAttrs
+			} else {
+				o.mode = mode
+			}
+			r.tr = track(t, metav1.ListOptions{LabelSelector: "job-name=" + r.name})
+			createDrainJob(t, r.name, node, o)
+			runs = append(runs, r)
+		}
+	}
+	for _, r := range runs {
+		waitObjects(t, r.bucket, "writer", 1, 120*time.Second)
+	}
+	// Every first pod ran on the node drained (the Jobs prefer it): else the test proves
+	// nothing of the drain.
+	first := map[string]string{}
+	for _, r := range runs {
+		pods := r.tr.podNames()
+		if len(pods) != 1 {
+			t.Fatalf("%s: pods %v before the drain, want 1", r.name, pods)
+		}
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pods[0], metav1.GetOptions{})
+		if err != nil || p.Spec.NodeName != node {
+			t.Fatalf("%s: its pod %s runs on %q, want %s (%v)", r.name, pods[0], p.Spec.NodeName, node, err)
+		}
+		first[r.name] = p.Name
+	}
+
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, drainWithin+30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(dctx, suite.Kubectl, "--kubeconfig", suite.Kubeconfig, "drain", node,
+		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout="+drainWithin.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+	}
+	drained := time.Now()
+	record(t, "kubectl drain of a node with 6 writing Jobs", start, drained)
+	t.Logf("kubectl drain:\n%s", out)
+
+	for _, r := range runs {
+		cond, _ := waitJob(t, r.name, drainedJobsWithin)
+		if cond != batchv1.JobComplete {
+			t.Errorf("%s: job %s after the drain, want Complete\n%s", r.name, cond, r.tr.summary())
+			continue
+		}
+		expectObject(t, r.bucket, "out.bin", size)
+		p := r.tr.last(first[r.name])
+		if p == nil {
+			t.Errorf("%s: its first pod %s was never seen", r.name, first[r.name])
+			continue
+		}
+		disrupted := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue
+		})
+		switch {
+		case !disrupted:
+			t.Errorf("%s: its pod %s on %s has no DisruptionTarget condition: was it evicted?\n%s", r.name, p.Name, node, describe(p))
+		case r.finish && p.Status.Phase != corev1.PodSucceeded:
+			// The app finished its file through the eviction's grace: its volume served it.
+			t.Errorf("%s: evicted pod %s %s, want Succeeded (the app finishes its file on SIGTERM)\n%s\napp log: %s", r.name, p.Name, p.Status.Phase, describe(p), logs(p.Name, appContainer))
+		case !r.finish && p.Status.Phase != corev1.PodFailed:
+			t.Errorf("%s: evicted pod %s %s, want Failed (the app gives up at SIGTERM)\n%s", r.name, p.Name, p.Status.Phase, describe(p))
+		case !r.finish:
+			// The Job replaced it on the other node, where a pod wrote the file whole.
+			var elsewhere []string
+			for _, name := range r.tr.podNames() {
+				if q := r.tr.last(name); name != p.Name && q != nil && q.Spec.NodeName == other && q.Status.Phase == corev1.PodSucceeded {
+					elsewhere = append(elsewhere, name)
+				}
+			}
+			if len(elsewhere) != 1 {
+				t.Errorf("%s: pods Succeeded on %s after the drain: %v, want 1\n%s", r.name, other, elsewhere, r.tr.summary())
+			}
+		}
+		// A sidecar's container ended 0: it neither lost nor cut the app's writes.
+		if st := containerStatus(p, contract.SidecarContainerName); st != nil && (st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
+			t.Errorf("%s: pod %s's sidecar %+v, want exited 0", r.name, p.Name, st.State)
+		}
+	}
+
+	// The driver's pods of the node were neither evicted nor restarted.
+	for app, before := range driverBefore {
+		list, err := cs.CoreV1().Pods(driverNamespace).List(ctx, onNodeSel("app="+app, node))
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("%s on %s after the drain: %v %v", app, node, list, err)
+		}
+		after := list.Items[0]
+		if after.UID != before.UID || after.DeletionTimestamp != nil || restarts(after) != restarts(before) {
+			t.Errorf("%s on %s: pod %s (uid %s, restarts %d, deleting %v) after the drain, was %s (uid %s, restarts %d): the drain reached the driver",
+				app, node, after.Name, after.UID, restarts(after), after.DeletionTimestamp != nil, before.Name, before.UID, restarts(before))
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := nodeMounts(t, node, "/volumes/kubernetes.io~csi/")
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume mounts left on %s after the drain:\n%s", node, strings.Join(left, "\n"))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// createDrainJob creates TestNodeDrain's Job: its pods prefer node (and tolerate its taint)
+// but may run elsewhere, and a pod the eviction failed (DisruptionTarget) is replaced without
+// counting against a backoff limit of 0 (the podFailurePolicy a user gives a Job that a
+// drain may interrupt).
+func createDrainJob(t *testing.T, name, node string, o podOpts) {
+	t.Helper()
+	ann, spec := podTemplate(o)
+	spec.Tolerations = []corev1.Toleration{{Key: extraNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+			}}},
+		}},
+	}}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr(int32(0)),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: spec},
+		},
+	}
+	if _, err := cs.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create job %s: %v", name, err)
+	}
 }

@@ -39,6 +39,9 @@ type Suite struct {
 	// and starts its kubelet as the storage suites' disruptive tests do; empty: the tests that
 	// restart the kubelet skip (fail with Require).
 	NodeSystemctl string
+	// Kubectl is the cluster's kubectl, for what a user does with it and the API alone does
+	// not (kubectl drain: TestNodeDrain); empty: those tests fail when they run.
+	Kubectl string
 	// Nodes is how many nodes the cluster was started with (hack/'s NODES; 0: unsaid). The
 	// tests that need two nodes (TestEveryNode) run when it is 2 or more, and fail when the
 	// cluster has fewer nodes Ready; below 2 they skip, saying so.
@@ -67,8 +70,6 @@ func str(f func(*Suite) *string) func(*Suite, string) error {
 	return func(s *Suite, v string) error { *f(s) = v; return nil }
 }
 
-// flag reads "1" as true and "" as false; anything else is refused, so that E2E_REQUIRE=true
-// cannot be read as false.
 // positive sets an int that must be a positive number when set.
 func positive(name string, f func(*Suite) *int) func(*Suite, string) error {
 	return func(s *Suite, v string) error {
@@ -84,6 +85,8 @@ func positive(name string, f func(*Suite) *int) func(*Suite, string) error {
 	}
 }
 
+// flag reads "1" as true and "" as false; anything else is refused, so that E2E_REQUIRE=true
+// cannot be read as false.
 func flag(name string, f func(*Suite) *bool) func(*Suite, string) error {
 	return func(s *Suite, v string) error {
 		switch v {
@@ -116,6 +119,7 @@ var Variables = []variable{
 	{"E2E_PROMETHEUS", "a Prometheus binary, for the dashboard's queries", str(func(s *Suite) *string { return &s.Prometheus })},
 	{"E2E_NETNS", "the cluster's network namespace (/run/netns/...)", str(func(s *Suite) *string { return &s.NetNS })},
 	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet", str(func(s *Suite) *string { return &s.NodeSystemctl })},
+	{"E2E_KUBECTL", "the cluster's kubectl (kubectl drain)", str(func(s *Suite) *string { return &s.Kubectl })},
 	{"E2E_NODES", "how many nodes the cluster was started with (hack/'s NODES)", positive("E2E_NODES", func(s *Suite) *int { return &s.Nodes })},
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},

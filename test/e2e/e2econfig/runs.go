@@ -47,8 +47,9 @@ type Run struct {
 
 // PollingTests are the lifecycle tests CI runs on containerd 1.6, whose kubelet learns of a
 // container's exit by polling: the path a runtime without a broadcast event stream takes;
-// with them, on that run's second node, TestEveryNode and TestNodeReboot.
-const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot)$"
+// with them, on that run's second node, TestEveryNode, TestNodeReboot, TestNodeDrain and
+// TestKubeletRestart (on one node, the first run's runs it on node 1 and containerd 2).
+const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot|TestNodeDrain|TestKubeletRestart)$"
 
 // CI are hack/test.sh's e2e runs, in the order it runs them.
 var CI = []Run{
