@@ -68,25 +68,38 @@ func isPoliced(bucket string) bool {
 // admin calls the emulator's admin API (it answers to this node only).
 func admin(t *testing.T, method, path string, body any) []byte {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, gcsURL+"/_admin/"+path, r)
+	b, err := adminDo(context.Background(), method, path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// adminDo sends one request to the emulator's admin API and returns its answer's body; an
+// answer other than 200 is an error.
+func adminDo(ctx context.Context, method, path string, body any) ([]byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, gcsURL+"/_admin/"+path, r)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("emulator admin %s %s: %v", method, path, err)
+		return nil, fmt.Errorf("emulator admin %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("emulator admin %s %s: %s %s", method, path, resp.Status, b)
+		return nil, fmt.Errorf("emulator admin %s %s: %s %s", method, path, resp.Status, b)
 	}
-	return b
+	return b, nil
 }
 
 // setPolicy lets writers read and write bucket (and the checker).

@@ -258,6 +258,13 @@ func writeDemoMarkdown(t *testing.T, file string, rows [][]string) {
 	name := fmt.Sprintf("demo-cluster-%d.%d", kubeletVersion.Major(), kubeletVersion.Minor())
 	by := fmt.Sprintf("DEMO_MARKDOWN=FILE K8S_VERSION=%s hack/demo-cluster.sh", kubeletVersion)
 	header := []string{"version", "kind", "sidecar", "created -> app start", "app exit -> done", "of which after the relist", "same look"}
+	writeBlock(t, file, name, by, header, rows)
+}
+
+// writeBlock writes a generated block (a table) to file, for go run ./hack/readme to splice
+// into the document that carries it.
+func writeBlock(t *testing.T, file, name, by string, header []string, rows [][]string) {
+	t.Helper()
 	blk, err := readmegen.New(name, by, readmegen.Table(header, rows...))
 	if err != nil {
 		t.Fatal(err)

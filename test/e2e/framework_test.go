@@ -344,11 +344,15 @@ func expectObject(t *testing.T, bucket, name string, size int64) {
 	if !ok {
 		t.Fatalf("object %s not in bucket %s (has %v)", name, bucket, names(objs))
 	}
-	sum := md5.Sum(patternBytes(size))
-	if o.Size != strconv.FormatInt(size, 10) || o.MD5Hash != base64.StdEncoding.EncodeToString(sum[:]) {
-		t.Fatalf("object %s/%s: size %s md5 %s, want size %d md5 %s", bucket, name, o.Size, o.MD5Hash, size,
-			base64.StdEncoding.EncodeToString(sum[:]))
+	if want := patternMD5(size); o.Size != strconv.FormatInt(size, 10) || o.MD5Hash != want {
+		t.Fatalf("object %s/%s: size %s md5 %s, want size %d md5 %s", bucket, name, o.Size, o.MD5Hash, size, want)
 	}
+}
+
+// patternMD5 is the base64 MD5 of the workload's size bytes, as the emulator lists it.
+func patternMD5(size int64) string {
+	sum := md5.Sum(patternBytes(size))
+	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
 func names(objs map[string]object) []string {

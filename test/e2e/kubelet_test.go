@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,14 +33,7 @@ func nodeSystemctl(t *testing.T, verb, index string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", suite.NodeSystemctl, verb, "kubelet")
-	cmd.Env = append(os.Environ(), "GCSFUSE_CSI_NODE="+index)
-	// A child the timeout's kill leaves behind must not hold the output open for ever.
-	cmd.WaitDelay = 5 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("systemctl %s kubelet on node %s: %v\n%s", verb, index, err, out)
-	}
-	return nil
+	return systemctl(ctx, index, verb, "kubelet")
 }
 
 // lastNode is the node a test that stops a node's parts runs on: the cluster's last (on two

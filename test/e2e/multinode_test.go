@@ -384,8 +384,8 @@ func TestNodeDrain(t *testing.T) {
 	var runs []*run
 	// A failure half way must not leave the node cordoned for the tests after this one.
 	t.Cleanup(func() {
-		if out, err := exec.Command(suite.Kubectl, "--kubeconfig", suite.Kubeconfig, "uncordon", node).CombinedOutput(); err != nil {
-			t.Errorf("uncordon %s: %v\n%s", node, err, out)
+		if err := uncordon(node); err != nil {
+			t.Errorf("%v", err)
 		}
 	})
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy, contract.MountModeShared} {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Suite is one run's configuration of the e2e tests.
@@ -52,12 +53,20 @@ type Suite struct {
 	// ParallelStarted is a file written once the first parallel test starts (hack/e2e.sh
 	// starts the storage suites beside them then).
 	ParallelStarted string
+	// Chaos runs TestChaosSoak for that long (0: it skips): Jobs of every mode on every
+	// node while faults strike (hack/chaos.sh; CI's polling run, a short one).
+	Chaos time.Duration
+	// ChaosMarkdown is a file for TestChaosSoak's table (docs/performance.md's chaos block).
+	ChaosMarkdown string
 	// Demo runs TestDemo, DemoRuns times per case (0: its default), and writes its table to
 	// DemoMarkdown when set.
 	Demo         bool
 	DemoRuns     int
 	DemoMarkdown string
 }
+
+// MinChaos is the shortest chaos soak: time for a round of faults (one every few seconds).
+const MinChaos = 30 * time.Second
 
 // variable is one environment variable of the suite: its name, what it is, and how it sets
 // the Suite.
@@ -124,6 +133,18 @@ var Variables = []variable{
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},
 	{"E2E_PARALLEL_STARTED", "a file written when the first parallel test starts", str(func(s *Suite) *string { return &s.ParallelStarted })},
+	{"E2E_CHAOS", "TestChaosSoak's length (a Go duration, at least 30s; unset: it skips)", func(s *Suite, v string) error {
+		if v == "" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < MinChaos {
+			return fmt.Errorf("E2E_CHAOS=%q: want a duration of at least %s", v, MinChaos)
+		}
+		s.Chaos = d
+		return nil
+	}},
+	{"E2E_CHAOS_MARKDOWN", "a file for TestChaosSoak's table", str(func(s *Suite) *string { return &s.ChaosMarkdown })},
 	{"E2E_DEMO", "1: run TestDemo", flag("E2E_DEMO", func(s *Suite) *bool { return &s.Demo })},
 	{"E2E_DEMO_RUNS", "TestDemo's runs per case (a positive number)", positive("E2E_DEMO_RUNS", func(s *Suite) *int { return &s.DemoRuns })},
 	{"E2E_DEMO_MARKDOWN", "a file for TestDemo's table", str(func(s *Suite) *string { return &s.DemoMarkdown })},

@@ -40,6 +40,8 @@ type Run struct {
 	// PrebuildPrevious builds the previous release's images in the background, for a later
 	// run with UpgradeFrom (E2E_PREBUILD_PREVIOUS=1).
 	PrebuildPrevious bool
+	// Chaos is TestChaosSoak's length (E2E_CHAOS; "": it skips); the run's Tests must name it.
+	Chaos string
 	// Uninstall uninstalls the driver after the tests and checks the node is left clean
 	// (E2E_UNINSTALL=1).
 	Uninstall bool
@@ -48,8 +50,12 @@ type Run struct {
 // PollingTests are the lifecycle tests CI runs on containerd 1.6, whose kubelet learns of a
 // container's exit by polling: the path a runtime without a broadcast event stream takes;
 // with them, on that run's second node, TestEveryNode, TestNodeReboot, TestNodeDrain and
-// TestKubeletRestart (on one node, the first run's runs it on node 1 and containerd 2).
-const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot|TestNodeDrain|TestKubeletRestart)$"
+// TestKubeletRestart (on one node, the first run's runs it on node 1 and containerd 2), and a
+// short TestChaosSoak.
+const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot|TestNodeDrain|TestKubeletRestart|TestChaosSoak)$"
+
+// CIChaos is the length of CI's chaos soak (hack/chaos.sh's full one is longer).
+const CIChaos = "60s"
 
 // CI are hack/test.sh's e2e runs, in the order it runs them.
 var CI = []Run{
@@ -60,7 +66,7 @@ var CI = []Run{
 	{Name: "upgrade", UpgradeFrom: "previous", Tests: "^TestUpgradeFromPreviousRelease$", Uninstall: true},
 	// The lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on
 	// a cluster of two nodes, where TestEveryNode runs a Job of each mode on each.
-	{Name: "polling", Nodes: 2, Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests},
+	{Name: "polling", Nodes: 2, Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests, Chaos: CIChaos},
 }
 
 // Validate refuses a run hack/e2e.sh would refuse or could not mean.
@@ -92,8 +98,18 @@ func (r Run) Validate() error {
 		// taint keeps the one-node tests off them.
 		errs = append(errs, errors.New("the storage suites run on one node: not with Nodes above 1"))
 	}
-	if _, err := regexp.Compile(r.Tests); err != nil {
+	if re, err := regexp.Compile(r.Tests); err != nil {
 		errs = append(errs, fmt.Errorf("tests %q: %w", r.Tests, err))
+	} else if r.Chaos != "" && !re.MatchString("TestChaosSoak") {
+		errs = append(errs, fmt.Errorf("chaos %s: the tests %q do not run TestChaosSoak", r.Chaos, r.Tests))
+	}
+	if r.Chaos != "" {
+		if _, err := FromEnv([]string{"E2E_CHAOS=" + r.Chaos}); err != nil {
+			errs = append(errs, err)
+		}
+		if r.Nodes < 2 {
+			errs = append(errs, fmt.Errorf("chaos %s: the soak runs on two nodes or more, not %d", r.Chaos, max(r.Nodes, 1)))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("e2e run %q: %w", r.Name, err)
@@ -128,6 +144,7 @@ func (r Run) Env() []string {
 	flag("E2E_GCSFUSE_ITESTS", r.GcsfuseItests)
 	flag("E2E_PREBUILD_PREVIOUS", r.PrebuildPrevious)
 	flag("E2E_UNINSTALL", r.Uninstall)
+	add("E2E_CHAOS", r.Chaos)
 	return env
 }
 

@@ -65,6 +65,9 @@ func TestRunValidateRefuses(t *testing.T) {
 		{Run{Name: "x", DeployWith: "kubectl"}, "want helm or kustomize"},
 		{Run{Name: "x", UpgradeFrom: "v0.1.0"}, "want previous"},
 		{Run{Name: "x", Tests: "^(Test"}, "tests"},
+		{Run{Name: "x", Nodes: 2, Chaos: "1m", Tests: "^TestJobNever$"}, "do not run TestChaosSoak"},
+		{Run{Name: "x", Chaos: "1m"}, "runs on two nodes or more, not 1"},
+		{Run{Name: "x", Nodes: 2, Chaos: "5s"}, "want a duration of at least 30s"},
 		{Run{}, "a run needs a name"},
 	} {
 		if err := tc.run.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {

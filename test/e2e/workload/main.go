@@ -69,6 +69,7 @@ func run(cmd string, args []string) int {
 	finishOnTerm := fs.Bool("finish-on-term", false, "on SIGTERM, finish the file being written before exiting")
 	failFirst := fs.Bool("fail-first-run", false, "write: on the first run (no <name>.attempt marker in -dir yet) create the marker and exit 1, to exercise container restarts")
 	marker := fs.String("marker", "", "write: first write and close this small file, so a test can see in the bucket that the writer has started")
+	receipt := fs.Bool("receipt", false, "write: once the file is closed without error, write <name>.done holding its size: in the bucket, the proof that the app's close succeeded")
 	prefix := fs.String("prefix", "part", "loop: file name prefix")
 	every := fs.Duration("every", 500*time.Millisecond, "loop: interval between files")
 	dur := fs.Duration("for", 0, "loop/sleep: how long (0: until SIGTERM for loop)")
@@ -120,6 +121,12 @@ func run(cmd string, args []string) int {
 			return 1
 		}
 		fmt.Printf("wrote %s %d bytes in %s\n", *name, n, time.Since(start).Round(time.Millisecond))
+		if *receipt {
+			if err := os.WriteFile(filepath.Join(*dir, *name+".done"), []byte(strconv.FormatInt(n, 10)), 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "receipt of %s: %v\n", *name, err)
+				return 1
+			}
+		}
 		if *also != "" {
 			if _, err := writeFile(filepath.Join(*also, *name), *size, *chunkDelay, term, *finishOnTerm); err != nil {
 				fmt.Fprintf(os.Stderr, "write %s in %s: %v\n", *name, *also, err)
