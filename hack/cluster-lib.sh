@@ -322,17 +322,24 @@ node_boot() {
   step "node up: init pid $init here, $(node_exec hostname); PID 1 of the node is $(node_exec cat /proc/1/comm)"
 }
 
-# kubelet_up KUBELET_ARGS...: node N_INDEX's kubelet ($K8S_BIN/kubelet KUBELET_ARGS), its
-# command kept in $N_RUN/kubelet.sh so that hack/node-systemctl.sh (the storage testsuites'
-# disruptive tests stop and start it over SSH) starts it again the same way; started unless
-# it runs.
-kubelet_up() {
-  printf 'exec %q' "$K8S_BIN/kubelet" >"$N_RUN/kubelet.sh"
-  printf ' %q' "$@" >>"$N_RUN/kubelet.sh"
-  echo >>"$N_RUN/kubelet.sh"
-  [ -f "$N_RUN/kubelet.pid" ] && kill -0 "$(cat "$N_RUN/kubelet.pid")" 2>/dev/null && return 0
-  node_start kubelet "$N_LOGS/kubelet.log" bash "$N_RUN/kubelet.sh"
+# unit_up NAME CMD...: node N_INDEX's NAME (containerd, kubelet) running CMD, its command
+# kept in $N_RUN/NAME.sh so that hack/node-systemctl.sh (the storage testsuites' disruptive
+# tests stop and start the kubelet over SSH; the chaos soak restarts either) starts it again
+# the same way; started unless it runs.
+unit_up() {
+  local n=$1
+  shift
+  printf 'exec' >"$N_RUN/$n.sh"
+  printf ' %q' "$@" >>"$N_RUN/$n.sh"
+  echo >>"$N_RUN/$n.sh"
+  [ -f "$N_RUN/$n.pid" ] && kill -0 "$(cat "$N_RUN/$n.pid")" 2>/dev/null && return 0
+  node_start "$n" "$N_LOGS/$n.log" bash "$N_RUN/$n.sh"
 }
+# kubelet_up KUBELET_ARGS...: node N_INDEX's kubelet ($K8S_BIN/kubelet KUBELET_ARGS).
+kubelet_up() { unit_up kubelet "$K8S_BIN/kubelet" "$@"; }
+# containerd_up CONFIG: node N_INDEX's containerd ($CTRD_DIR's, its own directory first on
+# PATH, for anything it resolves by name).
+containerd_up() { unit_up containerd env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$1"; }
 
 # node_power_off: stops node N_INDEX whole: its init sends what is left in it SIGTERM, then
 # SIGKILL past NODE_STOP_GRACE_SECONDS, and exits; a node whose init's pid was never written

@@ -312,8 +312,7 @@ if ! node_running; then
 fi
 versions
 step "start containerd ($CTRD_DIR/containerd)"
-# Its own directory first on PATH, for anything it resolves by name.
-running containerd || node_start containerd "$LOGS/containerd.log" env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$ETC/containerd.toml"
+containerd_up "$ETC/containerd.toml"
 echo "$CTRD_DIR/ctr" > "$RUN/ctr"
 waitfor containerd 30 ctr version
 # The CRI container event stream (GetContainerEvents): served by 2.x, unimplemented in 1.6.

@@ -9,7 +9,8 @@
 #      and deploy.sh leaves out the ValidatingAdmissionPolicy), CONTAINERD (default 2: containerd
 #      $CONTAINERD_VERSION built from its module; 1.6: Debian's), ETCD_VERSION (default: the one
 #      K8S_VERSION pins, etcd_version_for in lib.sh), E2E_RUN (go test -run regexp),
-#      E2E_PARALLEL (default 4), E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
+#      E2E_PARALLEL (default 4), E2E_TIMEOUT (go test's -timeout, default 30m),
+#      E2E_KEEP_CLUSTER=1 (skip the final cluster-down),
 #      UPGRADE_FROM=previous (install the previous release, hack/previous-release.sh, for
 #      TestUpgradeFromPreviousRelease, which upgrades it to this tree), E2E_UNINSTALL=1 (after
 #      the tests, helm uninstall and check the node: hack/uninstall-check.sh),
@@ -163,7 +164,7 @@ release_digests() {
 }
 
 run_tests() {
-  local args=(-count=1 -v -timeout 30m -parallel "${E2E_PARALLEL:-4}")
+  local args=(-count=1 -v -timeout "${E2E_TIMEOUT:-30m}" -parallel "${E2E_PARALLEL:-4}")
   [ -n "${E2E_RUN:-}" ] && args+=(-run "$E2E_RUN")
   (
     cd "$REPO_ROOT" || exit 1

@@ -89,7 +89,7 @@ if ! node_running; then
 fi
 
 step "node $n: start containerd"
-running containerd || node_start containerd "$N_LOGS/containerd.log" env "PATH=$CTRD_DIR:$PATH" "$CTRD_DIR/containerd" --config "$N_ETC/containerd.toml"
+containerd_up "$N_ETC/containerd.toml"
 waitfor "node $n containerd" 30 ctr version
 step "node $n: import images"
 shopt -s nullglob

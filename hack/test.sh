@@ -71,10 +71,10 @@ step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CAC
 # CONTRIBUTING.md), for budget_check
 # (lib.sh). A run whose time so far plus these passes CI_BUDGET_SECONDS cannot end in time
 # and fails there.
-LEAST_FROM_UNITS=1250   # go test -race 250-312 warm (312 on 68b06fd), then the e2e runs below
-LEAST_FROM_E2E=1000     # e2e run 1 ~835 (tests, the storage suites beside them), runs 2 and 3 ~170
-LEAST_FROM_UPGRADE=170  # run 2 ~83, run 3 ~86
-LEAST_FROM_POLLING=85   # run 3
+LEAST_FROM_UNITS=1550   # go test -race 250-312 warm (312 on 68b06fd), then the e2e runs below
+LEAST_FROM_E2E=1250     # e2e run 1 ~835 (tests, the storage suites beside them), runs 2 and 3 ~420
+LEAST_FROM_UPGRADE=420  # run 2 ~83, run 3 ~340
+LEAST_FROM_POLLING=340  # run 3: two nodes, their drain, reboot, kubelet restart and a 60 s chaos soak (~360-390)
 CI_IMAGE_REPO=registry.example.test/team/gcsfuse-csi
 # The first e2e run installs from release artifacts of this tree (E2E_FROM_RELEASE=1), whose
 # version is the chart's: v<Chart.yaml's version>-ci.
@@ -219,9 +219,10 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   # The node plugin polls runtimes without a broadcast event stream: keep that path proven
   # on a real one (Debian's containerd 1.6) with the lifecycle tests. The driver is installed
   # there with the kustomize overlay, the first run having installed the Helm chart, on two
-  # nodes: a Job of each mode on each, and the second node rebooted under Deployments.
+  # nodes: a Job of each mode on each; under Jobs or Deployments of each mode the second node
+  # rebooted, drained, its kubelet restarted; and a short chaos soak.
   checks_if_done
-  stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes (TestEveryNode, TestNodeReboot)"
+  stage "e2e: lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes" "lifecycle end-to-end tests on containerd 1.6 (the polling path), installed with kustomize, on two nodes (TestEveryNode, TestNodeReboot, TestNodeDrain, TestKubeletRestart, TestChaosSoak)"
   budget_check "the containerd 1.6 run" "$LEAST_FROM_POLLING"
   e2e_run polling "the containerd 1.6 run"
   # Waited for last: the later e2e runs leave the cores idle too (cold, the checks need all of

@@ -477,7 +477,7 @@ func driverPodOn(t *testing.T, app, node string) corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pods, err := cs.CoreV1().Pods("gcsfuse-csi").List(ctx, onNodeSel("app="+app, node))
+	pods, err := cs.CoreV1().Pods(driverNamespace).List(ctx, onNodeSel("app="+app, node))
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("%s pods on %s: %v %v", app, node, pods, err)
 	}

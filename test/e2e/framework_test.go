@@ -15,6 +15,7 @@ import (
 	"crypto/md5"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -516,19 +517,41 @@ func track(t *testing.T, selector metav1.ListOptions) *tracker {
 	}
 	go func() {
 		defer close(tr.stopped)
-		for {
+		rv := list.ResourceVersion
+		for resumes := 0; resumes < trackerResumes; resumes++ {
+			gone := false
 			for ev := range w.ResultChan() {
 				if p, ok := ev.Object.(*corev1.Pod); ok {
 					tr.observe(p, ev.Type)
+					rv = p.ResourceVersion
 				}
+				gone = gone || ev.Type == watch.Error // the version is too old (410 Gone)
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			// The API server ends watches after a while: resume (a missed transition only
-			// costs a timestamp, the tests assert on the final state).
-			if w, err = cs.CoreV1().Pods(ns).Watch(ctx, selector); err != nil { // resume; a ~3 s delay is harmless here
-				return
+			// The API server ends watches after a while (30-60 min): resume from the last
+			// event seen, so that no pod's deletion falls in the gap; if that version is gone,
+			// list again and watch from the list.
+			from.ResourceVersion = rv
+			if gone {
+				err = errors.New("resource version gone")
+			} else {
+				w, err = cs.CoreV1().Pods(ns).Watch(ctx, from)
+			}
+			if err != nil {
+				time.Sleep(time.Second) // not a tight loop of lists against a failing server
+				l, lerr := cs.CoreV1().Pods(ns).List(ctx, selector)
+				if lerr != nil {
+					return
+				}
+				for i := range l.Items {
+					tr.observe(&l.Items[i], watch.Modified)
+				}
+				rv, from.ResourceVersion = l.ResourceVersion, l.ResourceVersion
+				if w, err = cs.CoreV1().Pods(ns).Watch(ctx, from); err != nil {
+					return
+				}
 			}
 		}
 	}()
@@ -634,6 +657,10 @@ func (tr *tracker) summary() string {
 	}
 	return b.String()
 }
+
+// trackerResumes bounds a tracker's watch resumptions (one every 30-60 min, or after an
+// error): a watch that fails at once, again and again, ends rather than spins.
+const trackerResumes = 1000
 
 // trackerLag bounds how far a tracker's watch may trail a poll of the same pod.
 const trackerLag = 10 * time.Second

@@ -31,7 +31,9 @@ const (
 // hack/'s node index.
 func nodeSystemctl(t *testing.T, verb, index string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The stand-in waits up to 3 minutes for the node's lock (a reboot), then stops (30 s)
+	// and starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	return systemctl(ctx, index, verb, "kubelet")
 }

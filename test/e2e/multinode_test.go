@@ -344,9 +344,10 @@ const (
 	drainWithin       = 150 * time.Second
 	drainGrace        = 60
 	drainedJobsWithin = 120 * time.Second
-	// drainFile is each Job's file: drainChunks 64 KiB chunks drainChunkDelay apart (~26 s),
-	// long enough that the drain strikes in the middle of every write (the six start within seconds of each other).
-	drainChunks, drainChunkDelay = 256, 100 * time.Millisecond
+	// drainFile is each Job's file: drainChunks 64 KiB chunks drainChunkDelay apart (~40 s,
+	// inside drainGrace for the apps that finish it on SIGTERM), long enough that the drain
+	// strikes in the middle of every write (the six start within seconds of each other).
+	drainChunks, drainChunkDelay = 400, 100 * time.Millisecond
 )
 
 // TestNodeDrain: `kubectl drain` (the real kubectl, --ignore-daemonsets) of a node while Jobs
@@ -360,20 +361,16 @@ const (
 // its end); every object is whole (size and MD5), the node is left with no volume mount.
 // Serial: it cordons the node TestEveryNode uses.
 func TestNodeDrain(t *testing.T) {
-	nodes := needNodes(t, 2)
+	needNodes(t, 2)
 	if suite.Kubectl == "" {
 		t.Fatal("E2E_KUBECTL is not set: hack/e2e.sh sets it to the cluster's kubectl")
 	}
-	node, other := nodes[1], nodes[0]
+	node, _ := lastNode()
 	ctx := context.Background()
 	size := int64(drainChunks * 64 << 10)
 	driverBefore := map[string]corev1.Pod{}
 	for _, app := range []string{"gcsfuse-csi-node", "gcsfuse-csi-mounter"} {
-		list, err := cs.CoreV1().Pods(driverNamespace).List(ctx, onNodeSel("app="+app, node))
-		if err != nil || len(list.Items) != 1 {
-			t.Fatalf("%s on %s: %v %v", app, node, list, err)
-		}
-		driverBefore[app] = list.Items[0]
+		driverBefore[app] = driverPodOn(t, app, node)
 	}
 
 	type run struct {
@@ -382,13 +379,18 @@ func TestNodeDrain(t *testing.T) {
 		tr                 *tracker
 	}
 	var runs []*run
-	// A failure half way must not leave the node cordoned for the tests after this one.
+	// A failure half way must not leave the node cordoned, nor Jobs writing, for the tests
+	// after this one.
+	t.Cleanup(func() { deleteJobs(t, metav1.ListOptions{LabelSelector: "drain=1"}) })
 	t.Cleanup(func() {
 		if err := uncordon(node); err != nil {
 			t.Errorf("%v", err)
 		}
 	})
 	for _, mode := range []string{contract.ModeNative, contract.ModeLegacy, contract.MountModeShared} {
+		if mode == contract.ModeNative && !nativeOK {
+			continue
+		}
 		for _, finish := range []bool{true, false} {
 			r := &run{mode: mode, finish: finish, bucket: newBucket(t), name: podName(t, mode+map[bool]string{true: "-finish", false: "-abort"}[finish])}
 			args := []string{"write", "-dir", mountPath, "-name", "out.bin", "-marker", "writer-started",
@@ -404,7 +406,9 @@ func TestNodeDrain(t *testing.T) {
 				o.mode = mode
 			}
 			r.tr = track(t, metav1.ListOptions{LabelSelector: "job-name=" + r.name})
-			createDrainJob(t, r.name, node, o)
+			if _, err := cs.BatchV1().Jobs(ns).Create(ctx, preferringJob(r.name, node, map[string]string{"drain": "1"}, 0, o), metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create job %s: %v", r.name, err)
+			}
 			runs = append(runs, r)
 		}
 	}
@@ -419,9 +423,23 @@ func TestNodeDrain(t *testing.T) {
 		if len(pods) != 1 {
 			t.Fatalf("%s: pods %v before the drain, want 1", r.name, pods)
 		}
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, pods[0], metav1.GetOptions{})
-		if err != nil || p.Spec.NodeName != node {
-			t.Fatalf("%s: its pod %s runs on %q, want %s (%v)", r.name, pods[0], p.Spec.NodeName, node, err)
+		// Its app has written its marker; its status says so once the kubelet has looked
+		// (up to a relist, and the status manager's sync, later). Still writing: else the
+		// drain would not strike mid-write, and the case would not test what it says (the
+		// pods started too far apart on a loaded node?).
+		p := waitPod(t, pods[0], 30*time.Second, "app seen running or ended", func(p *corev1.Pod) bool {
+			st := containerStatus(p, appContainer)
+			return st != nil && (st.State.Running != nil || st.State.Terminated != nil)
+		})
+		if p.Spec.NodeName != node {
+			t.Fatalf("%s: its pod %s runs on %q, want %s", r.name, p.Name, p.Spec.NodeName, node)
+		}
+		if st := containerStatus(p, appContainer); st.State.Running == nil {
+			t.Fatalf("%s: its pod %s's app ended before the drain (%+v): the drain would not strike mid-write", r.name, p.Name, st.State)
+		}
+		want := map[string]string{contract.ModeNative: contract.ModeNative, contract.ModeLegacy: contract.ModeLegacy, contract.MountModeShared: ""}[r.mode]
+		if got := p.Annotations[contract.AnnotationInjected]; got != want {
+			t.Fatalf("%s: the webhook injected %q, want %q", r.name, got, want)
 		}
 		first[r.name] = p.Name
 	}
@@ -429,13 +447,12 @@ func TestNodeDrain(t *testing.T) {
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, drainWithin+30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(dctx, suite.Kubectl, "--kubeconfig", suite.Kubeconfig, "drain", node,
-		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout="+drainWithin.String()).CombinedOutput()
+	out, err := drain(dctx, node, "--timeout="+drainWithin.String())
 	if err != nil {
-		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+		t.Fatal(err)
 	}
 	drained := time.Now()
-	record(t, "kubectl drain of a node with 6 writing Jobs", start, drained)
+	record(t, fmt.Sprintf("kubectl drain of a node with %d writing Jobs", len(runs)), start, drained)
 	t.Logf("kubectl drain:\n%s", out)
 
 	for _, r := range runs {
@@ -445,9 +462,9 @@ func TestNodeDrain(t *testing.T) {
 			continue
 		}
 		expectObject(t, r.bucket, "out.bin", size)
-		p := r.tr.last(first[r.name])
+		p := r.tr.final(first[r.name]) // evicted: deleted
 		if p == nil {
-			t.Errorf("%s: its first pod %s was never seen", r.name, first[r.name])
+			t.Errorf("%s: its first pod %s was never seen deleted (evicted)", r.name, first[r.name])
 			continue
 		}
 		disrupted := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
@@ -465,27 +482,23 @@ func TestNodeDrain(t *testing.T) {
 			// The Job replaced it on the other node, where a pod wrote the file whole.
 			var elsewhere []string
 			for _, name := range r.tr.podNames() {
-				if q := r.tr.last(name); name != p.Name && q != nil && q.Spec.NodeName == other && q.Status.Phase == corev1.PodSucceeded {
+				if q := r.tr.last(name); name != p.Name && q != nil && q.Spec.NodeName != node && q.Status.Phase == corev1.PodSucceeded {
 					elsewhere = append(elsewhere, name)
 				}
 			}
 			if len(elsewhere) != 1 {
-				t.Errorf("%s: pods Succeeded on %s after the drain: %v, want 1\n%s", r.name, other, elsewhere, r.tr.summary())
+				t.Errorf("%s: pods Succeeded off %s after the drain: %v, want 1\n%s", r.name, node, elsewhere, r.tr.summary())
 			}
 		}
 		// A sidecar's container ended 0: it neither lost nor cut the app's writes.
-		if st := containerStatus(p, contract.SidecarContainerName); st != nil && (st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
-			t.Errorf("%s: pod %s's sidecar %+v, want exited 0", r.name, p.Name, st.State)
+		if st := containerStatus(p, contract.SidecarContainerName); r.mode != contract.MountModeShared && (st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
+			t.Errorf("%s: pod %s's sidecar %+v, want exited 0", r.name, p.Name, st)
 		}
 	}
 
 	// The driver's pods of the node were neither evicted nor restarted.
 	for app, before := range driverBefore {
-		list, err := cs.CoreV1().Pods(driverNamespace).List(ctx, onNodeSel("app="+app, node))
-		if err != nil || len(list.Items) != 1 {
-			t.Fatalf("%s on %s after the drain: %v %v", app, node, list, err)
-		}
-		after := list.Items[0]
+		after := driverPodOn(t, app, node)
 		if after.UID != before.UID || after.DeletionTimestamp != nil || restarts(after) != restarts(before) {
 			t.Errorf("%s on %s: pod %s (uid %s, restarts %d, deleting %v) after the drain, was %s (uid %s, restarts %d): the drain reached the driver",
 				app, node, after.Name, after.UID, restarts(after), after.DeletionTimestamp != nil, before.Name, before.UID, restarts(before))
@@ -501,37 +514,5 @@ func TestNodeDrain(t *testing.T) {
 			t.Fatalf("volume mounts left on %s after the drain:\n%s", node, strings.Join(left, "\n"))
 		}
 		time.Sleep(time.Second)
-	}
-}
-
-// createDrainJob creates TestNodeDrain's Job: its pods prefer node (and tolerate its taint)
-// but may run elsewhere, and a pod the eviction failed (DisruptionTarget) is replaced without
-// counting against a backoff limit of 0 (the podFailurePolicy a user gives a Job that a
-// drain may interrupt).
-func createDrainJob(t *testing.T, name, node string, o podOpts) {
-	t.Helper()
-	ann, spec := podTemplate(o)
-	spec.Tolerations = []corev1.Toleration{{Key: extraNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-			Weight: 100,
-			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
-			}}},
-		}},
-	}}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr(int32(0)),
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
-				Action:          batchv1.PodFailurePolicyActionIgnore,
-				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
-			}}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}, Spec: spec},
-		},
-	}
-	if _, err := cs.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create job %s: %v", name, err)
 	}
 }

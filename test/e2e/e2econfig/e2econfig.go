@@ -56,6 +56,9 @@ type Suite struct {
 	// Chaos runs TestChaosSoak for that long (0: it skips): Jobs of every mode on every
 	// node while faults strike (hack/chaos.sh; CI's polling run, a short one).
 	Chaos time.Duration
+	// ChaosFaults are the kinds of fault the soak strikes (E2E_CHAOS_FAULTS, comma-separated,
+	// as its table names them; none: every kind).
+	ChaosFaults []string
 	// ChaosMarkdown is a file for TestChaosSoak's table (docs/performance.md's chaos block).
 	ChaosMarkdown string
 	// Demo runs TestDemo, DemoRuns times per case (0: its default), and writes its table to
@@ -65,8 +68,20 @@ type Suite struct {
 	DemoMarkdown string
 }
 
-// MinChaos is the shortest chaos soak: time for a round of faults (one every few seconds).
-const MinChaos = 30 * time.Second
+// ChaosKinds are the kinds of fault TestChaosSoak strikes, as its table names them (the
+// test checks its own list is this one).
+var ChaosKinds = []string{
+	"backend-503", "backend-drop", "backend-slow", "containerd-restarted", "controller-deleted", "gcsfuse-killed",
+	"kubelet-restarted", "mounter-killed", "node-drained", "node-plugin-killed", "sidecar-killed", "webhook-deleted",
+}
+
+// MinChaos and MaxChaos bound the chaos soak: the shortest strikes a handful of faults (a
+// round of every kind takes about a minute), the longest ends with its settling and clean-up
+// inside hack/chaos.sh's go test timeout (E2E_TIMEOUT=2h).
+const (
+	MinChaos = 30 * time.Second
+	MaxChaos = 90 * time.Minute
+)
 
 // variable is one environment variable of the suite: its name, what it is, and how it sets
 // the Suite.
@@ -127,21 +142,33 @@ var Variables = []variable{
 	{"E2E_HELM_CHART", "the chart (directory or .tgz) it was installed from", str(func(s *Suite) *string { return &s.HelmChart })},
 	{"E2E_PROMETHEUS", "a Prometheus binary, for the dashboard's queries", str(func(s *Suite) *string { return &s.Prometheus })},
 	{"E2E_NETNS", "the cluster's network namespace (/run/netns/...)", str(func(s *Suite) *string { return &s.NetNS })},
-	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet", str(func(s *Suite) *string { return &s.NodeSystemctl })},
+	{"E2E_NODE_SYSTEMCTL", "the node's systemctl stand-in (hack/node-systemctl.sh), to stop and start its kubelet and containerd", str(func(s *Suite) *string { return &s.NodeSystemctl })},
 	{"E2E_KUBECTL", "the cluster's kubectl (kubectl drain)", str(func(s *Suite) *string { return &s.Kubectl })},
 	{"E2E_NODES", "how many nodes the cluster was started with (hack/'s NODES)", positive("E2E_NODES", func(s *Suite) *int { return &s.Nodes })},
 	{"E2E_PREVIOUS_RELEASE", "the release installed before TestUpgradeFromPreviousRelease", str(func(s *Suite) *string { return &s.PreviousRelease })},
 	{"E2E_UPGRADE_CMD", "the command that upgrades it to this tree", str(func(s *Suite) *string { return &s.UpgradeCmd })},
 	{"E2E_PARALLEL_STARTED", "a file written when the first parallel test starts", str(func(s *Suite) *string { return &s.ParallelStarted })},
-	{"E2E_CHAOS", "TestChaosSoak's length (a Go duration, at least 30s; unset: it skips)", func(s *Suite, v string) error {
+	{"E2E_CHAOS", "TestChaosSoak's length (a Go duration, 30s to 90m; unset: it skips)", func(s *Suite, v string) error {
 		if v == "" {
 			return nil
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d < MinChaos {
-			return fmt.Errorf("E2E_CHAOS=%q: want a duration of at least %s", v, MinChaos)
+		if err != nil || d < MinChaos || d > MaxChaos {
+			return fmt.Errorf("E2E_CHAOS=%q: want a duration of %s to %s", v, MinChaos, MaxChaos)
 		}
 		s.Chaos = d
+		return nil
+	}},
+	{"E2E_CHAOS_FAULTS", "the kinds of fault the soak strikes, comma-separated (unset: every kind)", func(s *Suite, v string) error {
+		if v == "" {
+			return nil
+		}
+		for _, k := range strings.Split(v, ",") {
+			if !slices.Contains(ChaosKinds, k) {
+				return fmt.Errorf("E2E_CHAOS_FAULTS=%q: no fault %q; want some of %s, separated by commas", v, k, strings.Join(ChaosKinds, ","))
+			}
+			s.ChaosFaults = append(s.ChaosFaults, k)
+		}
 		return nil
 	}},
 	{"E2E_CHAOS_MARKDOWN", "a file for TestChaosSoak's table", str(func(s *Suite) *string { return &s.ChaosMarkdown })},
@@ -155,7 +182,7 @@ var Variables = []variable{
 // does): in the tests' environment they are inherited, not read, and not refused.
 var ScriptVariables = []string{
 	"E2E_RUN", "E2E_PARALLEL", "E2E_KEEP_CLUSTER", "E2E_UNINSTALL", "E2E_CONFORMANCE",
-	"E2E_GCSFUSE_ITESTS", "E2E_PREBUILD_PREVIOUS", "E2E_FROM_RELEASE", "E2E_LOCK_TAKEN",
+	"E2E_GCSFUSE_ITESTS", "E2E_PREBUILD_PREVIOUS", "E2E_FROM_RELEASE", "E2E_LOCK_TAKEN", "E2E_TIMEOUT",
 }
 
 // FromEnv reads the suite's configuration from environ (os.Environ()'s form). It refuses an
@@ -186,6 +213,15 @@ func FromEnv(environ []string) (Suite, error) {
 	}
 	if s.PreviousRelease != "" && s.UpgradeCmd == "" {
 		errs = append(errs, errors.New("E2E_PREVIOUS_RELEASE is set but E2E_UPGRADE_CMD (the command that upgrades to this tree) is not"))
+	}
+	if s.Chaos != 0 && s.Nodes < 2 {
+		errs = append(errs, fmt.Errorf("E2E_CHAOS=%s: the soak needs two nodes (E2E_NODES=2, hack/chaos.sh), not %d", s.Chaos, max(s.Nodes, 1)))
+	}
+	if len(s.ChaosFaults) > 0 && s.Chaos == 0 {
+		errs = append(errs, errors.New("E2E_CHAOS_FAULTS is set but E2E_CHAOS (the soak's length) is not"))
+	}
+	if s.ChaosMarkdown != "" && s.Chaos == 0 {
+		errs = append(errs, errors.New("E2E_CHAOS_MARKDOWN is set but E2E_CHAOS (the soak's length) is not"))
 	}
 	if s.Require && s.Kubeconfig == "" {
 		errs = append(errs, errors.New("E2E_REQUIRE=1 but E2E_KUBECONFIG is not set"))

@@ -20,7 +20,7 @@ func TestFromEnvReadsEveryVariable(t *testing.T) {
 		"E2E_HELM=/bin/helm", "E2E_HELM_CHART=/c.tgz", "E2E_PROMETHEUS=/bin/prometheus", "E2E_NETNS=/run/netns/x",
 		"E2E_PREVIOUS_RELEASE=v0.1.0", "E2E_UPGRADE_CMD=up", "E2E_PARALLEL_STARTED=/p", "E2E_DEMO=1",
 		"E2E_DEMO_RUNS=3", "E2E_DEMO_MARKDOWN=/m", "E2E_RUN=^TestX$", "E2E_FROM_RELEASE=1", "E2E_NODES=2",
-		"E2E_KUBECTL=/bin/kubectl", "E2E_CHAOS=2m", "E2E_CHAOS_MARKDOWN=/c",
+		"E2E_KUBECTL=/bin/kubectl", "E2E_CHAOS=2m", "E2E_CHAOS_MARKDOWN=/c", "E2E_CHAOS_FAULTS=node-drained,backend-503",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestFromEnvReadsEveryVariable(t *testing.T) {
 		ImageTag: "v1", ImageDigests: map[string]string{"node": digest}, Helm: "/bin/helm", HelmChart: "/c.tgz",
 		Prometheus: "/bin/prometheus", NetNS: "/run/netns/x", PreviousRelease: "v0.1.0", UpgradeCmd: "up",
 		ParallelStarted: "/p", Demo: true, DemoRuns: 3, DemoMarkdown: "/m", Nodes: 2,
-		Kubectl: "/bin/kubectl", Chaos: 2 * time.Minute, ChaosMarkdown: "/c"}
+		Kubectl: "/bin/kubectl", Chaos: 2 * time.Minute, ChaosMarkdown: "/c", ChaosFaults: []string{"node-drained", "backend-503"}}
 	if s.ImageDigests["node"] != digest || len(s.ImageDigests) != 1 {
 		t.Errorf("digests %v", s.ImageDigests)
 	}
@@ -55,8 +55,14 @@ func TestFromEnvRefuses(t *testing.T) {
 		{[]string{"E2E_PREVIOUS_RELEASE=v0.1.0"}, "E2E_UPGRADE_CMD"},
 		{[]string{"E2E_DEMO_RUNS=0"}, "want a positive number"},
 		{[]string{"E2E_NODES=two"}, "want a positive number"},
-		{[]string{"E2E_CHAOS=90"}, `E2E_CHAOS="90": want a duration of at least 30s`},
-		{[]string{"E2E_CHAOS=10s"}, "want a duration of at least 30s"},
+		{[]string{"E2E_CHAOS=90", "E2E_NODES=2"}, `E2E_CHAOS="90": want a duration of 30s to 1h30m0s`},
+		{[]string{"E2E_CHAOS=10s", "E2E_NODES=2"}, "want a duration of 30s"},
+		{[]string{"E2E_CHAOS=3h", "E2E_NODES=2"}, "want a duration of 30s"},
+		{[]string{"E2E_CHAOS=1m"}, "the soak needs two nodes"},
+		{[]string{"E2E_CHAOS_MARKDOWN=/c"}, "E2E_CHAOS (the soak's length) is not"},
+		{[]string{"E2E_CHAOS_FAULTS=node-drained"}, "E2E_CHAOS (the soak's length) is not"},
+		{[]string{"E2E_CHAOS=1m", "E2E_NODES=2", "E2E_CHAOS_FAULTS=node-drained,,backend-503"}, `no fault ""`},
+		{[]string{"E2E_CHAOS=1m", "E2E_NODES=2", "E2E_CHAOS_FAULTS=node-drain"}, `no fault "node-drain"`},
 		{[]string{"E2E_IMAGE_DIGESTS=node=sha256:abc"}, "want name=sha256:<64 hex digits>"},
 	} {
 		if _, err := FromEnv(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {

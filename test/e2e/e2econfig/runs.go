@@ -42,6 +42,8 @@ type Run struct {
 	PrebuildPrevious bool
 	// Chaos is TestChaosSoak's length (E2E_CHAOS; "": it skips); the run's Tests must name it.
 	Chaos string
+	// ChaosFaults are the kinds of fault it strikes (E2E_CHAOS_FAULTS; "": every kind).
+	ChaosFaults string
 	// Uninstall uninstalls the driver after the tests and checks the node is left clean
 	// (E2E_UNINSTALL=1).
 	Uninstall bool
@@ -54,8 +56,15 @@ type Run struct {
 // short TestChaosSoak.
 const PollingTests = "^(TestRuntimeWatchSource|TestJobNever|TestJobOnFailure|TestBarePodNever|TestEarlyDelete|TestDeadlineExceeded|TestDeleteGracePeriod|TestEveryNode|TestNodeReboot|TestNodeDrain|TestKubeletRestart|TestChaosSoak)$"
 
-// CIChaos is the length of CI's chaos soak (hack/chaos.sh's full one is longer).
-const CIChaos = "60s"
+// CIChaos is the length of CI's chaos soak (hack/chaos.sh's full one is longer), and
+// CIChaosFaults the kinds it strikes: those no pod is known to hang on. The others (gcsfuse, a
+// sidecar or the shared mounter killed, a kubelet or containerd restarted) can end a volume
+// between its mount and its app's start, and the pod then waits on CreateContainerError for
+// ever (issue 40's note, 2026-12-07): hack/chaos.sh strikes them and counts those pods hung.
+const (
+	CIChaos       = "60s"
+	CIChaosFaults = "node-plugin-killed,webhook-deleted,controller-deleted,node-drained,backend-503,backend-drop,backend-slow"
+)
 
 // CI are hack/test.sh's e2e runs, in the order it runs them.
 var CI = []Run{
@@ -66,7 +75,7 @@ var CI = []Run{
 	{Name: "upgrade", UpgradeFrom: "previous", Tests: "^TestUpgradeFromPreviousRelease$", Uninstall: true},
 	// The lifecycle tests on containerd 1.6 (the polling path), installed with kustomize, on
 	// a cluster of two nodes, where TestEveryNode runs a Job of each mode on each.
-	{Name: "polling", Nodes: 2, Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests, Chaos: CIChaos},
+	{Name: "polling", Nodes: 2, Containerd: "1.6", DeployWith: "kustomize", Tests: PollingTests, Chaos: CIChaos, ChaosFaults: CIChaosFaults},
 }
 
 // Validate refuses a run hack/e2e.sh would refuse or could not mean.
@@ -103,12 +112,12 @@ func (r Run) Validate() error {
 	} else if r.Chaos != "" && !re.MatchString("TestChaosSoak") {
 		errs = append(errs, fmt.Errorf("chaos %s: the tests %q do not run TestChaosSoak", r.Chaos, r.Tests))
 	}
+	if r.ChaosFaults != "" && r.Chaos == "" {
+		errs = append(errs, fmt.Errorf("chaos faults %q without a chaos soak's length", r.ChaosFaults))
+	}
 	if r.Chaos != "" {
-		if _, err := FromEnv([]string{"E2E_CHAOS=" + r.Chaos}); err != nil {
+		if _, err := FromEnv([]string{"E2E_CHAOS=" + r.Chaos, "E2E_NODES=" + strconv.Itoa(max(r.Nodes, 1)), "E2E_CHAOS_FAULTS=" + r.ChaosFaults}); err != nil {
 			errs = append(errs, err)
-		}
-		if r.Nodes < 2 {
-			errs = append(errs, fmt.Errorf("chaos %s: the soak runs on two nodes or more, not %d", r.Chaos, max(r.Nodes, 1)))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -145,6 +154,7 @@ func (r Run) Env() []string {
 	flag("E2E_PREBUILD_PREVIOUS", r.PrebuildPrevious)
 	flag("E2E_UNINSTALL", r.Uninstall)
 	add("E2E_CHAOS", r.Chaos)
+	add("E2E_CHAOS_FAULTS", r.ChaosFaults)
 	return env
 }
 

@@ -66,8 +66,9 @@ func TestRunValidateRefuses(t *testing.T) {
 		{Run{Name: "x", UpgradeFrom: "v0.1.0"}, "want previous"},
 		{Run{Name: "x", Tests: "^(Test"}, "tests"},
 		{Run{Name: "x", Nodes: 2, Chaos: "1m", Tests: "^TestJobNever$"}, "do not run TestChaosSoak"},
-		{Run{Name: "x", Chaos: "1m"}, "runs on two nodes or more, not 1"},
-		{Run{Name: "x", Nodes: 2, Chaos: "5s"}, "want a duration of at least 30s"},
+		{Run{Name: "x", Chaos: "1m"}, "the soak needs two nodes (E2E_NODES=2, hack/chaos.sh), not 1"},
+		{Run{Name: "x", Nodes: 2, Chaos: "5s"}, "want a duration of 30s"},
+		{Run{Name: "x", Nodes: 2, ChaosFaults: "node-drained"}, "without a chaos soak's length"},
 		{Run{}, "a run needs a name"},
 	} {
 		if err := tc.run.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -80,18 +81,20 @@ func TestRunValidateRefuses(t *testing.T) {
 }
 
 // Env sets what hack/e2e.sh reads, and only what a run changes from the defaults; every
-// E2E_ variable it sets is one the scripts declare (ScriptVariables).
+// E2E_ variable it sets is one the scripts declare (ScriptVariables) or the suite reads
+// (Variables: hack/e2e.sh's go test inherits it).
 func TestRunEnv(t *testing.T) {
 	r := Run{Name: "x", K8sVersion: "1.28.15", Containerd: "1.6", DeployWith: "kustomize", Tests: "^TestA$", Uninstall: true}
 	want := []string{"K8S_VERSION=1.28.15", "CONTAINERD=1.6", "DEPLOY_WITH=kustomize", "E2E_RUN=^TestA$", "E2E_UNINSTALL=1"}
 	if got := r.Env(); !slices.Equal(got, want) {
 		t.Errorf("Env() = %q; want %q", got, want)
 	}
-	full := Run{Name: "y", FromRelease: true, UpgradeFrom: "previous", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true}
+	full := Run{Name: "y", FromRelease: true, UpgradeFrom: "previous", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true,
+		Nodes: 2, Chaos: "1m", ChaosFaults: "node-drained"}
 	for _, kv := range full.Env() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "E2E_") && !slices.Contains(ScriptVariables, name) {
-			t.Errorf("Env sets %s, not among the scripts' variables", name)
+		if strings.HasPrefix(name, "E2E_") && !slices.Contains(ScriptVariables, name) && !slices.Contains(Names(), name) {
+			t.Errorf("Env sets %s, neither a script's variable nor the suite's", name)
 		}
 	}
 	if got := (Run{Name: "z"}).Env(); len(got) != 0 {
@@ -129,9 +132,12 @@ func TestCIRunsAreTheScriptsRuns(t *testing.T) {
 		scripts.Write(b)
 	}
 	every := Run{Name: "all", K8sVersion: "1", Nodes: 2, Containerd: "1.6", DeployWith: "helm", FromRelease: true, UpgradeFrom: "previous",
-		Tests: "x", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true}
+		Tests: "x", Conformance: true, GcsfuseItests: true, PrebuildPrevious: true, Uninstall: true, Chaos: "1m", ChaosFaults: "node-drained"}
 	for _, kv := range every.Env() {
 		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(Names(), name) {
+			continue // the suite's (E2E_CHAOS): go test reads it, inherited
+		}
 		if !strings.Contains(scripts.String(), "${"+name) && !strings.Contains(scripts.String(), "$"+name+" ") && !strings.Contains(scripts.String(), "\"$"+name+"\"") {
 			t.Errorf("Run.Env sets %s, which hack/e2e.sh and the scripts it sources never read", name)
 		}
