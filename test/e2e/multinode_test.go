@@ -300,14 +300,20 @@ func TestNodeReboot(t *testing.T) {
 	// No pod's CSI volume is still mounted on the node (the driver's own pods keep their
 	// service account volumes): its mounts are its own (nodeinit -private), read through its
 	// init's mount table.
+	noVolumeMounts(t, node, "after its pods are gone")
+}
+
+// noVolumeMounts fails unless node has no pod's CSI volume mounted within 30 s.
+func noVolumeMounts(t *testing.T, node, when string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		left := nodeMounts(t, node, "/volumes/kubernetes.io~csi/")
 		if len(left) == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("volume mounts left on %s after its pods are gone:\n%s", node, strings.Join(left, "\n"))
+			t.Fatalf("volume mounts left on %s %s:\n%s", node, when, strings.Join(left, "\n"))
 		}
 		time.Sleep(time.Second)
 	}
@@ -504,15 +510,5 @@ func TestNodeDrain(t *testing.T) {
 				app, node, after.Name, after.UID, restarts(after), after.DeletionTimestamp != nil, before.Name, before.UID, restarts(before))
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		left := nodeMounts(t, node, "/volumes/kubernetes.io~csi/")
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("volume mounts left on %s after the drain:\n%s", node, strings.Join(left, "\n"))
-		}
-		time.Sleep(time.Second)
-	}
+	noVolumeMounts(t, node, "after the drain")
 }
