@@ -110,28 +110,43 @@ func TestDeploymentScaleDown(t *testing.T) {
 // SIGTERM. A native sidecar is stopped by the kubelet right after it; a legacy sidecar is
 // told by the node plugin, which follows the deleted pod's workload containers in the
 // container runtime (the kubelet publishes no container status while it stops a pod). Either
-// way the pod must be gone well before the grace period, and the sidecar must have exited 0,
-// not been SIGKILLed (137) at its end.
+// way the sidecar must have exited 0 by itself, not been SIGKILLed (137) at the grace
+// period's end: that is the outcome judged (sidecarEndedByItself), not how long the pod took
+// to go away, which on a loaded node is mostly the kubelet's own pace (CI's run of 3f648b7:
+// a sidecar ended 13 s after the delete, the pod was gone at 29.9 s).
 func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, took time.Duration, grace int) {
 	t.Helper()
-	tr.mu.Lock()
-	last := tr.pods[pod]
-	tr.mu.Unlock()
+	t.Logf("pod gone after %s", took.Round(time.Millisecond))
+	sidecarEndedByItself(t, mode, tr, pod, took, grace)
+}
+
+// sidecarEndedByItself fails unless the deleted pod's last status the tracker saw shows the
+// sidecar exited 0 before the grace period's end. When no status showed the sidecar
+// terminated (the kubelet may delete the pod right after its last status), it falls back to
+// the time the pod took to go away: held to the grace's end would be the grace, and two
+// thirds of it still tells the two apart.
+func sidecarEndedByItself(t *testing.T, mode string, tr *tracker, pod string, took time.Duration, grace int) {
+	t.Helper()
+	last := tr.final(pod)
+	if last == nil {
+		last = tr.last(pod)
+	}
 	code := int32(-1)
 	if last != nil {
 		code = sidecarExitCode(last)
 	}
-	t.Logf("pod gone after %s; sidecar exit code in the last status: %d", took.Round(time.Millisecond), code)
-	// Held to the grace's end would be the grace; two thirds of it leaves a loaded node room
-	// (these run beside the storage suites in CI) and still tells the two apart.
-	if took > time.Duration(grace)*time.Second*2/3 {
-		t.Fatalf("pod took %s to go away (grace period %d s): the %s sidecar held it", took.Round(time.Millisecond), grace, mode)
-	}
-	if code != 0 && code != -1 {
+	switch {
+	case code == 0:
+		st := containerStatus(last, contract.SidecarContainerName)
+		if dl := last.DeletionTimestamp; dl != nil && st.State.Terminated.FinishedAt.After(dl.Time) {
+			t.Fatalf("the %s sidecar exited 0 at %s, after the grace period's end %s\n%s", mode, st.State.Terminated.FinishedAt.UTC(), dl.UTC(), describe(last))
+		}
+	case code != -1:
 		t.Fatalf("sidecar exit code %d, want 0 (137 means the kubelet had to SIGKILL it at the end of the grace period)\n%s", code, describe(last))
-	}
-	if took > time.Duration(grace+5)*time.Second {
-		t.Fatalf("pod took %s to go away, more than the grace period of %d s", took.Round(time.Millisecond), grace)
+	case took > time.Duration(grace)*time.Second*2/3:
+		t.Fatalf("pod took %s to go away (grace period %d s) and no status showed its sidecar ended: the %s sidecar held it", took.Round(time.Millisecond), grace, mode)
+	default:
+		t.Logf("no status showed the sidecar ended; the pod was gone after %s of a %d s grace period", took.Round(time.Millisecond), grace)
 	}
 }
 

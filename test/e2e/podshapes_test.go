@@ -27,7 +27,7 @@ const namespaceSetupTimeout = 60 * time.Second
 // waitSucceededIn is waitSucceeded in namespace.
 func waitSucceededIn(t *testing.T, namespace, name string) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(120 * time.Second)
+	deadline := time.Now().Add(terminalWithin)
 	var last *corev1.Pod
 	for time.Now().Before(deadline) {
 		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
@@ -42,7 +42,7 @@ func waitSucceededIn(t *testing.T, namespace, name string) *corev1.Pod {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("pod %s/%s not terminal after 120 s:\n%s", namespace, name, describe(last))
+	t.Fatalf("pod %s/%s not terminal after %s:\n%s", namespace, name, terminalWithin, describe(last))
 	return nil
 }
 
