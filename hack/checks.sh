@@ -43,6 +43,6 @@ start=$(date +%s%N)
 # The pinned gcsfuse for arm64 first, outside the test's own time limit (~1-6 min cold).
 heavy "gcsfuse for arm64 (hack/install-deps.sh)" env GCSFUSE_ARCHES="amd64 arm64" bash hack/install-deps.sh
 step "TestReleasePush (hack/images): release images for amd64 and arm64, pushed and pulled back"
-heavy "TestReleasePush (hack/images)" env GCSFUSE_CSI_REQUIRE_INTEGRATION=1 go test -race -count=1 -timeout 30m -run '^TestReleasePush$' -v ./hack/images
+heavy "TestReleasePush (hack/images)" env CGO_ENABLED=1 GCSFUSE_CSI_REQUIRE_INTEGRATION=1 go test -race -count=1 -timeout 30m -run '^TestReleasePush$' -v ./hack/images
 ci_record background release-images "$(( ($(date +%s%N) - start) / 1000000 ))"
 step "checks passed"

@@ -62,7 +62,7 @@ fi
 # stage LABEL [DESCRIPTION]: step DESCRIPTION (default LABEL), and the start of the stage
 # LABEL for CI_MARKDOWN: each stage lasts until the next one starts.
 stage() {
-  ci_record step "$(date +%s%N)" "$1"
+  ci_record_at step "$1"
   step "${2:-$1}"
 }
 step "caches: $caches (GOCACHE $GOCACHE, GOMODCACHE $GOMODCACHE, GCSFUSE_CSI_CACHE $GCSFUSE_CSI_CACHE)"
@@ -180,6 +180,8 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   budget_check "the e2e runs" "$LEAST_FROM_E2E"
   # The e2e tests' packages, compiled here (nice 0) so that go vet in the background reuses
   # them instead of compiling the same packages at the same time; the test phase then links.
+  # With the images' flags (lib.sh: static, -trimpath), the first e2e run's images reuse them
+  # too.
   stage "build the e2e tests (go test -c ./test/e2e)"
   go test -c -o "$GCSFUSE_CSI_CACHE/e2e.test" ./test/e2e
   rm -f "$GCSFUSE_CSI_CACHE/e2e.test"
@@ -232,7 +234,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
     checks_result
   fi
 fi
-ci_record end "$(date +%s%N)"
+ci_record_at end
 step "all tests passed"
 if [ -n "$ci_markdown" ]; then
   # Named after the command that ran: .ci/run sets CI_COMMAND.

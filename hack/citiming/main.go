@@ -10,6 +10,9 @@
 //	start  UNIX_NS  COMMIT  clean|modified  CPUS  cold|warm   hack/test.sh began (its step clock's
 //	                                               zero), from empty caches or not
 //	step   UNIX_NS  LABEL                          one of its steps began; it lasts until the next
+//	cpu    UNIX_NS  BUSY_MS                        the machine's CPU time busy since boot (every
+//	                                               core; cpu_busy_ms in lib.sh), sampled at each
+//	                                               step's start and at the end
 //	cluster-build  MS                              the background build of the cluster's components
 //	fuzz   TARGETS  EACH  MS  WORKERS              hack/fuzz.sh ran (WORKERS empty: one per CPU)
 //	background  NAME  MS                           another check of hack/checks.sh ran (lint,
@@ -105,12 +108,19 @@ type report struct {
 	cold       bool // the run began with empty caches (hack/test.sh's cache_state)
 	cpus       int
 	steps      []step
+	cpu        []cpuSample // in time order
 	// clusterBuild is the background build of the cluster's components, from its start to
 	// its end; 0 when not recorded.
 	clusterBuild time.Duration
 	fuzz         *fuzzRun
 	others       []background // hack/checks.sh's other checks, in the order they ran
 	e2e          []*e2eRun
+}
+
+// cpuSample is the machine's busy CPU time since boot at a moment.
+type cpuSample struct {
+	at   int64 // unix ns
+	busy time.Duration
 }
 
 type step struct {
@@ -157,7 +167,7 @@ type counts struct {
 
 // fieldsOf is how many fields each kind of record has, its kind included.
 var fieldsOf = map[string]int{
-	"start": 6, "step": 3, "cluster-build": 2, "fuzz": 5, "background": 3, "e2e": 3, "phase": 4, "tests": 6, "end": 2,
+	"start": 6, "step": 3, "cpu": 3, "cluster-build": 2, "fuzz": 5, "background": 3, "e2e": 3, "phase": 4, "tests": 6, "end": 2,
 }
 
 // parse reads the records of one run: every line well formed, a start before anything else,
@@ -249,6 +259,12 @@ func (rep *report) add(f []string) error {
 			return fmt.Errorf("step %q begins before the one above it", f[2])
 		}
 		rep.steps = append(rep.steps, step{at: at, label: f[2]})
+	case "cpu":
+		c := cpuSample{at: num(f[1]), busy: ms(f[2])}
+		if n := len(rep.cpu); err == nil && n > 0 && (c.at < rep.cpu[n-1].at || c.busy < rep.cpu[n-1].busy) {
+			return errors.New("cpu record before the one above it")
+		}
+		rep.cpu = append(rep.cpu, c)
 	case "cluster-build":
 		rep.clusterBuild = ms(f[1])
 	case "fuzz":
@@ -320,10 +336,14 @@ func (rep *report) markdown() string {
 		if len(s.runs) > 0 {
 			label += " (" + runNames(s.runs) + ")"
 		}
-		rows = append(rows, []string{label, seconds(since(rep.start, s.at)), seconds(since(s.at, to))})
+		rows = append(rows, []string{label, seconds(since(rep.start, s.at)), seconds(since(s.at, to)), rep.coresBusy(s.at, to)})
 	}
-	rows = append(rows, []string{"total", "", seconds(total)})
-	b.WriteString(readmegen.Table([]string{"step of `hack/test.sh`", "start, s", "took, s"}, rows...))
+	busy := ""
+	if len(rep.steps) > 0 {
+		busy = rep.coresBusy(rep.steps[0].at, rep.end) // the start record has no sample
+	}
+	rows = append(rows, []string{"total", "", seconds(total), busy})
+	b.WriteString(readmegen.Table([]string{"step of `hack/test.sh`", "start, s", "took, s", "cores busy"}, rows...))
 
 	if bg := rep.background(); bg != "" {
 		b.WriteString("\nIn the background: " + bg + ".\n")
@@ -332,6 +352,26 @@ func (rep *report) markdown() string {
 		b.WriteString("\n" + rep.e2eTable())
 	}
 	return b.String()
+}
+
+// coresBusy is how many of the machine's cores were busy on average from one moment to the
+// other, as "1.93 of 2" (a step that kept them all busy gains only from less work, one that
+// left them idle from more beside it), from the cpu samples of exactly those moments
+// (ci_record_at stamps a step and its sample alike); "" without both.
+func (rep *report) coresBusy(from, to int64) string {
+	at := func(t int64) (cpuSample, bool) {
+		i := slices.IndexFunc(rep.cpu, func(c cpuSample) bool { return c.at == t })
+		if i < 0 {
+			return cpuSample{}, false
+		}
+		return rep.cpu[i], true
+	}
+	a, ok := at(from)
+	z, ok2 := at(to)
+	if !ok || !ok2 || z.at <= a.at {
+		return ""
+	}
+	return fmt.Sprintf("%.2f of %d", (z.busy - a.busy).Seconds()/time.Duration(z.at-a.at).Seconds(), rep.cpus)
 }
 
 // runNames is "run 1" or "runs 1, 2".

@@ -21,11 +21,16 @@ import (
 // a suite without subtests.
 const records = "start\t1796445654000000000\tabc1234\tmodified\t2\tcold\n" +
 	"step\t1796445654000000000\tinstall what is missing (hack/install-deps.sh)\n" +
+	"cpu\t1796445654000000000\t5000000\n" +
 	"step\t1796445654500000000\tgofmt\n" +
+	"cpu\t1796445654500000000\t5001000\n" +
 	"step\t1796445656000000000\tgo test -race ./...\n" +
+	"cpu\t1796445656000000000\t5001300\n" +
 	"step\t1796445756000000000\twait for the background build of the cluster's components\n" +
+	"cpu\t1796445756000000000\t5151300\n" +
 	"cluster-build\t812345\n" +
 	"step\t1796446500000000000\te2e: every test\n" +
+	"cpu\t1796446500000000000\t6639300\n" +
 	"e2e\tv1.34.4\tv2.4.2\n" +
 	"phase\tdeps\t300\t0\n" +
 	"phase\timages\t9800\t0\n" +
@@ -36,25 +41,27 @@ const records = "start\t1796445654000000000\tabc1234\tmodified\t2\tcold\n" +
 	"phase\tcluster-down\t13800\t1\n" +
 	"fuzz\t8\t10s\t117100\t\n" +
 	"step\t1796447300000000000\te2e: upgrade\n" +
+	"cpu\t1796447300000000000\t7439300\n" +
 	"e2e\tv1.34.4\t1.6 (Debian)\n" +
 	"phase\tdeps\t300\t0\n" +
 	"phase\tprevious-release\t2400\t0\n" +
 	"phase\timages\t13500\t0\n" +
 	"tests\ttest\t1\t0\t0\t6\n" +
 	"phase\ttest\t49400\t0\n" +
+	"cpu\t1796447400000000000\t7489300\n" +
 	"end\t1796447400000000000\n"
 
 const want = "Commit abc1234 with uncommitted changes, 2026-12-05, 2 CPUs, cold (empty Go caches, no `$GCSFUSE_CSI_CACHE`: a fresh machine): 1746.0 s (29.1 min) from `hack/test.sh`'s start to \"all tests passed\".\n" +
 	"\n" +
-	"| step of `hack/test.sh` | start, s | took, s |\n" +
-	"|---|---|---|\n" +
-	"| install what is missing (hack/install-deps.sh) | 0.0 | 0.5 |\n" +
-	"| gofmt | 0.5 | 1.5 |\n" +
-	"| go test -race ./... | 2.0 | 100.0 |\n" +
-	"| wait for the background build of the cluster's components | 102.0 | 744.0 |\n" +
-	"| e2e: every test (run 1) | 846.0 | 800.0 |\n" +
-	"| e2e: upgrade (run 2) | 1646.0 | 100.0 |\n" +
-	"| total | | 1746.0 |\n" +
+	"| step of `hack/test.sh` | start, s | took, s | cores busy |\n" +
+	"|---|---|---|---|\n" +
+	"| install what is missing (hack/install-deps.sh) | 0.0 | 0.5 | 2.00 of 2 |\n" +
+	"| gofmt | 0.5 | 1.5 | 0.20 of 2 |\n" +
+	"| go test -race ./... | 2.0 | 100.0 | 1.50 of 2 |\n" +
+	"| wait for the background build of the cluster's components | 102.0 | 744.0 | 2.00 of 2 |\n" +
+	"| e2e: every test (run 1) | 846.0 | 800.0 | 1.00 of 2 |\n" +
+	"| e2e: upgrade (run 2) | 1646.0 | 100.0 | 0.50 of 2 |\n" +
+	"| total | | 1746.0 | 1.43 of 2 |\n" +
 	"\n" +
 	"In the background: the cluster's components (`hack/cluster-deps.sh`, `hack/k8s-build.sh`) 812.3 s, built, not all cached; the fuzz stage (`hack/fuzz.sh`: 8 targets, 10s each, one worker per CPU) 117.1 s.\n" +
 	"\n" +
@@ -117,12 +124,43 @@ func TestParseErrors(t *testing.T) {
 		{start + "step\t250\ta\n" + end, "line 3: the end record is before the last step"},
 		{start + end + "step\t250\ta\n", "line 3: step record after the end record"},
 		{start + start + end, "line 2: a second start record"},
+		{start + "cpu\t150\t10\ncpu\t140\t20\n" + end, "line 3: cpu record before the one above it"},
+		{start + "cpu\t150\t10\ncpu\t160\t5\n" + end, "line 3: cpu record before the one above it"},
+		{start + "cpu\t150\n" + end, "line 2: cpu record with 2 fields, want 3"},
 		{"start\t100\tc\tdirty\t2\twarm\n" + end, `work tree "dirty"`},
 		{"start\t100\tc\tclean\t2\ttepid\n" + end, `caches "tepid"`},
 	} {
 		_, err := parse(strings.NewReader(c.records))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one containing %q", c.records, err, c.want)
+		}
+	}
+}
+
+// TestCoresBusyNeedsSamplesOfTheStep: a step whose start or end has no cpu sample of its own
+// moment gets no figure (not the next sample's, which would charge it another step's CPU).
+func TestCoresBusyNeedsSamplesOfTheStep(t *testing.T) {
+	rep, err := parse(strings.NewReader("start\t100\tc\tclean\t2\twarm\n" +
+		"step\t1000000000\ta\ncpu\t1000000000\t0\n" +
+		"step\t3000000000\tb\n" +
+		"step\t4000000000\tc\ncpu\t4000000000\t3000\n" +
+		"cpu\t5000000000\t4000\nend\t5000000000\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		from, to int64
+		want     string
+	}{
+		{1e9, 3e9, ""},          // b has no sample
+		{3e9, 4e9, ""},          // nor here
+		{1e9, 4e9, "1.00 of 2"}, // 3 s busy over 3 s
+		{4e9, 5e9, "1.00 of 2"}, // 1 s over 1 s
+		{1e9, 5e9, "1.00 of 2"}, // the total
+		{4e9, 4e9, ""},          // no time
+	} {
+		if got := rep.coresBusy(c.from, c.to); got != c.want {
+			t.Errorf("coresBusy(%d, %d) = %q, want %q", c.from, c.to, got, c.want)
 		}
 	}
 }

@@ -34,7 +34,10 @@ func build(t *testing.T) string {
 			return
 		}
 		built = filepath.Join(dir, "nodeinit")
-		if out, err := exec.Command("go", "build", "-o", built, ".").CombinedOutput(); err != nil {
+		// Static and -trimpath, as hack/cluster-lib.sh builds it (hack/lib.sh's flags).
+		cmd := exec.Command("go", "build", "-trimpath", "-o", built, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build nodeinit: %v\n%s", err, out)
 		}
 	})

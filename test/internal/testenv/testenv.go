@@ -232,8 +232,11 @@ func GoBuild(out, pkg string) error {
 	if w := strings.TrimSpace(string(work)); w == "" || w == "off" {
 		return fmt.Errorf("build %s: no go.work (GOWORK=%q): run from the repository, whose go.work joins its two modules", pkg, w)
 	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	// Static and -trimpath, as the images build it (and hack/lib.sh every build of the
+	// scripts): the packages compiled once serve both, under go test -race's cgo too.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(work)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
 	}
