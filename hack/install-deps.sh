@@ -20,7 +20,10 @@ if [ -x "$BIN/gcsfuse" ] && [ -f "$stamp" ]; then
   step "gcsfuse $GCSFUSE_VERSION cached in $BIN"
 else
   step "go install gcsfuse v$GCSFUSE_VERSION (static; ~6 min cold on 2 cores)"
-  GOBIN=$BIN CGO_ENABLED=0 GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go install \
+  # GOFLAGS= : exactly the flags below, as build/sidecar/Dockerfile builds it (not lib.sh's
+  # -trimpath, which would change the shipped binary with the cache's history); gcsfuse's
+  # own toolchain shares no compiled package with the scripts' builds anyway.
+  GOFLAGS= GOBIN=$BIN CGO_ENABLED=0 GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go install \
     -ldflags "-s -w -X github.com/googlecloudplatform/gcsfuse/v3/common.gcsfuseVersion=$GCSFUSE_VERSION" \
     "github.com/googlecloudplatform/gcsfuse/v3@v$GCSFUSE_VERSION"
   touch "$stamp"
@@ -40,7 +43,7 @@ for arch in ${GCSFUSE_ARCHES:-}; do
   fi
   step "go install gcsfuse v$GCSFUSE_VERSION for linux/$arch (static, cross-compiled; ~6 min cold on 2 cores)"
   gopath=$(mktemp -d)
-  GOPATH=$gopath GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go install \
+  GOFLAGS= GOPATH=$gopath GOBIN= CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOTOOLCHAIN=$GCSFUSE_TOOLCHAIN go install \
     -ldflags "-s -w -X github.com/googlecloudplatform/gcsfuse/v3/common.gcsfuseVersion=$GCSFUSE_VERSION" \
     "github.com/googlecloudplatform/gcsfuse/v3@v$GCSFUSE_VERSION"
   mkdir -p "$dir"

@@ -170,6 +170,13 @@ ci_record() {
 cpu_busy_ms() {
   awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.0f\n", ($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz; exit }' /proc/stat
 }
+# ci_record_start FIELD...: the start record, stamped with the scripts' clock zero ($_t0), and
+# a cpu record of that moment (the whole run's cores busy).
+ci_record_start() {
+  [ -n "${CI_RECORDS:-}" ] || return 0
+  ci_record start "$_t0" "$@"
+  ci_record cpu "$_t0" "$(cpu_busy_ms)"
+}
 # ci_record_at KIND [FIELD...]: the record KIND stamped with the time now, and a cpu record
 # of the same moment (CI_MARKDOWN's "cores busy" of each step); the end record, the last one,
 # after its cpu record.

@@ -54,7 +54,7 @@ if [ -n "$ci_markdown" ]; then
   mkdir -p "$(dirname "$ci_markdown")"
   export CI_RECORDS=$GCSFUSE_CSI_CACHE/ci-records.tsv
   : >"$CI_RECORDS"
-  ci_record start "$_t0" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  ci_record_start "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     "$([ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo clean || echo modified)" "$(nproc)" "$caches"
 else
   unset CI_RECORDS

@@ -11,8 +11,8 @@
 //	                                               zero), from empty caches or not
 //	step   UNIX_NS  LABEL                          one of its steps began; it lasts until the next
 //	cpu    UNIX_NS  BUSY_MS                        the machine's CPU time busy since boot (every
-//	                                               core; cpu_busy_ms in lib.sh), sampled at each
-//	                                               step's start and at the end
+//	                                               core; cpu_busy_ms in lib.sh), sampled at the
+//	                                               start, each step's start and the end
 //	cluster-build  MS                              the background build of the cluster's components
 //	fuzz   TARGETS  EACH  MS  WORKERS              hack/fuzz.sh ran (WORKERS empty: one per CPU)
 //	background  NAME  MS                           another check of hack/checks.sh ran (lint,
@@ -109,6 +109,7 @@ type report struct {
 	cpus       int
 	steps      []step
 	cpu        []cpuSample // in time order
+	cpuBad     bool        // a cpu record could not be read: no cores-busy figures
 	// clusterBuild is the background build of the cluster's components, from its start to
 	// its end; 0 when not recorded.
 	clusterBuild time.Duration
@@ -260,11 +261,16 @@ func (rep *report) add(f []string) error {
 		}
 		rep.steps = append(rep.steps, step{at: at, label: f[2]})
 	case "cpu":
-		c := cpuSample{at: num(f[1]), busy: ms(f[2])}
-		if n := len(rep.cpu); err == nil && n > 0 && (c.at < rep.cpu[n-1].at || c.busy < rep.cpu[n-1].busy) {
-			return errors.New("cpu record before the one above it")
+		// The figures are a reading of /proc/stat, not the run's: one that cannot be read or
+		// goes backwards drops the column's figures (cpuBad), never the block.
+		at, e1 := strconv.ParseInt(f[1], 10, 64)
+		busy, e2 := strconv.ParseInt(f[2], 10, 64)
+		n := len(rep.cpu)
+		if e1 != nil || e2 != nil || busy < 0 || n > 0 && (at < rep.cpu[n-1].at || time.Duration(busy)*time.Millisecond < rep.cpu[n-1].busy) {
+			rep.cpuBad = true
+			break
 		}
-		rep.cpu = append(rep.cpu, c)
+		rep.cpu = append(rep.cpu, cpuSample{at: at, busy: time.Duration(busy) * time.Millisecond})
 	case "cluster-build":
 		rep.clusterBuild = ms(f[1])
 	case "fuzz":
@@ -338,11 +344,7 @@ func (rep *report) markdown() string {
 		}
 		rows = append(rows, []string{label, seconds(since(rep.start, s.at)), seconds(since(s.at, to)), rep.coresBusy(s.at, to)})
 	}
-	busy := ""
-	if len(rep.steps) > 0 {
-		busy = rep.coresBusy(rep.steps[0].at, rep.end) // the start record has no sample
-	}
-	rows = append(rows, []string{"total", "", seconds(total), busy})
+	rows = append(rows, []string{"total", "", seconds(total), rep.coresBusy(rep.start, rep.end)})
 	b.WriteString(readmegen.Table([]string{"step of `hack/test.sh`", "start, s", "took, s", "cores busy"}, rows...))
 
 	if bg := rep.background(); bg != "" {
@@ -366,12 +368,15 @@ func (rep *report) coresBusy(from, to int64) string {
 		}
 		return rep.cpu[i], true
 	}
+	if rep.cpuBad {
+		return ""
+	}
 	a, ok := at(from)
 	z, ok2 := at(to)
 	if !ok || !ok2 || z.at <= a.at {
 		return ""
 	}
-	return fmt.Sprintf("%.2f of %d", (z.busy - a.busy).Seconds()/time.Duration(z.at-a.at).Seconds(), rep.cpus)
+	return fmt.Sprintf("%.2f of %d", (z.busy-a.busy).Seconds()/time.Duration(z.at-a.at).Seconds(), rep.cpus)
 }
 
 // runNames is "run 1" or "runs 1, 2".

@@ -124,8 +124,6 @@ func TestParseErrors(t *testing.T) {
 		{start + "step\t250\ta\n" + end, "line 3: the end record is before the last step"},
 		{start + end + "step\t250\ta\n", "line 3: step record after the end record"},
 		{start + start + end, "line 2: a second start record"},
-		{start + "cpu\t150\t10\ncpu\t140\t20\n" + end, "line 3: cpu record before the one above it"},
-		{start + "cpu\t150\t10\ncpu\t160\t5\n" + end, "line 3: cpu record before the one above it"},
 		{start + "cpu\t150\n" + end, "line 2: cpu record with 2 fields, want 3"},
 		{"start\t100\tc\tdirty\t2\twarm\n" + end, `work tree "dirty"`},
 		{"start\t100\tc\tclean\t2\ttepid\n" + end, `caches "tepid"`},
@@ -133,6 +131,22 @@ func TestParseErrors(t *testing.T) {
 		_, err := parse(strings.NewReader(c.records))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one containing %q", c.records, err, c.want)
+		}
+	}
+}
+
+// TestCoresBusyBadSamples: a cpu sample that cannot be read (an empty figure when getconf or
+// awk failed) or that goes backwards costs the column its figures, never the block.
+func TestCoresBusyBadSamples(t *testing.T) {
+	const head = "start\t100\tc\tclean\t2\twarm\ncpu\t100\t0\nstep\t1000000000\ta\ncpu\t1000000000\t500\n"
+	for _, bad := range []string{"cpu\t5000000000\t\n", "cpu\t5000000000\t40o\n", "cpu\t5000000000\t400\n", "cpu\t900000000\t4000\n"} {
+		rep, err := parse(strings.NewReader(head + bad + "end\t5000000000\n"))
+		if err != nil {
+			t.Errorf("%q: %v, want the block without cores-busy figures", bad, err)
+			continue
+		}
+		if got := rep.coresBusy(1e9, 5e9) + rep.coresBusy(100, 1e9); got != "" {
+			t.Errorf("%q: cores busy %q, want none", bad, got)
 		}
 	}
 }
@@ -258,7 +272,7 @@ source hack/lib.sh
 ` + shellFunc(t, "../test.sh", "cache_state") + `
 ` + shellFunc(t, "../e2e.sh", "phase") + `
 phases=()
-ci_record start "$_t0" abc1234 clean 2 "$(cache_state)"
+ci_record_start abc1234 clean 2 "$(cache_state)"
 stage gofmt
 stage "e2e: every test" "the e2e run, in long"
 ci_record e2e v1.34.4 v2.4.2
@@ -269,7 +283,7 @@ phase cluster-down false || true
 ci_record_suite none /nonexistent
 ci_record fuzz 8 10s 1234 ""
 ci_record background lint 2345
-ci_record end "$(date +%s%N)"
+ci_record_at end
 unset CI_RECORDS
 ci_record start 1 ignored clean 2 warm
 mkdir -p "$GOMODCACHE/cache" && echo "after a module download: $(cache_state)"
@@ -303,6 +317,21 @@ echo "a Go build cache over the line: $(COLD_GOCACHE_MIB=1 cache_state)"
 	}
 	if len(rep.steps) != 2 || rep.steps[0].label != "gofmt" || rep.steps[1].label != "e2e: every test" || len(rep.steps[1].runs) != 1 {
 		t.Errorf("steps %+v, want gofmt then the e2e step holding run 1", rep.steps)
+	}
+	// Every step, and the run from its start record, has its cores-busy figure: the samples
+	// the scripts take are of exactly the moments the steps and the end are stamped with.
+	cores := regexp.MustCompile(`^[0-9]+\.[0-9]{2} of 2$`)
+	for i, s := range rep.steps {
+		to := rep.end
+		if i+1 < len(rep.steps) {
+			to = rep.steps[i+1].at
+		}
+		if got := rep.coresBusy(s.at, to); !cores.MatchString(got) {
+			t.Errorf("step %q: cores busy %q, want N.NN of 2 (records:\n%s)", s.label, got, b)
+		}
+	}
+	if got := rep.coresBusy(rep.start, rep.end); !cores.MatchString(got) {
+		t.Errorf("the whole run: cores busy %q, want N.NN of 2 (records:\n%s)", got, b)
 	}
 	if rep.commit != "abc1234" || rep.modified || rep.cpus != 2 || !rep.cold || rep.fuzz == nil || rep.fuzz.targets != 8 || rep.fuzz.workers != "" ||
 		len(rep.others) != 1 || rep.others[0].name != "lint" {
