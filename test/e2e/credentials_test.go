@@ -217,7 +217,7 @@ func claimsOf(t *testing.T, token string) tokenClaims {
 // the driver's audience, bound to this pod). It returns the token.
 func waitToken(t *testing.T, name, volume, identity string) string {
 	t.Helper()
-	p := waitPod(t, name, 90*time.Second, "running its app", appRunning)
+	p := waitPod(t, name, startWithin, "running its app", appRunning)
 	files := hostFiles(p)
 	dir := files.CredentialsDir(volume)
 	deadline := time.Now().Add(30 * time.Second)
@@ -572,7 +572,7 @@ func testSecretKey(t *testing.T) {
 		volumes: []volume{{"bucket", bucket, mountPath}},
 		args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(2 * mib), "-then", "5s"},
 	})
-	running := waitPod(t, pod, 90*time.Second, "running its app", appRunning)
+	running := waitPod(t, pod, startWithin, "running its app", appRunning)
 	files := hostFiles(running)
 	checkOwned(t, files.CredentialsDir("bucket"), 0o700)
 	checkOwned(t, files.CredentialsConfigFile("bucket"), 0o600)

@@ -200,7 +200,7 @@ func TestDeleteWhileWriting(t *testing.T) {
 			volumes: []volume{{"bucket", bucket, mountPath}},
 			args:    []string{"write", "-dir", mountPath, "-name", "slow.bin", "-bytes", strconv.Itoa(size), "-chunk-delay", "100ms", "-finish-on-term"},
 		})
-		waitPod(t, name, 90*time.Second, "running", func(p *corev1.Pod) bool {
+		waitPod(t, name, startWithin, "running", func(p *corev1.Pod) bool {
 			st := containerStatus(p, appContainer)
 			return st != nil && st.State.Running != nil
 		})
@@ -280,7 +280,7 @@ func TestGcsfuseKilled(t *testing.T) {
 		})
 		// Kill it under a running app: in native mode a mount that dies before the app
 		// starts makes the app's container creation fail instead (stat of the mount).
-		waitPod(t, name, 90*time.Second, "running its app", func(p *corev1.Pod) bool {
+		waitPod(t, name, startWithin, "running its app", func(p *corev1.Pod) bool {
 			st := containerStatus(p, appContainer)
 			return st != nil && st.State.Running != nil
 		})

@@ -130,7 +130,7 @@ func TestOneVolumeFails(t *testing.T) {
 			// 128 chunks, 60 ms apart: ~8 s of writing.
 			args: []string{"write", "-dir", "/healthy", "-name", "b.bin", "-bytes", strconv.Itoa(size), "-chunk-delay", "60ms"},
 		})
-		waitPod(t, name, 90*time.Second, "running its app", appRunning)
+		waitPod(t, name, startWithin, "running its app", appRunning)
 		pid := gcsfusePID(t, dead)
 		time.Sleep(1500 * time.Millisecond) // mid-file on the healthy volume
 		killed := time.Now()
@@ -178,7 +178,7 @@ func TestSidecarRestarted(t *testing.T) {
 			volumes: []volume{{"vol-lost", bucket, mountPath}},
 			args:    []string{"sleep", "-for", "20s"},
 		})
-		waitPod(t, name, 90*time.Second, "running its app", appRunning)
+		waitPod(t, name, startWithin, "running its app", appRunning)
 		sidecar := parentPID(gcsfusePID(t, bucket))
 		if sidecar <= 1 {
 			t.Fatalf("no sidecar parent for the gcsfuse of %s", bucket)
@@ -229,7 +229,7 @@ func TestDeleteDuringInitWrite(t *testing.T) {
 		init: []corev1.Container{init}, args: []string{"sleep", "-for", "1s"},
 	})
 	tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	waitMarker(t, bucket, "seed.started", 90*time.Second)
+	waitMarker(t, bucket, "seed.started", startWithin)
 	time.Sleep(2 * time.Second) // mid-file
 	deleted, gone := deletePod(t, name, nil, 60*time.Second)
 	expectObject(t, bucket, "seed.bin", size)
@@ -296,7 +296,7 @@ func TestDeleteGracePeriod(t *testing.T) {
 					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "long.started"},
 			})
 			tr := track(t, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-			waitMarker(t, bucket, "long.started", 90*time.Second)
+			waitMarker(t, bucket, "long.started", startWithin)
 			time.Sleep(2 * time.Second)
 			deleted, gone := deletePod(t, name, ptr(int64(40)), 60*time.Second)
 			expectObject(t, bucket, "long.bin", size)
@@ -316,7 +316,7 @@ func TestDeleteGracePeriod(t *testing.T) {
 				args: []string{"write", "-dir", mountPath, "-name", "short.bin", "-bytes", strconv.Itoa(12 * mib),
 					"-chunk-delay", "100ms", "-finish-on-term", "-marker", "short.started"},
 			})
-			waitMarker(t, bucket, "short.started", 90*time.Second)
+			waitMarker(t, bucket, "short.started", startWithin)
 			deleted, gone := deletePod(t, name, ptr(int64(3)), 30*time.Second)
 			record(t, "delete --grace-period=3 (spec 60) -> pod gone", deleted, gone)
 			if took := gone.Sub(deleted); took > 12*time.Second {
@@ -381,7 +381,7 @@ func TestEarlyDelete(t *testing.T) {
 			args: []string{"write", "-dir", mountPath, "-name", "early.bin", "-bytes", strconv.Itoa(size),
 				"-chunk-delay", "100ms", "-finish-on-term", "-marker", "early.started"},
 		})
-		waitMarker(t, bucket, "early.started", 90*time.Second)
+		waitMarker(t, bucket, "early.started", startWithin)
 		deleted, gone := deletePod(t, name, nil, 60*time.Second)
 		record(t, "early delete -> pod gone", deleted, gone)
 		expectObject(t, bucket, "early.bin", size)
@@ -425,7 +425,7 @@ func TestUnclaimedOfferRestart(t *testing.T) {
 		init: []corev1.Container{workloadContainer("wait", nil, "sleep", "-for", "15s")},
 		args: []string{"write", "-dir", mountPath, "-name", "after.bin", "-bytes", strconv.Itoa(mib)},
 	})
-	waitPod(t, name, 90*time.Second, "in its init container", func(p *corev1.Pod) bool {
+	waitPod(t, name, startWithin, "in its init container", func(p *corev1.Pod) bool {
 		st := containerStatus(p, "wait")
 		return st != nil && st.State.Running != nil
 	})

@@ -705,6 +705,11 @@ func waitPod(t *testing.T, name string, d time.Duration, what string, cond func(
 // once, and the pod 138 s in all (3f648b7's CI).
 const terminalWithin = 4 * time.Minute
 
+// startWithin bounds the wait for a new pod's app to run (or to write its first marker): a
+// bound on a hang as terminalWithin is, for the same reason (90 s was passed once on CI's
+// loaded first run).
+const startWithin = terminalWithin
+
 // waitSucceeded waits for the pod to end and fails the test unless it Succeeded with its
 // sidecar exiting 0, showing the pod and its Events.
 func waitSucceeded(t *testing.T, name string) *corev1.Pod {

@@ -175,7 +175,7 @@ func legacyPreStopAttempt(t *testing.T, attempt int) bool {
 		appLifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
 			Exec: &corev1.ExecAction{Command: []string{"/workload", "sleep", "-for", "60s"}}}},
 	})
-	waitPod(t, name, 90*time.Second, "running", func(p *corev1.Pod) bool {
+	waitPod(t, name, startWithin, "running", func(p *corev1.Pod) bool {
 		st := containerStatus(p, appContainer)
 		return st != nil && st.State.Running != nil
 	})

@@ -183,7 +183,7 @@ func TestClaimInitWriteDeleted(t *testing.T) {
 	if got := sidecarEnv(created, contract.EnvInitContainers); got != "seed" {
 		t.Fatalf("sidecar %s = %q, want seed: the claim's init writer was not recognised", contract.EnvInitContainers, got)
 	}
-	waitMarker(t, bucket, "seed.started", 90*time.Second)
+	waitMarker(t, bucket, "seed.started", startWithin)
 	time.Sleep(2 * time.Second) // mid-file
 	deleted, gone := deletePod(t, name, nil, 60*time.Second)
 	expectObject(t, bucket, "seed.bin", size)

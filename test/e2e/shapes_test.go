@@ -48,7 +48,7 @@ func TestStatefulSetScaleDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cs.AppsV1().StatefulSets(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		waitMarker(t, bucket, "started", 120*time.Second)
+		waitMarker(t, bucket, "started", startWithin)
 		time.Sleep(2 * time.Second) // mid-file
 		scaled := time.Now()
 		if _, err := cs.AppsV1().StatefulSets(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {

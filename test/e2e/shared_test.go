@@ -129,7 +129,7 @@ func TestSharedMountMode(t *testing.T) {
 		v := []volume{{name: "data", bucket: b, path: mountPath}}
 		holder := podName(t, "holder")
 		createPod(t, holder, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs, args: []string{"sleep", "-for", "5m"}})
-		hp := waitPod(t, holder, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		hp := waitPod(t, holder, startWithin, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 		pids := bucketGcsfuse(b)
 		if len(pids) != 1 {
 			t.Fatalf("gcsfuse %v, want one", pids)
@@ -177,7 +177,7 @@ func TestSharedMountMode(t *testing.T) {
 		if created.Annotations[contract.AnnotationInjected] != "" || len(created.Spec.InitContainers) != 0 {
 			t.Fatalf("a pod whose claim is shared got a sidecar: %v", created.Annotations)
 		}
-		waitMarker(t, b, "slow.started", 90*time.Second)
+		waitMarker(t, b, "slow.started", startWithin)
 		time.Sleep(2 * time.Second) // mid-file
 		deleted, gone := deletePod(t, name, nil, 60*time.Second)
 		expectObject(t, b, "slow.bin", size)
@@ -226,7 +226,7 @@ func TestSharedMountMode(t *testing.T) {
 		if got := created.Annotations[contract.AnnotationInjected]; got != contract.ModeNative {
 			t.Fatalf("a pod with a sidecar volume beside its shared one: injected %q, want %q", got, contract.ModeNative)
 		}
-		waitMarker(t, ownB, "app.started", 90*time.Second)
+		waitMarker(t, ownB, "app.started", startWithin)
 		if pids := bucketGcsfuse(sharedB); len(pids) != 1 {
 			t.Fatalf("%d gcsfuse processes serve the shared volume (%v), want the mounter's one", len(pids), pids)
 		}
@@ -289,7 +289,7 @@ func TestSharedNodePluginRestart(t *testing.T) {
 		names = append(names, n)
 	}
 	for _, n := range names {
-		waitPod(t, n, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		waitPod(t, n, startWithin, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	}
 	pids := bucketGcsfuse(bucket)
 	if len(pids) != 1 {
@@ -339,7 +339,7 @@ func TestSharedNodePluginRestart(t *testing.T) {
 	other := podName(t, "other")
 	createPod(t, other, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs, serviceAccount: "shared-other",
 		args: []string{"sleep", "-for", "5m"}})
-	waitPod(t, other, 90*time.Second, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	waitPod(t, other, startWithin, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	if pids := bucketGcsfuse(bucket); len(pids) != 2 {
 		t.Fatalf("%d gcsfuse processes after a pod of another service account (%v), want 2", len(pids), pids)
 	}
@@ -508,7 +508,7 @@ func TestSharedMounterReplaced(t *testing.T) {
 	writer := podName(t, "writer")
 	createPod(t, writer, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
 		args: []string{"write", "-dir", mountPath, "-name", "writer.bin", "-bytes", strconv.Itoa(4 * mib), "-chunk-delay", "200ms", "-marker", "writer.started"}})
-	waitMarker(t, bucket, "writer.started", 90*time.Second)
+	waitMarker(t, bucket, "writer.started", startWithin)
 	if err := cs.CoreV1().Pods("gcsfuse-csi").Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(3))}); err != nil {
 		t.Fatal(err)
 	}
