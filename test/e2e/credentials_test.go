@@ -434,7 +434,7 @@ func testFederation(t *testing.T) {
 	if want := "--key-file=" + podfiles.At(contract.TmpMountPath).CredentialsConfigFile("bucket"); !containsString(args, want) || containsString(args, "--anonymous-access") {
 		t.Errorf("gcsfuse args %q: want %s and no --anonymous-access", args, want)
 	}
-	p := waitPod(t, okPod, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, okPod, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: %s\n%s\n%s\nsidecar log:\n%s", okPod, p.Status.Phase, describe(p), podEvents(okPod), logs(okPod, contract.SidecarContainerName))
 	}
@@ -456,7 +456,7 @@ func testFederation(t *testing.T) {
 	if deniedToken == okToken {
 		t.Error("two pods got the same token")
 	}
-	p = waitPod(t, deniedPod, 120*time.Second, "terminal", terminal)
+	p = waitPod(t, deniedPod, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodFailed {
 		t.Errorf("the pod reading a forbidden bucket ended %s, want Failed (I/O errors, not an empty directory)", p.Status.Phase)
 	}
@@ -576,7 +576,7 @@ func testSecretKey(t *testing.T) {
 	files := hostFiles(running)
 	checkOwned(t, files.CredentialsDir("bucket"), 0o700)
 	checkOwned(t, files.CredentialsConfigFile("bucket"), 0o600)
-	p := waitPod(t, pod, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, pod, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: %s\n%s\n%s", pod, p.Status.Phase, describe(p), podEvents(pod))
 	}
@@ -641,7 +641,7 @@ func testSecretKeyPV(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: %s\n%s\n%s", name, p.Status.Phase, describe(p), podEvents(name))
 	}

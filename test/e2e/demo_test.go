@@ -114,7 +114,7 @@ func TestDemo(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+			p := waitPod(t, name, terminalWithin, "terminal", terminal)
 			res.phase = p.Status.Phase
 			smp.mount = appStart(t, name, appContainer).Sub(created)
 			smp.done = tr.when(name, "phase:"+string(p.Status.Phase)).Sub(appExit(t, name, appContainer))

@@ -251,7 +251,7 @@ func TestInitContainerReads(t *testing.T) {
 		init: []corev1.Container{init},
 		args: []string{"write", "-dir", mountPath, "-name", "output.bin", "-bytes", "1000"},
 	})
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s\n%s\n%s\nreader log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, "reader"))
 	}
@@ -388,7 +388,7 @@ func TestNodePluginRestart(t *testing.T) {
 	// emptyDirs may already be gone): that is no failure to report.
 	t.Run("no-spurious-exit-failure", noSidecarExitFailure)
 	t.Run("new-pod", func(t *testing.T) {
-		p := waitPod(t, fresh.name, 120*time.Second, "terminal", terminal)
+		p := waitPod(t, fresh.name, terminalWithin, "terminal", terminal)
 		if p.Status.Phase != corev1.PodSucceeded {
 			t.Fatalf("pod created after the restart: %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(fresh.name))
 		}

@@ -140,7 +140,7 @@ func TestOneVolumeFails(t *testing.T) {
 		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventGcsfuseExited+`$`), "doomed", dead)
 		record(t, "gcsfuse killed -> Event", killed, time.Now())
 		t.Logf("event: %s: %s", e.Reason, e.Message)
-		p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+		p := waitPod(t, name, terminalWithin, "terminal", terminal)
 		app := containerStatus(p, appContainer)
 		if app == nil || app.State.Terminated == nil || app.State.Terminated.ExitCode != 0 {
 			t.Fatalf("the app writing the healthy volume failed:\n%s\napp log: %s\n%s", describe(p), logs(name, appContainer), podEvents(name))
@@ -430,7 +430,7 @@ func TestUnclaimedOfferRestart(t *testing.T) {
 		return st != nil && st.State.Running != nil
 	})
 	restartNodePlugin(t)
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s\n%s\n%s\nsidecar log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, contract.SidecarContainerName))
 	}
@@ -593,7 +593,7 @@ func TestAPIServerOutage(t *testing.T) {
 	t.Logf("API server resumed after %s", time.Since(stopped).Round(time.Second))
 
 	for mode, r := range runs {
-		p := waitPod(t, r.name, 120*time.Second, "terminal", terminal)
+		p := waitPod(t, r.name, terminalWithin, "terminal", terminal)
 		if p.Status.Phase != corev1.PodSucceeded {
 			t.Errorf("%s: pod %s\n%s\n%s", mode, p.Status.Phase, describe(p), podEvents(r.name))
 			continue

@@ -698,8 +698,8 @@ func waitPod(t *testing.T, name string, d time.Duration, what string, cond func(
 	return nil
 }
 
-// terminalWithin bounds the wait for a pod to end, from the wait's start, which the callers
-// make right after the pod's creation: a bound on a hang, not a measure of promptness (record
+// terminalWithin bounds the wait for a pod to end, from the wait's start (most callers wait
+// right after the pod's creation): a bound on a hang, not a measure of promptness (record
 // prints that). It covers the pod's start too, which on CI's loaded first run (the storage
 // suites and gcsfuse's beside the parallel tests, 2 cores) took 77 s to the sidecar's start
 // once, and the pod 138 s in all (3f648b7's CI).

@@ -230,7 +230,7 @@ func TestBucketBusyAtStart(t *testing.T) {
 			volumes: []volume{{"bucket", bucket, mountPath}},
 			args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", "4096"},
 		})
-		p := waitPod(t, name, 120*time.Second, "terminal phase", terminal)
+		p := waitPod(t, name, terminalWithin, "terminal phase", terminal)
 		l := logs(name, contract.SidecarContainerName)
 		if p.Status.Phase != corev1.PodSucceeded {
 			t.Fatalf("pod %s, want Succeeded after the bucket check's retries:\n%s\nsidecar log:\n%s", p.Status.Phase, describe(p), l)
@@ -252,7 +252,7 @@ func TestBucketBusyAtStart(t *testing.T) {
 			volumes: []volume{{"bucket", bucket, mountPath}},
 			args:    []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", "4096"},
 		})
-		p := waitPod(t, name, 120*time.Second, "terminal phase", terminal)
+		p := waitPod(t, name, terminalWithin, "terminal phase", terminal)
 		if p.Status.Phase != corev1.PodSucceeded {
 			t.Fatalf("pod %s, want Succeeded after the shared mounter's bucket check retried:\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
 		}
@@ -347,7 +347,7 @@ func TestAutoMode(t *testing.T) {
 			if err != nil {
 				t.Fatalf("kubelet v%s: refused, but a native sidecar serves init containers: %v", kubeletVersion, err)
 			}
-			p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+			p := waitPod(t, name, terminalWithin, "terminal", terminal)
 			if p.Status.Phase != corev1.PodSucceeded {
 				t.Fatalf("pod %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
 			}
@@ -395,7 +395,7 @@ func TestMachineType(t *testing.T) {
 	name := podName(t, "")
 	createPod(t, name, podOpts{mode: contract.ModeLegacy, restart: corev1.RestartPolicyNever, volumes: []volume{{"bucket", bucket, mountPath}},
 		args: []string{"write", "-dir", mountPath, "-name", "m.bin", "-bytes", "1024"}})
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
 	}

@@ -38,7 +38,7 @@ func TestNonRootPods(t *testing.T) {
 					volumes: []volume{{"bucket", bucket, mountPath}},
 					args:    []string{"write", "-dir", mountPath, "-name", "task.log", "-bytes", strconv.Itoa(mib), "-marker", "started"},
 				})
-				p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+				p := waitPod(t, name, terminalWithin, "terminal", terminal)
 				if p.Status.Phase != corev1.PodSucceeded {
 					t.Fatalf("pod %s\n%s\n%s\napp log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, appContainer))
 				}
@@ -129,7 +129,7 @@ func TestUsersNativeSidecarFlushesOnStop(t *testing.T) {
 		init: []corev1.Container{shipper},
 		args: []string{"write", "-dir", mountPath, "-name", "result.bin", "-bytes", "1000"},
 	})
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s\n%s\n%s\nshipper log: %s", p.Status.Phase, describe(p), podEvents(name), logs(name, "shipper"))
 	}

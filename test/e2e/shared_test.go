@@ -146,7 +146,7 @@ func TestSharedMountMode(t *testing.T) {
 		next := podName(t, "next")
 		createPod(t, next, podOpts{restart: corev1.RestartPolicyNever, volumes: v, attrs: sharedAttrs,
 			args: []string{"write", "-dir", mountPath, "-name", "after-kill.bin", "-bytes", "4096"}})
-		waitPod(t, next, 90*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		waitPod(t, next, terminalWithin, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 		expectObject(t, b, "after-kill.bin", 4096)
 		if after := bucketGcsfuse(b); len(after) != 1 || after[0] == pids[0] {
 			t.Fatalf("gcsfuse %v after the kill, want one new process", after)
@@ -260,7 +260,7 @@ func TestSharedMountMode(t *testing.T) {
 		createPod(t, stranger, podOpts{restart: corev1.RestartPolicyNever, serviceAccount: "shared-stranger", attrs: wif, volumes: v,
 			args: []string{"read", "-dir", mountPath, "-name", "input.bin", "-bytes", strconv.Itoa(mib)}})
 		waitEvent(t, stranger, 60*time.Second, regexp.MustCompile("^"+contract.EventGcsfuseFailed+"$"), "volume data", b, "shared-stranger")
-		p := waitPod(t, stranger, 120*time.Second, "terminal", terminal)
+		p := waitPod(t, stranger, terminalWithin, "terminal", terminal)
 		if p.Status.Phase != corev1.PodFailed || !strings.Contains(logs(stranger, appContainer), "input/output error") {
 			t.Fatalf("the stranger's read ended %s (want Failed with an I/O error):\n%s", p.Status.Phase, logs(stranger, appContainer))
 		}
@@ -326,7 +326,7 @@ func TestSharedNodePluginRestart(t *testing.T) {
 	late := podName(t, "late")
 	createPod(t, late, podOpts{restart: corev1.RestartPolicyNever, volumes: vols, attrs: sharedAttrs,
 		args: []string{"write", "-dir", mountPath, "-name", "late.bin", "-bytes", "4096"}})
-	waitPod(t, late, 90*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	waitPod(t, late, terminalWithin, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	expectObject(t, bucket, "late.bin", 4096)
 	if after := bucketGcsfuse(bucket); len(after) != 1 || after[0] != pids[0] {
 		t.Fatalf("gcsfuse %v after the node plugin's restart, want the same %v", after, pids)

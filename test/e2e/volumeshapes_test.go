@@ -54,7 +54,7 @@ func createPodObject(t *testing.T, p *corev1.Pod) *corev1.Pod {
 // waitFailedApp waits for the pod to end Failed and returns it and the app's log.
 func waitFailedApp(t *testing.T, name string) (*corev1.Pod, string) {
 	t.Helper()
-	p := waitPod(t, name, 120*time.Second, "terminal", terminal)
+	p := waitPod(t, name, terminalWithin, "terminal", terminal)
 	if p.Status.Phase != corev1.PodFailed {
 		t.Fatalf("pod %s %s, want Failed\n%s\n%s", name, p.Status.Phase, describe(p), podEvents(name))
 	}
