@@ -177,21 +177,16 @@ ci_record_start() {
   ci_record start "$_t0" "$@"
   ci_record cpu "$_t0" "$(cpu_busy_ms)"
 }
-# ci_record_at KIND [FIELD...]: the record KIND stamped with the time now, and a cpu record
-# of the same moment (CI_MARKDOWN's "cores busy" of each step); the end record, the last one,
-# after its cpu record.
+# ci_record_at KIND [FIELD...]: the record KIND stamped with the time now, after a cpu record
+# of the same moment (CI_MARKDOWN's "cores busy" of each step; before it, since the end
+# record must be the last).
 ci_record_at() {
   [ -n "${CI_RECORDS:-}" ] || return 0
   local kind=$1 now
   shift
   now=$(date +%s%N)
-  if [ "$kind" = end ]; then
-    ci_record cpu "$now" "$(cpu_busy_ms)"
-    ci_record end "$now"
-    return
-  fi
-  ci_record "$kind" "$now" "$@"
   ci_record cpu "$now" "$(cpu_busy_ms)"
+  ci_record "$kind" "$now" "$@"
 }
 # ci_record_tests PHASE LOG: the results of `go test -v` in LOG, as the counts of PHASE: the
 # top-level tests that passed, failed and were skipped, then the subtests that passed.

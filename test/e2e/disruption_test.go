@@ -106,36 +106,32 @@ func TestDeploymentScaleDown(t *testing.T) {
 	})
 }
 
-// checkDeletion asserts how a deleted pod's sidecar ended. The app exits about 1 s after
-// SIGTERM. A native sidecar is stopped by the kubelet right after it; a legacy sidecar is
-// told by the node plugin, which follows the deleted pod's workload containers in the
-// container runtime (the kubelet publishes no container status while it stops a pod). Either
-// way the sidecar must have ended by itself, well before the grace period's end: that is the
-// outcome judged (sidecarEndedByItself), not how long the pod took to go away, which on a
-// loaded node is mostly the kubelet's own pace (CI's run of 3f648b7: a sidecar ended 13 s
-// after the delete, the pod was gone at 29.9 s). deleted is when the deletion was asked for
-// (or the scale-down that led to it), gone when the pod was seen gone.
-func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, deleted, gone time.Time, grace int) {
-	t.Helper()
-	t.Logf("pod gone after %s", gone.Sub(deleted).Round(time.Millisecond))
-	sidecarEndedByItself(t, mode, tr, pod, deleted, gone, grace)
-}
-
 // heldMargin tells a sidecar that ended by itself from one held to the grace period's end,
 // which ends at the deletion plus the grace or later: the kubelet's finish times have 1 s
 // precision, and this leaves 2 s more.
 const heldMargin = 3 * time.Second
 
-// sidecarEndedByItself fails unless the last status the tracker saw of the deleted pod shows
-// the sidecar exited 0 more than heldMargin before the grace period's end (counted from
-// deleted: the kubelet sees the deletion after it, so a sidecar held to its drain deadline
-// ends later still). A sidecar the kubelet SIGKILLed (137) fails, and so does one that exited
-// 0 at its deadline (it drains to exactly the kubelet's kill, pkg/lifecycle/sidecarrule).
-// When no status showed the sidecar terminated (the kubelet may delete the pod right after
-// its last status), the time the pod took to go away decides instead: held to the grace's
-// end would be the grace, and two thirds of it still tells the two apart.
-func sidecarEndedByItself(t *testing.T, mode string, tr *tracker, pod string, deleted, gone time.Time, grace int) {
+// checkDeletion asserts how a deleted pod's sidecar ended. The app exits about 1 s after
+// SIGTERM. A native sidecar is stopped by the kubelet right after it; a legacy sidecar is
+// told by the node plugin, which follows the deleted pod's workload containers in the
+// container runtime (the kubelet publishes no container status while it stops a pod). Either
+// way the sidecar must have ended by itself, well before the grace period's end: that is the
+// outcome judged, not how long the pod took to go away, which on a loaded node is mostly the
+// kubelet's own pace (CI's run of 3f648b7: a sidecar ended 13 s after the delete, the pod was
+// gone at 29.9 s). deleted is when the deletion was asked for (or the scale-down that led to
+// it), gone when the pod was seen gone.
+//
+// It fails unless the last status the tracker saw of the deleted pod shows the sidecar exited
+// 0 more than heldMargin before the grace period's end (counted from deleted: the kubelet sees
+// the deletion after it, so a sidecar held to its drain deadline ends later still). A sidecar
+// the kubelet SIGKILLed (137) fails, and so does one that exited 0 at its deadline (it drains
+// to exactly the kubelet's kill, pkg/lifecycle/sidecarrule). When no status showed the
+// sidecar terminated (the kubelet may delete the pod right after its last status), the time
+// the pod took to go away decides instead: held to the grace's end would be the grace, and two
+// thirds of it still tells the two apart.
+func checkDeletion(t *testing.T, mode string, tr *tracker, pod string, deleted, gone time.Time, grace int) {
 	t.Helper()
+	t.Logf("pod gone after %s", gone.Sub(deleted).Round(time.Millisecond))
 	last := tr.final(pod)
 	if last == nil {
 		last = tr.last(pod)

@@ -236,7 +236,7 @@ func TestDeleteDuringInitWrite(t *testing.T) {
 	record(t, "delete during init write -> pod gone", deleted, gone)
 	// The sidecar served the init container to its end, then ended by itself, not held to
 	// the grace period's end.
-	sidecarEndedByItself(t, contract.ModeNative, tr, name, deleted, gone, 30)
+	checkDeletion(t, contract.ModeNative, tr, name, deleted, gone, 30)
 	if p := tr.last(name); p != nil {
 		seed, sc := containerStatus(p, "seed"), containerStatus(p, contract.SidecarContainerName)
 		if seed != nil && sc != nil && seed.State.Terminated != nil && sc.State.Terminated != nil &&
