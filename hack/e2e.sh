@@ -118,17 +118,15 @@ prebuild_start() {
   script+=true
   step "prebuild at nice 19 in the background, log $CLUSTER_DIR/prebuild.log: ${script//\'/}"
   # A process group of its own, which finish stops with the go builds under it.
-  "${BACKGROUND[@]}" "$script" >"$CLUSTER_DIR/prebuild.log" 2>&1 &
-  prebuild_pid=$!
+  background_start prebuild_pid "$CLUSTER_DIR/prebuild.log" "$script"
   # The previous release's images, for a later UPGRADE_FROM=previous run (build only: that run
   # imports them into its own cluster): a job of its own, under the lock a second after the
   # builds above ask for it (the storage suites need theirs sooner), waited for at the end of
   # this run, so that the storage suites never wait for it.
   if [ "${E2E_PREBUILD_PREVIOUS:-}" = 1 ]; then
     step "previous release at nice 19 in the background, after the builds above, log $CLUSTER_DIR/prebuild-previous.log"
-    "${BACKGROUND[@]}" "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK bash -c \"${last_taken}PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'\"" \
-      >"$CLUSTER_DIR/prebuild-previous.log" 2>&1 &
-    previous_pid=$!
+    background_start previous_pid "$CLUSTER_DIR/prebuild-previous.log" \
+      "sleep 1 && flock -w $HEAVY_LOCK_WAIT $HEAVY_LOCK bash -c \"${last_taken}PREVIOUS_RELEASE_IMPORT=0 '$hack/previous-release.sh'\""
   fi
 }
 

@@ -41,13 +41,27 @@ etcd_version_for() { # K8S_MINOR
   fi
 }
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# "${BACKGROUND[@]}" WORDS... &: runs WORDS as a bash command behind everything else on the
-# machine, in a session and process group of its own (kill -- -$! stops it): at nice 19, and
-# with that session's scheduler autogroup at nice 19 too, since with sched_autogroup_enabled
-# (1 here) the kernel weighs each session's group against the others whatever its tasks' nice
-# (a setsid'd build at nice 19 took half the cores). An array, not a function, so that & forks
-# setsid itself and $! is the group's id.
-BACKGROUND=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash -c "$*"' _)
+# background_start VAR LOG WORDS...: runs WORDS as a bash command behind everything else on
+# the machine, in a session and process group of its own (background_stop stops it), output
+# to LOG, and sets the variable VAR to its pid (the group's id): at nice 19, and with that
+# session's scheduler autogroup at nice 19 too, since with sched_autogroup_enabled (1 here)
+# the kernel weighs each session's group against the others whatever its tasks' nice (a
+# setsid'd build at nice 19 took half the cores). The job writes its exit code to LOG.rc:
+# `wait PID` forgets a job that ended long before once bash forks a child that reuses its pid
+# (pid_max is 32768 here, and a CI run's builds fork that many in minutes), and then answers
+# 127, "not a child of this shell": a CI run of ca4bdae failed so with every test green.
+# A function run in this shell, so that the job is this shell's child.
+background_start() {
+  local var=$1 log=$2
+  shift 2
+  rm -f "$log.rc"
+  BACKGROUND_RC=$log.rc setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
+nice -n 19 bash -c "$*"
+rc=$?
+echo "$rc" >"$BACKGROUND_RC"
+exit "$rc"' _ "$@" >"$log" 2>&1 &
+  printf -v "$var" '%s' "$!"
+}
 # background_stop PID: stops such a job and everything under it (nothing if PID is empty).
 background_stop() {
   if [ -n "$1" ]; then kill -- "-$1" 2>/dev/null || true; fi
@@ -61,11 +75,13 @@ background_wait_var() {
   printf -v "$1" ''
   return "$rc"
 }
-# background_wait PID LOG WHAT: waits for such a job, prints its steps, and when it failed the
-# end of its log, naming WHAT failed; returns its exit code.
+# background_wait PID LOG WHAT: waits for a job of background_start, prints its steps, and
+# when it failed the end of its log, naming WHAT failed; returns its exit code: the one it
+# wrote to LOG.rc, else (stopped by a signal before it could) the one wait gives.
 background_wait() {
   local rc=0
-  wait "$1" || rc=$?
+  wait "$1" 2>/dev/null || rc=$?
+  if [ -s "$2.rc" ]; then rc=$(<"$2.rc"); fi
   grep '^===' "$2" || true
   if [ "$rc" != 0 ]; then
     tail -20 "$2" >&2

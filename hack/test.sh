@@ -108,12 +108,11 @@ cluster_build_log=$GCSFUSE_CSI_CACHE/cluster-build.log
 cluster_build_end=$GCSFUSE_CSI_CACHE/cluster-build.end
 if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
   step "build the local cluster's components in the background at nice 19 (log $cluster_build_log)"
-  # A session and process group of its own (BACKGROUND, lib.sh), stopped with the builds
+  # A session and process group of its own (background_start, lib.sh), stopped with the builds
   # under it if this script ends first.
   rm -f "$cluster_build_end"
   cluster_build_start=$(date +%s%N)
-  "${BACKGROUND[@]}" hack/cluster-deps.sh "&&" hack/k8s-build.sh "&&" "date +%s%N >'$cluster_build_end'" >"$cluster_build_log" 2>&1 &
-  cluster_build_pid=$!
+  background_start cluster_build_pid "$cluster_build_log" hack/cluster-deps.sh "&&" hack/k8s-build.sh "&&" "date +%s%N >'$cluster_build_end'"
   trap 'background_stop "$cluster_build_pid"' EXIT
 fi
 
@@ -197,8 +196,7 @@ if [ "${SKIP_E2E:-0}" != 1 ] && [ -x hack/e2e.sh ]; then
     (( left > 0 )) || { echo "CI budget: $(( CI_BUDGET_SECONDS / 60 )) min used up before the e2e runs; failing now" >&2; exit 1; }
     bounded=(timeout --kill-after="$CI_BUDGET_GRACE" "$left")
   fi
-  "${BACKGROUND[@]}" "${bounded[@]}" env FUZZ_PARALLEL=1 "CHECKS_AFTER='$lock_taken'" bash hack/checks.sh >"$checks_log" 2>&1 &
-  checks_pid=$!
+  background_start checks_pid "$checks_log" "${bounded[@]}" env FUZZ_PARALLEL=1 "CHECKS_AFTER='$lock_taken'" bash hack/checks.sh
   trap 'background_stop "$cluster_build_pid"; background_stop "$checks_pid"' EXIT
   # From the release artifacts of this tree (hack/release.sh for this machine's platform:
   # the packaged chart, images pinned by digest, and the images' OCI archives imported), under

@@ -446,3 +446,55 @@ func TestBudget(t *testing.T) {
 		t.Errorf("without CI_BUDGET_SECONDS: exit %d, output %q; want no check and the step in the caller's process group", code, out)
 	}
 }
+
+// TestBackgroundJobs runs hack/lib.sh's background_start and background_wait_var, with which
+// hack/test.sh and hack/e2e.sh run builds and checks beside the tests: the job's own exit code
+// decides, whether it failed, was stopped, or ended so long before the wait that bash forgot
+// its pid (a CI run of ca4bdae failed with 127, "not a child of this shell", with every test
+// and the job green; here a pid that is no child of the shell stands for the forgotten one).
+func TestBackgroundJobs(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	run := func(script string) string {
+		t.Helper()
+		cmd := exec.Command(bash, "-c", "set -euo pipefail\nsource hack/lib.sh\nD="+dir+"\n"+script)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "GCSFUSE_CSI_CACHE="+filepath.Join(dir, "cache"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+
+	out := run(`background_start j "$D/a.log" 'echo "=== nice $(nice) own session $(( $(cut -d" " -f6 /proc/$$/stat) != '$$' ))"; exit 3'
+background_wait_var j "$D/a.log" "the failing job" || echo "rc=$? pid='$j'"`)
+	for _, want := range []string{"=== nice 19 own session 1", "the failing job failed (rc=3;", "rc=3 pid=''"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a job that fails: output %q; want %q", out, want)
+		}
+	}
+
+	out = run(`background_start j "$D/b.log" 'sleep 60'
+sleep 0.5
+background_stop "$j"
+background_wait_var j "$D/b.log" "the stopped job" || echo "rc=$?"`)
+	if !strings.Contains(out, "rc=143") {
+		t.Errorf("a job stopped: output %q; want rc=143 (TERM)", out)
+	}
+
+	out = run(`background_start j "$D/c.log" 'echo "=== done"'
+background_start k "$D/d.log" 'exit 5'
+while [ ! -s "$D/c.log.rc" ] || [ ! -s "$D/d.log.rc" ]; do sleep 0.1; done
+background_wait 1 "$D/c.log" "the forgotten job" && echo "ok rc=$?"
+background_wait 1 "$D/d.log" "the forgotten failing job" || echo "failed rc=$?"
+wait`)
+	for _, want := range []string{"=== done", "ok rc=0", "the forgotten failing job failed (rc=5;", "failed rc=5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobs whose pid bash forgot: output %q; want %q", out, want)
+		}
+	}
+}
