@@ -27,7 +27,7 @@ import (
 var version = "dev"
 
 func main() {
-	fusemount.RunProbeIfAsked() // the node plugin re-executes itself to stat a possibly dead mount
+	fusemount.RunProbeIfAsked() // the node plugin re-executes itself to statfs a possibly dead mount
 	os.Exit(run())
 }
 

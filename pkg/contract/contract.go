@@ -267,4 +267,6 @@ const (
 	EventHandoffRefused       = "HandoffRefused"       // the sidecar refused an offered volume (the message says why)
 	EventSidecarDraining      = "SidecarDraining"      // the sidecar got SIGTERM while containers may still use the mounts
 	EventReadAheadFailed      = "ReadAheadFailed"      // the mount option read_ahead_kb could not be applied
+	EventVolumeRemounted      = "VolumeRemounted"      // the sidecar died without a word; its volume was mounted again for its restart
+	EventVolumeLost           = "VolumeLost"           // the sidecar died without a word and is not restarted; the volume answers I/O errors
 )

@@ -56,6 +56,14 @@ func TestEachSettingReachesItsMounter(t *testing.T) {
 	} else if sc.OnTerminating(PodRef{}); terminating != 1 {
 		t.Error("the sidecar mounter's OnTerminating is not the node service's")
 	}
+	if sc.Pods == nil {
+		t.Fatal("the sidecar mounter got no pod lookup")
+	}
+	sc.Pods("uid")
+	if podsAsked != 1 {
+		t.Errorf("the sidecar mounter's pod lookup is not the node service's (%d)", podsAsked)
+	}
+	podsAsked = 0
 
 	sh := sharedConfig(cfg, d)
 	if sh.Dir != "/shared" || sh.MounterTmpPath != "/mounter-tmp" || sh.KubeletRoot != "/kubelet" || sh.UID != 1001 || sh.GID != 2002 ||

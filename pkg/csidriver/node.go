@@ -205,7 +205,7 @@ func filesConfig(cfg Config, log *slog.Logger) nodevolume.Files {
 func sidecarConfig(cfg Config, d mounterDeps) sidecarmounter.Config {
 	return sidecarmounter.Config{
 		UID: cfg.SidecarUID, GID: cfg.SidecarGID, UnmountBusyWait: cfg.UnmountBusyWait, StateDir: cfg.StateDir,
-		OnTerminating: cfg.OnTerminating, Store: d.store, Files: d.files, Metrics: d.metrics, Events: d.events, Log: d.log,
+		OnTerminating: cfg.OnTerminating, Pods: cfg.Pods, Store: d.store, Files: d.files, Metrics: d.metrics, Events: d.events, Log: d.log,
 	}
 }
 

@@ -38,6 +38,11 @@ const (
 	attrOutSize   = 104 // fuse_attr_out: attr_valid, attr_valid_nsec, dummy, fuse_attr
 	rootNodeID    = 1
 	bufferSize    = 1<<20 + 4096
+	// initBufferSize is the read buffer of a connection whose INIT this server answers
+	// (max_write 4096): 64 KiB, above the kernel's FUSE_MIN_READ_BUFFER (8 KiB), so that the
+	// node plugin, which answers dead targets of pods this way (pkg/sidecarmounter), holds
+	// 64 KiB per such mount, not 1 MiB.
+	initBufferSize = 64 << 10
 
 	// notifyResend is FUSE_NOTIFY_RESEND (Linux 6.9, linux/fuse.h): the kernel puts every
 	// request that a server of the connection read but never answered back in the queue.
@@ -127,7 +132,14 @@ func fileWire(fuse *os.File) wire {
 // EINTR): the loop goes on, or every later access to the mount would wait for an answer that
 // never comes.
 func serve(fuse wire, first bool, onInit func()) error {
-	buf := make([]byte, bufferSize)
+	// A connection this server answered INIT for has its max_write (4096): the kernel asks
+	// for no more than initBufferSize per read, and fails a larger request (a big
+	// setxattr) with EIO or E2BIG itself. One taken over keeps its dead server's max_write.
+	size := bufferSize
+	if first {
+		size = initBufferSize
+	}
+	buf := make([]byte, size)
 	for {
 		n, err := fuse.read(buf)
 		if err != nil {

@@ -83,17 +83,62 @@ type Info struct {
 	Major, Minor int
 }
 
-// Lookup returns the mount whose mount point is exactly path, or nil if there is none.
+// at selects every mount whose mount point is exactly path, the whole stack of them in the
+// order they were mounted (mountinfo.SingleEntryFilter stops at the first: the bottom).
+func at(path string) mountinfo.FilterFunc {
+	return func(m *mountinfo.Info) (skip, stop bool) { return m.Mountpoint != path, false }
+}
+
+// top is the top of a stack of mounts at one path: the one no other is mounted on (the
+// others are each the parent of the one above).
+func top(mounts []*mountinfo.Info) *mountinfo.Info {
+	under := make(map[int]bool, len(mounts))
+	for _, m := range mounts {
+		under[m.Parent] = true
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if !under[mounts[i].ID] {
+			return mounts[i]
+		}
+	}
+	return mounts[len(mounts)-1]
+}
+
+// Depth is the number of mounts stacked at path (0: not a mount point).
+func Depth(path string) (int, error) {
+	mounts, err := mountinfo.GetMounts(at(filepath.Clean(path)))
+	if err != nil {
+		return 0, fmt.Errorf("read mountinfo for %s: %w", path, err)
+	}
+	return len(mounts), nil
+}
+
+// UnmountTop removes the top mount at target alone, lazily if it is busy: a mount just
+// stacked on a dead one that cannot be served is taken off, and the dead one stays, so
+// that the target is never a bare directory a new container could bind.
+func UnmountTop(target string) error {
+	err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH)
+	}
+	if err != nil {
+		return fmt.Errorf("unmount the top mount of %s: %w", target, err)
+	}
+	return nil
+}
+
+// Lookup returns the mount whose mount point is exactly path (the top one of a stack), or
+// nil if there is none.
 func Lookup(path string) (*Info, error) {
 	path = filepath.Clean(path)
-	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	mounts, err := mountinfo.GetMounts(at(path))
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo for %s: %w", path, err)
 	}
 	if len(mounts) == 0 {
 		return nil, nil
 	}
-	m := mounts[len(mounts)-1] // the top of a stack of mounts is what callers see
+	m := top(mounts) // the top of a stack of mounts is what callers see
 	ro := false
 	for _, opt := range strings.Split(m.Options, ",") {
 		ro = ro || opt == "ro"
@@ -239,14 +284,14 @@ const bdiRoot = "/sys/class/bdi"
 // the FUSE server, which may not run yet).
 func SetReadAhead(target string, kb int) error {
 	target = filepath.Clean(target)
-	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+	mounts, err := mountinfo.GetMounts(at(target))
 	if err != nil {
 		return fmt.Errorf("read mountinfo for %s: %w", target, err)
 	}
 	if len(mounts) == 0 {
 		return fmt.Errorf("set read-ahead: %s is not mounted", target)
 	}
-	m := mounts[len(mounts)-1]
+	m := top(mounts)
 	file := filepath.Join(bdiRoot, fmt.Sprintf("%d:%d", m.Major, m.Minor), "read_ahead_kb")
 	f, err := os.OpenFile(file, os.O_WRONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {

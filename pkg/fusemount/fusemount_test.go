@@ -174,3 +174,50 @@ func TestUnmountRemovesStackedMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A mount made on top of a dead one (the node plugin's revival of a target whose sidecar
+// died) is what Lookup sees, and Unmount removes both.
+func TestLookupSeesTheTopOfAStack(t *testing.T) {
+	requireRootFuse(t)
+	target := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := Mount(target, Options{Source: "bottom", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	top, err := Mount(target, Options{Source: "top"})
+	if err != nil {
+		t.Fatalf("mount on a dead mount: %v", err)
+	}
+	defer top.Close()
+	m, err := Lookup(target)
+	if err != nil || m == nil || m.Source != "top" || m.ReadOnly {
+		t.Fatalf("Lookup = %+v, %v; want the top mount (top, rw)", m, err)
+	}
+	if n, err := Depth(target); err != nil || n != 2 {
+		t.Fatalf("Depth = %d, %v; want 2", n, err)
+	}
+	// The top taken off alone: the dead one under it stays.
+	if err := UnmountTop(target); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := Lookup(target); err != nil || m == nil || m.Source != "bottom" {
+		t.Fatalf("after UnmountTop: %+v, %v; want the bottom mount", m, err)
+	}
+	top, err = Mount(target, Options{Source: "top"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := Unmount(ctx, target, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := Lookup(target); m != nil {
+		t.Fatalf("still mounted: %+v", m)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/procs"
+	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 )
 
 func TestMain(m *testing.M) {
@@ -61,4 +62,55 @@ func TestDeadProbe(t *testing.T) {
 	if dead, err := Dead(context.Background(), t.TempDir(), answered); err != nil || dead {
 		t.Fatalf("Dead(directory) = %v, %v", dead, err)
 	}
+}
+
+// A connection whose server died is dead to Dead even while the kernel still answers a stat
+// of the mount point from its attribute cache (here fuseerr's 1 s; gcsfuse's is longer):
+// the node plugin's revival of a target whose sidecar died must not take it for alive. The
+// stat after the death must hit the cache for the test to say anything: a try whose cache
+// expired first (a loaded machine) is made again.
+func TestDeadThroughTheAttributeCache(t *testing.T) {
+	requireRootFuse(t)
+	for try := 1; try <= 3; try++ {
+		target := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fuse, err := Mount(target, Options{Source: "bkt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unmount := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = Unmount(ctx, target, time.Second)
+		}
+		f, err := fuseerr.Pollable(fuse)
+		fuse.Close()
+		if err != nil {
+			unmount()
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- fuseerr.Serve(f, 5*time.Second, nil) }()
+		if _, err := os.Stat(target); err != nil { // the root's attributes, cached for 1 s
+			f.Close()
+			unmount()
+			t.Fatal(err)
+		}
+		f.Close() // the server dies: the connection is aborted
+		<-served
+		if _, err := os.Stat(target); err != nil {
+			t.Logf("try %d: stat after the server died: %v (the attribute cache had expired); again", try, err)
+			unmount()
+			continue
+		}
+		dead, err := Dead(context.Background(), target, time.Second)
+		unmount()
+		if err != nil || !dead {
+			t.Fatalf("Dead = %v, %v while a stat still answered from the cache; want true", dead, err)
+		}
+		return
+	}
+	t.Fatal("the attribute cache never answered a stat after the server died, in 3 tries")
 }

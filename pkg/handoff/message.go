@@ -109,6 +109,11 @@ const (
 	// (deletion, activeDeadlineSeconds, eviction, node shutdown), the node plugin follows the
 	// pod's containers in the runtime and writes the exit file once they have exited.
 	StateTerminating = "terminating"
+	// StateStopping: the sidecar stops this volume's gcsfuse on purpose (told to exit, or at
+	// the end of its SIGTERM): the mount's end that follows is no death, and the node plugin
+	// does not mount it again (pkg/sidecarmounter). A node plugin older than this state skips
+	// the frame.
+	StateStopping = "stopping"
 )
 
 // Status is what the sidecar reports back about one volume.
@@ -155,7 +160,7 @@ func (s *Status) Validate() error {
 		return fmt.Errorf("unsupported status version %d (this node plugin speaks %d)", s.Version, Version)
 	}
 	switch s.State {
-	case StateStarted, StateFailed, StateExited, StateRefused, StateTerminating:
+	case StateStarted, StateFailed, StateExited, StateRefused, StateTerminating, StateStopping:
 		return nil
 	}
 	return fmt.Errorf("%w %q", ErrUnknownState, s.State)

@@ -124,12 +124,17 @@ func (o *Offer) Done() <-chan struct{} { return o.done }
 func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 	log := cfg.Log.With("volume", cfg.Volume.VolumeName)
 	fuse := cfg.Fuse
+	// removed: the socket is gone already (at the hand-off). Its name may be a new offer's
+	// by the end (OnStatusEnd can offer the volume again), which this one must not remove.
+	removed := false
 	defer func() {
 		if fuse != nil {
 			fuse.Close()
 		}
 		o.ln.Close()
-		o.removeSocket(log)
+		if !removed {
+			o.removeSocket(log)
+		}
 		o.dir.Close()
 		close(o.done)
 	}()
@@ -165,6 +170,7 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 		}
 		o.ln.Close()
 		o.removeSocket(log)
+		removed = true
 		o.relay(ctx, conn, cfg.OnStatus, log)
 		if ctx.Err() == nil && cfg.OnStatusEnd != nil {
 			cfg.OnStatusEnd()

@@ -132,6 +132,7 @@ func (s *Sidecar) take(ctx context.Context, dir *os.File, sockName, vname string
 	}
 	s.mu.Lock()
 	s.volumes[vname] = vol
+	s.taken[vname] = true
 	draining := s.draining
 	s.mu.Unlock()
 	select {

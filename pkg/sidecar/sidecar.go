@@ -33,7 +33,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/dirwatch"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/lifecycle/sidecarrule"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/podfiles"
@@ -117,6 +116,8 @@ type Sidecar struct {
 	volumes  map[string]*volume
 	pending  map[string]bool // sockets being connected to
 	draining bool            // SIGTERM started a drain: new volumes announce it too
+	// taken says which volumes this container took (and started a gcsfuse for).
+	taken map[string]bool
 
 	exits   chan exitResult
 	stopped chan struct{} // closed (under mu) when shutdown begins
@@ -126,6 +127,10 @@ type Sidecar struct {
 	// Run's goroutine touches it, as it does degraded.
 	failed   []string
 	degraded []*os.File // closed at shutdown, which ends their servers
+	// lost holds why each volume a previous container of this sidecar took was lost with it
+	// (adoptPredecessor); one this container takes again (the node plugin mounted it again
+	// for it) is not lost. Only Run's goroutine touches it.
+	lost map[string]string
 
 	// events, if set, replaces the watcher's channel in Run: tests feed it what the kernel
 	// only produces under load (an Overflow). Nil in production.
@@ -186,7 +191,7 @@ func newSidecar(cfg Config) *Sidecar {
 		cfg.SystemRoots = DefaultSystemRoots
 	}
 	return &Sidecar{cfg: cfg, log: cfg.Log, cancel: func() {}, volumes: map[string]*volume{}, pending: map[string]bool{},
-		exits: make(chan exitResult, 16), stopped: make(chan struct{})}
+		taken: map[string]bool{}, lost: map[string]string{}, exits: make(chan exitResult, 16), stopped: make(chan struct{})}
 }
 
 // Run serves until the sidecar must end and returns the process exit code. terminate
@@ -550,64 +555,6 @@ func (s *Sidecar) volumeEnded(res exitResult) (serving int) {
 	return serving
 }
 
-// degrade answers a volume whose gcsfuse never served (or whose hand-off was refused) with
-// I/O errors, instead of closing the descriptor. A closed descriptor leaves a mount that
-// fails even a stat of the mount point, so the kubelet cannot create the app container and
-// the pod hangs in CreateContainerError; with I/O errors the app starts, fails on its first
-// access, and the pod ends. Returns false (and closes spare) when that is not possible.
-func (s *Sidecar) degrade(volume string, spare *os.File) bool {
-	f, err := fuseerr.Pollable(spare)
-	spare.Close()
-	if err != nil {
-		s.log.Error("cannot answer the failed volume", "volume", volume, "err", err)
-		return false
-	}
-	initDone := make(chan struct{})
-	served := make(chan error, 1)
-	go func() { // owned by s: ends on unmount or when shutdown closes f
-		served <- fuseerr.Serve(f, degradeInitWait, func() { close(initDone) })
-	}()
-	select {
-	case <-initDone:
-		s.degraded = append(s.degraded, f)
-		s.log.Warn("volume failed; answering it with I/O errors so the app fails instead of hanging", "volume", volume)
-		return true
-	case err := <-served:
-		f.Close()
-		s.log.Warn("cannot answer the failed volume; its mount fails with ENOTCONN", "volume", volume, "err", err)
-		return false
-	}
-}
-
-// takeOver answers a shared volume whose gcsfuse died while serving with I/O errors, the
-// requests it had read and not answered included, until its last mount is gone (every pod
-// that held it has ended) or the mounter stops: the pods see EIO, as from a failed disk,
-// never an empty directory. Where the kernel cannot hand back those requests (before
-// Linux 6.9) the descriptor is closed instead: the kernel aborts the connection and the
-// pods see ENOTCONN, since an answered connection would leave the callers of those
-// requests waiting forever.
-func (s *Sidecar) takeOver(volume string, spare *os.File) {
-	f, err := fuseerr.Pollable(spare)
-	spare.Close()
-	if err == nil {
-		err = fuseerr.TakeOver(f)
-		if err != nil {
-			f.Close()
-		}
-	}
-	if err != nil {
-		s.log.Warn("cannot answer the dead shared volume with I/O errors; its pods see ENOTCONN", "volume", volume, "err", err)
-		return
-	}
-	s.degraded = append(s.degraded, f)
-	go func() { // owned by s: ends once the mount is gone, or when shutdown closes f
-		if err := fuseerr.ServeEIO(f); err != nil {
-			s.log.Warn("answering the dead shared volume ended", "volume", volume, "err", err)
-		}
-	}()
-	s.log.Warn("shared volume's gcsfuse died; answering its pods with I/O errors until they end", "volume", volume)
-}
-
 // report hands a volume's end to Run. Once shutdown has begun nobody reads it: a spare
 // descriptor is then closed here, so it cannot leak.
 func (s *Sidecar) report(r exitResult) {
@@ -706,6 +653,11 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	}
 	s.mu.Unlock()
 	for _, v := range vols {
+		if s.cfg.Mode != contract.ModeShared && !v.hasExited() {
+			// Before the kill: the node plugin reads the mount's end that follows as asked
+			// for, not as this container's death (which it would mount again for a restart).
+			v.send(handoff.Status{State: handoff.StateStopping, Message: why})
+		}
 		if s.cfg.Mode == contract.ModeShared && !v.hasExited() {
 			// The node's mounter stopping under mounts that pods still hold (its grace over,
 			// its context ended): their pods are told, as for any gcsfuse that ends, rather
@@ -720,6 +672,7 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	for _, f := range s.degraded {
 		f.Close()
 	}
+	s.failed = append(s.failed, s.lostVolumes()...)
 	if len(s.failed) > 0 && code == 0 {
 		code = s.fail(strings.Join(s.failed, "; "))
 	}

@@ -12,7 +12,9 @@ import (
 // adoptPredecessor reports the volumes a previous container of this sidecar took and that
 // are not offered again (no hand-off socket): their gcsfuse died with that container and
 // their mounts answer ENOTCONN. They count as failed (exit 1 at the usual end, reasons in
-// the termination message); the sidecar stays up for the volumes that still serve or are
+// the termination message: lostVolumes), unless this container takes them again, offered
+// later (the node plugin mounts a dead target again for a restarted sidecar: the offer can
+// come after this start); the sidecar stays up for the volumes that still serve or are
 // still offered, instead of crash-looping or cutting them.
 func (s *Sidecar) adoptPredecessor(tmp *os.File) {
 	recs, err := podfiles.ReadTaken(tmp)
@@ -49,8 +51,8 @@ func (s *Sidecar) adoptPredecessor(tmp *os.File) {
 			reason += " (took the volume at " + r.TakenAt.UTC().Format(time.RFC3339) + ")"
 		}
 		res := exitResult{Volume: v, Bucket: r.Bucket, Reason: reason}
-		s.failed = append(s.failed, res.describe())
-		s.log.Error("volume lost with the previous sidecar container: its mount fails with ENOTCONN; the other volumes keep serving and the sidecar exits 1 when told to end",
+		s.lost[v] = res.describe()
+		s.log.Error("volume lost with the previous sidecar container: its mount fails with ENOTCONN unless the node plugin mounts it again; the other volumes keep serving and the sidecar exits 1 when told to end",
 			"volume", v, "bucket", r.Bucket, "takenAt", r.TakenAt)
 		if s.cfg.Mode == contract.ModeShared {
 			// Reported once: the node's mounter outlives its volumes, each mount a new
@@ -58,4 +60,21 @@ func (s *Sidecar) adoptPredecessor(tmp *os.File) {
 			s.removeVolumeDirs(v)
 		}
 	}
+}
+
+// lostVolumes describes, sorted, the volumes lost with a previous container that this one
+// has not taken again.
+func (s *Sidecar) lostVolumes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for v, why := range s.lost {
+		if s.taken[v] {
+			s.log.Info("volume lost with the previous sidecar container was mounted again and taken; not counted as failed", "volume", v)
+			continue
+		}
+		out = append(out, why)
+	}
+	sort.Strings(out)
+	return out
 }

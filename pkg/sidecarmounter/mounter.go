@@ -49,6 +49,9 @@ type Config struct {
 	// (required).
 	Store nodevolume.Store
 	Files *nodevolume.Files
+	// Pods looks up a pod in the node plugin's cache (nil: none): a target whose sidecar
+	// died without a word is mounted again only for a pod it knows (revive.go).
+	Pods nodevolume.PodLookup
 	// Metrics records the sidecars' reports (nil: nothing); Events and Log may be nil.
 	Metrics nodevolume.StatusRecorder
 	Events  nodevolume.EventSink
@@ -56,7 +59,10 @@ type Config struct {
 }
 
 // Mounter is the sidecar mode's nodevolume.Mounter.
-type Mounter struct{ cfg Config }
+type Mounter struct {
+	cfg     Config
+	revived revivals
+}
 
 // New checks cfg and returns the sidecar mounter.
 func New(cfg Config) (*Mounter, error) {
@@ -76,7 +82,7 @@ func New(cfg Config) (*Mounter, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Mounter{cfg: cfg}, nil
+	return &Mounter{cfg: cfg, revived: revivals{times: map[string][]time.Time{}, eio: map[string]*eioServer{}, probes: make(chan struct{}, maxProbes)}}, nil
 }
 
 func (m *Mounter) Mode() string                    { return Mode }
@@ -97,7 +103,7 @@ func (m *Mounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest
 	if err := m.cfg.Files.WriteCABundle(r); err != nil {
 		return err
 	}
-	if err := m.mountAndOffer(ctx, rec, log); err != nil {
+	if err := m.mountAndOffer(ctx, rec, nil, log); err != nil {
 		return err
 	}
 	log.Info("volume mounted; descriptor offered to sidecar", "readOnly", rec.Volume.ReadOnly, "flags", rec.Volume.Flags)
@@ -119,9 +125,11 @@ func (m *Mounter) Unpublish(ctx context.Context, target string, log *slog.Logger
 		}
 		cancel()
 	}
+	// Every layer: a target mounted again (revive.go) has its dead mount under the new one.
 	if err := nodevolume.UnmountTarget(ctx, target, m.cfg.UnmountBusyWait); err != nil {
 		return err
 	}
+	m.stopEIO(target)
 	m.Forget(target)
 	return nil
 }
@@ -133,10 +141,19 @@ func (m *Mounter) Forget(target string) {
 	m.cfg.Files.RemoveCredentials(target)
 }
 
-// mountAndOffer mounts rec.Target with a new FUSE connection, offers it in the pod's
-// hand-off directory and keeps the offer. The caller holds the target's lock and records
+// mountOptions are the kernel-level options of rec's mount.
+func (m *Mounter) mountOptions(rec *offerRecord) fusemount.Options {
+	return fusemount.Options{
+		Source: rec.Volume.Bucket, ReadOnly: rec.Volume.ReadOnly, NoExec: rec.NoExec, NoAtime: rec.NoAtime,
+		UserID: m.cfg.UID, GroupID: m.cfg.GID,
+	}
+}
+
+// mountAndOffer mounts rec.Target with a new FUSE connection (on top of a dead one there:
+// revive.go), offers it in the pod's hand-off directory and keeps the offer; onTaken, if
+// set, is called once the sidecar has it. The caller holds the target's lock and records
 // the publication.
-func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog.Logger) error {
+func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, onTaken func(), log *slog.Logger) error {
 	publishedAt := time.Now()
 	emptyDir, err := m.cfg.Files.OpenEmptyDir(rec.PodUID)
 	if err != nil {
@@ -151,10 +168,7 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog
 		handoffDir.Close()
 		return status.Errorf(codes.Internal, "create target %s: %v", rec.Target, err)
 	}
-	fuse, err := fusemount.Mount(rec.Target, fusemount.Options{
-		Source: rec.Volume.Bucket, ReadOnly: rec.Volume.ReadOnly, NoExec: rec.NoExec, NoAtime: rec.NoAtime,
-		UserID: m.cfg.UID, GroupID: m.cfg.GID,
-	})
+	fuse, err := fusemount.Mount(rec.Target, m.mountOptions(rec))
 	if err != nil {
 		handoffDir.Close()
 		return status.Errorf(codes.Internal, "volume %s: %v", rec.Volume.VolumeName, err)
@@ -165,17 +179,32 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, log *slog
 		log.Warn("cannot record the pending offer; a restart before the sidecar connects would lose it", "err", err)
 	}
 	vol := rec.Volume
+	seen := &streamSeen{}
+	onStatus := m.statusHandler(rec, publishedAt, log)
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: m.cfg.UID, GID: m.cfg.GID,
-		OnHandedOff: func() { m.dropRecord(rec.Target) },
-		OnStatus:    m.statusHandler(rec, publishedAt, log),
+		OnHandedOff: func() {
+			m.dropRecord(rec.Target)
+			if onTaken != nil {
+				onTaken()
+			}
+		},
+		OnStatus: func(st *handoff.Status) {
+			seen.saw(st)
+			onStatus(st)
+		},
+		// The sidecar closed its stream: if it died without a word, the mount is dead and
+		// is mounted again (revive.go).
+		OnStatusEnd: func() { m.sidecarGone(rec, seen, log) },
 		Log:         log,
 	})
 	if err != nil {
 		fuse.Close()
 		handoffDir.Close()
 		m.dropRecord(rec.Target)
-		uerr := fusemount.Unmount(ctx, rec.Target, m.cfg.UnmountBusyWait)
+		// This mount alone: one stacked on a dead mount (revive.go, Recover) leaves that one
+		// in place, never a bare directory a new container could bind.
+		uerr := fusemount.UnmountTop(rec.Target)
 		return status.Errorf(codes.Internal, "volume %s: offer descriptor to sidecar: %v", rec.Volume.VolumeName, errors.Join(err, uerr))
 	}
 	m.cfg.Store.PutOffer(rec.Target, offer)

@@ -32,6 +32,9 @@ type offerRecord struct {
 	NoAtime  bool              `json:"noAtime,omitempty"`
 	// ReadAheadKB is the mount's kernel read-ahead (nil: the kernel's default).
 	ReadAheadKB *int `json:"readAheadKB,omitempty"`
+	// EIO: the node plugin answers this target with I/O errors itself (revive.go), not an
+	// offer: a restarted node plugin serves it again.
+	EIO bool `json:"eio,omitempty"`
 }
 
 // newOfferRecord is what a publish of r records, to mount and offer it again.
@@ -43,6 +46,10 @@ func newOfferRecord(req *csi.NodePublishVolumeRequest, r *nodevolume.Request) *o
 // recordDetachWait bounds the unmount of a dead mount found at start-up: nothing can be
 // using a connection that answers ENOTCONN.
 const recordDetachWait = 100 * time.Millisecond
+
+// maxRecoverDepth is the depth of a stack of dead mounts at which Recover clears the target
+// before mounting it again, rather than stacking one more (fusemount.Unmount removes 16).
+const maxRecoverDepth = 8
 
 func (m *Mounter) recordPath(target string) string {
 	sum := sha256.Sum256([]byte(target))
@@ -156,10 +163,27 @@ func (m *Mounter) recoverOne(ctx context.Context, rec *offerRecord) (bool, error
 		m.dropRecord(rec.Target)
 		return false, nil
 	}
-	if err := fusemount.Unmount(ctx, rec.Target, recordDetachWait); err != nil {
-		return false, fmt.Errorf("detach dead mount %s: %w", rec.Target, err)
+	// On top of the dead mount, never after unmounting it: a container created in between
+	// would bind the bare directory. Only a stack that node plugins restarting in a loop
+	// made deep is cleared first (fusemount.Unmount removes at most maxRecoverDepth more).
+	if depth, err := fusemount.Depth(rec.Target); err != nil {
+		return false, err
+	} else if depth >= maxRecoverDepth {
+		log.Warn("dead mounts stacked deep at the target; detaching them before mounting again", "depth", depth)
+		if err := fusemount.Unmount(ctx, rec.Target, recordDetachWait); err != nil {
+			return false, fmt.Errorf("detach dead mounts %s: %w", rec.Target, err)
+		}
 	}
-	if err := m.mountAndOffer(ctx, rec, log); err != nil {
+	if rec.EIO {
+		if err := m.serveEIO(rec); err != nil {
+			m.dropRecord(rec.Target)
+			return false, fmt.Errorf("answer %s with I/O errors again: %w", rec.Target, err)
+		}
+		m.cfg.Store.Remember(rec.Target, nodevolume.Publication{VolumeID: rec.VolumeID, Volume: rec.Volume})
+		log.Info("answering again with I/O errors a volume whose sidecar died before the previous node plugin ended")
+		return true, nil
+	}
+	if err := m.mountAndOffer(ctx, rec, nil, log); err != nil {
 		m.dropRecord(rec.Target)
 		return false, fmt.Errorf("offer %s again: %w", rec.Target, err)
 	}

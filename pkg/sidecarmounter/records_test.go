@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -422,8 +423,8 @@ func deadMount(t *testing.T, target string) {
 	})
 }
 
-// The record of an offer that died with the previous node plugin is offered again: the
-// dead mount replaced by a new one of the same bucket and options, its socket in the pod's
+// The record of an offer that died with the previous node plugin is offered again: a new
+// mount of the same bucket and options stacked on the dead one, its socket in the pod's
 // hand-off directory, the target remembered as published with the recorded volume, and the
 // record kept until the sidecar takes the offer.
 func TestRecoverOffersADeadMountAgain(t *testing.T) {
@@ -452,6 +453,9 @@ func TestRecoverOffersADeadMountAgain(t *testing.T) {
 	if info, err := fusemount.Lookup(tp); err != nil || info == nil || info.FSType != fusemount.FSType || info.Source != "bkt" || !info.ReadOnly {
 		t.Errorf("the target's mount: %+v, %v; want a read-only %s of bkt", info, err, fusemount.FSType)
 	}
+	if n, err := fusemount.Depth(tp); err != nil || n != 2 {
+		t.Errorf("mounts at the target: %d, %v; want the new one on the dead one", n, err)
+	}
 	if _, err := os.Stat(filepath.Join(podfiles.At(tmp).HandoffDir(), podfiles.HandoffSocketName("data"))); err != nil {
 		t.Errorf("the offer's socket: %v", err)
 	}
@@ -472,9 +476,10 @@ func TestRecoverOffersADeadMountAgain(t *testing.T) {
 	}
 }
 
-// A dead mount whose pod has lost its emptyDir cannot be offered again: the dead mount is
-// detached, the record dropped and the failure reported naming the target; nothing is
-// remembered as published.
+// A dead mount whose pod has lost its emptyDir cannot be offered again: the record is dropped
+// and the failure reported naming the target; nothing is remembered as published. The dead
+// mount stays for the kubelet's unpublish, which removes it: never a bare directory a new
+// container could bind.
 func TestRecoverOfADeadMountThatCannotBeOfferedAgain(t *testing.T) {
 	needs.RootAndFUSE(t)
 	stateDir := filepath.Join(t.TempDir(), "offers")
@@ -490,9 +495,17 @@ func TestRecoverOfADeadMountThatCannotBeOfferedAgain(t *testing.T) {
 	if n != 0 || err == nil || !strings.Contains(err.Error(), "offer "+tp+" again") {
 		t.Fatalf("Recover = %d, %v; want 0 and the failure naming the target", n, err)
 	}
-	if info, err := fusemount.Lookup(tp); err != nil || info != nil {
-		t.Errorf("the dead mount: %+v, %v; want it detached", info, err)
+	if n, err := fusemount.Depth(tp); err != nil || n != 1 {
+		t.Errorf("mounts at the target: %d, %v; want the dead one alone", n, err)
 	}
+	defer func() {
+		if err := m.Unpublish(context.Background(), tp, m.cfg.Log); err != nil {
+			t.Errorf("the unpublish of the dead mount: %v", err)
+		}
+		if info, err := fusemount.Lookup(tp); err != nil || info != nil {
+			t.Errorf("the dead mount after the unpublish: %+v, %v", info, err)
+		}
+	}()
 	if _, err := os.Stat(m.recordPath(tp)); !os.IsNotExist(err) {
 		t.Errorf("the record: %v", err)
 	}
@@ -504,4 +517,41 @@ func TestRecoverOfADeadMountThatCannotBeOfferedAgain(t *testing.T) {
 func TestMain(m *testing.M) {
 	fusemount.RunProbeIfAsked() // Recover's fusemount.Dead re-executes this test binary as its probe
 	os.Exit(m.Run())
+}
+
+// A target the previous node plugin answered with I/O errors (its sidecar died and will not
+// come back) is answered so again after a restart, on top of its dead mount, until the
+// unpublish removes every layer.
+func TestRecoverAnswersAnIOErrorTargetAgain(t *testing.T) {
+	needs.RootAndFUSE(t)
+	stateDir := filepath.Join(t.TempDir(), "offers")
+	m, _, target := podMounter(t, Config{StateDir: stateDir, UID: os.Getuid(), GID: os.Getgid()})
+	tp := target("data")
+	deadMount(t, tp)
+	rec := &offerRecord{Target: tp, VolumeID: "vol-1", PodUID: "uid-1", Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt"}, EIO: true}
+	if err := m.saveRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.Recover(context.Background()); n != 1 || err != nil {
+		t.Fatalf("Recover = %d, %v; want 1, nil", n, err)
+	}
+	if _, ok := m.cfg.Store.Publication(tp); !ok {
+		t.Error("the target is not remembered as published")
+	}
+	if _, err := os.Stat(tp); err != nil {
+		t.Errorf("stat of the target: %v, want it to work", err)
+	}
+	if _, err := os.ReadDir(tp); !errors.Is(err, syscall.EIO) {
+		t.Errorf("listing the target: %v, want EIO", err)
+	}
+	if err := m.Unpublish(context.Background(), tp, m.cfg.Log); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fusemount.Depth(tp); err != nil || n != 0 {
+		t.Errorf("mounts after the unpublish: %d, %v", n, err)
+	}
+	if _, err := os.Stat(m.recordPath(tp)); !os.IsNotExist(err) {
+		t.Errorf("the record after the unpublish: %v", err)
+	}
 }

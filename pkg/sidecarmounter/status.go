@@ -49,6 +49,8 @@ func (m *Mounter) onStatus(pod nodevolume.PodRef, vol handoff.Volume, st *handof
 			nodevolume.PodEventTo(m.cfg.Events, pod, false, contract.EventSidecarDraining,
 				fmt.Sprintf("%s keeps serving the volumes until the containers that use them have exited", contract.SidecarContainerName))
 		}
+	case handoff.StateStopping:
+		log.Debug("sidecar stopping gcsfuse", "message", st.Message)
 	default:
 		log.Debug("sidecar status of a state this node plugin does not know; ignored", "message", st.Message)
 	}

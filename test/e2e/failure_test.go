@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/test/internal/testenv"
 )
@@ -197,16 +198,98 @@ func TestSidecarRestarted(t *testing.T) {
 			t.Fatalf("restarted sidecar is not up (crash loop?):\n%s\n%s", describe(p), podEvents(name))
 		}
 		if l := logs(name, contract.SidecarContainerName); !strings.Contains(l, "vol-lost") {
-			t.Errorf("restarted sidecar's log does not report the dead volume:\n%s", l)
+			t.Errorf("restarted sidecar's log does not report the volume:\n%s", l)
 		}
-		p = waitPod(t, name, 90*time.Second, "terminal", terminal)
+		// The node plugin mounted the dead target again for the restarted sidecar
+		// (sidecarmounter's revive.go): the report a user sees is that Event. The app's
+		// container bound the dead mount before and would see ENOTCONN; this one does not
+		// use it.
+		e := waitEvent(t, name, 60*time.Second, regexp.MustCompile(`^`+contract.EventVolumeRemounted+`$`), "vol-lost")
+		t.Logf("event: %s: %s", e.Reason, e.Message)
+		p = waitPod(t, name, terminalWithin, "terminal", terminal)
 		if p.Status.Phase != corev1.PodSucceeded {
 			t.Fatalf("pod %s: the app succeeded, a lost volume it did not use must not fail it or hold it\n%s", p.Status.Phase, describe(p))
 		}
-		// The kubelet keeps no earlier run's termination in a terminal pod's status: the
-		// report a user sees is the Event for each failed run of the sidecar, here the
-		// restarted one's (the first run's is the SIGKILL).
-		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventSidecarFailed+`$`), "vol-lost", "previous container")
+	})
+}
+
+// TestSidecarKilledBeforeTheAppStarts (issue 40, the chaos soak's hang): the sidecar is
+// SIGKILLed after its volume was published and before the container that uses it is
+// created. The dead mount answers ENOTCONN even to containerd's stat of the mount point, so
+// before the node plugin mounted such a target again the container could never be created
+// and the pod hung in CreateContainerError for ever.
+//   - native: an init container after the sidecar waits 15 s without the volume; the
+//     kubelet restarts the sidecar, which takes the volume mounted again: the app writes
+//     its whole object and the pod succeeds, with a VolumeRemounted Event.
+//   - legacy, restartPolicy Never: the app's 15 s postStart hook holds back the writer
+//     after it; the sidecar is not restarted, so the volume answers I/O errors: the writer
+//     fails and so does the pod, with a VolumeLost Event.
+func TestSidecarKilledBeforeTheAppStarts(t *testing.T) {
+	parallel(t)
+	needRoot(t)
+	modes(t, func(t *testing.T, mode string) {
+		t.Parallel()
+		bucket := newBucket(t)
+		name := podName(t, "")
+		vols := []volume{{"vol-revived", bucket, mountPath}}
+		const size = 2 * mib
+		write := []string{"write", "-dir", mountPath, "-name", "out.bin", "-bytes", strconv.Itoa(size)}
+		o := podOpts{mode: mode, restart: corev1.RestartPolicyNever, grace: ptr(int64(10)), volumes: vols}
+		holder := "hold"
+		const hookSleep = "15250ms" // this test's alone
+		if mode == contract.ModeNative {
+			o.init = []corev1.Container{workloadContainer(holder, nil, "sleep", "-for", "15s")}
+			o.args = write
+		} else {
+			// Longer than its hook: a container that ends ends its postStart hook too. The
+			// kubelet shows the app running only once the hook is over, so the hook's
+			// process (its unique duration) is what says the writer is held back.
+			o.args = []string{"sleep", "-for", "25s"}
+			o.appLifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/workload", "sleep", "-for", hookSleep}}}}
+			o.extra = []corev1.Container{workloadContainer("writer", vols, write...)}
+		}
+		createPod(t, name, o)
+		sidecar := parentPID(gcsfusePID(t, bucket))
+		if sidecar <= 1 {
+			t.Fatalf("no sidecar parent for the gcsfuse of %s", bucket)
+		}
+		if mode == contract.ModeNative {
+			waitPod(t, name, startWithin, holder+" running", func(p *corev1.Pod) bool {
+				st := containerStatus(p, holder)
+				return st != nil && st.State.Running != nil
+			})
+		} else {
+			waitfor.Until(t, startWithin, "the app's postStart hook running", func() bool {
+				return len(testenv.ProcessPIDs(func(args []string) bool {
+					return len(args) == 4 && filepath.Base(args[0]) == "workload" && args[1] == "sleep" && args[3] == hookSleep
+				})) > 0
+			})
+		}
+		if err := syscall.Kill(sidecar, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		p := waitPod(t, name, terminalWithin, "terminal", terminal)
+		record(t, "sidecar killed -> pod terminal", killed, time.Now())
+		if mode == contract.ModeNative {
+			if p.Status.Phase != corev1.PodSucceeded {
+				t.Fatalf("pod %s: the restarted sidecar serves the volume mounted again; the app must succeed\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
+			}
+			if st := containerStatus(p, contract.SidecarContainerName); st == nil || st.RestartCount < 1 {
+				t.Errorf("the sidecar was not restarted\n%s", describe(p))
+			}
+			expectObject(t, bucket, "out.bin", size)
+			e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventVolumeRemounted+`$`), "vol-revived")
+			t.Logf("event: %s: %s", e.Reason, e.Message)
+			return
+		}
+		if p.Status.Phase != corev1.PodFailed {
+			t.Fatalf("pod %s: its sidecar is not restarted and the writer cannot write; the pod must fail\n%s\n%s", p.Status.Phase, describe(p), podEvents(name))
+		}
+		if st := containerStatus(p, "writer"); st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode == 0 {
+			t.Errorf("the writer did not fail\n%s", describe(p))
+		}
+		e := waitEvent(t, name, 30*time.Second, regexp.MustCompile(`^`+contract.EventVolumeLost+`$`), "vol-revived", "restartPolicy: Never")
 		t.Logf("event: %s: %s", e.Reason, e.Message)
 	})
 }
