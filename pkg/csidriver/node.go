@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/credentials"
@@ -532,6 +533,11 @@ func (s *NodeServer) Close() {
 		s.shared.Close()
 	}
 }
+
+// SidecarEnded is told that pod's sidecar container ended non-zero: the offers a sidecar
+// that will not come back never took are answered with I/O errors
+// (sidecarmounter.Mounter.SidecarEnded).
+func (s *NodeServer) SidecarEnded(pod *corev1.Pod) { s.sidecar.SidecarEnded(pod) }
 
 // RecoverOffers offers again, at start-up, the volumes whose offer a previous node plugin
 // recorded and its sidecar never took (sidecarmounter.Mounter.Recover). Returns how many.

@@ -51,6 +51,10 @@ type ExitCoordinator struct {
 	// Metrics counts done pods, follows, exit latencies and sidecar failures; nil counts
 	// nothing.
 	Metrics *podwatch.Metrics
+	// OnSidecarFailed, if set, is told once per failed run of a pod's sidecar (the node
+	// service answers the offers a sidecar that will not come back never took); it is
+	// called from the pod watch and must be bounded.
+	OnSidecarFailed func(pod *corev1.Pod)
 
 	// workers owns the goroutines: followers, exit retries, runtime decisions, sweeps.
 	workers workers
@@ -145,6 +149,9 @@ func (l *ExitCoordinator) SidecarFailed(pod *corev1.Pod, run string, code int32,
 	l.Log.Warn("sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "code", code, "message", message)
 	l.Metrics.SidecarFailure()
 	l.event(pod, true, contract.EventSidecarFailed, fmt.Sprintf("%s exited with code %d: %s", contract.SidecarContainerName, code, message))
+	if l.OnSidecarFailed != nil {
+		l.OnSidecarFailed(pod)
+	}
 }
 
 // SidecarExited counts, once per pod, how long its sidecar took to exit after the

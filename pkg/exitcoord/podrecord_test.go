@@ -83,6 +83,8 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Metrics = m
+	told := 0
+	l.OnSidecarFailed = func(*corev1.Pod) { told++ } // the node service: once per failed run
 	pod := donePod(t, root)
 	makeEmptyDir(t, root, pod)
 
@@ -93,6 +95,9 @@ func TestRepeatedReportsActOnce(t *testing.T) {
 	}
 	l.SidecarFailed(pod, "run-2", 1, "bucket still missing")
 	l.SidecarFailed(pod, "run-2", 1, "bucket still missing")
+	if told != 2 {
+		t.Errorf("OnSidecarFailed told %d times, want once per failed run (2)", told)
+	}
 	ref := csidriver.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 	if first, second := l.SidecarTerminating(ref), l.SidecarTerminating(ref); !first || second {
 		t.Errorf("SidecarTerminating of two volumes = %v, %v; want the first only (one SidecarDraining Event)", first, second)

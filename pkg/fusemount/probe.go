@@ -15,6 +15,9 @@ import (
 // kernel answer ENOTCONN at once. A statfs still pending then is a live but slow server.
 const ProbeTimeout = 2 * time.Second
 
+// probeStartTimeout bounds a probe process's start, up to its statfs.
+const probeStartTimeout = 10 * time.Second
+
 // probeArg, as the first argument, makes a binary that calls RunProbeIfAsked a probe.
 const probeArg = "__gcsfuse-csi-stat-probe"
 
@@ -35,6 +38,7 @@ func RunProbeIfAsked() {
 	// statfs, not stat: the kernel answers a stat of the mount point from its attribute
 	// cache while that is valid (gcsfuse's TTL), even after the connection died, whereas
 	// FUSE_STATFS always goes to the server (an aborted connection: ENOTCONN at once).
+	_, _ = os.Stdout.Write([]byte{1}) // Dead's timeout starts here
 	var st syscall.Statfs_t
 	err := syscall.Statfs(os.Args[2], &st)
 	switch {
@@ -59,17 +63,74 @@ func Dead(ctx context.Context, target string, timeout time.Duration) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("probe %s: %w", target, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, self, probeArg, target)
-	cmd.WaitDelay = time.Second // the kill is SIGKILL; the pipes close with the process
-	err = cmd.Run()
+	// The child writes a byte on this pipe just before its statfs: timeout counts from
+	// there, not from the process's start, which a node short of memory (where sidecars get
+	// OOM-killed) can make slow enough to pass for a mount that does not answer.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return false, fmt.Errorf("probe %s: %w", target, err)
+	}
+	defer r.Close()
+	cmd := exec.Command(self, probeArg, target)
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return false, fmt.Errorf("probe %s: %w", target, err)
+	}
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // owned by Dead: every return below reaps it first
+	// ready says whether the child's byte came (true) or its end without one (false).
+	ready := make(chan bool, 1)
+	go func() { // owned by Dead: ends at the child's byte or its exit (r's writer closes)
+		var b [1]byte
+		n, _ := r.Read(b[:])
+		ready <- n == 1
+	}()
+	kill := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	start := time.NewTimer(probeStartTimeout)
+	defer start.Stop()
+	exitedEarly := false
+	select {
+	case ok := <-ready:
+		if !ok {
+			err = <-exited
+			return false, fmt.Errorf("probe %s: ended before its statfs: %v", target, err)
+		}
+	case err = <-exited:
+		// A dead mount's statfs fails at once: the child can be reaped before its byte is
+		// read. The pipe holds it, or EOF: the reader answers now either way.
+		if !<-ready {
+			return false, fmt.Errorf("probe %s: ended before its statfs: %v", target, err)
+		}
+		exitedEarly = true
+	case <-start.C:
+		kill()
+		return false, fmt.Errorf("probe %s: not started within %s", target, probeStartTimeout)
+	case <-ctx.Done():
+		kill()
+		return false, ctx.Err()
+	}
+	if !exitedEarly {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case err = <-exited:
+		case <-t.C:
+			kill()
+			return false, nil // pending: alive but slow
+		case <-ctx.Done():
+			kill()
+			return false, ctx.Err()
+		}
+	}
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
 		return false, nil
-	case ctx.Err() != nil:
-		return false, nil // pending: alive but slow
 	case errors.As(err, &exit) && exit.ExitCode() == probeDead:
 		return true, nil
 	case errors.As(err, &exit) && exit.ExitCode() == probeOtherErr:

@@ -114,3 +114,30 @@ func TestDeadThroughTheAttributeCache(t *testing.T) {
 	}
 	t.Fatal("the attribute cache never answered a stat after the server died, in 3 tries")
 }
+
+// A dead mount's statfs fails at once, so its probe can end before Dead has read the byte it
+// writes just before: every probe of it must still say dead. (On a loaded node Dead once
+// took the end for a probe that never ran; an idle machine rarely shows that order, so this
+// guards the outcome, and the e2e revival tests the order.)
+func TestDeadOfADeadMountEveryTime(t *testing.T) {
+	requireRootFuse(t)
+	target := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fuse, err := Mount(target, Options{Source: "bkt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse.Close()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = Unmount(ctx, target, time.Second)
+	}()
+	for i := range 20 {
+		if dead, err := Dead(context.Background(), target, ProbeTimeout); err != nil || !dead {
+			t.Fatalf("probe %d: Dead = %v, %v; want true", i, dead, err)
+		}
+	}
+}

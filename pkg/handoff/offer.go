@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,10 @@ type Offer struct {
 	name   string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// withdraw asks the goroutine to give back, on withdrawn, the descriptor it still holds
+	// at its end instead of closing it (Withdraw).
+	withdraw  atomic.Bool
+	withdrawn chan *os.File
 }
 
 // OfferConfig says what to offer and where.
@@ -99,7 +104,7 @@ func NewOffer(cfg OfferConfig) (*Offer, error) {
 		return abandon(fmt.Errorf("publish the hand-off socket: %w", err))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &Offer{ln: ln, dir: cfg.Dir, name: name, cancel: cancel, done: make(chan struct{})}
+	o := &Offer{ln: ln, dir: cfg.Dir, name: name, cancel: cancel, done: make(chan struct{}), withdrawn: make(chan *os.File, 1)}
 	go o.serve(ctx, cfg)
 	return o, nil
 }
@@ -118,6 +123,25 @@ func (o *Offer) Stop(ctx context.Context) error {
 	return err
 }
 
+// ErrHandedOff means Withdraw found the descriptor with the sidecar already.
+var ErrHandedOff = errors.New("the descriptor was handed off already")
+
+// Withdraw stops the offer as Stop does and returns the FUSE descriptor it still held, now
+// the caller's: a mount whose sidecar will never come can then be answered by its caller
+// instead of dying with the descriptor's close. ErrHandedOff when the sidecar has it.
+func (o *Offer) Withdraw(ctx context.Context) (*os.File, error) {
+	o.withdraw.Store(true)
+	if err := o.Stop(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case f := <-o.withdrawn:
+		return f, nil
+	default:
+		return nil, ErrHandedOff
+	}
+}
+
 // Done is closed when the offer's goroutine has ended.
 func (o *Offer) Done() <-chan struct{} { return o.done }
 
@@ -129,7 +153,11 @@ func (o *Offer) serve(ctx context.Context, cfg OfferConfig) {
 	removed := false
 	defer func() {
 		if fuse != nil {
-			fuse.Close()
+			if o.withdraw.Load() {
+				o.withdrawn <- fuse // buffered: the one send of this goroutine
+			} else {
+				fuse.Close()
+			}
 		}
 		o.ln.Close()
 		if !removed {

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -423,4 +424,50 @@ func TestOfferTellsTheStatusStreamsEnd(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	})
+}
+
+// Withdraw gives back the descriptor of an offer no sidecar took (its caller answers the
+// mount instead), and ErrHandedOff once the sidecar has it.
+func TestWithdraw(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	allow := func(peer uint32) bool { return peer == uint32(os.Geteuid()) }
+	dir := t.TempDir()
+	fuse := fuseStandIn(t)
+	o, err := NewOffer(OfferConfig{Dir: openDir(t, dir), Volume: validVolume(), Fuse: fuse,
+		UID: os.Getuid(), GID: os.Getgid(), Log: log, peerAllowed: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := o.Withdraw(context.Background())
+	if err != nil || got != fuse {
+		t.Fatalf("Withdraw of an offer not taken = %v, %v; want its descriptor", got, err)
+	}
+	if _, err := got.Stat(); err != nil {
+		t.Errorf("the withdrawn descriptor was closed: %v", err)
+	}
+	got.Close()
+	if _, err := os.Stat(filepath.Join(dir, podfiles.HandoffSocketName(validVolume().VolumeName))); !os.IsNotExist(err) {
+		t.Errorf("the withdrawn offer's socket: %v", err)
+	}
+
+	// Taken: nothing to give back.
+	dir2 := t.TempDir()
+	o, err = NewOffer(OfferConfig{Dir: openDir(t, dir2), Volume: validVolume(), Fuse: fuseStandIn(t),
+		UID: os.Getuid(), GID: os.Getgid(), Log: log, peerAllowed: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir2, podfiles.HandoffSocketName(validVolume().VolumeName)), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, f, err := RecvVolume(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, err := o.Withdraw(context.Background()); !errors.Is(err, ErrHandedOff) || got != nil {
+		t.Fatalf("Withdraw of a taken offer = %v, %v; want ErrHandedOff", got, err)
+	}
 }

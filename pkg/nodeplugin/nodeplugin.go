@@ -136,6 +136,7 @@ func New(cfg Config) (_ *Plugin, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	p.node = node
+	p.coordinator.OnSidecarFailed = node.SidecarEnded
 	if dir, keys, users, ok := node.SharedMetrics(); ok {
 		if err := reg.Register(users); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)

@@ -137,7 +137,7 @@ func (s *Sidecar) take(ctx context.Context, dir *os.File, sockName, vname string
 	s.mu.Unlock()
 	select {
 	case <-s.stopped: // shutdown began while we were starting
-		vol.kill()
+		s.stopVolume(vol, "the sidecar is stopping")
 	default:
 		if draining {
 			vol.notifyTerminating()

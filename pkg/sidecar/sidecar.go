@@ -116,6 +116,9 @@ type Sidecar struct {
 	volumes  map[string]*volume
 	pending  map[string]bool // sockets being connected to
 	draining bool            // SIGTERM started a drain: new volumes announce it too
+	// stopExpected: shutdown began for an end the pod expects (its code 0); set before
+	// stopped closes.
+	stopExpected bool
 	// taken says which volumes this container took (and started a gcsfuse for).
 	taken map[string]bool
 
@@ -639,6 +642,7 @@ func (s *Sidecar) markStopping(tmpDir *os.File, deadline time.Time) {
 func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	t0 := time.Now()
 	s.mu.Lock()
+	s.stopExpected = code == 0
 	close(s.stopped)
 	s.mu.Unlock()
 	// No hand-off may start a gcsfuse behind our back: end them, then look at the volumes.
@@ -653,11 +657,6 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	}
 	s.mu.Unlock()
 	for _, v := range vols {
-		if s.cfg.Mode != contract.ModeShared && !v.hasExited() {
-			// Before the kill: the node plugin reads the mount's end that follows as asked
-			// for, not as this container's death (which it would mount again for a restart).
-			v.send(handoff.Status{State: handoff.StateStopping, Message: why})
-		}
 		if s.cfg.Mode == contract.ModeShared && !v.hasExited() {
 			// The node's mounter stopping under mounts that pods still hold (its grace over,
 			// its context ended): their pods are told, as for any gcsfuse that ends, rather
@@ -667,7 +666,7 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 				"volume %s (bucket %s): the node's shared mounter (container %s) stopped while pods still used the mount (%s), and its gcsfuse with it: drain the node before deleting or replacing the mounter (docs/upgrade.md)",
 				v.name, v.bucket, contract.SharedMounterContainerName, why)})
 		}
-		v.kill()
+		s.stopVolume(v, why)
 	}
 	for _, f := range s.degraded {
 		f.Close()
@@ -701,6 +700,21 @@ func (s *Sidecar) shutdown(why string, r podfiles.Reason, code int) int {
 	}
 	s.log.Info("sidecar exiting", attrs...)
 	return code
+}
+
+// stopVolume kills a volume's gcsfuse at shutdown. An end the pod expects (the exit file, a
+// SIGTERM, the drain deadline: shutdown's code 0) is said first, in the sidecar mode: the
+// node plugin then reads the mount's end as asked for, not as this container's death, which
+// it would mount again for the restarted container. A failure exit (code 1: the kubelet
+// restarts the sidecar) says nothing, so the volume is mounted again for the restart.
+func (s *Sidecar) stopVolume(v *volume, why string) {
+	s.mu.Lock()
+	expected := s.stopExpected
+	s.mu.Unlock()
+	if expected && s.cfg.Mode != contract.ModeShared && !v.hasExited() {
+		v.send(handoff.Status{State: handoff.StateStopping, Message: why})
+	}
+	v.kill()
 }
 
 // waitGroup waits for wg at most d and reports whether it finished. The helper goroutine

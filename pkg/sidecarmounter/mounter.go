@@ -82,7 +82,7 @@ func New(cfg Config) (*Mounter, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Mounter{cfg: cfg, revived: revivals{times: map[string][]time.Time{}, eio: map[string]*eioServer{}, probes: make(chan struct{}, maxProbes)}}, nil
+	return &Mounter{cfg: cfg, revived: revivals{times: map[string][]time.Time{}, eio: map[string]*eioServer{}, probes: make(chan struct{}, maxProbes), pending: map[string]*offerRecord{}}}, nil
 }
 
 func (m *Mounter) Mode() string                    { return Mode }
@@ -137,6 +137,7 @@ func (m *Mounter) Unpublish(ctx context.Context, target string, log *slog.Logger
 // Forget removes what the sidecar mode keeps of an unmounted target: its offer record and
 // its credential files.
 func (m *Mounter) Forget(target string) {
+	m.forgetPending(target)
 	m.dropRecord(target)
 	m.cfg.Files.RemoveCredentials(target)
 }
@@ -180,11 +181,16 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, onTaken f
 	}
 	vol := rec.Volume
 	seen := &streamSeen{}
+	// Pending before the offer exists: its hand-off (OnHandedOff) may come at once.
+	m.revived.mu.Lock()
+	m.revived.pending[rec.Target] = rec
+	m.revived.mu.Unlock()
 	onStatus := m.statusHandler(rec, publishedAt, log)
 	offer, err := handoff.NewOffer(handoff.OfferConfig{
 		Dir: handoffDir, Volume: &vol, Fuse: fuse, UID: m.cfg.UID, GID: m.cfg.GID,
 		OnHandedOff: func() {
 			m.dropRecord(rec.Target)
+			m.forgetPending(rec.Target)
 			if onTaken != nil {
 				onTaken()
 			}
@@ -202,6 +208,7 @@ func (m *Mounter) mountAndOffer(ctx context.Context, rec *offerRecord, onTaken f
 		fuse.Close()
 		handoffDir.Close()
 		m.dropRecord(rec.Target)
+		m.forgetPending(rec.Target)
 		// This mount alone: one stacked on a dead mount (revive.go, Recover) leaves that one
 		// in place, never a bare directory a new container could bind.
 		uerr := fusemount.UnmountTop(rec.Target)

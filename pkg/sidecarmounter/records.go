@@ -51,9 +51,19 @@ const recordDetachWait = 100 * time.Millisecond
 // before mounting it again, rather than stacking one more (fusemount.Unmount removes 16).
 const maxRecoverDepth = 8
 
-func (m *Mounter) recordPath(target string) string {
+func (m *Mounter) recordPath(target string) string { return m.recordPathFor(target, false) }
+
+// recordPathFor is target's record: ".json" for an offer, ".eio" for a target the node
+// plugin answers with I/O errors (revive.go). A release before the latter reads only
+// ".json", so a downgrade never offers such a target to a sidecar that will not come back
+// (the mount would wait unanswered).
+func (m *Mounter) recordPathFor(target string, eio bool) string {
 	sum := sha256.Sum256([]byte(target))
-	return filepath.Join(m.cfg.StateDir, hex.EncodeToString(sum[:12])+".json")
+	ext := ".json"
+	if eio {
+		ext = ".eio"
+	}
+	return filepath.Join(m.cfg.StateDir, hex.EncodeToString(sum[:12])+ext)
 }
 
 // saveRecord records rec in StateDir. It writes through podpath.WriteFileAtomic, whose temp
@@ -75,7 +85,7 @@ func (m *Mounter) saveRecord(rec *offerRecord) error {
 		return fmt.Errorf("open offer record directory: %w", err)
 	}
 	defer dir.Close()
-	if err := podpath.WriteFileAtomic(dir, filepath.Base(m.recordPath(rec.Target)), b, 0o600); err != nil {
+	if err := podpath.WriteFileAtomic(dir, filepath.Base(m.recordPathFor(rec.Target, rec.EIO)), b, 0o600); err != nil {
 		return fmt.Errorf("save offer record of %s: %w", rec.Target, err)
 	}
 	return nil
@@ -85,8 +95,10 @@ func (m *Mounter) dropRecord(target string) {
 	if m.cfg.StateDir == "" {
 		return
 	}
-	if err := os.Remove(m.recordPath(target)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.cfg.Log.Warn("cannot remove offer record", "target", target, "err", err)
+	for _, eio := range []bool{false, true} {
+		if err := os.Remove(m.recordPathFor(target, eio)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.cfg.Log.Warn("cannot remove offer record", "target", target, "err", err)
+		}
 	}
 }
 
@@ -109,7 +121,7 @@ func (m *Mounter) Recover(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, e := range entries {
-		if filepath.Ext(e.Name()) != ".json" {
+		if ext := filepath.Ext(e.Name()); ext != ".json" && ext != ".eio" {
 			continue
 		}
 		p := filepath.Join(m.cfg.StateDir, e.Name())
@@ -121,7 +133,7 @@ func (m *Mounter) Recover(ctx context.Context) (int, error) {
 		if err == nil {
 			err = rec.Volume.Validate()
 		}
-		if err != nil || p != m.recordPath(rec.Target) {
+		if err != nil || p != m.recordPathFor(rec.Target, rec.EIO) {
 			errs = append(errs, fmt.Errorf("offer record %s unusable: %v", e.Name(), err))
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("remove unusable offer record: %w", err))

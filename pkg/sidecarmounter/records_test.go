@@ -533,6 +533,9 @@ func TestRecoverAnswersAnIOErrorTargetAgain(t *testing.T) {
 	if err := m.saveRecord(rec); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(m.recordPathFor(tp, true)); err != nil {
+		t.Fatalf("the I/O-error record: %v (a release that reads only .json records must not see it)", err)
+	}
 	if n, err := m.Recover(context.Background()); n != 1 || err != nil {
 		t.Fatalf("Recover = %d, %v; want 1, nil", n, err)
 	}
@@ -551,7 +554,7 @@ func TestRecoverAnswersAnIOErrorTargetAgain(t *testing.T) {
 	if n, err := fusemount.Depth(tp); err != nil || n != 0 {
 		t.Errorf("mounts after the unpublish: %d, %v", n, err)
 	}
-	if _, err := os.Stat(m.recordPath(tp)); !os.IsNotExist(err) {
+	if _, err := os.Stat(m.recordPathFor(tp, true)); !os.IsNotExist(err) {
 		t.Errorf("the record after the unpublish: %v", err)
 	}
 }

@@ -70,6 +70,9 @@ const (
 // reviveTimeout.
 const reviveLockWait = 10 * time.Second
 
+// untakenTimeout bounds SidecarEnded's work on one target (the pod watch waits for it).
+const untakenTimeout = 3 * time.Second
+
 // reviveLockRetry paces the attempts to take a target's lock from another call.
 const reviveLockRetry = 100 * time.Millisecond
 
@@ -103,6 +106,8 @@ type revivals struct {
 	times  map[string][]time.Time
 	eio    map[string]*eioServer
 	probes chan struct{}
+	// pending are the offers no sidecar took yet, by target (SidecarEnded).
+	pending map[string]*offerRecord
 }
 
 // eioServer is a connection the node plugin answers with I/O errors (pkg/fuseerr) until its
@@ -122,9 +127,10 @@ const (
 )
 
 // decideRevive says what a target whose sidecar ended without a word gets, and why, from
-// its pod (known: in the node plugin's cache), whether the sidecar was told to exit, and
-// how many times the target was revived already.
-func decideRevive(pod *corev1.Pod, known, exitFile bool, revived int) (reviveAction, string) {
+// its pod (known: in the node plugin's cache), whether the sidecar was told to exit, how
+// many times the target was revived within reviveWindow, and how many mounts are stacked at
+// it (each revival adds one: past maxRecoverDepth it gets no more).
+func decideRevive(pod *corev1.Pod, known, exitFile bool, revived, depth int) (reviveAction, string) {
 	switch {
 	case !known || pod == nil:
 		return reviveNone, "the pod is not known to the node plugin (no API access, or not in its cache)"
@@ -134,6 +140,11 @@ func decideRevive(pod *corev1.Pod, known, exitFile bool, revived int) (reviveAct
 		return reviveNone, "the pod has ended"
 	case exitFile:
 		return reviveNone, "the sidecar was told to exit (the workload is done)"
+	}
+	// The API's view, for a sidecar that predates StateStopping and was stopped by the
+	// kubelet before the exit file (a native pod's end).
+	if d := lifecycle.Decide(pod); d.Done {
+		return reviveNone, "the workload is done: " + d.Reason
 	}
 	restarts := false
 	switch lifecycle.SidecarMode(pod) {
@@ -145,6 +156,8 @@ func decideRevive(pod *corev1.Pod, known, exitFile bool, revived int) (reviveAct
 		return reviveNone, "the pod has no " + contract.SidecarContainerName + " container"
 	}
 	switch {
+	case depth >= maxRecoverDepth:
+		return reviveEIO, fmt.Sprintf("%d dead mounts are stacked at its target already", depth)
 	case revived >= maxRevives:
 		return reviveEIO, fmt.Sprintf("mounted again %d times already, and its sidecar died each time", revived)
 	case !restarts:
@@ -190,7 +203,8 @@ func (m *Mounter) sidecarGone(rec *offerRecord, seen *streamSeen, log *slog.Logg
 		return // unpublished meanwhile
 	}
 	if dead, err := m.probe(ctx, rec.Target); err != nil || !dead {
-		return // mounted again meanwhile
+		log.Info("the sidecar's mount answers again; not mounted again", "err", err)
+		return
 	}
 	m.revived.mu.Lock()
 	n := len(recent(m.revived.times[rec.Target], time.Now()))
@@ -272,7 +286,12 @@ func (m *Mounter) reviveFor(rec *offerRecord, revived int, log *slog.Logger) (re
 	if m.cfg.Pods != nil {
 		pod, known = m.cfg.Pods(rec.PodUID)
 	}
-	return decideRevive(pod, known, m.exitFilePresent(rec.PodUID, log), revived)
+	depth, err := fusemount.Depth(rec.Target)
+	if err != nil {
+		log.Warn("cannot count the mounts at the target", "err", err)
+		depth = maxRecoverDepth // no more stacking on what cannot be counted
+	}
+	return decideRevive(pod, known, m.exitFilePresent(rec.PodUID, log), revived, depth)
 }
 
 // probe is fusemount.Dead, at most maxProbes at once.
@@ -328,20 +347,38 @@ func (m *Mounter) exitFilePresent(podUID string, log *slog.Logger) bool {
 // serveEIO mounts rec's target again, on top of its dead mount, and answers the new
 // connection with I/O errors until the mount is gone (stopEIO, at the unpublish).
 func (m *Mounter) serveEIO(rec *offerRecord) error {
+	if err := m.eioRoom(); err != nil {
+		return err
+	}
+	fuse, err := fusemount.Mount(rec.Target, m.mountOptions(rec))
+	if err != nil {
+		return err
+	}
+	if err := m.answerEIO(rec, fuse); err != nil {
+		m.detachTop(rec.Target)
+		return err
+	}
+	return nil
+}
+
+// eioRoom fails when the node plugin answers maxEIOServers targets already.
+func (m *Mounter) eioRoom() error {
 	m.revived.mu.Lock()
 	n := len(m.revived.eio)
 	m.revived.mu.Unlock()
 	if n >= maxEIOServers {
 		return fmt.Errorf("the node plugin answers %d dead targets with I/O errors already (at most %d)", n, maxEIOServers)
 	}
-	fuse, err := fusemount.Mount(rec.Target, m.mountOptions(rec))
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+// answerEIO answers rec's connection fuse (whose INIT is still to come; it takes fuse)
+// with I/O errors until the mount is gone (stopEIO, at the unpublish), and records it so
+// that a restarted node plugin answers it again.
+func (m *Mounter) answerEIO(rec *offerRecord, fuse *os.File) error {
 	f, err := fuseerr.Pollable(fuse)
 	fuse.Close()
 	if err != nil {
-		m.detachTop(rec.Target)
 		return err
 	}
 	srv := &eioServer{fuse: f, done: make(chan struct{})}
@@ -349,14 +386,19 @@ func (m *Mounter) serveEIO(rec *offerRecord) error {
 	served := make(chan error, 1)
 	go func() { // owned by the mounter: ends when the mount is gone or stopEIO closes f
 		defer close(srv.done)
-		served <- fuseerr.Serve(f, eioInitWait, func() { close(initDone) })
+		err := fuseerr.Serve(f, eioInitWait, func() { close(initDone) })
+		// Closed whatever ended it: a descriptor open with nobody reading would hold every
+		// access, containerd's stat included, for ever; closed, the mount answers ENOTCONN.
+		f.Close()
+		if err != nil {
+			m.cfg.Log.Error("the I/O-error server of a target ended", "target", rec.Target, "err", err)
+		}
+		served <- err
 	}()
 	select {
 	case <-initDone:
 	case err := <-served:
-		f.Close()
-		m.detachTop(rec.Target)
-		return fmt.Errorf("answer the new connection: %w", err)
+		return fmt.Errorf("answer the connection: %w", err)
 	}
 	// One per target: a connection answered here has no sidecar whose end revives it again.
 	m.revived.mu.Lock()
@@ -369,6 +411,76 @@ func (m *Mounter) serveEIO(rec *offerRecord) error {
 		m.cfg.Log.Warn("cannot record the target answered with I/O errors; a node plugin restart would leave it dead", "target", rec.Target, "err", err)
 	}
 	return nil
+}
+
+// SidecarEnded is the node plugin's pod watch telling that pod's sidecar container ended
+// non-zero (killed, crashed, or its start cut by a kubelet or containerd restart:
+// StartError). A legacy sidecar of a restartPolicy: Never pod is never restarted, so the
+// offers it had not taken would wait for ever: their mounts unanswered, a container's
+// creation blocks on them, and the pod stays Pending (the chaos soak's last hang). Each is
+// withdrawn and answered with I/O errors: the containers start and fail, and the pod ends.
+// Called from the pod watch; bounded.
+func (m *Mounter) SidecarEnded(pod *corev1.Pod) {
+	if pod == nil || pod.DeletionTimestamp != nil || lifecycle.SidecarMode(pod) != contract.ModeLegacy ||
+		pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		return
+	}
+	m.revived.mu.Lock()
+	var recs []*offerRecord
+	for _, rec := range m.revived.pending {
+		if rec.PodUID == string(pod.UID) {
+			recs = append(recs, rec)
+		}
+	}
+	m.revived.mu.Unlock()
+	for _, rec := range recs {
+		m.answerUntaken(rec)
+	}
+}
+
+// answerUntaken withdraws rec's offer, if no sidecar took it yet, and answers its mount
+// with I/O errors.
+func (m *Mounter) answerUntaken(rec *offerRecord) {
+	log := m.cfg.Log.With("pod", rec.Pod.Namespace+"/"+rec.Pod.Name, "podUID", rec.PodUID, "volume", rec.Volume.VolumeName)
+	ctx, cancel := context.WithTimeout(context.Background(), untakenTimeout)
+	defer cancel()
+	end := m.lockForRevive(ctx, rec.Target)
+	if end == nil {
+		log.Warn("the sidecar ended before taking the volume; the target stayed busy, not answered")
+		return
+	}
+	defer end()
+	offer := m.cfg.Store.TakeOffer(rec.Target)
+	if offer == nil {
+		return // unpublished, or taken and ended meanwhile
+	}
+	fuse, err := offer.Withdraw(ctx)
+	if err != nil {
+		m.cfg.Store.PutOffer(rec.Target, offer)
+		log.Info("the sidecar ended; its offer was taken meanwhile", "err", err)
+		return
+	}
+	m.forgetPending(rec.Target)
+	if err := m.eioRoom(); err != nil {
+		fuse.Close()
+		log.Error("the sidecar ended before taking the volume and is not restarted; cannot answer it with I/O errors", "err", err)
+		return
+	}
+	if err := m.answerEIO(rec, fuse); err != nil {
+		log.Error("the sidecar ended before taking the volume and is not restarted; cannot answer it with I/O errors", "err", err)
+		return
+	}
+	log.Warn("the sidecar ended before taking the volume and is not restarted; answering it with I/O errors, so that the pod's containers start and fail instead of waiting on it")
+	nodevolume.PodEventTo(m.cfg.Events, rec.Pod, true, contract.EventVolumeLost, fmt.Sprintf(
+		"volume %s (bucket %s): %s ended before it took the volume and is not restarted (legacy, restartPolicy: Never): the volume answers I/O errors",
+		rec.Volume.VolumeName, rec.Volume.Bucket, contract.SidecarContainerName))
+}
+
+// forgetPending drops target from the offers no sidecar took yet.
+func (m *Mounter) forgetPending(target string) {
+	m.revived.mu.Lock()
+	delete(m.revived.pending, target)
+	m.revived.mu.Unlock()
 }
 
 // detachTop takes off the mount just stacked on target when it cannot be served: the dead

@@ -21,7 +21,6 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/waitfor"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/contract"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fuseerr"
-	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/fusemount"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/handoff"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/mountopts"
 	"github.com/gcsfuse-csi/gcsfuse-csi/pkg/nodevolume"
@@ -56,28 +55,35 @@ func TestDecideRevive(t *testing.T) {
 	done.Status.Phase = corev1.PodSucceeded
 	noSidecar := sidecarPod(true, corev1.RestartPolicyNever)
 	noSidecar.Spec.InitContainers = nil
+	workloadDone := sidecarPod(true, corev1.RestartPolicyNever)
+	workloadDone.Status.Phase = corev1.PodRunning
+	workloadDone.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 	for _, c := range []struct {
 		name     string
 		pod      *corev1.Pod
 		known    bool
 		exitFile bool
 		revived  int
+		depth    int
 		want     reviveAction
 		why      string
 	}{
-		{"native", native, true, false, 0, reviveOffer, "restarts"},
-		{"native, revived twice", native, true, false, maxRevives - 1, reviveOffer, "restarts"},
-		{"native, revived maxRevives times", native, true, false, maxRevives, reviveEIO, "3 times"},
-		{"legacy OnFailure", sidecarPod(false, corev1.RestartPolicyOnFailure), true, false, 0, reviveOffer, "restarts"},
-		{"legacy Always", sidecarPod(false, corev1.RestartPolicyAlways), true, false, 0, reviveOffer, "restarts"},
-		{"legacy Never", sidecarPod(false, corev1.RestartPolicyNever), true, false, 0, reviveEIO, "restartPolicy: Never"},
-		{"unknown pod", nil, false, false, 0, reviveNone, "not known"},
-		{"deleting", deleting, true, false, 0, reviveNone, "deleted"},
-		{"ended", done, true, false, 0, reviveNone, "ended"},
-		{"told to exit", native, true, true, 0, reviveNone, "told to exit"},
-		{"no sidecar", noSidecar, true, false, 0, reviveNone, "no gcsfuse-sidecar"},
+		{"native", native, true, false, 0, 1, reviveOffer, "restarts"},
+		{"native, revived twice", native, true, false, maxRevives - 1, 1, reviveOffer, "restarts"},
+		{"native, revived maxRevives times", native, true, false, maxRevives, 1, reviveEIO, "3 times"},
+		{"legacy OnFailure", sidecarPod(false, corev1.RestartPolicyOnFailure), true, false, 0, 1, reviveOffer, "restarts"},
+		{"legacy Always", sidecarPod(false, corev1.RestartPolicyAlways), true, false, 0, 1, reviveOffer, "restarts"},
+		{"legacy Never", sidecarPod(false, corev1.RestartPolicyNever), true, false, 0, 1, reviveEIO, "restartPolicy: Never"},
+		{"unknown pod", nil, false, false, 0, 1, reviveNone, "not known"},
+		{"deleting", deleting, true, false, 0, 1, reviveNone, "deleted"},
+		{"ended", done, true, false, 0, 1, reviveNone, "ended"},
+		{"told to exit", native, true, true, 0, 1, reviveNone, "told to exit"},
+		{"no sidecar", noSidecar, true, false, 0, 1, reviveNone, "no gcsfuse-sidecar"},
+		{"workload done (the API's view)", workloadDone, true, false, 0, 1, reviveNone, "the workload is done"},
+		{"stacked deep", native, true, false, 0, maxRecoverDepth, reviveEIO, "stacked"},
 	} {
-		got, why := decideRevive(c.pod, c.known, c.exitFile, c.revived)
+		got, why := decideRevive(c.pod, c.known, c.exitFile, c.revived, c.depth)
 		if got != c.want || !strings.Contains(why, c.why) {
 			t.Errorf("%s: %d (%s), want %d (%q)", c.name, got, why, c.want, c.why)
 		}
@@ -88,9 +94,15 @@ func TestDecideRevive(t *testing.T) {
 // pod, and returns the mounter, the target, the pod's emptyDir and the Events.
 func reviveFixture(t *testing.T, pod *corev1.Pod) (*Mounter, string, string, *podevents.Recorder) {
 	t.Helper()
+	return reviveFixtureWith(t, pod, nil)
+}
+
+// reviveFixtureWith is reviveFixture over store (nil: a new one).
+func reviveFixtureWith(t *testing.T, pod *corev1.Pod, store nodevolume.Store) (*Mounter, string, string, *podevents.Recorder) {
+	t.Helper()
 	needs.RootAndFUSE(t)
 	rec := &podevents.Recorder{}
-	m, tmp, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers"), UID: os.Getuid(), GID: os.Getgid(), Events: rec,
+	m, tmp, target := podMounter(t, Config{Store: store, StateDir: filepath.Join(t.TempDir(), "offers"), UID: os.Getuid(), GID: os.Getgid(), Events: rec,
 		Pods: func(uid string) (*corev1.Pod, bool) { return pod, pod != nil && string(pod.UID) == uid }})
 	tp := target("data")
 	if err := os.MkdirAll(filepath.Dir(tp), 0o750); err != nil {
@@ -136,6 +148,45 @@ func takeVolume(t *testing.T, tmp string) (*net.UnixConn, *os.File) {
 	return conn, fuse
 }
 
+// offerOf is the offer the store keeps for target (left there).
+func offerOf(t *testing.T, m *Mounter, target string) *handoff.Offer {
+	t.Helper()
+	o := m.cfg.Store.TakeOffer(target)
+	if o == nil {
+		t.Fatal("no offer kept for the target")
+	}
+	m.cfg.Store.PutOffer(target, o)
+	return o
+}
+
+// settled waits for an offer's goroutine to end: its OnStatusEnd (the revival, or the
+// decision not to revive) runs before, so what it did is done.
+func settled(t *testing.T, o *handoff.Offer) {
+	t.Helper()
+	select {
+	case <-o.Done():
+	case <-time.After(reviveTimeout + 5*time.Second):
+		t.Fatal("the ended offer's goroutine did not end")
+	}
+}
+
+// lockSpy is a store that says when a Begin was refused (another call held the target).
+type lockSpy struct {
+	nodevolume.Store
+	refused chan struct{}
+}
+
+func (l *lockSpy) Begin(target string) (func(), error) {
+	end, err := l.Store.Begin(target)
+	if err != nil {
+		select {
+		case l.refused <- struct{}{}:
+		default:
+		}
+	}
+	return end, err
+}
+
 // mountLayers counts the mounts stacked at path.
 func mountLayers(t *testing.T, path string) int {
 	t.Helper()
@@ -159,7 +210,7 @@ func dies(t *testing.T, conn *net.UnixConn, fuse *os.File) {
 // VolumeRemounted Event follows the take. A mount the sidecar serves again is not touched
 // when its stream ends after a report of its end.
 func TestSidecarKilledVolumeMountedAgainForItsRestart(t *testing.T) {
-	_, tp, tmp, rec := reviveFixture(t, sidecarPod(true, corev1.RestartPolicyNever))
+	m, tp, tmp, rec := reviveFixture(t, sidecarPod(true, corev1.RestartPolicyNever))
 	conn, fuse := takeVolume(t, tmp)
 	dies(t, conn, fuse)
 	waitfor.Until(t, 15*time.Second, "the target mounted again on the dead mount", func() bool { return mountLayers(t, tp) == 2 })
@@ -187,12 +238,13 @@ func TestSidecarKilledVolumeMountedAgainForItsRestart(t *testing.T) {
 
 	// This sidecar stops its gcsfuse on purpose (told to exit) and says so, then ends: the
 	// mount dies, and nothing is mounted again.
+	o := offerOf(t, m, tp)
 	if err := handoff.SendStatus(conn, &handoff.Status{State: handoff.StateStopping, Message: "exit file"}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	conn.Close()
-	time.Sleep(3 * time.Second) // a revival takes well under a second here
+	settled(t, o)
 	if n := mountLayers(t, tp); n != 2 {
 		t.Errorf("%d mounts after a stream that said it stopped on purpose, want 2", n)
 	}
@@ -201,13 +253,14 @@ func TestSidecarKilledVolumeMountedAgainForItsRestart(t *testing.T) {
 // A sidecar that reported its gcsfuse's end (it answers that mount itself, with I/O errors)
 // and then ends is no death to revive.
 func TestStreamEndAfterAReportedEndNotMountedAgain(t *testing.T) {
-	_, tp, tmp, rec := reviveFixture(t, sidecarPod(true, corev1.RestartPolicyNever))
+	m, tp, tmp, rec := reviveFixture(t, sidecarPod(true, corev1.RestartPolicyNever))
 	conn, fuse := takeVolume(t, tmp)
+	o := offerOf(t, m, tp)
 	if err := handoff.SendStatus(conn, &handoff.Status{State: handoff.StateExited, Message: "gcsfuse died"}); err != nil {
 		t.Fatal(err)
 	}
 	dies(t, conn, fuse)
-	time.Sleep(3 * time.Second)
+	settled(t, o)
 	if n := mountLayers(t, tp); n != 1 {
 		t.Errorf("%d mounts after a stream that reported its end, want the dead one alone", n)
 	}
@@ -219,14 +272,20 @@ func TestStreamEndAfterAReportedEndNotMountedAgain(t *testing.T) {
 // A sidecar that dies while the kubelet's republish (a fresh token) holds the target's lock
 // still has its volume mounted again once the call is over.
 func TestSidecarKilledDuringARepublish(t *testing.T) {
-	m, tp, tmp, _ := reviveFixture(t, sidecarPod(true, corev1.RestartPolicyNever))
+	spy := &lockSpy{Store: nodevolume.NewStore(), refused: make(chan struct{}, 1)}
+	m, tp, tmp, _ := reviveFixtureWith(t, sidecarPod(true, corev1.RestartPolicyNever), spy)
 	conn, fuse := takeVolume(t, tmp)
 	end, err := m.cfg.Store.Begin(tp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dies(t, conn, fuse)
-	time.Sleep(time.Second)
+	select { // the revival found the target busy
+	case <-spy.refused:
+	case <-time.After(15 * time.Second):
+		end()
+		t.Fatal("the revival never tried the target's lock")
+	}
 	end()
 	waitfor.Until(t, 15*time.Second, "the target mounted again after the call", func() bool { return mountLayers(t, tp) == 2 })
 }
@@ -288,7 +347,7 @@ func TestSidecarEndedNotMountedAgain(t *testing.T) {
 		{"unknown pod", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, tp, tmp, rec := reviveFixture(t, c.pod)
+			m, tp, tmp, rec := reviveFixture(t, c.pod)
 			if c.exitFile {
 				dir, err := podpath.OpenDir(tmp)
 				if err != nil {
@@ -301,8 +360,9 @@ func TestSidecarEndedNotMountedAgain(t *testing.T) {
 				}
 			}
 			conn, fuse := takeVolume(t, tmp)
+			o := offerOf(t, m, tp)
 			dies(t, conn, fuse)
-			time.Sleep(fusemount.ProbeTimeout + time.Second)
+			settled(t, o)
 			if n := mountLayers(t, tp); n != 1 {
 				t.Errorf("%d mounts at the target, want the dead one alone", n)
 			}
@@ -311,4 +371,47 @@ func TestSidecarEndedNotMountedAgain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A legacy sidecar of a restartPolicy: Never pod that ends before taking its volume (its
+// start cut by a containerd restart: StartError) never comes back: the offer would wait for
+// ever and a container's creation would block on the unanswered mount (the pod Pending for
+// ever). The node plugin withdraws it and answers the mount with I/O errors, on the same
+// connection. A sidecar that is restarted (native) keeps its offer.
+func TestSidecarEndedBeforeTakingItsVolume(t *testing.T) {
+	t.Run("legacy Never", func(t *testing.T) {
+		pod := sidecarPod(false, corev1.RestartPolicyNever)
+		m, tp, _, rec := reviveFixture(t, pod)
+		m.SidecarEnded(pod)
+		if rec.Count(contract.EventVolumeLost) != 1 {
+			t.Fatalf("events %+v, want one VolumeLost", rec.Events())
+		}
+		if _, err := os.Stat(tp); err != nil {
+			t.Errorf("stat of the target: %v, want it to work", err)
+		}
+		if _, err := os.ReadDir(tp); !errors.Is(err, syscall.EIO) {
+			t.Errorf("listing the target: %v, want EIO", err)
+		}
+		if n := mountLayers(t, tp); n != 1 {
+			t.Errorf("%d mounts at the target, want its own alone (the same connection answered)", n)
+		}
+		if _, err := os.Stat(m.recordPathFor(tp, true)); err != nil {
+			t.Errorf("the I/O-error record: %v", err)
+		}
+		m.SidecarEnded(pod) // the pod watch's next report: nothing more
+		if rec.Count(contract.EventVolumeLost) != 1 {
+			t.Errorf("events %+v after a second report", rec.Events())
+		}
+	})
+	t.Run("native", func(t *testing.T) {
+		pod := sidecarPod(true, corev1.RestartPolicyNever)
+		m, _, tmp, rec := reviveFixture(t, pod)
+		m.SidecarEnded(pod)
+		if n := len(rec.Events()); n != 0 {
+			t.Errorf("events %+v", rec.Events())
+		}
+		conn, fuse := takeVolume(t, tmp) // still offered to the restarted sidecar
+		defer conn.Close()
+		fuse.Close()
+	})
 }
