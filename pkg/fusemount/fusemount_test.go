@@ -15,6 +15,28 @@ import (
 	"github.com/gcsfuse-csi/gcsfuse-csi/internal/testing/needs"
 )
 
+// unmountGone unmounts target (every layer) and fails unless nothing is mounted there.
+func unmountGone(t *testing.T, target string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := Unmount(ctx, target, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := Lookup(target); m != nil {
+		t.Fatalf("still mounted: %+v", m)
+	}
+}
+
+// unmountLater unmounts target, every layer, when the test ends.
+func unmountLater(t *testing.T, target string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = Unmount(ctx, target, time.Second)
+	})
+}
+
 func requireRootFuse(t *testing.T) {
 	t.Helper()
 	needs.RootAndFUSE(t)
@@ -212,12 +234,5 @@ func TestLookupSeesTheTopOfAStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer top.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := Unmount(ctx, target, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if m, _ := Lookup(target); m != nil {
-		t.Fatalf("still mounted: %+v", m)
-	}
+	unmountGone(t, target)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -14,6 +15,11 @@ import (
 // alive answers at once; one that was never started, or whose descriptor is gone, makes the
 // kernel answer ENOTCONN at once. A statfs still pending then is a live but slow server.
 const ProbeTimeout = 2 * time.Second
+
+// canProbe: this process called RunProbeIfAsked, so this binary, run again as a probe, is
+// one. Dead refuses otherwise: a binary that does not know the probe's arguments (a test
+// binary with a node service in it) would run as itself.
+var canProbe atomic.Bool
 
 // probeStartTimeout bounds a probe process's start, up to its statfs.
 const probeStartTimeout = 10 * time.Second
@@ -33,6 +39,7 @@ const (
 // binaries of packages that reach it) call it first thing in main or TestMain.
 func RunProbeIfAsked() {
 	if len(os.Args) != 3 || os.Args[1] != probeArg {
+		canProbe.Store(true)
 		return
 	}
 	// statfs, not stat: the kernel answers a stat of the mount point from its attribute
@@ -59,6 +66,9 @@ func RunProbeIfAsked() {
 // A mount that does not answer within timeout is taken as alive; so is any error other than
 // ENOTCONN.
 func Dead(ctx context.Context, target string, timeout time.Duration) (bool, error) {
+	if !canProbe.Load() {
+		return false, fmt.Errorf("probe %s: this binary does not answer as a probe (it never called fusemount.RunProbeIfAsked)", target)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return false, fmt.Errorf("probe %s: %w", target, err)

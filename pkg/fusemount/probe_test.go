@@ -29,11 +29,7 @@ func TestDeadProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = Unmount(ctx, target, time.Second)
-	}()
+	unmountLater(t, target)
 	const timeout = 300 * time.Millisecond
 	// Nobody reads the descriptor: a stat waits for an answer that never comes.
 	start := time.Now()
@@ -130,11 +126,7 @@ func TestDeadOfADeadMountEveryTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	fuse.Close()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = Unmount(ctx, target, time.Second)
-	}()
+	unmountLater(t, target)
 	for i := range 20 {
 		if dead, err := Dead(context.Background(), target, ProbeTimeout); err != nil || !dead {
 			t.Fatalf("probe %d: Dead = %v, %v; want true", i, dead, err)

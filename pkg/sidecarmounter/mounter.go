@@ -82,7 +82,7 @@ func New(cfg Config) (*Mounter, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Mounter{cfg: cfg, revived: revivals{times: map[string][]time.Time{}, eio: map[string]*eioServer{}, probes: make(chan struct{}, maxProbes), pending: map[string]*offerRecord{}}}, nil
+	return &Mounter{cfg: cfg, revived: revivals{times: map[string][]time.Time{}, eio: map[string]*eioServer{}, probes: make(chan struct{}, maxProbes), pending: map[string]*offerRecord{}, probed: map[string]time.Time{}}}, nil
 }
 
 func (m *Mounter) Mode() string                    { return Mode }
@@ -110,9 +110,22 @@ func (m *Mounter) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest
 	return nil
 }
 
-// Refresh writes the volume's credential files again (a fresh token).
-func (m *Mounter) Refresh(_ context.Context, _ *csi.NodePublishVolumeRequest, r *nodevolume.Request) (credentials.Written, error) {
-	return m.cfg.Files.WriteCredentials(r)
+// Refresh writes the volume's credential files again (a fresh token). For a target this
+// process did not publish, it also looks for a mount left dead by a sidecar that died while
+// the node plugin was down (revive.go).
+func (m *Mounter) Refresh(ctx context.Context, req *csi.NodePublishVolumeRequest, r *nodevolume.Request) (credentials.Written, error) {
+	w, err := m.cfg.Files.WriteCredentials(r)
+	if err != nil {
+		return w, err
+	}
+	target := req.GetTargetPath()
+	if _, known := m.cfg.Store.Publication(target); !known && target != "" && r.Target.PodUID != "" && r.Opts != nil {
+		if info, err := fusemount.Lookup(target); err == nil && info != nil && info.FSType == fusemount.FSType {
+			log := m.cfg.Log.With("pod", r.Pod.Namespace+"/"+r.Pod.Name, "podUID", r.Target.PodUID, "volume", r.Target.VolumeName)
+			m.reviveAtRepublish(ctx, newOfferRecord(req, r), log)
+		}
+	}
+	return w, nil
 }
 
 // Unpublish stops the offer, unmounts (lazily if still busy after a bounded wait), removes

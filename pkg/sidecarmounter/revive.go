@@ -70,6 +70,10 @@ const (
 // reviveTimeout.
 const reviveLockWait = 10 * time.Second
 
+// republishProbeEvery bounds the probes of a live target published before the node
+// plugin's start: one per republish would be a process per volume per minute.
+const republishProbeEvery = 5 * time.Minute
+
 // untakenTimeout bounds SidecarEnded's work on one target (the pod watch waits for it).
 const untakenTimeout = 3 * time.Second
 
@@ -108,6 +112,8 @@ type revivals struct {
 	probes chan struct{}
 	// pending are the offers no sidecar took yet, by target (SidecarEnded).
 	pending map[string]*offerRecord
+	// probed is when a republish last probed a target this process did not publish.
+	probed map[string]time.Time
 }
 
 // eioServer is a connection the node plugin answers with I/O errors (pkg/fuseerr) until its
@@ -210,6 +216,13 @@ func (m *Mounter) sidecarGone(rec *offerRecord, seen *streamSeen, log *slog.Logg
 	n := len(recent(m.revived.times[rec.Target], time.Now()))
 	m.revived.mu.Unlock()
 	action, why := m.reviveFor(rec, n, log) // again: the pod may have changed meanwhile
+	m.revive(ctx, rec, action, why, n, log)
+}
+
+// revive does what decideRevive said for rec's dead target, under the target's lock: mount
+// it again on top and offer it, or answer it with I/O errors; n is how many times it was
+// revived within reviveWindow.
+func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAction, why string, n int, log *slog.Logger) {
 	// The offer made here keeps log: its own revival adds its own why.
 	rlog := log.With("why", why, "revived", n)
 	vol := rec.Volume.VolumeName
@@ -245,6 +258,41 @@ func (m *Mounter) sidecarGone(rec *offerRecord, seen *streamSeen, log *slog.Logg
 	m.revived.mu.Lock()
 	m.revived.times[rec.Target] = append(recent(m.revived.times[rec.Target], time.Now()), time.Now())
 	m.revived.mu.Unlock()
+}
+
+// reviveAtRepublish is the kubelet's republish of a target this process did not publish
+// (published before the node plugin's latest start), under the target's lock. A sidecar that
+// died while the node plugin was down left no status stream to end: its dead mount is found
+// here instead (the kubelet republishes a volume it cannot set up every few seconds, and
+// every volume of a driver with requiresRepublish every minute), at most once per
+// republishProbeEvery per target, and revived as at a stream's end. A live one is left alone.
+func (m *Mounter) reviveAtRepublish(ctx context.Context, rec *offerRecord, log *slog.Logger) {
+	now := time.Now()
+	m.revived.mu.Lock()
+	last, seen := m.revived.probed[rec.Target]
+	if seen && now.Sub(last) < republishProbeEvery {
+		m.revived.mu.Unlock()
+		return
+	}
+	m.revived.probed[rec.Target] = now
+	n := len(recent(m.revived.times[rec.Target], now))
+	m.revived.mu.Unlock()
+	dead, err := m.probe(ctx, rec.Target)
+	if err != nil {
+		log.Warn("cannot probe a volume published before the node plugin's start", "err", err)
+		return
+	}
+	if !dead {
+		return
+	}
+	action, why := m.reviveFor(rec, n, log)
+	if action == reviveNone {
+		log.Warn("the volume's mount answers ENOTCONN (its sidecar died while the node plugin was down); not mounted again", "why", why)
+		return
+	}
+	m.revive(ctx, rec, action, why, n, log)
+	// Published by this process from now on: the new offer's stream tells of its end.
+	m.cfg.Store.Remember(rec.Target, nodevolume.Publication{VolumeID: rec.VolumeID, Volume: rec.Volume})
 }
 
 // recent keeps the revival times within reviveWindow of now.
@@ -498,6 +546,7 @@ func (m *Mounter) stopEIO(target string) {
 	srv := m.revived.eio[target]
 	delete(m.revived.eio, target)
 	delete(m.revived.times, target)
+	delete(m.revived.probed, target)
 	m.revived.mu.Unlock()
 	if srv == nil {
 		return

@@ -415,3 +415,34 @@ func TestSidecarEndedBeforeTakingItsVolume(t *testing.T) {
 		fuse.Close()
 	})
 }
+
+// A sidecar that died while the node plugin was down left no stream to end: the restarted
+// node plugin finds the dead mount at the kubelet's republish (which the kubelet repeats
+// while it cannot set the volume up) and mounts it again for the restarted sidecar, once;
+// the target is then its own (published), and a live one is left alone.
+func TestDeadMountFoundAtARepublish(t *testing.T) {
+	needs.RootAndFUSE(t)
+	pod := sidecarPod(true, corev1.RestartPolicyNever)
+	rec := &podevents.Recorder{}
+	m, tmp, target := podMounter(t, Config{StateDir: filepath.Join(t.TempDir(), "offers"), UID: os.Getuid(), GID: os.Getgid(), Events: rec,
+		Pods: func(uid string) (*corev1.Pod, bool) { return pod, string(pod.UID) == uid }})
+	tp := target("data")
+	deadMount(t, tp) // published by the previous node plugin, its sidecar dead since
+	req := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: tp}
+	r := &nodevolume.Request{Target: podfiles.Target{PodUID: "uid-1", VolumeName: "data"}, Pod: nodevolume.PodRef{Namespace: "ns", Name: "p", UID: "uid-1"},
+		Volume: handoff.Volume{Version: handoff.Version, VolumeName: "data", Bucket: "bkt"}, Opts: &mountopts.Volume{}, Creds: testPlan("tok")}
+	if _, err := m.Refresh(context.Background(), req, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unpublish(context.Background(), tp, m.cfg.Log) })
+	if n := mountLayers(t, tp); n != 2 {
+		t.Fatalf("%d mounts at the target after the republish, want the new one on the dead one", n)
+	}
+	if _, ok := m.cfg.Store.Publication(tp); !ok {
+		t.Error("the target mounted again is not remembered as published")
+	}
+	conn, fuse := takeVolume(t, tmp)
+	defer conn.Close()
+	fuse.Close()
+	waitfor.Until(t, 5*time.Second, "the VolumeRemounted Event", func() bool { return rec.Count(contract.EventVolumeRemounted) == 1 })
+}
