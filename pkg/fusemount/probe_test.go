@@ -68,14 +68,7 @@ func TestDeadProbe(t *testing.T) {
 func TestDeadThroughTheAttributeCache(t *testing.T) {
 	requireRootFuse(t)
 	for try := 1; try <= 3; try++ {
-		target := filepath.Join(t.TempDir(), "mnt")
-		if err := os.Mkdir(target, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		fuse, err := Mount(target, Options{Source: "bkt"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		target, fuse := mountAt(t, Options{Source: "bkt"})
 		unmount := func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -117,14 +110,7 @@ func TestDeadThroughTheAttributeCache(t *testing.T) {
 // guards the outcome, and the e2e revival tests the order.)
 func TestDeadOfADeadMountEveryTime(t *testing.T) {
 	requireRootFuse(t)
-	target := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(target, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fuse, err := Mount(target, Options{Source: "bkt"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	target, fuse := mountAt(t, Options{Source: "bkt"})
 	fuse.Close()
 	unmountLater(t, target)
 	for i := range 20 {
