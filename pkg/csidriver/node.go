@@ -426,22 +426,46 @@ func (s *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		log.Warn("refusing the mount", "err", err)
 		return nil, err
 	}
-	owner, err := ownership.Decide(r.Volume.Flags, ownership.Request{
-		MountGroup: req.GetVolumeCapability().GetMount().GetVolumeMountGroup(), Pod: pod,
-		Volume: r.Target.VolumeName, Skip: contract.SidecarContainerName,
-	})
+	flags, why, err := addOwnership(req, r, pod)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", r.Target.VolumeName, err)
+		return nil, err
 	}
-	if len(owner.Flags) > 0 {
-		r.Volume.Flags = append(slices.Clip(r.Volume.Flags), owner.Flags...)
-		log.Info("mount owned for the pod's user", "flags", owner.Flags, "why", owner.Reason)
+	if len(flags) > 0 {
+		log.Info("mount owned for the pod's user", "flags", flags, "why", why)
 	}
 	if err := m.Publish(ctx, req, r, log); err != nil {
 		return nil, err
 	}
 	s.remember(target, req.GetVolumeId(), r.Volume)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// addOwnership adds to r's flags those that give the mount to the pod's user
+// (pkg/ownership), as a publish decides them, and returns them and why.
+func addOwnership(req *csi.NodePublishVolumeRequest, r *nodevolume.Request, pod *corev1.Pod) ([]string, string, error) {
+	owner, err := ownership.Decide(r.Volume.Flags, ownership.Request{
+		MountGroup: req.GetVolumeCapability().GetMount().GetVolumeMountGroup(), Pod: pod,
+		Volume: r.Target.VolumeName, Skip: contract.SidecarContainerName,
+	})
+	if err != nil {
+		return nil, "", status.Errorf(codes.InvalidArgument, "volume %s: %v", r.Target.VolumeName, err)
+	}
+	if len(owner.Flags) > 0 {
+		r.Volume.Flags = append(slices.Clip(r.Volume.Flags), owner.Flags...)
+	}
+	return owner.Flags, owner.Reason, nil
+}
+
+// applyOwnership is addOwnership for a republish, with the pod from the node plugin's cache
+// when it has one; a failure leaves r as it was (the republish itself does not need it).
+func (s *NodeServer) applyOwnership(req *csi.NodePublishVolumeRequest, r *nodevolume.Request, log *slog.Logger) {
+	var pod *corev1.Pod
+	if s.cfg.Pods != nil && r.Pod.UID != "" {
+		pod, _ = s.cfg.Pods(r.Pod.UID)
+	}
+	if _, _, err := addOwnership(req, r, pod); err != nil {
+		log.Warn("cannot decide the mount's owner at the republish", "err", err)
+	}
 }
 
 // sameVolume compares a republished volume with the published one. The identity's wording
@@ -478,6 +502,12 @@ func (s *NodeServer) republish(ctx context.Context, req *csi.NodePublishVolumeRe
 	} else if m.FSType != fusemount.FSType || m.Source != r.Volume.Bucket || m.ReadOnly != r.Volume.ReadOnly || !sameMode {
 		// Published before this process started: all we can compare is what mountinfo shows.
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted (%s from %q, ro=%v)", target, m.FSType, m.Source, m.ReadOnly)
+	}
+	if !known {
+		// Not published by this process: the sidecar mounter may mount it again (a dead
+		// mount, its sidecar gone while the node plugin was down), and must give it the
+		// owner a first publish gives.
+		s.applyOwnership(req, r, log)
 	}
 	w, err := owner.Refresh(ctx, req, r)
 	if err != nil {

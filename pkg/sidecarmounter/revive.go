@@ -70,6 +70,10 @@ const (
 // reviveTimeout.
 const reviveLockWait = 10 * time.Second
 
+// republishReviveTimeout bounds a republish's probe and revival: the kubelet's call holds
+// the target's lock meanwhile.
+const republishReviveTimeout = 15 * time.Second
+
 // republishProbeEvery bounds the probes of a live target published before the node
 // plugin's start: one per republish would be a process per volume per minute.
 const republishProbeEvery = 5 * time.Minute
@@ -222,14 +226,14 @@ func (m *Mounter) sidecarGone(rec *offerRecord, seen *streamSeen, log *slog.Logg
 // revive does what decideRevive said for rec's dead target, under the target's lock: mount
 // it again on top and offer it, or answer it with I/O errors; n is how many times it was
 // revived within reviveWindow.
-func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAction, why string, n int, log *slog.Logger) {
+func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAction, why string, n int, log *slog.Logger) bool {
 	// The offer made here keeps log: its own revival adds its own why.
 	rlog := log.With("why", why, "revived", n)
 	vol := rec.Volume.VolumeName
 	switch action {
 	case reviveNone:
 		rlog.Warn("the sidecar ended without a word; its mount answers ENOTCONN and is not mounted again")
-		return
+		return false
 	case reviveOffer:
 		taken := func() {
 			rlog.Info("the restarted sidecar took the volume mounted again")
@@ -248,7 +252,7 @@ func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAct
 	if action == reviveEIO {
 		if err := m.serveEIO(rec); err != nil {
 			rlog.Error("the sidecar ended without a word; cannot answer its volume with I/O errors", "err", err)
-			return
+			return false
 		}
 		rlog.Warn("the sidecar ended without a word; volume mounted again and answered with I/O errors, so that the pod's containers start and fail instead of hanging")
 		nodevolume.PodEventTo(m.cfg.Events, rec.Pod, true, contract.EventVolumeLost, fmt.Sprintf(
@@ -258,6 +262,7 @@ func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAct
 	m.revived.mu.Lock()
 	m.revived.times[rec.Target] = append(recent(m.revived.times[rec.Target], time.Now()), time.Now())
 	m.revived.mu.Unlock()
+	return true
 }
 
 // reviveAtRepublish is the kubelet's republish of a target this process did not publish
@@ -270,18 +275,27 @@ func (m *Mounter) reviveAtRepublish(ctx context.Context, rec *offerRecord, log *
 	now := time.Now()
 	m.revived.mu.Lock()
 	last, seen := m.revived.probed[rec.Target]
-	if seen && now.Sub(last) < republishProbeEvery {
-		m.revived.mu.Unlock()
-		return
-	}
-	m.revived.probed[rec.Target] = now
 	n := len(recent(m.revived.times[rec.Target], now))
 	m.revived.mu.Unlock()
+	if seen && now.Sub(last) < republishProbeEvery {
+		return
+	}
+	// The pod first, as at a stream's end: an ended or deleted pod costs no probe, and one
+	// the node plugin's cache does not show yet (just started) is asked again next time.
+	if action, _ := m.reviveFor(rec, n, log); action == reviveNone {
+		return
+	}
+	// Bounded under the kubelet's call, which holds the target's lock.
+	ctx, cancel := context.WithTimeout(ctx, republishReviveTimeout)
+	defer cancel()
 	dead, err := m.probe(ctx, rec.Target)
 	if err != nil {
 		log.Warn("cannot probe a volume published before the node plugin's start", "err", err)
 		return
 	}
+	m.revived.mu.Lock()
+	m.revived.probed[rec.Target] = time.Now() // a finished probe only
+	m.revived.mu.Unlock()
 	if !dead {
 		return
 	}
@@ -290,9 +304,13 @@ func (m *Mounter) reviveAtRepublish(ctx context.Context, rec *offerRecord, log *
 		log.Warn("the volume's mount answers ENOTCONN (its sidecar died while the node plugin was down); not mounted again", "why", why)
 		return
 	}
-	m.revive(ctx, rec, action, why, n, log)
 	// Published by this process from now on: the new offer's stream tells of its end.
+	// Before the offer exists, so that its end finds the publication; forgotten again if
+	// nothing could be mounted.
 	m.cfg.Store.Remember(rec.Target, nodevolume.Publication{VolumeID: rec.VolumeID, Volume: rec.Volume})
+	if !m.revive(ctx, rec, action, why, n, log) {
+		m.cfg.Store.Forget(rec.Target)
+	}
 }
 
 // recent keeps the revival times within reviveWindow of now.
