@@ -119,7 +119,8 @@ func (m *Mounter) Refresh(ctx context.Context, req *csi.NodePublishVolumeRequest
 		return w, err
 	}
 	target := req.GetTargetPath()
-	if _, known := m.cfg.Store.Publication(target); !known && target != "" && r.Target.PodUID != "" && r.Opts != nil {
+	if _, known := m.cfg.Store.Publication(target); !known && target != "" && r.Target.PodUID != "" && r.Opts != nil &&
+		m.republishProbeDue(target) {
 		if info, err := fusemount.Lookup(target); err == nil && info != nil && info.FSType == fusemount.FSType {
 			log := m.cfg.Log.With("pod", r.Pod.Namespace+"/"+r.Pod.Name, "podUID", r.Target.PodUID, "volume", r.Target.VolumeName)
 			m.reviveAtRepublish(ctx, newOfferRecord(req, r), log)

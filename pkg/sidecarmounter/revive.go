@@ -156,13 +156,8 @@ func decideRevive(pod *corev1.Pod, known, exitFile bool, revived, depth int) (re
 	if d := lifecycle.Decide(pod); d.Done {
 		return reviveNone, "the workload is done: " + d.Reason
 	}
-	restarts := false
-	switch lifecycle.SidecarMode(pod) {
-	case contract.ModeNative:
-		restarts = true
-	case contract.ModeLegacy:
-		restarts = pod.Spec.RestartPolicy != corev1.RestartPolicyNever
-	default:
+	restarts, ok := sidecarRestarts(pod)
+	if !ok {
 		return reviveNone, "the pod has no " + contract.SidecarContainerName + " container"
 	}
 	switch {
@@ -174,6 +169,19 @@ func decideRevive(pod *corev1.Pod, known, exitFile bool, revived, depth int) (re
 		return reviveEIO, "its legacy sidecar is not restarted (restartPolicy: Never)"
 	}
 	return reviveOffer, "the kubelet restarts its sidecar"
+}
+
+// sidecarRestarts says whether the kubelet restarts pod's sidecar when it ends: a native one
+// always, a legacy one unless the pod's restartPolicy is Never; ok is false for a pod
+// without our sidecar.
+func sidecarRestarts(pod *corev1.Pod) (restarts, ok bool) {
+	switch lifecycle.SidecarMode(pod) {
+	case contract.ModeNative:
+		return true, true
+	case contract.ModeLegacy:
+		return pod.Spec.RestartPolicy != corev1.RestartPolicyNever, true
+	}
+	return false, false
 }
 
 // sidecarGone is an offer's OnStatusEnd: the sidecar that took rec's volume closed its
@@ -265,6 +273,16 @@ func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAct
 	return true
 }
 
+// republishProbeDue says whether target, not published by this process, may be probed at
+// this republish: at most once per republishProbeEvery. Asked before anything else, since
+// the kubelet republishes every volume every minute.
+func (m *Mounter) republishProbeDue(target string) bool {
+	m.revived.mu.Lock()
+	defer m.revived.mu.Unlock()
+	last, seen := m.revived.probed[target]
+	return !seen || time.Since(last) >= republishProbeEvery
+}
+
 // reviveAtRepublish is the kubelet's republish of a target this process did not publish
 // (published before the node plugin's latest start), under the target's lock. A sidecar that
 // died while the node plugin was down left no status stream to end: its dead mount is found
@@ -272,14 +290,9 @@ func (m *Mounter) revive(ctx context.Context, rec *offerRecord, action reviveAct
 // every volume of a driver with requiresRepublish every minute), at most once per
 // republishProbeEvery per target, and revived as at a stream's end. A live one is left alone.
 func (m *Mounter) reviveAtRepublish(ctx context.Context, rec *offerRecord, log *slog.Logger) {
-	now := time.Now()
 	m.revived.mu.Lock()
-	last, seen := m.revived.probed[rec.Target]
-	n := len(recent(m.revived.times[rec.Target], now))
+	n := len(recent(m.revived.times[rec.Target], time.Now()))
 	m.revived.mu.Unlock()
-	if seen && now.Sub(last) < republishProbeEvery {
-		return
-	}
 	// The pod first, as at a stream's end: an ended or deleted pod costs no probe, and one
 	// the node plugin's cache does not show yet (just started) is asked again next time.
 	if action, _ := m.reviveFor(rec, n, log); action == reviveNone {
@@ -487,8 +500,10 @@ func (m *Mounter) answerEIO(rec *offerRecord, fuse *os.File) error {
 // withdrawn and answered with I/O errors: the containers start and fail, and the pod ends.
 // Called from the pod watch; bounded.
 func (m *Mounter) SidecarEnded(pod *corev1.Pod) {
-	if pod == nil || pod.DeletionTimestamp != nil || lifecycle.SidecarMode(pod) != contract.ModeLegacy ||
-		pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+	if pod == nil || pod.DeletionTimestamp != nil {
+		return
+	}
+	if restarts, ok := sidecarRestarts(pod); !ok || restarts {
 		return
 	}
 	m.revived.mu.Lock()
